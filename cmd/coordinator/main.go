@@ -1,0 +1,106 @@
+// Command coordinator is the data plane: it serves the OpenAI-compatible API and drives each
+// request through the configured pipeline of steps (render, encode, prefill, decode...), calling
+// workers through the Inference Gateway.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+
+	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/server"
+	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers the built-in steps
+)
+
+// Build information, set with -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	flags := pflag.NewFlagSet("coordinator", pflag.ContinueOnError)
+	configPath := flags.String("config", "config/coordinator/coordinator.yaml", "path of the coordinator YAML config")
+	verbosity := flags.IntP("v", "v", 0, "log verbosity (1 warn, 2 info, 3 verbose, 4 debug, 5 trace); overrides log_level")
+	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+
+	cfg, err := config.LoadFile(*configPath)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)
+		return 1
+	}
+	if flags.Changed("v") {
+		cfg.LogLevel = *verbosity
+	}
+	log := logging.New(cfg.LogLevel, os.Stderr)
+	log.V(logging.Info).Info("starting coordinator", "version", version, "commit", commit, "config", *configPath,
+		"log_level", cfg.LogLevel, "kv_connector", cfg.Pipeline.KVConnector, "ec_connector", cfg.Pipeline.ECConnector)
+
+	p, err := pipeline.Build(cfg, pipeline.Options{Log: log})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "coordinator: invalid pipeline in %s: %v\n", *configPath, err)
+		return 1
+	}
+	var holder pipeline.Holder
+	holder.Swap(p)
+
+	srv := server.New(server.Options{Server: cfg.Server, Pipelines: &holder, Log: log})
+	l, err := net.Listen("tcp", cfg.Server.ListenAddr)
+	if err != nil {
+		log.Error(err, "cannot listen", "addr", cfg.Server.ListenAddr)
+		return 1
+	}
+	log.V(logging.Info).Info("serving", "addr", l.Addr().String(), "revision", p.Revision(), "steps", len(p.Steps()))
+	return serve(srv, l, cfg.Server.ShutdownTimeout.Std(), log)
+}
+
+// serve runs until SIGINT/SIGTERM, then drains in-flight requests within timeout. It returns the
+// process exit code: 0 after a clean drain, 1 when the drain timed out or serving failed.
+func serve(srv *server.Server, l net.Listener, timeout time.Duration, log logr.Logger) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			log.Error(err, "server stopped")
+			return 1
+		}
+		return 0
+	case <-ctx.Done():
+	}
+	stop()
+	log.V(logging.Info).Info("shutting down: draining in-flight requests", "timeout", timeout.String())
+	dctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := srv.Shutdown(dctx); err != nil {
+		log.Error(err, "drain did not finish in time; closing remaining connections")
+		_ = srv.Close()
+		return 1
+	}
+	<-errc
+	log.V(logging.Info).Info("drained; bye")
+	return 0
+}

@@ -1,0 +1,428 @@
+// Package body holds a request body parsed once: a JSON object kept as its top-level keys in order,
+// each with its raw, still-encoded value. Building the body of a worker leg means overriding a few
+// top-level keys; every other value, however large (messages with base64 images, token arrays), is
+// copied through as the client sent it and never decoded or re-encoded.
+package body
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+)
+
+// ErrNotObject is returned by Parse for valid JSON that is not an object (null, an array, a string...).
+var ErrNotObject = errors.New("request body must be a JSON object")
+
+// ErrInvalidJSON is returned by Parse for bytes that are not valid JSON.
+var ErrInvalidJSON = errors.New("request body is not valid JSON")
+
+// Field is one top-level member of an Object.
+type Field struct {
+	// Key is the decoded member name.
+	Key string
+	// Value is the member's raw JSON value.
+	Value json.RawMessage
+}
+
+// Object is a JSON object as an ordered list of raw members. The zero value is an empty object.
+// An Object shares the byte slices it was parsed from: callers must not modify them.
+type Object struct {
+	fields []Field
+}
+
+// Parse validates data as JSON and splits a top-level object into its members without copying
+// their values. Duplicate keys keep their first position and the last value, as encoding/json does.
+func Parse(data []byte) (*Object, error) {
+	if !json.Valid(data) {
+		return nil, ErrInvalidJSON
+	}
+	s := scanner{data: data}
+	s.skipSpace()
+	if s.pos >= len(data) || data[s.pos] != '{' {
+		return nil, ErrNotObject
+	}
+	s.pos++
+	o := &Object{fields: make([]Field, 0, 16)}
+	for {
+		s.skipSpace()
+		if data[s.pos] == '}' {
+			return o, nil
+		}
+		if data[s.pos] == ',' {
+			s.pos++
+			s.skipSpace()
+		}
+		rawKey := s.value()
+		key, err := decodeKey(rawKey)
+		if err != nil {
+			return nil, err
+		}
+		s.skipSpace()
+		s.pos++ // ':'
+		s.skipSpace()
+		o.Set(key, s.value())
+	}
+}
+
+// Len is the number of members.
+func (o *Object) Len() int { return len(o.fields) }
+
+// Fields returns the members in order. The slice must not be modified.
+func (o *Object) Fields() []Field { return o.fields }
+
+// Get returns the raw value of key.
+func (o *Object) Get(key string) (json.RawMessage, bool) {
+	if i := o.index(key); i >= 0 {
+		return o.fields[i].Value, true
+	}
+	return nil, false
+}
+
+// Has reports whether key is present (even with a null value).
+func (o *Object) Has(key string) bool { return o.index(key) >= 0 }
+
+// Set replaces the value of key in place, or appends the key when it is absent.
+func (o *Object) Set(key string, raw json.RawMessage) {
+	if i := o.index(key); i >= 0 {
+		o.fields[i].Value = raw
+		return
+	}
+	o.fields = append(o.fields, Field{Key: key, Value: raw})
+}
+
+// SetValue marshals v and sets it as key. It is meant for small values (flags, transfer params).
+func (o *Object) SetValue(key string, v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding %q: %w", key, err)
+	}
+	o.Set(key, raw)
+	return nil
+}
+
+// Delete removes key when present.
+func (o *Object) Delete(key string) {
+	if i := o.index(key); i >= 0 {
+		o.fields = append(o.fields[:i], o.fields[i+1:]...)
+	}
+}
+
+// Clone returns a shallow copy: the member list is copied, the raw values are shared.
+func (o *Object) Clone() *Object {
+	c := &Object{fields: make([]Field, len(o.fields), len(o.fields)+4)}
+	copy(c.fields, o.fields)
+	return c
+}
+
+// Size is the number of bytes Bytes and Reader produce.
+func (o *Object) Size() int {
+	n := 2 // {}
+	for i, f := range o.fields {
+		if i > 0 {
+			n++
+		}
+		n += keySize(f.Key) + 1 + len(f.Value)
+	}
+	return n
+}
+
+// AppendTo appends the encoded object to dst.
+func (o *Object) AppendTo(dst []byte) []byte {
+	dst = append(dst, '{')
+	for i, f := range o.fields {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendKey(dst, f.Key)
+		dst = append(dst, ':')
+		dst = append(dst, f.Value...)
+	}
+	return append(dst, '}')
+}
+
+// Bytes encodes the object into a new slice.
+func (o *Object) Bytes() []byte { return o.AppendTo(make([]byte, 0, o.Size())) }
+
+// MarshalJSON implements json.Marshaler.
+func (o *Object) MarshalJSON() ([]byte, error) { return o.Bytes(), nil }
+
+// Reader returns the encoded object as a reader over the shared value slices (no copy of the
+// values) together with its exact length, ready to be an HTTP request body.
+func (o *Object) Reader() (io.Reader, int64) {
+	// Small glue (braces, keys, commas) goes into one buffer; values are referenced, not copied.
+	glue := make([]byte, 0, 16*len(o.fields)+2)
+	bufs := make(net.Buffers, 0, 2*len(o.fields)+1)
+	glue = append(glue, '{')
+	start := 0
+	for i, f := range o.fields {
+		if i > 0 {
+			glue = append(glue, ',')
+		}
+		glue = appendKey(glue, f.Key)
+		glue = append(glue, ':')
+		bufs = append(bufs, glue[start:len(glue):len(glue)], f.Value)
+		start = len(glue)
+	}
+	glue = append(glue, '}')
+	bufs = append(bufs, glue[start:])
+	return &bufs, int64(o.Size())
+}
+
+// String returns the value of key when it is a JSON string.
+func (o *Object) String(key string) (s string, present bool, err error) {
+	raw, ok := o.Get(key)
+	if !ok || isNull(raw) {
+		return "", false, nil
+	}
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", true, fmt.Errorf("%q must be a string", key)
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), true, nil
+	}
+	err = json.Unmarshal(raw, &s)
+	return s, true, err
+}
+
+// Bool returns the value of key when it is a JSON boolean.
+func (o *Object) Bool(key string) (b bool, present bool, err error) {
+	raw, ok := o.Get(key)
+	if !ok || isNull(raw) {
+		return false, false, nil
+	}
+	switch string(raw) {
+	case "true":
+		return true, true, nil
+	case "false":
+		return false, true, nil
+	}
+	return false, true, fmt.Errorf("%q must be a boolean", key)
+}
+
+// Int returns the value of key when it is a JSON integer (an integral number such as 8 or 8.0).
+func (o *Object) Int(key string) (n int64, present bool, err error) {
+	raw, ok := o.Get(key)
+	if !ok || isNull(raw) {
+		return 0, false, nil
+	}
+	n, err = ParseInt(raw)
+	if err != nil {
+		return 0, true, fmt.Errorf("%q must be an integer", key)
+	}
+	return n, true, nil
+}
+
+// Object returns the value of key parsed as a nested Object.
+func (o *Object) Object(key string) (obj *Object, present bool, err error) {
+	raw, ok := o.Get(key)
+	if !ok || isNull(raw) {
+		return nil, false, nil
+	}
+	if raw[0] != '{' {
+		return nil, true, fmt.Errorf("%q must be an object", key)
+	}
+	obj, err = Parse(raw)
+	return obj, true, err
+}
+
+// Kind returns the JSON kind of key's value: 'o' object, 'a' array, 's' string, 'n' number,
+// 'b' boolean, 'z' null, or 0 when absent.
+func (o *Object) Kind(key string) byte {
+	raw, ok := o.Get(key)
+	if !ok {
+		return 0
+	}
+	return KindOf(raw)
+}
+
+// KindOf returns the JSON kind of a raw value (see Object.Kind).
+func KindOf(raw []byte) byte {
+	if len(raw) == 0 {
+		return 0
+	}
+	switch raw[0] {
+	case '{':
+		return 'o'
+	case '[':
+		return 'a'
+	case '"':
+		return 's'
+	case 't', 'f':
+		return 'b'
+	case 'n':
+		return 'z'
+	}
+	return 'n'
+}
+
+// ParseInt parses a raw JSON number that holds an integral value.
+func ParseInt(raw []byte) (int64, error) {
+	if n, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || f != float64(int64(f)) {
+		return 0, fmt.Errorf("not an integer: %s", raw)
+	}
+	return int64(f), nil
+}
+
+func isNull(raw []byte) bool { return len(raw) == 4 && string(raw) == "null" }
+
+func (o *Object) index(key string) int {
+	for i := range o.fields {
+		if o.fields[i].Key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+func decodeKey(raw []byte) (string, error) {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var k string
+	err := json.Unmarshal(raw, &k)
+	return k, err
+}
+
+func keySize(k string) int {
+	if plainKey(k) {
+		return len(k) + 2
+	}
+	b, _ := json.Marshal(k)
+	return len(b)
+}
+
+func appendKey(dst []byte, k string) []byte {
+	if plainKey(k) {
+		dst = append(dst, '"')
+		dst = append(dst, k...)
+		return append(dst, '"')
+	}
+	b, _ := json.Marshal(k)
+	return append(dst, b...)
+}
+
+// plainKey reports whether k can be written between quotes without escaping.
+func plainKey(k string) bool {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if c < 0x20 || c == '"' || c == '\\' || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// scanner walks already-validated JSON.
+type scanner struct {
+	data []byte
+	pos  int
+}
+
+func (s *scanner) skipSpace() {
+	for s.pos < len(s.data) {
+		switch s.data[s.pos] {
+		case ' ', '\t', '\n', '\r':
+			s.pos++
+		default:
+			return
+		}
+	}
+}
+
+// value returns the raw span of the value starting at pos and advances past it.
+func (s *scanner) value() []byte {
+	start := s.pos
+	switch s.data[s.pos] {
+	case '"':
+		s.skipString()
+	case '{', '[':
+		depth := 0
+		for {
+			c := s.data[s.pos]
+			switch c {
+			case '"':
+				s.skipString()
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+			s.pos++
+			if depth == 0 {
+				break
+			}
+		}
+	default:
+		for s.pos < len(s.data) {
+			switch s.data[s.pos] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return s.data[start:s.pos:s.pos]
+			}
+			s.pos++
+		}
+	}
+	return s.data[start:s.pos:s.pos]
+}
+
+// skipString advances past the string starting at pos.
+func (s *scanner) skipString() {
+	s.pos++ // opening quote
+	for {
+		s.pos += bytes.IndexByte(s.data[s.pos:], '"')
+		// The quote is escaped when an odd number of backslashes precede it.
+		n := 0
+		for j := s.pos - 1; s.data[j] == '\\'; j-- {
+			n++
+		}
+		s.pos++
+		if n%2 == 0 {
+			return
+		}
+	}
+}
+
+// Array splits a raw JSON array into its raw elements without copying them.
+func Array(raw []byte) ([]json.RawMessage, error) {
+	s := scanner{data: raw}
+	s.skipSpace()
+	if s.pos >= len(raw) || raw[s.pos] != '[' {
+		return nil, errors.New("not an array")
+	}
+	s.pos++
+	var items []json.RawMessage
+	for {
+		s.skipSpace()
+		if s.pos >= len(raw) {
+			return nil, errors.New("unterminated array")
+		}
+		switch raw[s.pos] {
+		case ']':
+			return items, nil
+		case ',':
+			s.pos++
+			s.skipSpace()
+		}
+		items = append(items, s.value())
+	}
+}
+
+// AppendArray appends the JSON array of the raw items to dst.
+func AppendArray(dst []byte, items []json.RawMessage) []byte {
+	dst = append(dst, '[')
+	for i, it := range items {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, it...)
+	}
+	return append(dst, ']')
+}

@@ -1,0 +1,139 @@
+// Package config is the one schema of the coordinator: the YAML document read by the data plane
+// (standalone or from the ConfigMap the operator renders), its defaults, COORDINATOR_* environment
+// overrides and structural validation. Step parameters are validated by the steps themselves when
+// the pipeline is built (package pipeline).
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Defaults of the schema; docs/configuration.md lists them with their environment names.
+const (
+	DefaultLogLevel            = 2
+	DefaultListenAddr          = ":8080"
+	DefaultReadTimeout         = 30 * time.Second
+	DefaultWriteTimeout        = 120 * time.Second
+	DefaultShutdownTimeout     = 25 * time.Second
+	DefaultMaxRequestBodyMiB   = 64
+	DefaultMaxIdleConnsPerHost = 100
+	DefaultIdleConnTimeout     = 90 * time.Second
+	DefaultGatewayTimeout      = 60 * time.Second
+	DefaultKVConnector         = "kv-shared-storage"
+	DefaultECConnector         = "ec-shared-storage"
+	// EnvPrefix prefixes every environment override: server.listen_addr is COORDINATOR_SERVER_LISTEN_ADDR.
+	EnvPrefix = "COORDINATOR_"
+	// MiB is the unit of server.max_request_body_size.
+	MiB = 1 << 20
+)
+
+// Config is the whole coordinator configuration.
+type Config struct {
+	// LogLevel is the log verbosity: 1 warn, 2 info, 3 verbose, 4 debug, 5 trace.
+	LogLevel int `yaml:"log_level" json:"log_level"`
+	// Server configures the inbound HTTP listener.
+	Server Server `yaml:"server" json:"server"`
+	// Gateway configures the client of the Inference Gateway that every worker leg goes through.
+	Gateway Gateway `yaml:"gateway" json:"gateway"`
+	// Pipeline is the ordered list of steps and the connector defaults.
+	Pipeline Pipeline `yaml:"pipeline" json:"pipeline"`
+}
+
+// Server configures the inbound HTTP listener.
+type Server struct {
+	// ListenAddr is the host:port the API listens on.
+	ListenAddr string `yaml:"listen_addr" json:"listen_addr"`
+	// ReadTimeout bounds reading a whole request, body included. 0 disables it.
+	ReadTimeout Duration `yaml:"read_timeout" json:"read_timeout"`
+	// WriteTimeout bounds writing a non-streaming response. Streaming responses are exempt.
+	WriteTimeout Duration `yaml:"write_timeout" json:"write_timeout"`
+	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout" json:"shutdown_timeout"`
+	// MaxRequestBodySize is the largest accepted request body, in MiB. 0 means the default.
+	MaxRequestBodySize int `yaml:"max_request_body_size" json:"max_request_body_size"`
+}
+
+// Gateway configures the HTTP client of the Inference Gateway.
+type Gateway struct {
+	// Address is the gateway's base URL, e.g. http://inference-gateway:80.
+	Address string `yaml:"address" json:"address"`
+	// MaxIdleConnsPerHost is the keep-alive pool size towards the gateway.
+	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host" json:"max_idle_conns_per_host"`
+	// IdleConnTimeout closes pooled connections idle for this long.
+	IdleConnTimeout Duration `yaml:"idle_conn_timeout" json:"idle_conn_timeout"`
+	// Timeout bounds the wait for a worker's response headers; response bodies stream unbounded.
+	Timeout Duration `yaml:"timeout" json:"timeout"`
+}
+
+// Pipeline is the ordered step list and the defaults injected into every step's params.
+type Pipeline struct {
+	// KVConnector is the default KV transfer protocol: kv-nixl, kv-sglang or kv-shared-storage.
+	KVConnector string `yaml:"kv_connector" json:"kv_connector"`
+	// ECConnector is the default encoder-cache transfer protocol: ec-nixl or ec-shared-storage.
+	ECConnector string `yaml:"ec_connector" json:"ec_connector"`
+	// UseOpenAIFormat selects the OpenAI wire format (true) or tokens-in /inference/v1/generate
+	// (false, needs a render step) for the encode and prefill legs.
+	UseOpenAIFormat bool `yaml:"use_openai_format" json:"use_openai_format"`
+	// Steps run in this order.
+	Steps []Step `yaml:"steps" json:"steps"`
+}
+
+// Step is one pipeline entry.
+type Step struct {
+	// Type is the registered step name, e.g. prefill.
+	Type string `yaml:"type" json:"type"`
+	// Params are the step's own parameters; each step documents and validates them.
+	Params map[string]any `yaml:"params,omitempty" json:"params,omitempty"`
+}
+
+// Default returns the configuration with every default filled in and no steps.
+func Default() Config {
+	return Config{
+		LogLevel: DefaultLogLevel,
+		Server: Server{
+			ListenAddr:         DefaultListenAddr,
+			ReadTimeout:        Duration(DefaultReadTimeout),
+			WriteTimeout:       Duration(DefaultWriteTimeout),
+			ShutdownTimeout:    Duration(DefaultShutdownTimeout),
+			MaxRequestBodySize: DefaultMaxRequestBodyMiB,
+		},
+		Gateway: Gateway{
+			MaxIdleConnsPerHost: DefaultMaxIdleConnsPerHost,
+			IdleConnTimeout:     Duration(DefaultIdleConnTimeout),
+			Timeout:             Duration(DefaultGatewayTimeout),
+		},
+		Pipeline: Pipeline{
+			KVConnector:     DefaultKVConnector,
+			ECConnector:     DefaultECConnector,
+			UseOpenAIFormat: true,
+		},
+	}
+}
+
+// MaxRequestBodyBytes is the body limit in bytes.
+func (s Server) MaxRequestBodyBytes() int64 {
+	if s.MaxRequestBodySize == 0 {
+		return DefaultMaxRequestBodyMiB * MiB
+	}
+	return int64(s.MaxRequestBodySize) * MiB
+}
+
+// Revision is a short, stable fingerprint of the effective configuration. The operator stamps it
+// in the CoordinatorPipeline status and the coordinator reports it, so the two can be compared.
+func (c Config) Revision() string {
+	b, err := json.Marshal(c)
+	if err != nil {
+		// Params come from YAML or JSON and always marshal; keep the signature simple.
+		panic(fmt.Sprintf("config: marshal for revision: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// maxBodyMiB keeps MaxRequestBodySize*MiB (+1 for the overflow probe) inside an int64.
+const maxBodyMiB = (math.MaxInt64 - 1) / MiB

@@ -1,0 +1,203 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"reflect"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// FieldError is a configuration error tied to one key.
+type FieldError struct {
+	// Key is the dotted path, e.g. server.read_timeout or pipeline.steps[2].params.max_parallel.
+	Key string
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *FieldError) Error() string { return e.Key + ": " + e.Reason }
+
+func fieldErr(key, format string, args ...any) *FieldError {
+	return &FieldError{Key: key, Reason: fmt.Sprintf(format, args...)}
+}
+
+// LoadFile reads path, applies defaults and COORDINATOR_* overrides from the process environment
+// and validates the result.
+func LoadFile(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading config: %w", err)
+	}
+	return Parse(data, os.LookupEnv)
+}
+
+// Parse decodes a YAML document over the defaults, applies overrides looked up with lookupEnv
+// (nil for none) and validates the result.
+func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
+	cfg := Default()
+	var doc map[string]any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return Config{}, fmt.Errorf("config: invalid YAML: %w", err)
+	}
+	if doc == nil {
+		doc = map[string]any{}
+	}
+	if lookupEnv != nil {
+		if err := applyEnv(doc, lookupEnv); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := decodeInto(&cfg, doc); err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// EnvName is the environment variable that overrides a dotted key.
+func EnvName(key string) string {
+	return EnvPrefix + strings.ToUpper(strings.NewReplacer(".", "_").Replace(key))
+}
+
+// EnvKeys lists every key that an environment variable can override, in schema order.
+func EnvKeys() []string {
+	var keys []string
+	walkKeys(reflect.TypeOf(Config{}), "", func(key string, _ reflect.Type) { keys = append(keys, key) })
+	return keys
+}
+
+func walkKeys(t reflect.Type, path string, fn func(string, reflect.Type)) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		key := yamlKey(f)
+		if key == "" {
+			continue
+		}
+		if f.Type.Kind() == reflect.Struct && f.Type != durationType {
+			walkKeys(f.Type, join(path, key), fn)
+			continue
+		}
+		fn(join(path, key), f.Type)
+	}
+}
+
+// applyEnv writes every COORDINATOR_* override into the generic document, creating the
+// intermediate mappings, so that an override works whether or not the file has the key. String
+// fields take the value verbatim; every other field parses it as YAML (numbers, booleans,
+// durations, and a flow or block list for pipeline.steps).
+func applyEnv(doc map[string]any, lookupEnv func(string) (string, bool)) error {
+	var firstErr error
+	walkKeys(reflect.TypeOf(Config{}), "", func(key string, ft reflect.Type) {
+		raw, ok := lookupEnv(EnvName(key))
+		if !ok || firstErr != nil {
+			return
+		}
+		var val any = raw
+		if ft.Kind() != reflect.String {
+			if err := yaml.Unmarshal([]byte(raw), &val); err != nil {
+				firstErr = fieldErr(key, "environment override %s is not valid YAML: %v", EnvName(key), err)
+				return
+			}
+		}
+		parts := strings.Split(key, ".")
+		m := doc
+		for _, p := range parts[:len(parts)-1] {
+			next, ok := m[p].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				m[p] = next
+			}
+			m = next
+		}
+		m[parts[len(parts)-1]] = val
+	})
+	return firstErr
+}
+
+// Validate checks everything that does not need the step registry: limits, addresses and the
+// pipeline's shape. Step params and connector names are checked when the pipeline is built.
+func (c Config) Validate() error {
+	if c.LogLevel < 0 || c.LogLevel > 5 {
+		return fieldErr("log_level", "must be between 0 and 5 (1 warn, 2 info, 3 verbose, 4 debug, 5 trace), got %d", c.LogLevel)
+	}
+	if _, _, err := net.SplitHostPort(c.Server.ListenAddr); err != nil {
+		return fieldErr("server.listen_addr", "must be host:port, got %q", c.Server.ListenAddr)
+	}
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{
+		{"server.read_timeout", c.Server.ReadTimeout},
+		{"server.write_timeout", c.Server.WriteTimeout},
+		{"server.shutdown_timeout", c.Server.ShutdownTimeout},
+		{"gateway.idle_conn_timeout", c.Gateway.IdleConnTimeout},
+		{"gateway.timeout", c.Gateway.Timeout},
+	} {
+		if d.v < 0 {
+			return fieldErr(d.key, "must not be negative, got %s", d.v)
+		}
+	}
+	if c.Server.MaxRequestBodySize < 0 {
+		return fieldErr("server.max_request_body_size", "must not be negative, got %d", c.Server.MaxRequestBodySize)
+	}
+	if c.Server.MaxRequestBodySize > maxBodyMiB {
+		return fieldErr("server.max_request_body_size", "%d MiB overflows; at most %d", c.Server.MaxRequestBodySize, maxBodyMiB)
+	}
+	if c.Gateway.MaxIdleConnsPerHost < 0 {
+		return fieldErr("gateway.max_idle_conns_per_host", "must not be negative, got %d", c.Gateway.MaxIdleConnsPerHost)
+	}
+	if c.Gateway.Address != "" {
+		if err := ValidateBaseURL(c.Gateway.Address); err != nil {
+			return fieldErr("gateway.address", "%v", err)
+		}
+	}
+	if len(c.Pipeline.Steps) == 0 {
+		return fieldErr("pipeline.steps", "at least one step is required (a pipeline ends with decode)")
+	}
+	for i, s := range c.Pipeline.Steps {
+		if s.Type == "" {
+			return fieldErr(fmt.Sprintf("pipeline.steps[%d].type", i), "is required")
+		}
+	}
+	return nil
+}
+
+// ValidateBaseURL checks an http(s) base URL such as a gateway or render service address.
+func ValidateBaseURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL: %v", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%q must start with http:// or https://", raw)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%q has no host", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q must not carry a query or fragment", raw)
+	}
+	return nil
+}
+
+// KeyOf returns the key named by a configuration error, or "" when err names none.
+func KeyOf(err error) string {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fe.Key
+	}
+	return ""
+}
+
+// Marshal renders cfg as the YAML document Parse reads back to the same configuration (and the
+// same Revision). The operator writes its ConfigMap with it.
+func Marshal(cfg Config) ([]byte, error) {
+	return yaml.Marshal(cfg)
+}

@@ -1,0 +1,131 @@
+// Package kv implements the KV-cache transfer protocols: the kv_transfer_params a prefill leg
+// carries and how the decode leg's params derive from the prefill worker's answer. The wire shapes
+// match the upstream coordinator (llm-d) and the vLLM / SGLang connectors they drive.
+package kv
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// Connector names.
+const (
+	NIXL          = "kv-nixl"
+	SGLang        = "kv-sglang"
+	SharedStorage = "kv-shared-storage"
+)
+
+// SGLangBootstrapPortEnv overrides the bootstrap port advertised to SGLang prefill workers.
+const SGLangBootstrapPortEnv = "SGLANG_BOOTSTRAP_PORT"
+
+// DefaultSGLangBootstrapPort is SGLang's own default.
+const DefaultSGLangBootstrapPort = 8998
+
+// Connector is one KV transfer protocol.
+type Connector interface {
+	// Name is the configuration name, e.g. kv-nixl.
+	Name() string
+	// PrefillParams returns the kv_transfer_params of a prefill leg (a fresh map per call).
+	PrefillParams() map[string]any
+	// DecodeParams returns the kv_transfer_params of the decode leg that follows a prefill whose
+	// answer carried fromPrefill (nil when it carried none).
+	DecodeParams(fromPrefill map[string]any) map[string]any
+}
+
+// Names lists the known connectors.
+func Names() []string {
+	n := []string{NIXL, SGLang, SharedStorage}
+	sort.Strings(n)
+	return n
+}
+
+// New returns the connector called name. getenv (os.Getenv when nil) supplies
+// SGLANG_BOOTSTRAP_PORT; an invalid port is an error rather than a silent fallback.
+func New(name string, getenv func(string) string) (Connector, error) {
+	switch name {
+	case NIXL:
+		return nixl{}, nil
+	case SharedStorage:
+		return sharedStorage{}, nil
+	case SGLang:
+		if getenv == nil {
+			getenv = os.Getenv
+		}
+		port, err := bootstrapPort(getenv(SGLangBootstrapPortEnv))
+		if err != nil {
+			return nil, err
+		}
+		return sglang{port: port}, nil
+	}
+	return nil, fmt.Errorf("unknown KV connector %q (known: %s)", name, strings.Join(Names(), ", "))
+}
+
+func bootstrapPort(v string) (int, error) {
+	if v == "" {
+		return DefaultSGLangBootstrapPort, nil
+	}
+	p, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || p < 1 || p > 65535 {
+		return 0, fmt.Errorf("%s=%q is not a port number (1-65535)", SGLangBootstrapPortEnv, v)
+	}
+	return p, nil
+}
+
+// decodeFrom copies the prefill worker's params and marks them for a remote-prefilled decode.
+func decodeFrom(fromPrefill map[string]any) map[string]any {
+	out := make(map[string]any, len(fromPrefill)+2)
+	maps.Copy(out, fromPrefill)
+	out["do_remote_decode"] = false
+	out["do_remote_prefill"] = true
+	return out
+}
+
+// nixl is vLLM's NixlConnector: prefill keeps the KV blocks for a remote decode, which pulls them
+// over RDMA using the engine id, block ids, host and port the prefill worker returned.
+type nixl struct{}
+
+func (nixl) Name() string { return NIXL }
+
+func (nixl) PrefillParams() map[string]any {
+	return map[string]any{
+		"do_remote_decode": true, "do_remote_prefill": false,
+		"remote_engine_id": nil, "remote_block_ids": nil, "remote_host": nil, "remote_port": nil,
+	}
+}
+
+func (nixl) DecodeParams(fromPrefill map[string]any) map[string]any { return decodeFrom(fromPrefill) }
+
+// sglang is SGLang's bootstrap protocol: prefill gets a bootstrap port and a fresh room; the
+// worker's answer names the bootstrap host the decode side connects to.
+type sglang struct{ port int }
+
+func (sglang) Name() string { return SGLang }
+
+func (s sglang) PrefillParams() map[string]any {
+	return map[string]any{
+		"do_remote_decode": true, "do_remote_prefill": false,
+		"bootstrap_port": s.port, "bootstrap_room": uuid.NewString(),
+	}
+}
+
+func (sglang) DecodeParams(fromPrefill map[string]any) map[string]any { return decodeFrom(fromPrefill) }
+
+// sharedStorage is a shared filesystem or object store: prefill writes the KV, decode reads it;
+// nothing but the two flags is on the wire and the prefill answer is ignored.
+type sharedStorage struct{}
+
+func (sharedStorage) Name() string { return SharedStorage }
+
+func (sharedStorage) PrefillParams() map[string]any {
+	return map[string]any{"do_remote_decode": true, "do_remote_prefill": false}
+}
+
+func (sharedStorage) DecodeParams(map[string]any) map[string]any {
+	return map[string]any{"do_remote_decode": false, "do_remote_prefill": true}
+}

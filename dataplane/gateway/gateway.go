@@ -1,0 +1,214 @@
+// Package gateway is the coordinator's HTTP client of the Inference Gateway: every worker leg is a
+// POST to the gateway tagged with the EPP-Profile header, so the endpoint picker chooses a pod of
+// that role. It also owns the header rules shared by all outbound legs.
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/config"
+)
+
+// Header names and EPP profiles.
+const (
+	// ProfileHeader tells the endpoint picker which scheduling profile (pod role) to use.
+	ProfileHeader = "EPP-Profile"
+	// ProfileHeaderNew is the newer upstream spelling; never accepted from clients either.
+	ProfileHeaderNew = "x-llm-d-epp-profile"
+	// RequestIDHeader carries the request id on every leg and in every response.
+	RequestIDHeader = "x-request-id"
+	// PreferHeader carries the conditional-decode precondition.
+	PreferHeader = "Prefer"
+	// PreferIfAvailable asks the decode worker to serve only if it can without prefill.
+	PreferIfAvailable = "if-available"
+
+	ProfileEncode  = "encode"
+	ProfilePrefill = "prefill"
+	ProfileDecode  = "decode"
+)
+
+// Worker paths.
+const (
+	PathChat        = "/v1/chat/completions"
+	PathCompletions = "/v1/completions"
+	PathGenerate    = "/inference/v1/generate"
+)
+
+// maxErrorBody is how much of a failed upstream body is kept for logs.
+const maxErrorBody = 8 << 10
+
+// Client posts legs to the gateway over a keep-alive pool. It ignores HTTP(S)_PROXY: the gateway
+// is in-cluster.
+type Client struct {
+	base string
+	http *http.Client
+}
+
+// New builds the client for cfg. It does not contact the gateway.
+func New(cfg config.Gateway) (*Client, error) {
+	if cfg.Address == "" {
+		return nil, fmt.Errorf("gateway.address is empty")
+	}
+	if err := config.ValidateBaseURL(cfg.Address); err != nil {
+		return nil, err
+	}
+	return &Client{base: strings.TrimRight(cfg.Address, "/"), http: &http.Client{Transport: NewTransport(cfg)}}, nil
+}
+
+// NewTransport is the pooled transport used towards the gateway (and, with its own settings,
+// towards side services such as render).
+func NewTransport(cfg config.Gateway) *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          0,
+		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerHost,
+		IdleConnTimeout:       cfg.IdleConnTimeout.Std(),
+		ResponseHeaderTimeout: cfg.Timeout.Std(),
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// BaseURL is the gateway address without a trailing slash.
+func (c *Client) BaseURL() string { return c.base }
+
+// Close drops the idle connections of the pool (used when a reload replaces the client).
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// Leg is one outbound call.
+type Leg struct {
+	// Method defaults to POST.
+	Method string
+	// Path is appended to the gateway address (it may carry a query).
+	Path string
+	// Profile is the EPP profile (encode, prefill, decode).
+	Profile string
+	// Header is the base header set (see Forwarded); Do adds Content-Type, the request id and the
+	// profile without modifying it.
+	Header http.Header
+	// RequestID is stamped as x-request-id.
+	RequestID string
+	// Prefer, when set, is sent as the Prefer header.
+	Prefer string
+	// Body and Size are the request body and its length (-1 when unknown).
+	Body io.Reader
+	Size int64
+	// ContentType defaults to application/json when there is a body.
+	ContentType string
+}
+
+// Do sends the leg and returns the raw response; the caller closes its body.
+func (c *Client) Do(ctx context.Context, leg Leg) (*http.Response, error) {
+	method := leg.Method
+	if method == "" {
+		method = http.MethodPost
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+leg.Path, leg.Body)
+	if err != nil {
+		return nil, err
+	}
+	req.ContentLength = leg.Size
+	if leg.Body == nil || leg.Size == 0 {
+		req.Body = http.NoBody
+		req.ContentLength = 0
+	}
+	h := make(http.Header, len(leg.Header)+4)
+	for k, v := range leg.Header {
+		h[k] = v
+	}
+	switch {
+	case leg.ContentType != "":
+		h.Set("Content-Type", leg.ContentType)
+	case leg.Body != nil:
+		h.Set("Content-Type", "application/json")
+	}
+	if leg.RequestID != "" {
+		h.Set(RequestIDHeader, leg.RequestID)
+	}
+	if leg.Profile != "" {
+		h.Set(ProfileHeader, leg.Profile)
+	}
+	if leg.Prefer != "" {
+		h.Set(PreferHeader, leg.Prefer)
+	}
+	req.Header = h
+	return c.http.Do(req)
+}
+
+// Call sends the leg and returns the whole response body of a 200 answer. Any other status is an
+// *apierror.UpstreamError named phase, carrying the start of the body for logs.
+func (c *Client) Call(ctx context.Context, phase string, leg Leg) ([]byte, error) {
+	resp, err := c.Do(ctx, leg)
+	if err != nil {
+		return nil, &apierror.UpstreamError{Phase: phase, Err: err}
+	}
+	return ReadOK(phase, resp)
+}
+
+// ReadOK reads a response that must be 200 and closes it.
+func ReadOK(phase string, resp *http.Response) ([]byte, error) {
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		return nil, &apierror.UpstreamError{Phase: phase, Status: resp.StatusCode, Body: b}
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, &apierror.UpstreamError{Phase: phase, Status: resp.StatusCode, Err: fmt.Errorf("reading body: %w", err)}
+	}
+	return b, nil
+}
+
+// hopByHop are connection-level headers never forwarded (RFC 9110 section 7.6.1).
+var hopByHop = []string{
+	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// coordinatorOwned are request headers the coordinator sets itself on every leg; a client cannot
+// spoof them.
+var coordinatorOwned = []string{
+	"Host", "Content-Length", "Content-Type", "Accept-Encoding", RequestIDHeader, ProfileHeader, ProfileHeaderNew, PreferHeader,
+}
+
+// Forwarded returns the client headers that every leg carries: all of them except hop-by-hop
+// headers, headers named in Connection, and the ones the coordinator owns (Host, Content-Length,
+// Content-Type, Accept-Encoding, x-request-id, EPP-Profile, Prefer). All values are kept.
+func Forwarded(in http.Header) http.Header {
+	out := in.Clone()
+	for _, v := range in.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			out.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, k := range hopByHop {
+		out.Del(k)
+	}
+	for _, k := range coordinatorOwned {
+		out.Del(k)
+	}
+	return out
+}
+
+// CopyResponseHeader copies a worker's response headers to the client, minus hop-by-hop ones.
+func CopyResponseHeader(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = v
+	}
+	for _, v := range src.Values("Connection") {
+		for _, name := range strings.Split(v, ",") {
+			dst.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, k := range hopByHop {
+		dst.Del(k)
+	}
+}

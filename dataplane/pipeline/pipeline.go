@@ -1,0 +1,294 @@
+// Package pipeline runs a request through an ordered list of steps. It defines the Step
+// interface, the registry steps add themselves to, the RequestContext they share, and Pipeline:
+// an immutable, built set of steps that can be swapped atomically on reload.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
+)
+
+// ErrDone stops the pipeline early with success: the step has written the whole response.
+var ErrDone = errors.New("pipeline done")
+
+// Step is one unit of request processing.
+type Step interface {
+	// Name is the registered type name.
+	Name() string
+	// Execute reads and enriches rc. It returns nil to continue, ErrDone when it served the
+	// response, or an error to abort the request.
+	Execute(ctx context.Context, rc *RequestContext) error
+}
+
+// Terminal is implemented by steps that always write the response (decode). The last step of a
+// pipeline must be terminal, and only the last.
+type Terminal interface {
+	Terminal() bool
+}
+
+// Closer is implemented by steps that hold resources (connection pools) to release when a
+// reloaded pipeline replaces them.
+type Closer interface {
+	Close()
+}
+
+// Deps are the dependencies every factory receives besides its params.
+type Deps struct {
+	// Gateway is nil when gateway.address is empty; gateway steps call RequireGateway.
+	Gateway *gateway.Client
+	// Log is the process logger.
+	Log logr.Logger
+	// Getenv reads process environment (SGLANG_BOOTSTRAP_PORT); tests substitute it.
+	Getenv func(string) string
+	// Index is the step's position in pipeline.steps.
+	Index int
+	// Steps lists the configured step types, for steps whose validity depends on others.
+	Steps []string
+	// Hooks carries embedder-provided, non-configuration dependencies keyed by step type.
+	Hooks map[string]any
+}
+
+// RequireGateway records an error on p when there is no gateway client.
+func (d Deps) RequireGateway(p *Params, step string) {
+	if d.Gateway == nil && p.err == nil {
+		p.err = &config.FieldError{Key: "gateway.address", Reason: fmt.Sprintf("is required by step %s (pipeline.steps[%d])", step, d.Index)}
+	}
+}
+
+// Factory builds a step from its params. It must not do network I/O: the operator calls it to
+// validate pipelines.
+type Factory func(deps Deps, p *Params) (Step, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]Factory{}
+)
+
+// Register adds a step type. It panics on a duplicate name (a programming error).
+func Register(name string, f Factory) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic("pipeline: step type registered twice: " + name)
+	}
+	registry[name] = f
+}
+
+// Registered lists the registered step types.
+func Registered() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func lookup(name string) (Factory, bool) {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	f, ok := registry[name]
+	return f, ok
+}
+
+// Options tune Build.
+type Options struct {
+	// Log is handed to steps (logr.Discard() when zero).
+	Log logr.Logger
+	// Getenv defaults to os.Getenv.
+	Getenv func(string) string
+	// Hooks are passed to factories as Deps.Hooks.
+	Hooks map[string]any
+	// Now stamps LoadedAt (time.Now when nil).
+	Now func() time.Time
+}
+
+// StepInfo describes a built step for introspection (/debug/pipeline).
+type StepInfo struct {
+	Type   string         `json:"type"`
+	Params map[string]any `json:"params"`
+}
+
+// Pipeline is a built, immutable list of steps with the configuration it came from.
+type Pipeline struct {
+	steps    []Step
+	info     []StepInfo
+	cfg      config.Config
+	revision string
+	loadedAt time.Time
+	gw       *gateway.Client
+}
+
+// Build constructs every step of cfg.Pipeline. It checks the pipeline's shape (known types, a
+// terminal step last, a render step for tokens-in) and each step's params, without network I/O.
+func Build(cfg config.Config, opts Options) (*Pipeline, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	var gw *gateway.Client
+	if cfg.Gateway.Address != "" {
+		var err error
+		if gw, err = gateway.New(cfg.Gateway); err != nil {
+			return nil, &config.FieldError{Key: "gateway.address", Reason: err.Error()}
+		}
+	}
+	types := make([]string, len(cfg.Pipeline.Steps))
+	for i, s := range cfg.Pipeline.Steps {
+		types[i] = s.Type
+	}
+	if err := checkTokensIn(cfg.Pipeline, types); err != nil {
+		return nil, err
+	}
+	inherited := map[string]any{
+		"kv_connector":      cfg.Pipeline.KVConnector,
+		"ec_connector":      cfg.Pipeline.ECConnector,
+		"use_openai_format": cfg.Pipeline.UseOpenAIFormat,
+	}
+	p := &Pipeline{cfg: cfg, revision: cfg.Revision(), gw: gw}
+	for i, sc := range cfg.Pipeline.Steps {
+		f, ok := lookup(sc.Type)
+		if !ok {
+			return nil, &config.FieldError{
+				Key:    fmt.Sprintf("pipeline.steps[%d].type", i),
+				Reason: fmt.Sprintf("unknown step type %q (known: %s)", sc.Type, strings.Join(Registered(), ", ")),
+			}
+		}
+		params := NewParams(fmt.Sprintf("pipeline.steps[%d].params", i), sc.Params, inherited)
+		deps := Deps{Gateway: gw, Log: opts.Log.WithValues("step", sc.Type), Getenv: opts.Getenv, Index: i, Steps: types, Hooks: opts.Hooks}
+		step, err := f(deps, params)
+		if err == nil {
+			err = params.Err()
+		}
+		if err != nil {
+			p.Close()
+			var fe *config.FieldError
+			if errors.As(err, &fe) {
+				return nil, err
+			}
+			return nil, &config.FieldError{Key: params.Path(), Reason: err.Error()}
+		}
+		terminal := isTerminal(step)
+		last := i == len(cfg.Pipeline.Steps)-1
+		if terminal && !last {
+			p.Close()
+			return nil, &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].type", i), Reason: fmt.Sprintf("%s writes the response and must be the last step", sc.Type)}
+		}
+		if !terminal && last {
+			p.Close()
+			return nil, &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].type", i), Reason: fmt.Sprintf("the last step must write the response (decode), got %s", sc.Type)}
+		}
+		p.steps = append(p.steps, step)
+		p.info = append(p.info, StepInfo{Type: sc.Type, Params: params.Effective()})
+	}
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	p.loadedAt = now()
+	return p, nil
+}
+
+func isTerminal(s Step) bool {
+	t, ok := s.(Terminal)
+	return ok && t.Terminal()
+}
+
+// checkTokensIn rejects use_openai_format=false (globally or on a step) without a render step:
+// tokens-in legs need the token ids render produces.
+func checkTokensIn(pc config.Pipeline, types []string) error {
+	for _, t := range types {
+		if t == "render" {
+			return nil
+		}
+	}
+	if !pc.UseOpenAIFormat {
+		return &config.FieldError{Key: "pipeline.use_openai_format", Reason: "false (tokens-in) requires a render step in pipeline.steps"}
+	}
+	for i, s := range pc.Steps {
+		if v, ok := s.Params["use_openai_format"].(bool); ok && !v {
+			return &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].params.use_openai_format", i), Reason: "false (tokens-in) requires a render step in pipeline.steps"}
+		}
+	}
+	return nil
+}
+
+// Execute runs the steps in order. It stops at the first error (wrapped with the step name), at
+// ErrDone (success), or when ctx is cancelled between steps.
+func (p *Pipeline) Execute(ctx context.Context, rc *RequestContext) error {
+	for _, s := range p.steps {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("pipeline cancelled before %s: %w", s.Name(), err)
+		}
+		start := time.Now()
+		err := s.Execute(ctx, rc)
+		t := StepTiming{Step: s.Name(), Duration: time.Since(start), Outcome: "ok"}
+		switch {
+		case errors.Is(err, ErrDone):
+			t.Outcome = "done"
+			rc.Timings = append(rc.Timings, t)
+			return nil
+		case err != nil:
+			t.Outcome = "error"
+			rc.Timings = append(rc.Timings, t)
+			return fmt.Errorf("%s: %w", s.Name(), err)
+		}
+		rc.Timings = append(rc.Timings, t)
+	}
+	return nil
+}
+
+// Config is the configuration the pipeline was built from.
+func (p *Pipeline) Config() config.Config { return p.cfg }
+
+// Revision is the configuration's fingerprint (config.Config.Revision).
+func (p *Pipeline) Revision() string { return p.revision }
+
+// LoadedAt is when the pipeline was built.
+func (p *Pipeline) LoadedAt() time.Time { return p.loadedAt }
+
+// Steps describes the steps with their effective params.
+func (p *Pipeline) Steps() []StepInfo { return p.info }
+
+// Gateway is the pipeline's gateway client (nil without gateway.address).
+func (p *Pipeline) Gateway() *gateway.Client { return p.gw }
+
+// Close releases the steps' and the gateway client's idle connections. In-flight requests on
+// this pipeline are unaffected.
+func (p *Pipeline) Close() {
+	for _, s := range p.steps {
+		if c, ok := s.(Closer); ok {
+			c.Close()
+		}
+	}
+	if p.gw != nil {
+		p.gw.Close()
+	}
+}
+
+// Holder holds the serving pipeline. Each request loads the pointer once and runs to completion
+// on that pipeline; a reload stores a new one without disturbing requests in flight.
+type Holder struct {
+	p atomic.Pointer[Pipeline]
+}
+
+// Load returns the current pipeline (nil before the first Store).
+func (h *Holder) Load() *Pipeline { return h.p.Load() }
+
+// Swap installs p and returns the previous pipeline.
+func (h *Holder) Swap(p *Pipeline) *Pipeline { return h.p.Swap(p) }

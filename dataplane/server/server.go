@@ -1,0 +1,205 @@
+// Package server is the coordinator's HTTP front: an echo app with the inference routes, health
+// and readiness, a passthrough of other /v1 paths to the gateway, request ids, body limits, panic
+// recovery, access logging and the mapping of pipeline errors to OpenAI-style JSON.
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/labstack/echo/v4"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Server holds the listener settings that cannot change without a restart.
+	Server config.Server
+	// Pipelines holds the serving pipeline (swapped by reloads).
+	Pipelines *pipeline.Holder
+	// Log is the process logger.
+	Log logr.Logger
+	// Routes, when set, registers extra routes (debug, async results) on the echo app.
+	Routes func(e *echo.Echo)
+}
+
+// Server serves the coordinator API.
+type Server struct {
+	echo     *echo.Echo
+	http     *http.Server
+	holder   *pipeline.Holder
+	log      logr.Logger
+	draining atomic.Bool
+}
+
+// Context keys set by the middleware.
+const (
+	ctxRequestID = "request_id"
+)
+
+// New builds the server and its routes.
+func New(opts Options) *Server {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	s := &Server{echo: e, holder: opts.Pipelines, log: opts.Log}
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.requestID, s.recover, s.accessLog)
+
+	for _, path := range []string{gateway.PathChat, gateway.PathCompletions, gateway.PathGenerate} {
+		e.POST(path, s.handleInference)
+		// Other methods on an inference path are a client error, not something to pass through.
+		e.Match(otherMethods, path, methodNotAllowed)
+	}
+	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+	e.GET("/readyz", s.handleReady)
+	e.RouteNotFound("/v1/*", s.handlePassthrough)
+	if opts.Routes != nil {
+		opts.Routes(e)
+	}
+	s.http = &http.Server{
+		Handler:           e,
+		ReadTimeout:       opts.Server.ReadTimeout.Std(),
+		ReadHeaderTimeout: min(opts.Server.ReadTimeout.Std(), 10*time.Second),
+		WriteTimeout:      opts.Server.WriteTimeout.Std(),
+		IdleTimeout:       2 * time.Minute,
+	}
+	if s.http.ReadHeaderTimeout == 0 {
+		s.http.ReadHeaderTimeout = 10 * time.Second
+	}
+	return s
+}
+
+// Handler is the HTTP handler (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Serve accepts connections on l until Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.http.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown marks the server as draining (readiness fails), stops accepting connections and waits
+// for in-flight requests, streams included, until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	return s.http.Shutdown(ctx)
+}
+
+// Close cuts every connection at once (after a failed drain).
+func (s *Server) Close() error { return s.http.Close() }
+
+var otherMethods = []string{http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+func methodNotAllowed(c echo.Context) error {
+	c.Response().Header().Set("Allow", http.MethodPost)
+	return echo.ErrMethodNotAllowed
+}
+
+func (s *Server) handleReady(c echo.Context) error {
+	switch {
+	case s.draining.Load():
+		return c.String(http.StatusServiceUnavailable, "draining")
+	case s.holder.Load() == nil:
+		return c.String(http.StatusServiceUnavailable, "no pipeline loaded")
+	}
+	return c.String(http.StatusOK, "ok")
+}
+
+// requestID keeps a valid client x-request-id or generates one, and echoes it on the response.
+func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		client := c.Request().Header.Get(gateway.RequestIDHeader)
+		id, replaced := requestID(client)
+		if replaced {
+			s.log.V(logging.Verbose).Info("replaced an invalid client x-request-id", "length", len(client), "request_id", id)
+		}
+		c.Set(ctxRequestID, id)
+		c.Response().Header().Set(gateway.RequestIDHeader, id)
+		return next(c)
+	}
+}
+
+// recover turns a panic into a 500 and a logged stack.
+func (s *Server) recover(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				s.log.Error(nil, "panic serving request", "panic", r, "request_id", c.Get(ctxRequestID), "path", c.Request().URL.Path)
+				err = &apierror.Error{Status: http.StatusInternalServerError, Type: apierror.TypeAPI, Code: "internal_error", Message: "internal error"}
+			}
+		}()
+		return next(c)
+	}
+}
+
+// accessLog logs one line per request at debug level.
+func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if log := s.log.V(logging.Debug); log.Enabled() {
+			req := c.Request()
+			status := c.Response().Status
+			if err != nil && !c.Response().Committed {
+				status = apierror.From(echoToAPI(err)).Status
+			}
+			log.Info("request", "method", req.Method, "path", req.URL.Path, "status", status,
+				"duration", time.Since(start).String(), "request_id", c.Get(ctxRequestID),
+				"content_type", req.Header.Get("Content-Type"), "epp_profile", req.Header.Get(gateway.ProfileHeader),
+				"prefer", req.Header.Get(gateway.PreferHeader))
+		}
+		return err
+	}
+}
+
+// handleError writes any error a handler returned as OpenAI-style JSON, unless the response has
+// already started (then only the log can tell).
+func (s *Server) handleError(err error, c echo.Context) {
+	id, _ := c.Get(ctxRequestID).(string)
+	if c.Response().Committed {
+		return
+	}
+	e := apierror.From(echoToAPI(err))
+	if e.Status >= 500 {
+		s.log.Error(err, "request failed", "request_id", id, "status", e.Status)
+	}
+	apierror.Write(c.Response(), e, id)
+}
+
+// echoToAPI converts echo's own errors (404, 405, 413...) to API errors.
+func echoToAPI(err error) error {
+	var he *echo.HTTPError
+	if !errors.As(err, &he) {
+		return err
+	}
+	e := &apierror.Error{Status: he.Code, Type: apierror.TypeInvalidRequest, Code: http.StatusText(he.Code), Message: http.StatusText(he.Code), Cause: err}
+	switch he.Code {
+	case http.StatusNotFound:
+		e.Type, e.Code, e.Message = apierror.TypeNotFound, "not_found", "no such route"
+	case http.StatusMethodNotAllowed:
+		e.Code, e.Message = "method_not_allowed", "method not allowed on this route"
+	case http.StatusRequestEntityTooLarge:
+		e.Code, e.Message = "request_too_large", "request body too large"
+	default:
+		if he.Code >= 500 {
+			e.Type = apierror.TypeAPI
+		}
+	}
+	return e
+}

@@ -1,0 +1,72 @@
+package steps
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+)
+
+// ConditionalDecodeStep is the type name of the decode-first fast path.
+const ConditionalDecodeStep = "conditional-decode"
+
+func init() { pipeline.Register(ConditionalDecodeStep, newConditionalDecode) }
+
+// conditionalDecode tries decode alone first with "Prefer: if-available". A 412 means the decode
+// worker cannot serve without the earlier phases: the pipeline continues. Any other answer is the
+// response: it is streamed to the client and the pipeline stops.
+type conditionalDecode struct {
+	gw *gateway.Client
+}
+
+func newConditionalDecode(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
+	deps.RequireGateway(p, ConditionalDecodeStep)
+	// Accepted for compatibility with upstream configs; the leg always keeps the client's format.
+	p.Bool(ParamUseOpenAIFormat, true)
+	return &conditionalDecode{gw: deps.Gateway}, nil
+}
+
+func (*conditionalDecode) Name() string { return ConditionalDecodeStep }
+
+func (s *conditionalDecode) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
+	leg := rc.Leg(gateway.ProfileDecode, rc.Path, s.body(rc))
+	leg.Prefer = gateway.PreferIfAvailable
+	resp, err := s.gw.Do(ctx, leg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return &apierror.UpstreamError{Phase: ConditionalDecodeStep, Err: err}
+		}
+		// The fast path is an optimisation: when it cannot be asked, run the full cascade.
+		rc.Log.V(logging.Warn).Info("conditional decode failed; running the full pipeline", "err", err.Error())
+		return nil
+	}
+	if resp.StatusCode == http.StatusPreconditionFailed {
+		gateway.Discard(resp)
+		rc.Log.V(logging.Verbose).Info("conditional decode: decode cannot serve directly (412); running the full pipeline")
+		return nil
+	}
+	if err := respond(rc, resp, ConditionalDecodeStep); err != nil {
+		return err
+	}
+	return pipeline.ErrDone
+}
+
+// body is the client body with the rendered tokens (chat: tokens{token_ids, features}; completions:
+// the prompt as token ids); no transfer params and no capping: it may be the final answer.
+func (s *conditionalDecode) body(rc *pipeline.RequestContext) *body.Object {
+	if !rc.Rendered || len(rc.TokenIDs) == 0 {
+		return rc.Body
+	}
+	obj := rc.Body.Clone()
+	switch rc.API {
+	case pipeline.APIChat:
+		obj.Set("tokens", tokensJSON(rc))
+	case pipeline.APICompletions:
+		obj.Set("prompt", rc.TokenIDsJSON())
+	}
+	return obj
+}

@@ -1,0 +1,82 @@
+package steps
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+)
+
+// DecodeStep is the type name of the terminal decode step.
+const DecodeStep = "decode"
+
+func init() { pipeline.Register(DecodeStep, newDecode) }
+
+// decode sends the final leg on the client's own path and format (EPP-Profile: decode) and
+// streams the worker's answer, whatever its status, back to the client byte for byte.
+type decode struct {
+	gw *gateway.Client
+	kv kv.Connector
+}
+
+func newDecode(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
+	deps.RequireGateway(p, DecodeStep)
+	return &decode{gw: deps.Gateway, kv: kvConnector(deps, p)}, nil
+}
+
+func (*decode) Name() string   { return DecodeStep }
+func (*decode) Terminal() bool { return true }
+
+func (s *decode) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
+	obj, err := s.body(rc)
+	if err != nil {
+		return err
+	}
+	resp, err := s.gw.Do(ctx, rc.Leg(gateway.ProfileDecode, rc.Path, obj))
+	if err != nil {
+		return &apierror.UpstreamError{Phase: DecodeStep, Err: err}
+	}
+	return respond(rc, resp, DecodeStep)
+}
+
+// body is the client body plus what earlier phases produced: the rendered tokens (chat:
+// tokens{token_ids, features}, with each media part's uuid; completions: prompt as token ids) and,
+// only after a prefill, kv_transfer_params (generate: in sampling_params.extra_args). With neither
+// render nor prefill it is the client body unchanged.
+func (s *decode) body(rc *pipeline.RequestContext) (*body.Object, error) {
+	obj := rc.Body.Clone()
+	var kvRaw json.RawMessage
+	if rc.Prefilled {
+		kvRaw = mustJSON(rc.KVParams)
+	}
+	switch rc.API {
+	case pipeline.APIChat:
+		if rc.Rendered {
+			if err := setMediaUUIDs(rc, obj); err != nil {
+				return nil, err
+			}
+			obj.Set("tokens", tokensJSON(rc))
+		}
+		if kvRaw != nil {
+			obj.Set("kv_transfer_params", kvRaw)
+		}
+	case pipeline.APICompletions:
+		if rc.Rendered && len(rc.TokenIDs) > 0 {
+			obj.Set("prompt", rc.TokenIDsJSON())
+		}
+		if kvRaw != nil {
+			obj.Set("kv_transfer_params", kvRaw)
+		}
+	case pipeline.APIGenerate:
+		if kvRaw != nil {
+			if err := setExtraArgs(obj, map[string]json.RawMessage{"kv_transfer_params": kvRaw}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return obj, nil
+}

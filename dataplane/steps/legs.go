@@ -1,0 +1,208 @@
+// Package steps holds the built-in pipeline steps, one per file, each registering itself with the
+// pipeline registry. This file has what several steps share: reading connector params and
+// building leg bodies by editing top-level keys of the parsed client body.
+package steps
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
+	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+)
+
+// Param names shared by several steps.
+const (
+	ParamKVConnector     = "kv_connector"
+	ParamECConnector     = "ec_connector"
+	ParamUseOpenAIFormat = "use_openai_format"
+)
+
+// Raw JSON literals used on legs.
+var (
+	jsonOne   = json.RawMessage("1")
+	jsonFalse = json.RawMessage("false")
+	jsonNull  = json.RawMessage("null")
+)
+
+func kvConnector(deps pipeline.Deps, p *pipeline.Params) kv.Connector {
+	name := p.String(ParamKVConnector, kv.SharedStorage)
+	c, err := kv.New(name, deps.Getenv)
+	if err != nil {
+		p.Fail(ParamKVConnector, "%v", err)
+	}
+	return c
+}
+
+func ecConnector(p *pipeline.Params) ec.Connector {
+	name := p.String(ParamECConnector, ec.SharedStorage)
+	c, err := ec.New(name)
+	if err != nil {
+		p.Fail(ParamECConnector, "%v", err)
+	}
+	return c
+}
+
+// capSingleToken turns a leg into a one-token, non-streaming request (encode and prefill legs):
+// max_tokens 1, no min_tokens, max_completion_tokens / max_output_tokens 1 when present, and
+// stream false without stream_options. In generate format the token limits live in
+// sampling_params.
+func capSingleToken(o *body.Object, format pipeline.API) error {
+	if format == pipeline.APIGenerate {
+		if err := editObject(o, "sampling_params", func(sp *body.Object) error {
+			capTokens(sp)
+			return nil
+		}); err != nil {
+			return err
+		}
+	} else {
+		capTokens(o)
+	}
+	o.Set("stream", jsonFalse)
+	o.Delete("stream_options")
+	return nil
+}
+
+func capTokens(o *body.Object) {
+	o.Set("max_tokens", jsonOne)
+	o.Delete("min_tokens")
+	for _, k := range []string{"max_completion_tokens", "max_output_tokens"} {
+		if o.Has(k) {
+			o.Set(k, jsonOne)
+		}
+	}
+}
+
+// editObject applies fn to the object member key of o (created when absent or null).
+func editObject(o *body.Object, key string, fn func(*body.Object) error) error {
+	inner, _, err := o.Object(key)
+	if err != nil {
+		return apierror.InvalidField(key, "%v", err)
+	}
+	if inner == nil {
+		inner = &body.Object{}
+	} else {
+		inner = inner.Clone()
+	}
+	if err := fn(inner); err != nil {
+		return err
+	}
+	o.Set(key, inner.Bytes())
+	return nil
+}
+
+// setExtraArgs merges values into sampling_params.extra_args, where vLLM's generate endpoint reads
+// transfer params, keeping every other key.
+func setExtraArgs(o *body.Object, values map[string]json.RawMessage) error {
+	return editObject(o, "sampling_params", func(sp *body.Object) error {
+		return editObject(sp, "extra_args", func(ea *body.Object) error {
+			for _, k := range slices.Sorted(maps.Keys(values)) {
+				ea.Set(k, values[k])
+			}
+			return nil
+		})
+	})
+}
+
+// mustJSON encodes small, always-encodable values (transfer params maps).
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("steps: encoding %T: %v", v, err))
+	}
+	return b
+}
+
+// modality maps a content-part type to the feature key vLLM uses.
+func modality(kind string) string {
+	switch kind {
+	case "video_url":
+		return "video"
+	case "input_audio", "audio_url":
+		return "audio"
+	}
+	return "image"
+}
+
+// featuresJSON builds {"mm_hashes":{m:[..]},"mm_placeholders":{m:[{offset,length}..]}} (plus
+// "kwargs_data":{m:[..]} when withKwargs) from the rendered media entries, or nil without media.
+func featuresJSON(media []pipeline.MediaEntry, withKwargs bool) json.RawMessage {
+	if len(media) == 0 {
+		return nil
+	}
+	mods := make([]string, 0, 1)
+	byMod := map[string][]int{}
+	for i, m := range media {
+		k := modality(m.Kind)
+		if _, seen := byMod[k]; !seen {
+			mods = append(mods, k)
+		}
+		byMod[k] = append(byMod[k], i)
+	}
+	size := 64
+	for _, m := range media {
+		size += len(m.Hash) + 48 + len(m.Kwargs)
+	}
+	b := make([]byte, 0, size)
+	section := func(name string, item func(b []byte, m *pipeline.MediaEntry) []byte) {
+		b = append(b, '"')
+		b = append(b, name...)
+		b = append(b, `":{`...)
+		for mi, mod := range mods {
+			if mi > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendQuote(b, mod)
+			b = append(b, ":["...)
+			for j, idx := range byMod[mod] {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = item(b, &media[idx])
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
+	}
+	b = append(b, '{')
+	section("mm_hashes", func(b []byte, m *pipeline.MediaEntry) []byte { return strconv.AppendQuote(b, m.Hash) })
+	b = append(b, ',')
+	section("mm_placeholders", func(b []byte, m *pipeline.MediaEntry) []byte {
+		b = append(b, `{"offset":`...)
+		b = strconv.AppendInt(b, int64(m.Placeholder.Offset), 10)
+		b = append(b, `,"length":`...)
+		b = strconv.AppendInt(b, int64(m.Placeholder.Length), 10)
+		return append(b, '}')
+	})
+	if withKwargs {
+		b = append(b, ',')
+		section("kwargs_data", func(b []byte, m *pipeline.MediaEntry) []byte {
+			if len(m.Kwargs) == 0 {
+				return append(b, jsonNull...)
+			}
+			return append(b, m.Kwargs...)
+		})
+	}
+	return append(b, '}')
+}
+
+// tokensJSON builds the chat-format tokens field {"token_ids":[..],"features":{..}} (features
+// without kwargs, omitted without media) that lets workers and the EPP skip tokenizing.
+func tokensJSON(rc *pipeline.RequestContext) json.RawMessage {
+	ids := rc.TokenIDsJSON()
+	feats := featuresJSON(rc.Media, false)
+	b := make([]byte, 0, len(ids)+len(feats)+32)
+	b = append(b, `{"token_ids":`...)
+	b = append(b, ids...)
+	if feats != nil {
+		b = append(b, `,"features":`...)
+		b = append(b, feats...)
+	}
+	return append(b, '}')
+}

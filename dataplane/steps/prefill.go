@@ -1,0 +1,149 @@
+package steps
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
+	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+)
+
+// PrefillStep is the type name of the prefill step.
+const PrefillStep = "prefill"
+
+func init() { pipeline.Register(PrefillStep, newPrefill) }
+
+// prefill sends one single-token leg (EPP-Profile: prefill) carrying the KV connector's
+// kv_transfer_params and the merged ec_transfer_params, and keeps the worker's answer for decode.
+type prefill struct {
+	gw        *gateway.Client
+	kv        kv.Connector
+	ec        ec.Connector
+	useOpenAI bool
+}
+
+func newPrefill(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
+	deps.RequireGateway(p, PrefillStep)
+	return &prefill{gw: deps.Gateway, kv: kvConnector(deps, p), ec: ecConnector(p), useOpenAI: p.Bool(ParamUseOpenAIFormat, true)}, nil
+}
+
+func (*prefill) Name() string { return PrefillStep }
+
+func (s *prefill) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
+	format := rc.API.Format(s.useOpenAI)
+	obj, err := s.body(rc, format)
+	if err != nil {
+		return err
+	}
+	out, err := s.gw.Call(ctx, PrefillStep, rc.Leg(gateway.ProfilePrefill, format.Path(), obj))
+	if err != nil {
+		return err
+	}
+	var answer struct {
+		KV json.RawMessage `json:"kv_transfer_params"`
+	}
+	if err := json.Unmarshal(out, &answer); err != nil {
+		return &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Body: head(out), Err: fmt.Errorf("decoding answer: %w", err)}
+	}
+	var fromPrefill map[string]any
+	if body.KindOf(answer.KV) == 'o' {
+		if err := json.Unmarshal(answer.KV, &fromPrefill); err != nil {
+			return &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Err: fmt.Errorf("decoding kv_transfer_params: %w", err)}
+		}
+	}
+	rc.KVParams = s.kv.DecodeParams(fromPrefill)
+	rc.Prefilled = true
+	return nil
+}
+
+// body builds the prefill leg in the leg format:
+//   - chat: the client body, capped to one token, with tokens{token_ids, features} when render
+//     ran, kv_transfer_params and ec_transfer_params (when there are any);
+//   - completions: the client body, capped, with request_id, the prompt as token ids when render
+//     ran, kv_transfer_params, features and ec_transfer_params when there are media;
+//   - generate: token_ids and features (with kwargs_data) plus the client's sampling_params when
+//     the client itself spoke generate, capped, transfer params in sampling_params.extra_args.
+//
+// Unlike upstream, completions and generate keep the client's sampling fields.
+func (s *prefill) body(rc *pipeline.RequestContext, format pipeline.API) (*body.Object, error) {
+	kvRaw := mustJSON(s.kv.PrefillParams())
+	var ecRaw json.RawMessage
+	if len(rc.ECParams) > 0 && s.ec.Name() != ec.SharedStorage {
+		ecRaw = mustJSON(rc.ECParams)
+	}
+	var obj *body.Object
+	switch format {
+	case pipeline.APIChat:
+		obj = rc.Body.Clone()
+		if rc.Rendered {
+			obj.Set("tokens", tokensJSON(rc))
+		}
+		obj.Set("kv_transfer_params", kvRaw)
+		if ecRaw != nil {
+			obj.Set("ec_transfer_params", ecRaw)
+		}
+	case pipeline.APICompletions:
+		obj = rc.Body.Clone()
+		obj.Set("request_id", mustJSON(rc.ID))
+		if rc.Rendered && len(rc.TokenIDs) > 0 {
+			obj.Set("prompt", rc.TokenIDsJSON())
+		}
+		obj.Set("kv_transfer_params", kvRaw)
+		if f := featuresJSON(rc.Media, true); f != nil {
+			obj.Set("features", f)
+		}
+		if ecRaw != nil {
+			obj.Set("ec_transfer_params", ecRaw)
+		}
+	case pipeline.APIGenerate:
+		obj = generateBody(rc)
+		extra := map[string]json.RawMessage{"kv_transfer_params": kvRaw}
+		if ecRaw != nil {
+			extra["ec_transfer_params"] = ecRaw
+		}
+		if err := setExtraArgs(obj, extra); err != nil {
+			return nil, err
+		}
+	}
+	if err := capSingleToken(obj, format); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// generateBody is the tokens-in body of a leg: {request_id, model, token_ids, features (with
+// kwargs_data), sampling_params}. A generate client's own body is the base (its sampling_params
+// are kept); a chat client's is translated.
+func generateBody(rc *pipeline.RequestContext) *body.Object {
+	var obj *body.Object
+	if rc.API == pipeline.APIGenerate {
+		obj = rc.Body.Clone() // already tokens-in: token_ids and features are the client's
+	} else {
+		obj = &body.Object{}
+		if raw, ok := rc.Body.Get("model"); ok {
+			obj.Set("model", raw)
+		}
+		obj.Set("token_ids", rc.TokenIDsJSON())
+		if f := featuresJSON(rc.Media, true); f != nil {
+			obj.Set("features", f)
+		}
+	}
+	obj.Set("request_id", mustJSON(rc.ID))
+	if !obj.Has("sampling_params") {
+		obj.Set("sampling_params", json.RawMessage("{}"))
+	}
+	return obj
+}
+
+// head returns the start of an upstream body for logs.
+func head(b []byte) []byte {
+	if len(b) > 512 {
+		return b[:512]
+	}
+	return b
+}

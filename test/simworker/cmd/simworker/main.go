@@ -1,0 +1,74 @@
+// Command simworker runs a simulated vLLM worker (see package simworker).
+//
+// It prints its base URL on stdout once it is listening and serves until
+// SIGINT or SIGTERM, then shuts down gracefully.
+//
+//	simworker --role prefill --kv-connector kv-nixl --addr 127.0.0.1:8001
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/epd-dev/coordinator/test/simworker"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// run parses args, starts the worker and blocks until a termination signal.
+func run(args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	w, err := simworker.Start(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, w.URL())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	return w.Close()
+}
+
+// parseFlags turns command-line flags into a Config.
+func parseFlags(args []string, stderr io.Writer) (simworker.Config, error) {
+	var cfg simworker.Config
+	var role, kv, ec string
+	fs := flag.NewFlagSet("simworker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.Name, "name", "", "worker name (default simworker-<role>)")
+	fs.StringVar(&role, "role", string(simworker.RoleBoth), "role: prefill, decode, both or encode")
+	fs.StringVar(&kv, "kv-connector", string(simworker.KVNixl), "KV connector: kv-nixl, kv-sglang or kv-shared-storage")
+	fs.StringVar(&ec, "ec-connector", string(simworker.ECNixl), "EC connector: ec-nixl or ec-shared-storage")
+	fs.StringVar(&cfg.KVDir, "kv-dir", "", "shared KV directory (kv-shared-storage)")
+	fs.StringVar(&cfg.ECDir, "ec-dir", "", "shared encoder-cache directory (ec-shared-storage)")
+	fs.DurationVar(&cfg.TTFT, "ttft", 0, "time to first token")
+	fs.DurationVar(&cfg.ITL, "itl", 0, "inter-token latency")
+	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", simworker.DefaultMaxTokens, "completion length when a request sets none")
+	fs.IntVar(&cfg.CacheSize, "cache-size", simworker.DefaultCacheSize, "prefix cache capacity, in prompts")
+	fs.StringVar(&cfg.ModelName, "model", simworker.DefaultModelName, "model name listed by /v1/models")
+	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:0", "listen address")
+	fs.StringVar(&cfg.AdvertiseHost, "advertise-host", "", "host advertised in transfer parameters (default: the local address)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	cfg.Role = simworker.Role(role)
+	cfg.KVConnector = simworker.KVConnector(kv)
+	cfg.ECConnector = simworker.ECConnector(ec)
+	return cfg, cfg.Validate()
+}

@@ -1,0 +1,153 @@
+package simworker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Role selects which disaggregation legs a Worker serves.
+type Role string
+
+// The roles a Worker can play.
+const (
+	// RolePrefill accepts only prefill legs (kv_transfer_params.do_remote_decode=true).
+	RolePrefill Role = "prefill"
+	// RoleDecode accepts everything except prefill legs.
+	RoleDecode Role = "decode"
+	// RoleBoth accepts every leg: prefill legs like RolePrefill, the rest like RoleDecode.
+	RoleBoth Role = "both"
+	// RoleEncode accepts only encode legs (one image plus its rendered tokens).
+	RoleEncode Role = "encode"
+)
+
+// KVConnector selects how KV caches move from prefill to decode workers.
+type KVConnector string
+
+// The supported KV connectors.
+const (
+	// KVNixl mimics vLLM's NixlConnector: remote block ids plus a handle that
+	// the decode worker looks up on the prefill worker.
+	KVNixl KVConnector = "kv-nixl"
+	// KVSGLang mimics SGLang's bootstrap-server protocol.
+	KVSGLang KVConnector = "kv-sglang"
+	// KVSharedStorage mimics vLLM's SharedStorageConnector: files in KVDir.
+	KVSharedStorage KVConnector = "kv-shared-storage"
+)
+
+// ECConnector selects how encoder caches move from encode to prefill workers.
+type ECConnector string
+
+// The supported EC connectors.
+const (
+	// ECNixl publishes per-image descriptors that consumers look up on the
+	// encode worker.
+	ECNixl ECConnector = "ec-nixl"
+	// ECSharedStorage writes one file per image hash into ECDir.
+	ECSharedStorage ECConnector = "ec-shared-storage"
+)
+
+// Defaults applied by New for zero Config fields.
+const (
+	DefaultModelName = "sim-model"
+	DefaultMaxTokens = 16
+	DefaultCacheSize = 1024
+)
+
+// Config configures a Worker. The zero value is a usable "both" worker with
+// the NIXL connectors.
+type Config struct {
+	// Name identifies the worker in logs, engine ids and shared-storage files.
+	// Default: "simworker-<role>".
+	Name string
+	// Role is the disaggregation role. Default: RoleBoth.
+	Role Role
+	// KVConnector is the KV transfer protocol. Default: KVNixl.
+	KVConnector KVConnector
+	// ECConnector is the encoder-cache transfer protocol. Default: ECNixl.
+	ECConnector ECConnector
+	// KVDir is the shared directory of KVSharedStorage (required by the
+	// prefill, decode and both roles with that connector).
+	KVDir string
+	// ECDir is the shared directory of ECSharedStorage (required by the
+	// encode, prefill and both roles with that connector).
+	ECDir string
+	// TTFT is the delay before the first generated token.
+	TTFT time.Duration
+	// ITL is the delay between two generated tokens. A response of n tokens
+	// takes TTFT + (n-1)*ITL, streamed or not.
+	ITL time.Duration
+	// DefaultMaxTokens is the completion length when a request sets none.
+	// Default: 16.
+	DefaultMaxTokens int
+	// CacheSize is the capacity of the LRU prefix cache, in prompts.
+	// Default: 1024.
+	CacheSize int
+	// ModelName is listed by /v1/models and echoed when a request names no
+	// model. Requests may name any model. Default: "sim-model".
+	ModelName string
+	// Addr is the listen address used by Start. Default: "127.0.0.1:0".
+	Addr string
+	// AdvertiseHost is the host put in transfer parameters (remote_host,
+	// bootstrap_host, peer_host). Default: the local address the request
+	// arrived on, or 127.0.0.1 when that is unspecified.
+	AdvertiseHost string
+}
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	if c.Role == "" {
+		c.Role = RoleBoth
+	}
+	if c.Name == "" {
+		c.Name = "simworker-" + string(c.Role)
+	}
+	if c.KVConnector == "" {
+		c.KVConnector = KVNixl
+	}
+	if c.ECConnector == "" {
+		c.ECConnector = ECNixl
+	}
+	if c.DefaultMaxTokens <= 0 {
+		c.DefaultMaxTokens = DefaultMaxTokens
+	}
+	if c.CacheSize <= 0 {
+		c.CacheSize = DefaultCacheSize
+	}
+	if c.ModelName == "" {
+		c.ModelName = DefaultModelName
+	}
+	return c
+}
+
+// Validate reports whether c, after defaults are applied, describes a worker
+// that can serve requests.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	switch c.Role {
+	case RolePrefill, RoleDecode, RoleBoth, RoleEncode:
+	default:
+		errs = append(errs, fmt.Errorf("unknown role %q (want prefill, decode, both or encode)", c.Role))
+	}
+	switch c.KVConnector {
+	case KVNixl, KVSGLang, KVSharedStorage:
+	default:
+		errs = append(errs, fmt.Errorf("unknown KV connector %q (want kv-nixl, kv-sglang or kv-shared-storage)", c.KVConnector))
+	}
+	switch c.ECConnector {
+	case ECNixl, ECSharedStorage:
+	default:
+		errs = append(errs, fmt.Errorf("unknown EC connector %q (want ec-nixl or ec-shared-storage)", c.ECConnector))
+	}
+	if c.KVConnector == KVSharedStorage && c.Role != RoleEncode && c.KVDir == "" {
+		errs = append(errs, errors.New("KVDir is required with kv-shared-storage"))
+	}
+	if c.ECConnector == ECSharedStorage && c.Role != RoleDecode && c.ECDir == "" {
+		errs = append(errs, errors.New("ECDir is required with ec-shared-storage"))
+	}
+	if c.TTFT < 0 || c.ITL < 0 {
+		errs = append(errs, errors.New("TTFT and ITL must not be negative"))
+	}
+	return errors.Join(errs...)
+}

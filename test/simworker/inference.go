@@ -1,0 +1,103 @@
+package simworker
+
+import (
+	"io"
+	"net/http"
+	"strings"
+)
+
+// handleInference returns the handler of one inference endpoint.
+func (w *Worker) handleInference(kind apiKind) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		if w.cfgErr != nil {
+			writeError(rw, http.StatusInternalServerError, "simworker misconfigured: "+w.cfgErr.Error())
+			return
+		}
+		body, _ := io.ReadAll(r.Body) // already buffered by ServeHTTP
+		in, err := parseInference(kind, body)
+		if err != nil {
+			writeAPIError(rw, err)
+			return
+		}
+		if w.cfg.Role == RoleEncode {
+			w.serveEncode(rw, r, in)
+			return
+		}
+		w.servePrefillDecode(rw, r, in)
+	}
+}
+
+// servePrefillDecode serves a request on a prefill, decode or both worker.
+func (w *Worker) servePrefillDecode(rw http.ResponseWriter, r *http.Request, in *inference) {
+	lg, err := in.leg()
+	if err != nil {
+		writeAPIError(rw, err)
+		return
+	}
+	if err := w.checkLeg(lg, in); err != nil {
+		writeAPIError(rw, err)
+		return
+	}
+	if preferIfAvailable(r.Header) && !w.cache.contains(in.promptKey) {
+		writeError(rw, http.StatusPreconditionFailed, "prompt not in prefix cache (Prefer: if-available)")
+		return
+	}
+	ctx := r.Context()
+	var kvOut any
+	switch lg {
+	case legPrefill:
+		if err := w.verifyEC(ctx, in, true); err != nil {
+			writeAPIError(rw, err)
+			return
+		}
+		if kvOut, err = w.producePrefillKV(r, in); err != nil {
+			writeAPIError(rw, err)
+			return
+		}
+	case legRemotePrefill:
+		if err := w.verifyKV(ctx, in); err != nil {
+			writeAPIError(rw, err)
+			return
+		}
+	default:
+		if err := w.verifyEC(ctx, in, false); err != nil {
+			writeAPIError(rw, err)
+			return
+		}
+	}
+	w.cache.put(in.promptKey, struct{}{})
+	w.respond(rw, r, in, kvOut, nil)
+}
+
+// checkLeg enforces which legs the worker's role accepts and the static
+// shape of a prefill leg.
+func (w *Worker) checkLeg(lg leg, in *inference) *apiError {
+	switch {
+	case w.cfg.Role == RolePrefill && lg != legPrefill:
+		return badRequest("prefill worker %s accepts only prefill legs (%s.do_remote_decode=true)", w.cfg.Name, in.kvName)
+	case w.cfg.Role == RoleDecode && lg == legPrefill:
+		return badRequest("decode worker %s does not accept prefill legs (%s.do_remote_decode=true)", w.cfg.Name, in.kvName)
+	}
+	if lg != legPrefill {
+		return nil
+	}
+	if err := in.requireSingleToken("prefill"); err != nil {
+		return err
+	}
+	return w.checkPrefillKV(in)
+}
+
+// preferIfAvailable reports whether the Prefer header asks for if-available
+// (RFC 7240 preference token, case-insensitive).
+func preferIfAvailable(h http.Header) bool {
+	for _, v := range h.Values("Prefer") {
+		for _, pref := range strings.Split(v, ",") {
+			token, _, _ := strings.Cut(pref, ";")
+			token, _, _ = strings.Cut(token, "=")
+			if strings.EqualFold(strings.TrimSpace(token), "if-available") {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,133 @@
+package simworker
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+)
+
+// ChatCompletionChunk is one streamed chat event ("chat.completion.chunk").
+type ChatCompletionChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"`
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []ChatChunkChoice `json:"choices"`
+	Usage   *Usage            `json:"usage,omitempty"`
+}
+
+// ChatChunkChoice is one choice of a ChatCompletionChunk.
+type ChatChunkChoice struct {
+	Index        int       `json:"index"`
+	Delta        ChatDelta `json:"delta"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+// ChatDelta is the message delta of a ChatChunkChoice.
+type ChatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// stream answers g as server-sent events: headers at once, the first token
+// after TTFT, one event per token every ITL, an optional usage event, then
+// [DONE]. It stops as soon as ctx is done or a write fails.
+func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generation) {
+	h := rw.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	rw.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(rw)
+	_ = rc.Flush()
+	send := func(v any) bool {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return false
+		}
+		if _, err := io.WriteString(rw, "data: "+string(b)+"\n\n"); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	n := g.usage.CompletionTokens
+	for i := range n {
+		delay := w.cfg.ITL
+		if i == 0 {
+			delay = w.cfg.TTFT
+		}
+		if !sleepCtx(ctx, delay) {
+			return
+		}
+		if i == 0 && g.in.kind == kindChat && !send(g.chatChunk(ChatDelta{Role: "assistant", Content: ptr("")}, nil)) {
+			return
+		}
+		if !send(g.tokenChunk(i, i == n-1)) {
+			return
+		}
+	}
+	if g.in.includeUsage && !send(g.usageChunk()) {
+		return
+	}
+	_, _ = io.WriteString(rw, "data: [DONE]\n\n")
+	_ = rc.Flush()
+}
+
+// tokenChunk returns the event carrying token i.
+func (g *generation) tokenChunk(i int, last bool) any {
+	var finish *string
+	if last {
+		finish = ptr(finishLength)
+	}
+	switch g.in.kind {
+	case kindChat:
+		return g.chatChunk(ChatDelta{Content: ptr(g.piece(i))}, finish)
+	case kindCompletion:
+		return TextCompletion{
+			ID: g.id, Object: "text_completion", Created: g.created, Model: g.model,
+			Choices: []TextChoice{{Text: g.piece(i), FinishReason: finish}},
+		}
+	default:
+		return GenerateResponse{
+			RequestID: g.id,
+			Choices:   []GenerateChoice{{TokenIDs: []int{g.ids[i]}, FinishReason: finish}},
+		}
+	}
+}
+
+// piece returns the text of token i: its word, preceded by a space unless it
+// is the first, so that the pieces concatenate to the full text.
+func (g *generation) piece(i int) string {
+	if i == 0 {
+		return g.words[0]
+	}
+	return " " + g.words[i]
+}
+
+// chatChunk returns a chat event with one choice.
+func (g *generation) chatChunk(delta ChatDelta, finish *string) ChatCompletionChunk {
+	return ChatCompletionChunk{
+		ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.model,
+		Choices: []ChatChunkChoice{{Delta: delta, FinishReason: finish}},
+	}
+}
+
+// usageChunk returns the final usage event (no choices).
+func (g *generation) usageChunk() any {
+	switch g.in.kind {
+	case kindChat:
+		return ChatCompletionChunk{
+			ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.model,
+			Choices: []ChatChunkChoice{}, Usage: &g.usage,
+		}
+	case kindCompletion:
+		return TextCompletion{
+			ID: g.id, Object: "text_completion", Created: g.created, Model: g.model,
+			Choices: []TextChoice{}, Usage: &g.usage,
+		}
+	default:
+		return GenerateResponse{RequestID: g.id, Choices: []GenerateChoice{}, Usage: &g.usage}
+	}
+}

@@ -1,0 +1,369 @@
+package simworker
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxBodyBytes bounds request bodies (base64 images make them large).
+const maxBodyBytes = 64 << 20
+
+// handleCapacity bounds the KV handles and EC descriptors a worker remembers.
+const handleCapacity = 1 << 16
+
+// sideChannelTimeout bounds one KV/EC verification look-up.
+const sideChannelTimeout = 5 * time.Second
+
+// Worker is a simulated vLLM worker. It is an http.Handler; Start also runs it
+// on its own listener. All methods are safe for concurrent use.
+type Worker struct {
+	cfg      Config
+	cfgErr   error
+	engineID string
+	mux      *http.ServeMux
+	client   *http.Client
+
+	cache     *lru[string, struct{}]
+	kvHandles *lru[string, KVHandle]
+	ecDescs   *lru[string, ECDescriptor]
+	blockSeq  atomic.Int64
+	idSeq     atomic.Uint64
+
+	mu         sync.Mutex
+	requests   []*Request
+	failLeft   int
+	failStatus int
+	failBody   string
+
+	srv       *http.Server
+	ln        net.Listener
+	url       string
+	cancel    context.CancelFunc
+	serveDone chan struct{}
+	closeOnce sync.Once
+}
+
+// Request is one HTTP request a Worker received.
+type Request struct {
+	Method string
+	Path   string
+	Query  string
+	Header http.Header
+	Body   []byte
+	Time   time.Time
+	// Status is the response status, or 0 while the request is in flight.
+	Status int
+}
+
+// New returns a Worker serving cfg with defaults applied. New never fails: if
+// cfg does not Validate, every inference and render request is answered 500
+// with the validation error (Start reports it instead).
+func New(cfg Config) *Worker {
+	cfg = cfg.withDefaults()
+	w := &Worker{
+		cfg:      cfg,
+		cfgErr:   cfg.Validate(),
+		engineID: cfg.Name + "-engine-" + randomHex(4),
+		client: &http.Client{
+			Timeout:   sideChannelTimeout,
+			Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second},
+		},
+		cache:     newLRU[string, struct{}](cfg.CacheSize),
+		kvHandles: newLRU[string, KVHandle](handleCapacity),
+		ecDescs:   newLRU[string, ECDescriptor](handleCapacity),
+	}
+	w.mux = w.routes()
+	return w
+}
+
+// Start validates cfg, listens on cfg.Addr (default 127.0.0.1:0) and serves
+// a new Worker there until Close.
+func Start(cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	addr := cfg.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	w := New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	w.ln, w.cancel, w.serveDone = ln, cancel, make(chan struct{})
+	w.url = "http://" + dialableAddr(ln.Addr())
+	w.srv = &http.Server{
+		Handler:           w,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	go func() {
+		defer close(w.serveDone)
+		_ = w.srv.Serve(ln)
+	}()
+	return w, nil
+}
+
+// URL returns the base URL of a started Worker ("http://127.0.0.1:port"), or
+// "" for a Worker made by New.
+func (w *Worker) URL() string { return w.url }
+
+// Close stops a started Worker, cancelling in-flight requests, and releases
+// idle side-channel connections. It is safe to call more than once.
+func (w *Worker) Close() error {
+	var err error
+	w.closeOnce.Do(func() {
+		if w.srv != nil {
+			w.cancel()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err = w.srv.Shutdown(ctx); err != nil {
+				err = errors.Join(err, w.srv.Close())
+			}
+			<-w.serveDone
+		}
+		w.client.CloseIdleConnections()
+	})
+	return err
+}
+
+// Config returns the worker's configuration with defaults applied.
+func (w *Worker) Config() Config { return w.cfg }
+
+// Name returns the worker's name.
+func (w *Worker) Name() string { return w.cfg.Name }
+
+// Role returns the worker's role.
+func (w *Worker) Role() Role { return w.cfg.Role }
+
+// EngineID returns the stable remote_engine_id this worker advertises.
+func (w *Worker) EngineID() string { return w.engineID }
+
+// CacheHas reports whether the prefix cache holds the prompt key (see
+// PromptKey and RequestPromptKey).
+func (w *Worker) CacheHas(key string) bool { return w.cache.contains(key) }
+
+// CacheAdd puts a prompt key in the prefix cache, as a served request would.
+func (w *Worker) CacheAdd(key string) { w.cache.put(key, struct{}{}) }
+
+// CacheLen returns the number of prompts in the prefix cache.
+func (w *Worker) CacheLen() int { return w.cache.len() }
+
+// ClearCache empties the prefix cache.
+func (w *Worker) ClearCache() { w.cache.clear() }
+
+// Requests returns copies of the requests received so far, oldest first.
+func (w *Worker) Requests() []Request {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]Request, len(w.requests))
+	for i, r := range w.requests {
+		out[i] = *r
+		out[i].Header = r.Header.Clone()
+	}
+	return out
+}
+
+// Reset forgets the recorded requests and any pending injected failures. The
+// prefix cache is kept (see ClearCache).
+func (w *Worker) Reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.requests = nil
+	w.failLeft = 0
+}
+
+// FailNext makes the worker answer the next n POST requests (inference and
+// render endpoints; side channels, /health and /v1/models are unaffected)
+// with status and body. An empty body is replaced by a vLLM-style error; a
+// body starting with '{' or '[' is sent as JSON, anything else as text.
+func (w *Worker) FailNext(n int, status int, body string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failLeft, w.failStatus, w.failBody = n, status, body
+}
+
+// ServeHTTP records the request, applies injected failures and dispatches it.
+func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	body, readErr := io.ReadAll(http.MaxBytesReader(rw, r.Body, maxBodyBytes))
+	rec := &Request{
+		Method: r.Method,
+		Path:   r.URL.Path,
+		Query:  r.URL.RawQuery,
+		Header: r.Header.Clone(),
+		Body:   body,
+		Time:   time.Now(),
+	}
+	sw := &statusWriter{ResponseWriter: rw}
+	w.mu.Lock()
+	w.requests = append(w.requests, rec)
+	fail := r.Method == http.MethodPost && w.failLeft > 0
+	if fail {
+		w.failLeft--
+	}
+	status, failBody := w.failStatus, w.failBody
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		rec.Status = sw.code()
+		w.mu.Unlock()
+	}()
+
+	if id := r.Header.Get("X-Request-Id"); id != "" {
+		rw.Header().Set("X-Request-Id", id)
+	}
+	switch {
+	case readErr != nil:
+		writeError(sw, http.StatusRequestEntityTooLarge, "request body too large")
+	case fail:
+		writeInjected(sw, status, failBody)
+	default:
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		w.mux.ServeHTTP(sw, r)
+	}
+}
+
+// writeInjected answers an injected failure.
+func writeInjected(rw http.ResponseWriter, status int, body string) {
+	if body == "" {
+		writeError(rw, status, fmt.Sprintf("injected failure (%d)", status))
+		return
+	}
+	ct := "text/plain; charset=utf-8"
+	if body[0] == '{' || body[0] == '[' {
+		ct = "application/json"
+	}
+	rw.Header().Set("Content-Type", ct)
+	rw.WriteHeader(status)
+	_, _ = io.WriteString(rw, body)
+}
+
+// routes builds the worker's request multiplexer.
+func (w *Worker) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+PathChatCompletions, w.handleInference(kindChat))
+	mux.HandleFunc("POST "+PathCompletions, w.handleInference(kindCompletion))
+	mux.HandleFunc("POST "+PathGenerate, w.handleInference(kindGenerate))
+	mux.HandleFunc("POST "+PathChatRender, w.handleChatRender)
+	mux.HandleFunc("POST "+PathCompletionRender, w.handleCompletionRender)
+	mux.HandleFunc("GET "+PathModels, w.handleModels)
+	mux.HandleFunc("GET "+PathHealth, func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /kv/{id}", w.handleKVLookup)
+	mux.HandleFunc("GET /ec/{hash}", w.handleECLookup)
+	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
+		writeError(rw, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// handleModels answers GET /v1/models.
+func (w *Worker) handleModels(rw http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	writeJSON(rw, http.StatusOK, struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{"list", []model{{ID: w.cfg.ModelName, Object: "model", Created: time.Now().Unix(), OwnedBy: "simworker"}}})
+}
+
+// advertised returns the host and port to put in transfer parameters for a
+// request: the configured AdvertiseHost or the local address the request
+// arrived on.
+func (w *Worker) advertised(r *http.Request) (string, int) {
+	host, port := w.cfg.AdvertiseHost, 0
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr); ok {
+		port = a.Port
+		if host == "" && !a.IP.IsUnspecified() {
+			host = a.IP.String()
+		}
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return host, port
+}
+
+// newID returns a unique id with the given prefix.
+func (w *Worker) newID(prefix string) string {
+	return prefix + strconv.FormatUint(w.idSeq.Add(1), 10) + "-" + randomHex(4)
+}
+
+// randomHex returns 2n random hex digits.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// dialableAddr turns a listen address into one a client can dial: an
+// unspecified IP becomes 127.0.0.1.
+func dialableAddr(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	if ta.IP == nil || ta.IP.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
+	}
+	return ta.String()
+}
+
+// statusWriter records the status of a response and forwards flushes.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+// WriteHeader implements http.ResponseWriter.
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// Write implements http.ResponseWriter.
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Flush implements http.Flusher.
+func (s *statusWriter) Flush() {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// code returns the recorded status (200 if the handler wrote nothing).
+func (s *statusWriter) code() int {
+	if s.status == 0 {
+		return http.StatusOK
+	}
+	return s.status
+}
