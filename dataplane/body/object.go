@@ -37,7 +37,7 @@ type Object struct {
 // Parse validates data as JSON and splits a top-level object into its members without copying
 // their values. Duplicate keys keep their first position and the last value, as encoding/json does.
 func Parse(data []byte) (*Object, error) {
-	if !json.Valid(data) {
+	if !Valid(data) {
 		return nil, ErrInvalidJSON
 	}
 	s := scanner{data: data}

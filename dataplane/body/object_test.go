@@ -1,0 +1,223 @@
+package body
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	tests := map[string]struct {
+		in      string
+		keys    []string
+		wantErr error
+	}{
+		"empty object":      {in: `{}`, keys: nil},
+		"whitespace":        {in: " \n{ \"a\" : 1 ,\t\"b\":[1, {\"c\":\"}\"}] } ", keys: []string{"a", "b"}},
+		"escaped key":       {in: `{"a\"b":1,"\u00e9":2}`, keys: []string{`a"b`, "é"}},
+		"escaped quotes":    {in: `{"s":"x\\\"y\\\\","t":true}`, keys: []string{"s", "t"}},
+		"duplicate key":     {in: `{"a":1,"b":2,"a":3}`, keys: []string{"a", "b"}},
+		"nested strings":    {in: `{"m":[{"content":"]}{["}],"n":null}`, keys: []string{"m", "n"}},
+		"invalid json":      {in: `{"a":}`, wantErr: ErrInvalidJSON},
+		"truncated":         {in: `{"a":1`, wantErr: ErrInvalidJSON},
+		"null":              {in: `null`, wantErr: ErrNotObject},
+		"array":             {in: `[1,2]`, wantErr: ErrNotObject},
+		"string":            {in: `"x"`, wantErr: ErrNotObject},
+		"empty":             {in: ``, wantErr: ErrInvalidJSON},
+		"trailing garbage":  {in: `{} x`, wantErr: ErrInvalidJSON},
+		"numbers and bools": {in: `{"a":-1.5e3,"b":false,"c":0}`, keys: []string{"a", "b", "c"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, err := Parse([]byte(tc.in))
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for _, f := range o.Fields() {
+				keys = append(keys, f.Key)
+			}
+			if !reflect.DeepEqual(keys, tc.keys) {
+				t.Fatalf("keys = %q, want %q", keys, tc.keys)
+			}
+			assertSameJSON(t, o.Bytes(), []byte(tc.in))
+		})
+	}
+}
+
+func TestDuplicateKeepsLastValue(t *testing.T) {
+	o, err := Parse([]byte(`{"a":1,"b":2,"a":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := o.Get("a"); string(v) != "3" {
+		t.Fatalf("a = %s, want 3", v)
+	}
+}
+
+func TestEditAndEncode(t *testing.T) {
+	o, err := Parse([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"min_tokens":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.Clone()
+	c.Set("stream", json.RawMessage("false"))
+	c.Delete("min_tokens")
+	c.Set("max_tokens", json.RawMessage("1"))
+	if err := c.SetValue("kv_transfer_params", map[string]any{"do_remote_decode": true}); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":false,"max_tokens":1,"kv_transfer_params":{"do_remote_decode":true}}`
+	if got := string(c.Bytes()); got != want {
+		t.Fatalf("clone = %s\nwant    %s", got, want)
+	}
+	if got := string(o.Bytes()); !strings.Contains(got, `"min_tokens":3`) || !strings.Contains(got, `"stream":true`) {
+		t.Fatalf("original modified: %s", got)
+	}
+	r, n := c.Reader()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != want || int(n) != len(want) || c.Size() != len(want) {
+		t.Fatalf("reader = %s (n=%d size=%d)", b, n, c.Size())
+	}
+}
+
+func TestReaderSharesValues(t *testing.T) {
+	big := strings.Repeat("A", 1<<20)
+	o, err := Parse([]byte(`{"messages":"` + big + `"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(10, func() {
+		r, _ := o.Reader()
+		_, _ = io.Copy(io.Discard, r)
+	})
+	if allocs > 6 {
+		t.Fatalf("Reader allocates %v times per use", allocs)
+	}
+	if n := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			r, _ := o.Reader()
+			_, _ = io.Copy(io.Discard, r)
+		}
+	}).AllocedBytesPerOp(); n > 4096 {
+		t.Fatalf("Reader copies the values: %d B/op", n)
+	}
+}
+
+func TestTypedAccessors(t *testing.T) {
+	o, err := Parse([]byte(`{"s":"x","e":"a\nb","b":true,"i":8,"f":8.0,"g":8.5,"n":null,"o":{"k":1},"a":[1]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok, err := o.String("s"); s != "x" || !ok || err != nil {
+		t.Errorf("String(s) = %q %v %v", s, ok, err)
+	}
+	if s, _, _ := o.String("e"); s != "a\nb" {
+		t.Errorf("String(e) = %q", s)
+	}
+	if _, _, err := o.String("b"); err == nil {
+		t.Error("String(b) should fail")
+	}
+	if b, ok, err := o.Bool("b"); !b || !ok || err != nil {
+		t.Errorf("Bool(b) = %v %v %v", b, ok, err)
+	}
+	if _, ok, err := o.Bool("n"); ok || err != nil {
+		t.Errorf("Bool(null) = %v %v", ok, err)
+	}
+	if _, _, err := o.Bool("s"); err == nil {
+		t.Error("Bool(s) should fail")
+	}
+	for k, want := range map[string]int64{"i": 8, "f": 8} {
+		if n, ok, err := o.Int(k); n != want || !ok || err != nil {
+			t.Errorf("Int(%s) = %d %v %v", k, n, ok, err)
+		}
+	}
+	if _, _, err := o.Int("g"); err == nil {
+		t.Error("Int(8.5) should fail")
+	}
+	if in, ok, err := o.Object("o"); !ok || err != nil || in.Len() != 1 {
+		t.Errorf("Object(o) = %v %v %v", in, ok, err)
+	}
+	if _, _, err := o.Object("a"); err == nil {
+		t.Error("Object(a) should fail")
+	}
+	kinds := map[string]byte{"s": 's', "b": 'b', "i": 'n', "n": 'z', "o": 'o', "a": 'a', "missing": 0}
+	for k, want := range kinds {
+		if got := o.Kind(k); got != want {
+			t.Errorf("Kind(%s) = %q, want %q", k, got, want)
+		}
+	}
+}
+
+func TestArray(t *testing.T) {
+	items, err := Array([]byte(` [ 1, "a,]", {"x":[2,3]}, [], null ] `))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, it := range items {
+		got = append(got, string(it))
+	}
+	want := []string{`1`, `"a,]"`, `{"x":[2,3]}`, `[]`, `null`}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("items = %q", got)
+	}
+	if string(AppendArray(nil, items)) != `[1,"a,]",{"x":[2,3]},[],null]` {
+		t.Fatalf("AppendArray = %s", AppendArray(nil, items))
+	}
+	if empty, err := Array([]byte(`[]`)); err != nil || len(empty) != 0 {
+		t.Fatalf("empty = %v %v", empty, err)
+	}
+	if _, err := Array([]byte(`{}`)); err == nil {
+		t.Fatal("object accepted as array")
+	}
+}
+
+// FuzzParse checks that splitting and re-encoding keeps the meaning encoding/json gives a body.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":1}`, `{"a":"\"}","b":[{"c":"\\"}]}`, `{"a":1,"a":2}`, `[1]`, `{"\u0041":true}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		o, err := Parse([]byte(in))
+		var ref map[string]any
+		refErr := json.Unmarshal([]byte(in), &ref)
+		if err != nil {
+			if refErr == nil && ref != nil {
+				t.Fatalf("Parse rejected %q: %v", in, err)
+			}
+			return
+		}
+		if refErr != nil {
+			t.Fatalf("Parse accepted %q that encoding/json rejects: %v", in, refErr)
+		}
+		assertSameJSON(t, o.Bytes(), []byte(in))
+	})
+}
+
+func assertSameJSON(t *testing.T, got, want []byte) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("re-encoded body is invalid: %v: %s", err, got)
+	}
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("re-encoded body differs:\n got  %s\n want %s", got, want)
+	}
+}

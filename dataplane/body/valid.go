@@ -1,0 +1,246 @@
+package body
+
+import "encoding/binary"
+
+// maxDepth matches encoding/json's nesting limit.
+const maxDepth = 10000
+
+// Valid reports whether data is one valid JSON value, with exactly encoding/json.Valid's verdict
+// (FuzzValid checks the two agree). It is several times faster on the bodies a coordinator sees,
+// which are dominated by long strings (base64 images, prompts): string contents are scanned eight
+// bytes at a time for the only bytes that matter there (quote, backslash, control characters).
+func Valid(data []byte) bool {
+	v := validator{data: data}
+	v.space()
+	if !v.value(0) {
+		return false
+	}
+	v.space()
+	return v.pos == len(v.data)
+}
+
+type validator struct {
+	data []byte
+	pos  int
+}
+
+func (v *validator) space() {
+	for v.pos < len(v.data) {
+		switch v.data[v.pos] {
+		case ' ', '\t', '\n', '\r':
+			v.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (v *validator) value(depth int) bool {
+	if v.pos >= len(v.data) {
+		return false
+	}
+	switch c := v.data[v.pos]; {
+	case c == '"':
+		return v.str()
+	case c == '{':
+		return v.object(depth + 1)
+	case c == '[':
+		return v.array(depth + 1)
+	case c == 't':
+		return v.literal("true")
+	case c == 'f':
+		return v.literal("false")
+	case c == 'n':
+		return v.literal("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return v.number()
+	}
+	return false
+}
+
+func (v *validator) literal(lit string) bool {
+	if len(v.data)-v.pos < len(lit) || string(v.data[v.pos:v.pos+len(lit)]) != lit {
+		return false
+	}
+	v.pos += len(lit)
+	return true
+}
+
+func (v *validator) object(depth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	v.pos++ // {
+	v.space()
+	if v.pos < len(v.data) && v.data[v.pos] == '}' {
+		v.pos++
+		return true
+	}
+	for {
+		if v.pos >= len(v.data) || v.data[v.pos] != '"' || !v.str() {
+			return false
+		}
+		v.space()
+		if v.pos >= len(v.data) || v.data[v.pos] != ':' {
+			return false
+		}
+		v.pos++
+		v.space()
+		if !v.value(depth) {
+			return false
+		}
+		v.space()
+		if v.pos >= len(v.data) {
+			return false
+		}
+		switch v.data[v.pos] {
+		case ',':
+			v.pos++
+			v.space()
+		case '}':
+			v.pos++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+func (v *validator) array(depth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	v.pos++ // [
+	v.space()
+	if v.pos < len(v.data) && v.data[v.pos] == ']' {
+		v.pos++
+		return true
+	}
+	for {
+		if !v.value(depth) {
+			return false
+		}
+		v.space()
+		if v.pos >= len(v.data) {
+			return false
+		}
+		switch v.data[v.pos] {
+		case ',':
+			v.pos++
+			v.space()
+		case ']':
+			v.pos++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// SWAR constants: a byte-wise broadcast of 0x01 and 0x80.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// special reports (possibly with false positives above a true hit) whether any byte of the word
+// is a quote, a backslash or below 0x20.
+func special(x uint64) bool {
+	q := x ^ (lsb * '"')
+	b := x ^ (lsb * '\\')
+	return ((q-lsb)&^q|(b-lsb)&^b|(x-lsb*0x20)&^x)&msb != 0
+}
+
+func (v *validator) str() bool {
+	v.pos++ // opening quote
+	d := v.data
+	for {
+		for v.pos+8 <= len(d) && !special(binary.LittleEndian.Uint64(d[v.pos:])) {
+			v.pos += 8
+		}
+		if v.pos >= len(d) {
+			return false
+		}
+		c := d[v.pos]
+		switch {
+		case c == '"':
+			v.pos++
+			return true
+		case c == '\\':
+			if !v.escape() {
+				return false
+			}
+		case c < 0x20:
+			return false
+		default:
+			v.pos++
+		}
+	}
+}
+
+func (v *validator) escape() bool {
+	d := v.data
+	if v.pos+1 >= len(d) {
+		return false
+	}
+	switch d[v.pos+1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		v.pos += 2
+		return true
+	case 'u':
+		if v.pos+6 > len(d) {
+			return false
+		}
+		for _, h := range d[v.pos+2 : v.pos+6] {
+			if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+				return false
+			}
+		}
+		v.pos += 6
+		return true
+	}
+	return false
+}
+
+func (v *validator) number() bool {
+	d := v.data
+	if d[v.pos] == '-' {
+		v.pos++
+	}
+	if v.pos >= len(d) {
+		return false
+	}
+	switch c := d[v.pos]; {
+	case c == '0':
+		v.pos++
+	case c >= '1' && c <= '9':
+		v.digits()
+	default:
+		return false
+	}
+	if v.pos < len(d) && d[v.pos] == '.' {
+		v.pos++
+		if !v.digits() {
+			return false
+		}
+	}
+	if v.pos < len(d) && (d[v.pos] == 'e' || d[v.pos] == 'E') {
+		v.pos++
+		if v.pos < len(d) && (d[v.pos] == '+' || d[v.pos] == '-') {
+			v.pos++
+		}
+		if !v.digits() {
+			return false
+		}
+	}
+	return true
+}
+
+// digits consumes one or more digits.
+func (v *validator) digits() bool {
+	start := v.pos
+	for v.pos < len(v.data) && v.data[v.pos] >= '0' && v.data[v.pos] <= '9' {
+		v.pos++
+	}
+	return v.pos > start
+}

@@ -1,0 +1,69 @@
+package body
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestValidAgreesWithEncodingJSON(t *testing.T) {
+	cases := []string{
+		``, ` `, `{}`, `[]`, `""`, `"a"`, `0`, `-0`, `01`, `-`, `1.`, `1.5`, `1e5`, `1E+5`, `1e`, `.5`, `-1.2e-3`,
+		`true`, `tru`, `false`, `null`, `nul`, `{"a":1}`, `{"a":1,}`, `{"a" 1}`, `{a:1}`, `[1,2,]`, `[1 2]`,
+		`"\u00e9"`, `"\u00g9"`, `"\x"`, `"\/"`, `"a` + "\n" + `b"`, `"tab	here"`, "\"\x1f\"", "\"\x7f\"", `"\"`,
+		`{"a":[{"b":"c"}],"d":{"e":null}}`, ` {} `, `{} {}`, `[`, `]`, `"abcdefghijklmnopqrstuvwxyz\"quoted\" \\ end"`,
+		strings.Repeat("[", 10001) + strings.Repeat("]", 10001), strings.Repeat("[", 9999) + strings.Repeat("]", 9999),
+		`"` + strings.Repeat("x", 100) + "\x01" + `"`, "\"\xff\xfe invalid utf8 is accepted by encoding/json\"",
+	}
+	for _, c := range cases {
+		if got, want := Valid([]byte(c)), json.Valid([]byte(c)); got != want {
+			t.Errorf("Valid(%.40q) = %v, encoding/json says %v", c, got, want)
+		}
+	}
+}
+
+func FuzzValid(f *testing.F) {
+	for _, s := range []string{`{"a":"b\\n\"c\u0041"}`, `[1,-2.5e3,true,null]`, "\"\x00\"", `{"k":[{}]}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		if got, want := Valid([]byte(in)), json.Valid([]byte(in)); got != want {
+			t.Fatalf("Valid(%q) = %v, encoding/json says %v", in, got, want)
+		}
+	})
+}
+
+func imageBody() []byte {
+	img := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xff, 0xd8, 0x42}, (1<<20)/4))
+	return []byte(fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"describe"},{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,%s"}}]}]}`, img))
+}
+
+func BenchmarkValid(b *testing.B) {
+	body := imageBody()
+	b.Run("body.Valid", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for i := 0; i < b.N; i++ {
+			Valid(body)
+		}
+	})
+	b.Run("encoding/json.Valid", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for i := 0; i < b.N; i++ {
+			json.Valid(body)
+		}
+	})
+}
+
+func BenchmarkParse(b *testing.B) {
+	body := imageBody()
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := Parse(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

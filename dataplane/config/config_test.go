@@ -1,0 +1,199 @@
+package config
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const minimal = `
+gateway:
+  address: http://gw:80
+pipeline:
+  steps:
+    - type: decode
+`
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Parse([]byte(minimal), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Gateway.Address = "http://gw:80"
+	want.Pipeline.Steps = []Step{{Type: "decode"}}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("got %+v\nwant %+v", cfg, want)
+	}
+	if cfg.Server.MaxRequestBodyBytes() != 64<<20 {
+		t.Fatalf("body limit = %d", cfg.Server.MaxRequestBodyBytes())
+	}
+}
+
+func TestFileValues(t *testing.T) {
+	cfg, err := Parse([]byte(`
+log_level: 4
+server:
+  listen_addr: 127.0.0.1:9000
+  read_timeout: 5s
+  write_timeout: 1m
+  shutdown_timeout: 1s
+  max_request_body_size: 2
+gateway:
+  address: https://gw.example:8443/base/
+  max_idle_conns_per_host: 7
+  idle_conn_timeout: 10s
+  timeout: 2m30s
+pipeline:
+  kv_connector: kv-nixl
+  ec_connector: ec-nixl
+  use_openai_format: false
+  steps:
+    - type: render
+      params: {address: "http://render:8000", max_total_tokens: 8192.0}
+    - type: prefill
+    - type: decode
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LogLevel != 4 || cfg.Server.ListenAddr != "127.0.0.1:9000" || cfg.Server.ReadTimeout.Std() != 5*time.Second ||
+		cfg.Server.WriteTimeout.Std() != time.Minute || cfg.Server.MaxRequestBodyBytes() != 2<<20 ||
+		cfg.Gateway.MaxIdleConnsPerHost != 7 || cfg.Gateway.Timeout.Std() != 150*time.Second ||
+		cfg.Pipeline.KVConnector != "kv-nixl" || cfg.Pipeline.UseOpenAIFormat || len(cfg.Pipeline.Steps) != 3 {
+		t.Fatalf("unexpected config %+v", cfg)
+	}
+	if got := cfg.Pipeline.Steps[0].Params["max_total_tokens"]; got != 8192.0 {
+		t.Fatalf("params kept generic: %#v", got)
+	}
+}
+
+func TestEnvOverrides(t *testing.T) {
+	tests := map[string]struct {
+		env   map[string]string
+		check func(Config) bool
+	}{
+		"key absent from the file": {
+			env:   map[string]string{"COORDINATOR_PIPELINE_KV_CONNECTOR": "kv-sglang"},
+			check: func(c Config) bool { return c.Pipeline.KVConnector == "kv-sglang" },
+		},
+		"key present in the file": {
+			env:   map[string]string{"COORDINATOR_GATEWAY_ADDRESS": "http://other:81"},
+			check: func(c Config) bool { return c.Gateway.Address == "http://other:81" },
+		},
+		"bool": {
+			env:   map[string]string{"COORDINATOR_PIPELINE_USE_OPENAI_FORMAT": "false", "COORDINATOR_PIPELINE_STEPS": "[{type: render, params: {address: 'http://r:1'}}, {type: decode}]"},
+			check: func(c Config) bool { return !c.Pipeline.UseOpenAIFormat && len(c.Pipeline.Steps) == 2 },
+		},
+		"int and duration": {
+			env: map[string]string{"COORDINATOR_SERVER_MAX_REQUEST_BODY_SIZE": "3", "COORDINATOR_SERVER_SHUTDOWN_TIMEOUT": "90s", "COORDINATOR_LOG_LEVEL": "5"},
+			check: func(c Config) bool {
+				return c.Server.MaxRequestBodySize == 3 && c.Server.ShutdownTimeout.Std() == 90*time.Second && c.LogLevel == 5
+			},
+		},
+		"string that looks like a number stays a string": {
+			env:   map[string]string{"COORDINATOR_SERVER_LISTEN_ADDR": ":9090"},
+			check: func(c Config) bool { return c.Server.ListenAddr == ":9090" },
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := Parse([]byte(minimal), env(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.check(cfg) {
+				t.Fatalf("override not applied: %+v", cfg)
+			}
+		})
+	}
+}
+
+func TestEveryKeyHasAnEnvName(t *testing.T) {
+	keys := EnvKeys()
+	want := []string{"log_level", "server.listen_addr", "server.read_timeout", "server.write_timeout", "server.shutdown_timeout",
+		"server.max_request_body_size", "gateway.address", "gateway.max_idle_conns_per_host", "gateway.idle_conn_timeout",
+		"gateway.timeout", "pipeline.kv_connector", "pipeline.ec_connector", "pipeline.use_openai_format", "pipeline.steps"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Fatalf("EnvKeys = %q", keys)
+	}
+	if EnvName("server.max_request_body_size") != "COORDINATOR_SERVER_MAX_REQUEST_BODY_SIZE" {
+		t.Fatal(EnvName("server.max_request_body_size"))
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	tests := map[string]struct {
+		yaml string
+		env  map[string]string
+		key  string
+		msg  string
+	}{
+		"duration without unit":  {yaml: "server: {read_timeout: \"30\"}\n" + minimal, key: "server.read_timeout", msg: "with a unit"},
+		"bare number duration":   {yaml: "gateway: {timeout: 30, address: http://gw}\npipeline: {steps: [{type: decode}]}", key: "gateway.timeout", msg: "duration string"},
+		"negative body":          {yaml: "server: {max_request_body_size: -1}\n" + minimal, key: "server.max_request_body_size", msg: "negative"},
+		"overflowing body":       {yaml: "server: {max_request_body_size: 9007199254740991}\n" + minimal, key: "server.max_request_body_size", msg: "overflows"},
+		"negative timeout":       {yaml: "server: {write_timeout: -1s}\n" + minimal, key: "server.write_timeout", msg: "negative"},
+		"negative idle conns":    {yaml: "gateway: {address: http://gw, max_idle_conns_per_host: -2}\npipeline: {steps: [{type: decode}]}", key: "gateway.max_idle_conns_per_host", msg: "negative"},
+		"unknown key":            {yaml: "server: {listen_adr: ':1'}\n" + minimal, key: "server.listen_adr", msg: "unknown key"},
+		"wrong type":             {yaml: "log_level: high\n" + minimal, key: "log_level", msg: "integer"},
+		"log level out of range": {yaml: "log_level: 9\n" + minimal, key: "log_level", msg: "between 0 and 5"},
+		"bad listen addr":        {yaml: "server: {listen_addr: 8080}\n" + minimal, key: "server.listen_addr", msg: "string"},
+		"bad gateway url":        {yaml: "gateway: {address: 'gw:80'}\npipeline: {steps: [{type: decode}]}", key: "gateway.address", msg: "http://"},
+		"no steps":               {yaml: "gateway: {address: http://gw}", key: "pipeline.steps", msg: "at least one step"},
+		"step without type":      {yaml: "gateway: {address: http://gw}\npipeline: {steps: [{params: {}}]}", key: "pipeline.steps[0].type", msg: "required"},
+		"steps not a list":       {yaml: "pipeline: {steps: decode}", key: "pipeline.steps", msg: "list"},
+		"bad env":                {yaml: minimal, env: map[string]string{"COORDINATOR_SERVER_READ_TIMEOUT": "10"}, key: "server.read_timeout", msg: "with a unit"},
+		"bad env type":           {yaml: minimal, env: map[string]string{"COORDINATOR_PIPELINE_USE_OPENAI_FORMAT": "maybe"}, key: "pipeline.use_openai_format", msg: "boolean"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml), env(tc.env))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if KeyOf(err) != tc.key || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("error %q: want key %s and %q", err, tc.key, tc.msg)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error spans lines: %q", err)
+			}
+		})
+	}
+}
+
+func TestInvalidYAML(t *testing.T) {
+	if _, err := Parse([]byte("server: [\n"), nil); err == nil || !strings.Contains(err.Error(), "invalid YAML") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestMarshalRoundTripKeepsRevision(t *testing.T) {
+	cfg := Default()
+	cfg.Gateway.Address = "http://gw:80"
+	cfg.Pipeline.Steps = []Step{
+		{Type: "encode", Params: map[string]any{"max_parallel": float64(4)}}, // JSON numbers, as from a CR
+		{Type: "decode"},
+	}
+	out, err := Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(out, nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if back.Revision() != cfg.Revision() {
+		t.Fatalf("revision changed across a round trip:\n%s", out)
+	}
+	other := cfg
+	other.Pipeline.KVConnector = "kv-nixl"
+	if other.Revision() == cfg.Revision() {
+		t.Fatal("revision ignores the pipeline")
+	}
+}

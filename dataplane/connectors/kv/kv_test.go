@@ -1,0 +1,120 @@
+package kv
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+func wire(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestPrefillAndDecodeShapes(t *testing.T) {
+	nixlAnswer := map[string]any{
+		"do_remote_prefill": true, "do_remote_decode": false, "remote_block_ids": []any{[]any{1.0, 2.0, 4.0}},
+		"remote_engine_id": "e1", "remote_request_id": "r1", "remote_host": "10.0.0.42", "remote_port": 5600.0,
+		"tp_size": 1.0, "remote_num_tokens": 318.0,
+	}
+	tests := map[string]struct {
+		name        string
+		prefill     string
+		fromPrefill map[string]any
+		decode      string
+	}{
+		"shared storage": {
+			name:        SharedStorage,
+			prefill:     `{"do_remote_decode":true,"do_remote_prefill":false}`,
+			fromPrefill: map[string]any{"ignored": true},
+			decode:      `{"do_remote_decode":false,"do_remote_prefill":true}`,
+		},
+		"nixl": {
+			name:        NIXL,
+			prefill:     `{"do_remote_decode":true,"do_remote_prefill":false,"remote_block_ids":null,"remote_engine_id":null,"remote_host":null,"remote_port":null}`,
+			fromPrefill: nixlAnswer,
+			decode:      `{"do_remote_decode":false,"do_remote_prefill":true,"remote_block_ids":[[1,2,4]],"remote_engine_id":"e1","remote_host":"10.0.0.42","remote_num_tokens":318,"remote_port":5600,"remote_request_id":"r1","tp_size":1}`,
+		},
+		"nixl without answer": {
+			name:   NIXL,
+			decode: `{"do_remote_decode":false,"do_remote_prefill":true}`,
+		},
+		"sglang": {
+			name:        SGLang,
+			fromPrefill: map[string]any{"bootstrap_host": "10.0.0.7", "bootstrap_port": 8998.0, "bootstrap_room": "room"},
+			decode:      `{"bootstrap_host":"10.0.0.7","bootstrap_port":8998,"bootstrap_room":"room","do_remote_decode":false,"do_remote_prefill":true}`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			c, err := New(tc.name, func(string) string { return "" })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Name() != tc.name {
+				t.Fatal(c.Name())
+			}
+			if tc.prefill != "" {
+				if got := wire(t, c.PrefillParams()); got != tc.prefill {
+					t.Fatalf("prefill = %s\nwant      %s", got, tc.prefill)
+				}
+			}
+			if got := wire(t, c.DecodeParams(tc.fromPrefill)); got != tc.decode {
+				t.Fatalf("decode = %s\nwant     %s", got, tc.decode)
+			}
+			if tc.fromPrefill != nil {
+				if _, touched := tc.fromPrefill["do_remote_decode"]; touched && tc.name == SGLang {
+					t.Fatal("prefill answer mutated")
+				}
+			}
+		})
+	}
+}
+
+func TestSGLangPrefill(t *testing.T) {
+	c, err := New(SGLang, func(k string) string {
+		if k != SGLangBootstrapPortEnv {
+			t.Fatalf("read %s", k)
+		}
+		return "9001"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := c.PrefillParams(), c.PrefillParams()
+	if a["bootstrap_port"] != 9001 || a["do_remote_decode"] != true || a["do_remote_prefill"] != false {
+		t.Fatalf("params = %v", a)
+	}
+	if _, hasHost := a["bootstrap_host"]; hasHost {
+		t.Fatal("prefill must not carry bootstrap_host")
+	}
+	room, ok := a["bootstrap_room"].(string)
+	if _, err := uuid.Parse(room); !ok || err != nil || a["bootstrap_room"] == b["bootstrap_room"] {
+		t.Fatalf("rooms %v %v must be fresh UUIDs", a["bootstrap_room"], b["bootstrap_room"])
+	}
+}
+
+func TestBootstrapPort(t *testing.T) {
+	for v, want := range map[string]int{"": 8998, "1": 1, "65535": 65535, " 7000 ": 7000} {
+		if got, err := bootstrapPort(v); err != nil || got != want {
+			t.Errorf("bootstrapPort(%q) = %d, %v", v, got, err)
+		}
+	}
+	for _, v := range []string{"0", "65536", "abc", "-1", "80.5"} {
+		if _, err := bootstrapPort(v); err == nil || !strings.Contains(err.Error(), SGLangBootstrapPortEnv) {
+			t.Errorf("bootstrapPort(%q) err = %v", v, err)
+		}
+	}
+}
+
+func TestUnknown(t *testing.T) {
+	if _, err := New("kv-mooncake", nil); err == nil || !strings.Contains(err.Error(), "known: kv-nixl, kv-sglang, kv-shared-storage") {
+		t.Fatalf("err = %v", err)
+	}
+}

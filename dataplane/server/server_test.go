@@ -1,0 +1,339 @@
+package server_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/server"
+	_ "github.com/epd-dev/coordinator/dataplane/steps"
+)
+
+// upstream is a minimal gateway for server tests: it records legs and answers with answer.
+type upstream struct {
+	srv    *httptest.Server
+	mu     sync.Mutex
+	legs   []*http.Request
+	bodies []string
+	answer http.HandlerFunc
+}
+
+func newUpstream(t *testing.T, answer http.HandlerFunc) *upstream {
+	u := &upstream{answer: answer}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.legs = append(u.legs, r.Clone(r.Context()))
+		u.bodies = append(u.bodies, string(b))
+		u.mu.Unlock()
+		u.answer(w, r)
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *upstream) last(t *testing.T) (*http.Request, string) {
+	t.Helper()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.legs) == 0 {
+		t.Fatal("no leg reached the gateway")
+	}
+	return u.legs[len(u.legs)-1], u.bodies[len(u.bodies)-1]
+}
+
+func (u *upstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.legs)
+}
+
+type harness struct {
+	url    string
+	holder *pipeline.Holder
+	srv    *server.Server
+	up     *upstream
+}
+
+func start(t *testing.T, answer http.HandlerFunc, mutate func(*config.Config)) *harness {
+	t.Helper()
+	up := newUpstream(t, answer)
+	cfg := config.Default()
+	cfg.Gateway.Address = up.srv.URL
+	cfg.Pipeline.Steps = []config.Step{{Type: "decode"}}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	h := &harness{holder: &pipeline.Holder{}, up: up}
+	if len(cfg.Pipeline.Steps) > 0 {
+		p, err := pipeline.Build(cfg, pipeline.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.holder.Swap(p)
+	}
+	h.srv = server.New(server.Options{Server: cfg.Server, Pipelines: h.holder, Log: logr.Discard()})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = h.srv.Serve(l) }()
+	t.Cleanup(func() { _ = h.srv.Close() })
+	h.url = "http://" + l.Addr().String()
+	return h
+}
+
+func jsonAnswer(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"id":"ok"}`)
+}
+
+type apiError struct {
+	Error struct {
+		Message   string  `json:"message"`
+		Type      string  `json:"type"`
+		Code      string  `json:"code"`
+		Param     *string `json:"param"`
+		RequestID string  `json:"request_id"`
+	} `json:"error"`
+}
+
+func do(t *testing.T, method, url, body string, hdr map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+func decodeError(t *testing.T, resp *http.Response, b []byte) apiError {
+	t.Helper()
+	var e apiError
+	if err := json.Unmarshal(b, &e); err != nil || e.Error.Message == "" || e.Error.Type == "" || e.Error.Code == "" {
+		t.Fatalf("not an OpenAI error body (%v): %s", err, b)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("error content type %q", ct)
+	}
+	id := resp.Header.Get("X-Request-Id")
+	if id == "" || e.Error.RequestID != id || !strings.Contains(e.Error.Message, id) {
+		t.Fatalf("error body does not carry the request id %q: %s", id, b)
+	}
+	return e
+}
+
+func TestBadInput(t *testing.T) {
+	h := start(t, jsonAnswer, func(c *config.Config) { c.Server.MaxRequestBodySize = 1 })
+	big := `{"messages":[],"pad":"` + strings.Repeat("x", 1<<20) + `"}`
+	tests := map[string]struct {
+		method, path, body string
+		chunked            bool
+		status             int
+		code, param        string
+	}{
+		"invalid JSON":          {path: "/v1/chat/completions", body: `{"messages":`, status: 400, code: "invalid_json"},
+		"null body":             {path: "/v1/chat/completions", body: `null`, status: 400, code: "invalid_body"},
+		"array body":            {path: "/v1/completions", body: `[{"prompt":"x"}]`, status: 400, code: "invalid_body"},
+		"empty body":            {path: "/v1/chat/completions", body: ``, status: 400, code: "invalid_json"},
+		"model not a string":    {path: "/v1/chat/completions", body: `{"model":1,"messages":[]}`, status: 400, param: "model"},
+		"stream not a bool":     {path: "/v1/chat/completions", body: `{"stream":"yes","messages":[]}`, status: 400, param: "stream"},
+		"max_tokens fraction":   {path: "/v1/chat/completions", body: `{"max_tokens":1.5,"messages":[]}`, status: 400, param: "max_tokens"},
+		"min_tokens string":     {path: "/v1/completions", body: `{"min_tokens":"2","prompt":"x"}`, status: 400, param: "min_tokens"},
+		"stream_options array":  {path: "/v1/chat/completions", body: `{"stream_options":[],"messages":[]}`, status: 400, param: "stream_options"},
+		"messages missing":      {path: "/v1/chat/completions", body: `{"model":"m"}`, status: 400, param: "messages"},
+		"messages not an array": {path: "/v1/chat/completions", body: `{"messages":"hi"}`, status: 400, param: "messages"},
+		"prompt missing":        {path: "/v1/completions", body: `{"model":"m"}`, status: 400, param: "prompt"},
+		"prompt wrong type":     {path: "/v1/completions", body: `{"prompt":{}}`, status: 400, param: "prompt"},
+		"token_ids missing":     {path: "/inference/v1/generate", body: `{"model":"m"}`, status: 400, param: "token_ids"},
+		"sampling_params array": {path: "/inference/v1/generate", body: `{"token_ids":[1],"sampling_params":[]}`, status: 400, param: "sampling_params"},
+		"too large":             {path: "/v1/chat/completions", body: big, status: 413, code: "request_too_large"},
+		"too large chunked":     {path: "/v1/chat/completions", body: big, chunked: true, status: 413, code: "request_too_large"},
+		"wrong method":          {method: "GET", path: "/v1/chat/completions", status: 405, code: "method_not_allowed"},
+		"unknown path":          {path: "/nope", body: "{}", status: 404, code: "not_found"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			method := tc.method
+			if method == "" {
+				method = http.MethodPost
+			}
+			var rd io.Reader = strings.NewReader(tc.body)
+			if tc.chunked {
+				rd = io.MultiReader(strings.NewReader(tc.body)) // unknown length: sent chunked
+			}
+			req, _ := http.NewRequest(method, h.url+tc.path, rd)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, b)
+			}
+			e := decodeError(t, resp, b)
+			if tc.code != "" && e.Error.Code != tc.code {
+				t.Fatalf("code %q, want %q", e.Error.Code, tc.code)
+			}
+			if tc.param != "" && (e.Error.Param == nil || *e.Error.Param != tc.param || !strings.Contains(e.Error.Message, tc.param)) {
+				t.Fatalf("param/message do not name %q: %s", tc.param, b)
+			}
+		})
+	}
+	if h.up.count() != 0 {
+		t.Fatalf("%d bad requests reached the gateway", h.up.count())
+	}
+}
+
+func TestRequestID(t *testing.T) {
+	h := start(t, jsonAnswer, nil)
+	tests := map[string]struct {
+		client string
+		keep   bool
+	}{
+		"valid kept":       {client: "abc-DEF-123", keep: true},
+		"max length kept":  {client: strings.Repeat("a", 128), keep: true},
+		"too long":         {client: strings.Repeat("a", 129)},
+		"injection":        {client: "x\"; drop"},
+		"underscore":       {client: "a_b"},
+		"absent generated": {},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			hdr := map[string]string{}
+			if tc.client != "" {
+				hdr["X-Request-Id"] = tc.client
+			}
+			resp, _ := do(t, "POST", h.url+"/v1/chat/completions", `{"messages":[]}`, hdr)
+			got := resp.Header.Get("X-Request-Id")
+			leg, _ := h.up.last(t)
+			if leg.Header.Get("X-Request-Id") != got || got == "" {
+				t.Fatalf("leg id %q, response id %q", leg.Header.Get("X-Request-Id"), got)
+			}
+			if tc.keep != (got == tc.client) {
+				t.Fatalf("client %q -> %q", tc.client, got)
+			}
+			if !tc.keep && len(got) != 36 {
+				t.Fatalf("generated id %q is not a UUID", got)
+			}
+		})
+	}
+}
+
+func TestUpstreamErrorMapping(t *testing.T) {
+	tests := map[string]struct {
+		status int
+		want   int
+	}{
+		"prefill 4xx forwarded": {status: 422, want: 422},
+		"prefill 5xx is 502":    {status: 503, want: 502},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := start(t, func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.status)
+				_, _ = io.WriteString(w, `{"error":"secret internal detail"}`)
+			}, func(c *config.Config) {
+				c.Pipeline.Steps = []config.Step{{Type: "prefill"}, {Type: "decode"}}
+			})
+			resp, b := do(t, "POST", h.url+"/v1/chat/completions", `{"messages":[]}`, nil)
+			if resp.StatusCode != tc.want {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			decodeError(t, resp, b)
+			if bytes.Contains(b, []byte("secret")) {
+				t.Fatalf("upstream body echoed: %s", b)
+			}
+		})
+	}
+}
+
+func TestReadiness(t *testing.T) {
+	h := start(t, jsonAnswer, func(c *config.Config) { c.Pipeline.Steps = nil })
+	if resp, _ := do(t, "GET", h.url+"/readyz", "", nil); resp.StatusCode != 503 {
+		t.Fatalf("ready without a pipeline: %d", resp.StatusCode)
+	}
+	if resp, _ := do(t, "GET", h.url+"/healthz", "", nil); resp.StatusCode != 200 {
+		t.Fatalf("healthz %d", resp.StatusCode)
+	}
+	resp, b := do(t, "POST", h.url+"/v1/chat/completions", `{"messages":[]}`, nil)
+	if resp.StatusCode != 503 {
+		t.Fatalf("request without pipeline: %d %s", resp.StatusCode, b)
+	}
+
+	h = start(t, jsonAnswer, nil)
+	if resp, b := do(t, "GET", h.url+"/readyz", "", nil); resp.StatusCode != 200 || string(b) != "ok" {
+		t.Fatalf("readyz %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestPassthrough(t *testing.T) {
+	h := start(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"m"}]}`)
+	}, nil)
+	resp, b := do(t, "GET", h.url+"/v1/models?x=1", "", map[string]string{"EPP-Profile": "prefill", "Authorization": "Bearer k"})
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"m"`) {
+		t.Fatalf("passthrough %d %s", resp.StatusCode, b)
+	}
+	leg, _ := h.up.last(t)
+	if leg.Method != "GET" || leg.URL.RequestURI() != "/v1/models?x=1" || leg.Header.Get("EPP-Profile") != "decode" ||
+		leg.Header.Get("Authorization") != "Bearer k" || leg.Header.Get("X-Request-Id") != resp.Header.Get("X-Request-Id") {
+		t.Fatalf("leg %s %s %v", leg.Method, leg.URL, leg.Header)
+	}
+	resp, b = do(t, "POST", h.url+"/v1/embeddings", `{"input":"x"}`, map[string]string{"Content-Type": "application/json"})
+	_, legBody := h.up.last(t)
+	if resp.StatusCode != 200 || legBody != `{"input":"x"}` {
+		t.Fatalf("post passthrough %d %s / %s", resp.StatusCode, b, legBody)
+	}
+}
+
+func TestPassthroughBodyLimit(t *testing.T) {
+	h := start(t, jsonAnswer, func(c *config.Config) { c.Server.MaxRequestBodySize = 1 })
+	resp, b := do(t, "POST", h.url+"/v1/embeddings", strings.Repeat("x", 2<<20), nil)
+	if resp.StatusCode != 413 {
+		t.Fatalf("status %d %s", resp.StatusCode, b)
+	}
+	decodeError(t, resp, b)
+}
+
+func TestStreamOutlivesWriteTimeout(t *testing.T) {
+	h := start(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; i < 4; i++ {
+			_, _ = io.WriteString(w, "data: {}\n\n")
+			w.(http.Flusher).Flush()
+			time.Sleep(150 * time.Millisecond)
+		}
+		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+	}, func(c *config.Config) { c.Server.WriteTimeout = config.Duration(200 * time.Millisecond) })
+	resp, b := do(t, "POST", h.url+"/v1/chat/completions", `{"messages":[],"stream":true}`, nil)
+	if resp.StatusCode != 200 || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+		t.Fatalf("stream cut: %d %q", resp.StatusCode, b)
+	}
+}
