@@ -148,16 +148,16 @@ func TestBuildErrors(t *testing.T) {
 		want string
 	}{
 		"unknown type": {
-			cfg:  func() config.Config { return cfgWith(config.Step{Type: "nope"}, config.Step{Type: "test-end"}) },
-			key:  "pipeline.steps[0].type", want: `unknown step type "nope"`,
+			cfg: func() config.Config { return cfgWith(config.Step{Type: "nope"}, config.Step{Type: "test-end"}) },
+			key: "pipeline.steps[0].type", want: `unknown step type "nope"`,
 		},
 		"terminal not last": {
-			cfg:  func() config.Config { return cfgWith(config.Step{Type: "test-end"}, config.Step{Type: "test-end"}) },
-			key:  "pipeline.steps[0].type", want: "must be the last step",
+			cfg: func() config.Config { return cfgWith(config.Step{Type: "test-end"}, config.Step{Type: "test-end"}) },
+			key: "pipeline.steps[0].type", want: "must be the last step",
 		},
 		"last not terminal": {
-			cfg:  func() config.Config { return cfgWith(config.Step{Type: "test-a"}) },
-			key:  "pipeline.steps[0].type", want: "the last step must write the response",
+			cfg: func() config.Config { return cfgWith(config.Step{Type: "test-a"}) },
+			key: "pipeline.steps[0].type", want: "the last step must write the response",
 		},
 		"unknown param": {
 			cfg: func() config.Config {
@@ -192,8 +192,8 @@ func TestBuildErrors(t *testing.T) {
 			key: "pipeline.steps[0].params.use_openai_format", want: "requires a render step",
 		},
 		"invalid structure": {
-			cfg:  func() config.Config { return cfgWith() },
-			key:  "pipeline.steps", want: "at least one step",
+			cfg: func() config.Config { return cfgWith() },
+			key: "pipeline.steps", want: "at least one step",
 		},
 	}
 	for name, tc := range tests {

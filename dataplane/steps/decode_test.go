@@ -132,8 +132,8 @@ type flushRecorder struct {
 	pending strings.Builder
 }
 
-func (f *flushRecorder) Header() http.Header        { return f.header }
-func (f *flushRecorder) WriteHeader(code int)       { f.status = code }
+func (f *flushRecorder) Header() http.Header         { return f.header }
+func (f *flushRecorder) WriteHeader(code int)        { f.status = code }
 func (f *flushRecorder) Write(b []byte) (int, error) { return f.pending.Write(b) }
 func (f *flushRecorder) Flush() {
 	if f.pending.Len() > 0 {

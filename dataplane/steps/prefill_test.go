@@ -121,8 +121,10 @@ func TestPrefillAnswer(t *testing.T) {
 			wantKV: `{"do_remote_decode":false,"do_remote_prefill":true}`,
 		},
 		"4xx": {
-			kv:     "kv-nixl",
-			answer: func(w http.ResponseWriter, _ captured) { http.Error(w, `{"error":"bad"}`, http.StatusUnprocessableEntity) },
+			kv: "kv-nixl",
+			answer: func(w http.ResponseWriter, _ captured) {
+				http.Error(w, `{"error":"bad"}`, http.StatusUnprocessableEntity)
+			},
 			status: 422,
 		},
 		"5xx": {

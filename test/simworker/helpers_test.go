@@ -3,8 +3,10 @@ package simworker
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -141,3 +143,9 @@ func errorMessage(t *testing.T, r reply) string {
 	t.Helper()
 	return decode[ErrorBody](t, r.body).Error.Message
 }
+
+// itoa formats an int.
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// errorsAs is errors.As.
+func errorsAs(err error, target any) bool { return errors.As(err, target) }

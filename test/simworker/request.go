@@ -386,13 +386,13 @@ func (in *inference) leg() (leg, *apiError) {
 // max tokens exactly 1 and no streaming.
 func (in *inference) requireSingleToken(what string) *apiError {
 	if in.maxTokens == nil {
-		return badRequest("%s must be 1 for a %s request, got none", in.maxTokensName, what)
+		return badRequest("%s must be 1 for %s requests, got none", in.maxTokensName, what)
 	}
 	if *in.maxTokens != 1 {
-		return badRequest("%s must be 1 for a %s request, got %d", in.maxTokensName, what, *in.maxTokens)
+		return badRequest("%s must be 1 for %s requests, got %d", in.maxTokensName, what, *in.maxTokens)
 	}
 	if in.stream {
-		return badRequest("stream must be false for a %s request", what)
+		return badRequest("stream must be false for %s requests", what)
 	}
 	return nil
 }
