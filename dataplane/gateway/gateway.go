@@ -56,10 +56,16 @@ func New(cfg config.Gateway) (*Client, error) {
 	if cfg.Address == "" {
 		return nil, fmt.Errorf("gateway.address is empty")
 	}
-	if err := config.ValidateBaseURL(cfg.Address); err != nil {
+	return NewClient(cfg.Address, NewTransport(cfg), 0)
+}
+
+// NewClient is a client of any base URL with the same leg and header rules (the render service
+// uses it). timeout bounds each whole call; 0 leaves bodies unbounded.
+func NewClient(address string, t *http.Transport, timeout time.Duration) (*Client, error) {
+	if err := config.ValidateBaseURL(address); err != nil {
 		return nil, err
 	}
-	return &Client{base: strings.TrimRight(cfg.Address, "/"), http: &http.Client{Transport: NewTransport(cfg)}}, nil
+	return &Client{base: strings.TrimRight(address, "/"), http: &http.Client{Transport: t, Timeout: timeout}}, nil
 }
 
 // NewTransport is the pooled transport used towards the gateway (and, with its own settings,

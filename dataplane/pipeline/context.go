@@ -124,6 +124,8 @@ type RequestContext struct {
 	Rendered bool
 	// Media are the multimodal items in document order.
 	Media []MediaEntry
+	// MediaScanned is true once a step collected Media from the body (replace-media-urls).
+	MediaScanned bool
 	// ECParams are the merged ec_transfer_params for prefill (keyed by mm_hash).
 	ECParams map[string]any
 	// KVParams are the decode leg's kv_transfer_params, set once a prefill ran.

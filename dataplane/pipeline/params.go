@@ -41,6 +41,14 @@ func (p *Params) Fail(name, format string, args ...any) {
 	}
 }
 
+// FailStep records an error about the step as a whole (its position in the pipeline), keyed by
+// the step entry, e.g. pipeline.steps[3].
+func (p *Params) FailStep(format string, args ...any) {
+	if p.err == nil {
+		p.err = &config.FieldError{Key: strings.TrimSuffix(p.path, ".params"), Reason: fmt.Sprintf(format, args...)}
+	}
+}
+
 func (p *Params) lookup(name string) (any, bool) {
 	p.used[name] = true
 	if v, ok := p.own[name]; ok && v != nil {

@@ -8,6 +8,88 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 )
 
+// mediaKind describes one multimodal content-part type of the chat format.
+type mediaKind struct {
+	// partType is the part's "type" and field the member holding {"url": ...}.
+	partType, field string
+	// mediaTypes are the data: URL media types accepted inline and after a download (prefix match
+	// when ending in "/").
+	mediaTypes []string
+	// enabled kinds are collected as media entries; the others are recognised and left alone
+	// until render, encode and the workers support them (adding one is a table change).
+	enabled bool
+}
+
+var mediaKinds = []mediaKind{
+	{partType: "image_url", field: "image_url", mediaTypes: []string{"image/jpeg", "image/png", "image/gif", "image/webp"}, enabled: true},
+	{partType: "video_url", field: "video_url", mediaTypes: []string{"video/mp4", "video/webm"}},
+	{partType: "input_audio", field: "input_audio"},
+}
+
+func kindOf(partType string) *mediaKind {
+	for i := range mediaKinds {
+		if mediaKinds[i].partType == partType {
+			return &mediaKinds[i]
+		}
+	}
+	return nil
+}
+
+// scanMedia walks messages[*].content[*] of a chat body and returns one entry per enabled media
+// part, in document order, with its URL. Parts of other shapes are left alone.
+func scanMedia(obj *body.Object) ([]pipeline.MediaEntry, error) {
+	rawMsgs, ok := obj.Get("messages")
+	if !ok || body.KindOf(rawMsgs) != 'a' {
+		return nil, nil
+	}
+	msgs, err := body.Array(rawMsgs)
+	if err != nil {
+		return nil, apierror.InvalidField("messages", "\"messages\" must be an array")
+	}
+	var out []pipeline.MediaEntry
+	for mi, rawMsg := range msgs {
+		if body.KindOf(rawMsg) != 'o' {
+			return nil, apierror.InvalidField("messages", "messages[%d] must be an object", mi)
+		}
+		msg, err := body.Parse(rawMsg)
+		if err != nil {
+			return nil, apierror.InvalidField("messages", "messages[%d]: %v", mi, err)
+		}
+		rawContent, ok := msg.Get("content")
+		if !ok || body.KindOf(rawContent) != 'a' {
+			continue // plain string content carries no media
+		}
+		parts, err := body.Array(rawContent)
+		if err != nil {
+			return nil, apierror.InvalidField("messages", "messages[%d].content must be an array", mi)
+		}
+		for pi, rawPart := range parts {
+			if body.KindOf(rawPart) != 'o' {
+				continue
+			}
+			part, err := body.Parse(rawPart)
+			if err != nil {
+				continue
+			}
+			typ, _, _ := part.String("type")
+			k := kindOf(typ)
+			if k == nil || !k.enabled {
+				continue
+			}
+			inner, _, err := part.Object(k.field)
+			if err != nil || inner == nil {
+				continue
+			}
+			url, _, err := inner.String("url")
+			if err != nil || url == "" {
+				continue
+			}
+			out = append(out, pipeline.MediaEntry{Message: mi, Part: pi, Kind: typ, URL: url})
+		}
+	}
+	return out, nil
+}
+
 // setMediaUUIDs gives each rendered media part of a chat body its mm_hash as "uuid" (vLLM's
 // multimodal item id), replacing any uuid the client sent. Only the messages holding media are
 // re-assembled; every other value is copied through raw.
@@ -15,23 +97,62 @@ func setMediaUUIDs(rc *pipeline.RequestContext, obj *body.Object) error {
 	if len(rc.Media) == 0 {
 		return nil
 	}
-	return editParts(obj, rc.Media, func(part *body.Object, m *pipeline.MediaEntry) {
+	return editParts(obj, rc.Media, func(part *body.Object, m *pipeline.MediaEntry) error {
 		if m.Hash != "" {
 			part.Set("uuid", mustJSON(m.Hash))
 		}
+		return nil
 	})
 }
 
+// setMediaURLs writes each entry's URL (after inlining) back into its part.
+func setMediaURLs(obj *body.Object, media []pipeline.MediaEntry) error {
+	return editParts(obj, media, func(part *body.Object, m *pipeline.MediaEntry) error {
+		k := kindOf(m.Kind)
+		return editObject(part, k.field, func(inner *body.Object) error {
+			inner.Set("url", mustJSON(m.URL))
+			return nil
+		})
+	})
+}
+
+// mediaPart returns the raw value of an entry's part member (e.g. the image_url object).
+func mediaPart(msgs []json.RawMessage, m *pipeline.MediaEntry) (json.RawMessage, error) {
+	if m.Message < 0 || m.Message >= len(msgs) {
+		return nil, errMediaMissing
+	}
+	msg, err := body.Parse(msgs[m.Message])
+	if err != nil {
+		return nil, err
+	}
+	rawContent, _ := msg.Get("content")
+	parts, err := body.Array(rawContent)
+	if err != nil || m.Part < 0 || m.Part >= len(parts) {
+		return nil, errMediaMissing
+	}
+	part, err := body.Parse(parts[m.Part])
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := part.Get(kindOf(m.Kind).field)
+	if !ok {
+		return nil, errMediaMissing
+	}
+	return raw, nil
+}
+
+var errMediaMissing = apierror.BadRequest("invalid_media", "media part not found in messages")
+
 // editParts applies fn to messages[m.Message].content[m.Part] for each entry and writes the edited
 // messages back into obj.
-func editParts(obj *body.Object, media []pipeline.MediaEntry, fn func(part *body.Object, m *pipeline.MediaEntry)) error {
+func editParts(obj *body.Object, media []pipeline.MediaEntry, fn func(part *body.Object, m *pipeline.MediaEntry) error) error {
 	rawMsgs, ok := obj.Get("messages")
 	if !ok {
 		return nil
 	}
 	msgs, err := body.Array(rawMsgs)
 	if err != nil {
-		return apierror.InvalidField("messages", "messages must be an array")
+		return apierror.InvalidField("messages", "\"messages\" must be an array")
 	}
 	byMsg := map[int][]int{}
 	for i := range media {
@@ -58,7 +179,9 @@ func editParts(obj *body.Object, media []pipeline.MediaEntry, fn func(part *body
 			if err != nil {
 				continue
 			}
-			fn(part, m)
+			if err := fn(part, m); err != nil {
+				return err
+			}
 			parts[m.Part] = part.Bytes()
 		}
 		msg.Set("content", body.AppendArray(nil, parts))

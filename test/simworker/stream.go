@@ -38,7 +38,6 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 	h := rw.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
 	rw.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(rw)
 	_ = rc.Flush()

@@ -19,6 +19,7 @@ import (
 	"github.com/epd-dev/coordinator/test/simworker"
 )
 
+// main runs the command until SIGINT or SIGTERM.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,167 @@
+package steps
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+)
+
+// EncodeStep is the type name of the encoder fan-out.
+const EncodeStep = "encode"
+
+func init() { pipeline.Register(EncodeStep, newEncode) }
+
+// encode sends one single-token leg per media item (EPP-Profile: encode), at most maxParallel at
+// once; the first failure cancels the others. The encoders' ec_transfer_params are merged, in
+// item order, through the EC connector for the prefill leg.
+type encode struct {
+	gw          *gateway.Client
+	ec          ec.Connector
+	useOpenAI   bool
+	maxParallel int
+}
+
+func newEncode(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
+	deps.RequireGateway(p, EncodeStep)
+	s := &encode{gw: deps.Gateway, ec: ecConnector(p), useOpenAI: p.Bool(ParamUseOpenAIFormat, true), maxParallel: p.Int("max_parallel", 8, 1)}
+	renderBefore := false
+	for _, t := range deps.Steps[:deps.Index] {
+		renderBefore = renderBefore || t == RenderStep
+	}
+	if !renderBefore {
+		p.FailStep("encode needs a render step before it (it sends each item's mm_hash and placeholder)")
+	}
+	return s, nil
+}
+
+func (*encode) Name() string { return EncodeStep }
+
+func (s *encode) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
+	if len(rc.Media) == 0 {
+		return nil
+	}
+	if rc.API == pipeline.APIGenerate {
+		// The prefill worker encodes tokens-in requests inline (vllm-project/vllm#46722).
+		rc.Log.V(logging.Debug).Info("skipping encode for a generate request")
+		return nil
+	}
+	format := rc.API.Format(s.useOpenAI)
+	var msgs []json.RawMessage
+	if format == pipeline.APIChat {
+		raw, _ := rc.Body.Get("messages")
+		msgs, _ = body.Array(raw)
+	}
+	answers := make([]map[string]any, len(rc.Media))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.maxParallel)
+	for i := range rc.Media {
+		obj, err := s.body(rc, format, msgs, i)
+		if err != nil {
+			return err
+		}
+		phase := "encode[" + strconv.Itoa(i) + "]"
+		leg := rc.Leg(gateway.ProfileEncode, format.Path(), obj)
+		g.Go(func() error {
+			out, err := s.gw.Call(gctx, phase, leg)
+			if err != nil {
+				return err
+			}
+			var answer struct {
+				EC json.RawMessage `json:"ec_transfer_params"`
+			}
+			if err := json.Unmarshal(out, &answer); err != nil {
+				return &apierror.UpstreamError{Phase: phase, Status: 200, Body: head(out), Err: fmt.Errorf("decoding answer: %w", err)}
+			}
+			if body.KindOf(answer.EC) == 'o' {
+				if err := json.Unmarshal(answer.EC, &answers[i]); err != nil {
+					return &apierror.UpstreamError{Phase: phase, Status: 200, Err: err}
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if rc.ECParams == nil {
+		rc.ECParams = map[string]any{}
+	}
+	for i, a := range answers {
+		if len(a) == 0 {
+			continue
+		}
+		if err := s.ec.Merge(rc.ECParams, a); err != nil {
+			return &apierror.UpstreamError{Phase: "encode[" + strconv.Itoa(i) + "]", Status: 200, Err: err}
+		}
+	}
+	rc.Log.V(logging.Debug).Info("encode complete", "items", len(rc.Media), "ec_descriptors", len(rc.ECParams))
+	return nil
+}
+
+// body builds the leg of item i: one media part plus its tokens, [BOS] + [P]*length with the
+// placeholder at offset 1 (chat), or token_ids and features with kwargs_data (generate).
+func (s *encode) body(rc *pipeline.RequestContext, format pipeline.API, msgs []json.RawMessage, i int) (*body.Object, error) {
+	m := rc.Media[i]
+	bos, ph := 1, 0
+	if len(rc.TokenIDs) > 0 {
+		bos = rc.TokenIDs[0]
+	}
+	if m.Placeholder.Offset >= 0 && m.Placeholder.Offset < len(rc.TokenIDs) {
+		ph = rc.TokenIDs[m.Placeholder.Offset]
+	}
+	ids := make([]byte, 0, 8*m.Placeholder.Length+16)
+	ids = append(ids, '[')
+	ids = strconv.AppendInt(ids, int64(bos), 10)
+	for k := 0; k < m.Placeholder.Length; k++ {
+		ids = append(ids, ',')
+		ids = strconv.AppendInt(ids, int64(ph), 10)
+	}
+	ids = append(ids, ']')
+	single := []pipeline.MediaEntry{{Kind: m.Kind, Hash: m.Hash, Placeholder: pipeline.Placeholder{Offset: 1, Length: m.Placeholder.Length}, Kwargs: m.Kwargs}}
+
+	obj := &body.Object{}
+	if raw, ok := rc.Body.Get("model"); ok {
+		obj.Set("model", raw)
+	}
+	if format == pipeline.APIGenerate {
+		obj.Set("token_ids", ids)
+		obj.Set("features", featuresJSON(single, true))
+		obj.Set("sampling_params", json.RawMessage(`{"max_tokens":1}`))
+		obj.Set("stream", jsonFalse)
+		return obj, nil
+	}
+	part, err := mediaPart(msgs, &m)
+	if err != nil {
+		part = json.RawMessage(`{"url":""}`)
+	}
+	k := kindOf(m.Kind)
+	msg := make([]byte, 0, len(part)+96)
+	msg = append(msg, `[{"role":"user","content":[{"type":`...)
+	msg = strconv.AppendQuote(msg, k.partType)
+	msg = append(msg, ',')
+	msg = strconv.AppendQuote(msg, k.field)
+	msg = append(msg, ':')
+	msg = append(msg, part...)
+	msg = append(msg, "}]}]"...)
+	obj.Set("messages", msg)
+	tokens := make([]byte, 0, len(ids)+128)
+	tokens = append(tokens, `{"token_ids":`...)
+	tokens = append(tokens, ids...)
+	tokens = append(tokens, `,"features":`...)
+	tokens = append(tokens, featuresJSON(single, false)...)
+	tokens = append(tokens, '}')
+	obj.Set("tokens", tokens)
+	obj.Set("max_tokens", jsonOne)
+	obj.Set("stream", jsonFalse)
+	return obj, nil
+}

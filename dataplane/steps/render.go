@@ -1,0 +1,345 @@
+package steps
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+)
+
+// RenderStep is the type name of the tokenize-once step.
+const RenderStep = "render"
+
+// Render service paths (vLLM render endpoints).
+const (
+	renderChatPath        = "/v1/chat/completions/render"
+	renderCompletionsPath = "/v1/completions/render"
+)
+
+func init() { pipeline.Register(RenderStep, newRender) }
+
+// render tokenizes the request once, through the render service, and records the token ids and
+// each media item's hash, placeholder and preprocessor output (kwargs_data) for the later legs.
+// Requests that already carry tokens (a token-array prompt, the generate format) are validated
+// instead of sent.
+type render struct {
+	client          *gateway.Client
+	maxTokens       int
+	maxPlaceholders int
+}
+
+func newRender(_ pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
+	addr := p.String("address", "")
+	timeout := p.Duration("timeout", 30*time.Second)
+	idle := p.Int("max_idle_conns_per_host", 100, 0)
+	idleTimeout := p.Duration("idle_conn_timeout", 90*time.Second)
+	s := &render{maxTokens: p.Int("max_total_tokens", 0, 0), maxPlaceholders: p.Int("max_total_placeholder_tokens", 0, 0)}
+	if addr == "" {
+		p.Fail("address", "is required: the base URL of the render service, e.g. http://render:8000")
+		return s, nil
+	}
+	t := gateway.NewTransport(config.Gateway{MaxIdleConnsPerHost: idle, IdleConnTimeout: config.Duration(idleTimeout)})
+	c, err := gateway.NewClient(addr, t, timeout)
+	if err != nil {
+		p.Fail("address", "%v", err)
+		return s, nil
+	}
+	s.client = c
+	return s, nil
+}
+
+func (*render) Name() string { return RenderStep }
+
+// Close drops pooled connections to the render service.
+func (s *render) Close() {
+	if s.client != nil {
+		s.client.Close()
+	}
+}
+
+func (s *render) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
+	var err error
+	switch rc.API {
+	case pipeline.APIGenerate:
+		err = s.generate(rc)
+	case pipeline.APICompletions:
+		err = s.completions(ctx, rc)
+	case pipeline.APIChat:
+		err = s.chat(ctx, rc)
+	}
+	if err != nil {
+		return err
+	}
+	rc.Rendered = true
+	return nil
+}
+
+func (s *render) checkTokens(n int) error {
+	if s.maxTokens > 0 && n > s.maxTokens {
+		return apierror.BadRequest("too_many_tokens", "too many total tokens: got %d, max %d", n, s.maxTokens)
+	}
+	return nil
+}
+
+// checkPlaceholders enforces bounds (inside the prompt) and the placeholder-token limit.
+func (s *render) checkPlaceholders(rc *pipeline.RequestContext, fromClient bool) error {
+	total := 0
+	for i, m := range rc.Media {
+		ph := m.Placeholder
+		if ph.Offset < 0 || ph.Length < 0 || ph.Offset >= len(rc.TokenIDs) || ph.Length > len(rc.TokenIDs)-ph.Offset {
+			msg := fmt.Sprintf("placeholder %d {offset %d, length %d} lies outside the %d prompt tokens", i, ph.Offset, ph.Length, len(rc.TokenIDs))
+			if fromClient {
+				return apierror.InvalidField("features", "%s", msg)
+			}
+			return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Err: errors.New(msg)}
+		}
+		total += ph.Length
+	}
+	if s.maxPlaceholders > 0 && total > s.maxPlaceholders {
+		return apierror.BadRequest("too_many_placeholder_tokens", "too many placeholder tokens: got %d, max %d", total, s.maxPlaceholders)
+	}
+	return nil
+}
+
+// generate validates a tokens-in client body; nothing is sent and the body is not changed.
+func (s *render) generate(rc *pipeline.RequestContext) error {
+	raw, _ := rc.Body.Get("token_ids")
+	ids, err := parseTokenIDs(raw)
+	if err != nil {
+		return apierror.InvalidField("token_ids", "\"token_ids\" %v", err)
+	}
+	if len(ids) == 0 {
+		return apierror.InvalidField("token_ids", "\"token_ids\" must not be empty")
+	}
+	if err := s.checkTokens(len(ids)); err != nil {
+		return err
+	}
+	sp, _, err := rc.Body.Object("sampling_params")
+	if err != nil {
+		return apierror.InvalidField("sampling_params", "%v", err)
+	}
+	if sp != nil {
+		if _, _, err := sp.Object("extra_args"); err != nil {
+			return apierror.InvalidField("sampling_params", "sampling_params.extra_args must be an object")
+		}
+	}
+	rc.SetTokenIDs(ids)
+	rc.Media = nil
+	if rawF, ok := rc.Body.Get("features"); ok && body.KindOf(rawF) != 'z' {
+		var f clientFeatures
+		if err := json.Unmarshal(rawF, &f); err != nil {
+			return apierror.InvalidField("features", "\"features\" must be an object of mm_hashes, mm_placeholders and kwargs_data: %v", err)
+		}
+		media, err := f.entries()
+		if err != nil {
+			return apierror.InvalidField("features", "features.%v", err)
+		}
+		rc.Media = media
+	}
+	return s.checkPlaceholders(rc, true)
+}
+
+func (s *render) completions(ctx context.Context, rc *pipeline.RequestContext) error {
+	raw, _ := rc.Body.Get("prompt")
+	switch body.KindOf(raw) {
+	case 's':
+		out, err := s.client.Call(ctx, RenderStep, rc.Leg("", renderCompletionsPath, rc.Body))
+		if err != nil {
+			return err
+		}
+		var answer []struct {
+			TokenIDs []int `json:"token_ids"`
+		}
+		if err := json.Unmarshal(out, &answer); err != nil || len(answer) != 1 {
+			return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Body: head(out), Err: errors.New("completions render answer must be a one-element array")}
+		}
+		if err := s.checkTokens(len(answer[0].TokenIDs)); err != nil {
+			return err
+		}
+		rc.SetTokenIDs(answer[0].TokenIDs)
+		rc.Body.Set("prompt", rc.TokenIDsJSON())
+		return nil
+	case 'a':
+		items, _ := body.Array(raw)
+		if err := s.checkTokens(len(items)); err != nil {
+			return err
+		}
+		if len(items) > 0 && body.KindOf(items[0]) != 'n' {
+			return apierror.InvalidField("prompt", "batched prompts (a list of strings or token lists) are not supported; send one prompt per request")
+		}
+		ids, err := parseTokenIDs(raw)
+		if err != nil {
+			return apierror.InvalidField("prompt", "a token prompt %v", err)
+		}
+		rc.SetTokenIDs(ids)
+		return nil
+	}
+	return apierror.InvalidField("prompt", "\"prompt\" must be a string or an array of token ids")
+}
+
+// renderAnswer is the chat render service's reply; only token_ids and features are read.
+type renderAnswer struct {
+	TokenIDs []int          `json:"token_ids"`
+	Features *clientFeatures `json:"features"`
+}
+
+func (s *render) chat(ctx context.Context, rc *pipeline.RequestContext) error {
+	if !rc.MediaScanned {
+		media, err := scanMedia(rc.Body)
+		if err != nil {
+			return err
+		}
+		rc.Media, rc.MediaScanned = media, true
+	}
+	out, err := s.client.Call(ctx, RenderStep, rc.Leg("", renderChatPath, rc.Body))
+	if err != nil {
+		return err
+	}
+	var answer renderAnswer
+	if err := json.Unmarshal(out, &answer); err != nil {
+		return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Body: head(out), Err: fmt.Errorf("decoding answer: %w", err)}
+	}
+	if err := s.checkTokens(len(answer.TokenIDs)); err != nil {
+		return err
+	}
+	rc.SetTokenIDs(answer.TokenIDs)
+	var rendered []pipeline.MediaEntry
+	if answer.Features != nil {
+		if rendered, err = answer.Features.entries(); err != nil {
+			return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Err: fmt.Errorf("features.%w", err)}
+		}
+	}
+	if err := alignMedia(rc.Media, rendered); err != nil {
+		return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Err: err}
+	}
+	return s.checkPlaceholders(rc, false)
+}
+
+// alignMedia copies the render service's per-item hash, placeholder and kwargs onto the request's
+// items, modality by modality in document order; the counts must agree.
+func alignMedia(items, rendered []pipeline.MediaEntry) error {
+	next := map[string]int{}
+	byMod := map[string][]int{}
+	for i := range rendered {
+		m := modality(rendered[i].Kind)
+		byMod[m] = append(byMod[m], i)
+	}
+	for i := range items {
+		m := modality(items[i].Kind)
+		k := next[m]
+		if k >= len(byMod[m]) {
+			return fmt.Errorf("render returned %d %s items, the request has more", len(byMod[m]), m)
+		}
+		r := rendered[byMod[m][k]]
+		items[i].Hash, items[i].Placeholder, items[i].Kwargs = r.Hash, r.Placeholder, r.Kwargs
+		next[m] = k + 1
+	}
+	for m, idx := range byMod {
+		if next[m] != len(idx) {
+			return fmt.Errorf("render returned %d %s items, the request has %d", len(idx), m, next[m])
+		}
+	}
+	return nil
+}
+
+// clientFeatures is the features object of the tokens-in format (and of a render answer).
+type clientFeatures struct {
+	MMHashes       map[string]json.RawMessage `json:"mm_hashes"`
+	MMPlaceholders map[string]json.RawMessage `json:"mm_placeholders"`
+	KwargsData     map[string]json.RawMessage `json:"kwargs_data"`
+}
+
+// entries validates the features and returns one media entry per item, modality by modality.
+// Errors name the offending path below features.
+func (f *clientFeatures) entries() ([]pipeline.MediaEntry, error) {
+	mods := make([]string, 0, len(f.MMHashes))
+	for m := range f.MMHashes {
+		mods = append(mods, m)
+	}
+	sort.Strings(mods)
+	var out []pipeline.MediaEntry
+	for _, m := range mods {
+		var hashes []json.RawMessage
+		if err := json.Unmarshal(f.MMHashes[m], &hashes); err != nil && body.KindOf(f.MMHashes[m]) != 'z' {
+			return nil, fmt.Errorf("mm_hashes.%s must be an array", m)
+		}
+		if len(hashes) == 0 {
+			continue
+		}
+		var phs []json.RawMessage
+		if err := json.Unmarshal(f.MMPlaceholders[m], &phs); err != nil || len(phs) != len(hashes) {
+			return nil, fmt.Errorf("mm_placeholders.%s must be an array with one placeholder per hash (%d)", m, len(hashes))
+		}
+		var kwargs []json.RawMessage
+		if raw, ok := f.KwargsData[m]; ok && body.KindOf(raw) != 'z' {
+			if err := json.Unmarshal(raw, &kwargs); err != nil || len(kwargs) != len(hashes) {
+				return nil, fmt.Errorf("kwargs_data.%s must be an array with one item per hash (%d)", m, len(hashes))
+			}
+		}
+		for i, rawHash := range hashes {
+			var h string
+			if err := json.Unmarshal(rawHash, &h); err != nil || h == "" {
+				return nil, fmt.Errorf("mm_hashes.%s[%d] must be a non-empty string", m, i)
+			}
+			var ph struct {
+				Offset json.Number `json:"offset"`
+				Length json.Number `json:"length"`
+			}
+			if err := json.Unmarshal(phs[i], &ph); err != nil {
+				return nil, fmt.Errorf("mm_placeholders.%s[%d] must be {offset, length}", m, i)
+			}
+			off, err1 := body.ParseInt([]byte(ph.Offset))
+			length, err2 := body.ParseInt([]byte(ph.Length))
+			if err1 != nil || err2 != nil || off < 0 || length < 0 {
+				return nil, fmt.Errorf("mm_placeholders.%s[%d] offset and length must be non-negative integers", m, i)
+			}
+			e := pipeline.MediaEntry{Message: -1, Part: -1, Kind: partTypeOf(m), Hash: h, Placeholder: pipeline.Placeholder{Offset: int(off), Length: int(length)}}
+			if kwargs != nil {
+				if k := body.KindOf(kwargs[i]); k != 's' && k != 'z' {
+					return nil, fmt.Errorf("kwargs_data.%s[%d] must be a string or null", m, i)
+				}
+				if body.KindOf(kwargs[i]) == 's' {
+					e.Kwargs = kwargs[i]
+				}
+			}
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// partTypeOf maps a feature modality back to its content-part type.
+func partTypeOf(mod string) string {
+	switch mod {
+	case "video":
+		return "video_url"
+	case "audio":
+		return "input_audio"
+	}
+	return "image_url"
+}
+
+// parseTokenIDs decodes an array of non-negative integer token ids.
+func parseTokenIDs(raw json.RawMessage) ([]int, error) {
+	items, err := body.Array(raw)
+	if err != nil {
+		return nil, errors.New("must be an array of token ids")
+	}
+	ids := make([]int, len(items))
+	for i, it := range items {
+		n, err := body.ParseInt(it)
+		if err != nil || n < 0 || n > 1<<31 {
+			return nil, fmt.Errorf("must hold non-negative integers (item %d is %s)", i, it)
+		}
+		ids[i] = int(n)
+	}
+	return ids, nil
+}

@@ -1,0 +1,245 @@
+package steps
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+)
+
+func newRenderStep(t *testing.T, addr string, params map[string]any) pipeline.Step {
+	t.Helper()
+	all := map[string]any{"address": addr}
+	for k, v := range params {
+		all[k] = v
+	}
+	p := pipeline.NewParams("params", all, nil)
+	s, err := newRender(pipeline.Deps{Log: logr.Discard()}, p)
+	if err == nil {
+		err = p.Err()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+const renderedTwoImages = `{"request_id":"r","model":"m","token_ids":[1,4,9,32000,32000,32000,32000,32000,7],
+ "features":{"mm_hashes":{"image":["ha","hb"]},"mm_placeholders":{"image":[{"offset":3,"length":2},{"offset":5,"length":3}]},"kwargs_data":{"image":["a3dh",null]}}}`
+
+func TestRenderChat(t *testing.T) {
+	svc := newFakeGateway(t, okJSON(renderedTwoImages))
+	s := newRenderStep(t, svc.srv.URL, nil)
+	rc, _ := newRC(t, "/v1/chat/completions", chatWithImages("data:image/png;base64,AAAA", "data:image/png;base64,BBBB"),
+		http.Header{"Authorization": {"Bearer k"}})
+	if err := s.Execute(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	leg := svc.only()
+	if leg.Path != "/v1/chat/completions/render" || leg.Header.Get("X-Request-Id") != "req-1" || leg.Header.Get("EPP-Profile") != "" ||
+		leg.Header.Get("Authorization") != "Bearer k" {
+		t.Fatalf("render leg %s %v", leg.Path, leg.Header)
+	}
+	if !rc.Rendered || len(rc.TokenIDs) != 9 || len(rc.Media) != 2 {
+		t.Fatalf("rc = %+v", rc)
+	}
+	a, b := rc.Media[0], rc.Media[1]
+	if a.Hash != "ha" || a.Placeholder.Offset != 3 || a.Placeholder.Length != 2 || string(a.Kwargs) != `"a3dh"` || a.Part != 1 ||
+		b.Hash != "hb" || b.Placeholder.Length != 3 || b.Kwargs != nil || b.Part != 2 {
+		t.Fatalf("entries %+v", rc.Media)
+	}
+	if string(rc.Body.Bytes()) != chatWithImages("data:image/png;base64,AAAA", "data:image/png;base64,BBBB") {
+		t.Fatal("render changed the chat body")
+	}
+}
+
+func TestRenderChatFailures(t *testing.T) {
+	tests := map[string]struct {
+		answer func(http.ResponseWriter, captured)
+		params map[string]any
+		status int
+		msg    string
+	}{
+		"count mismatch is a 502": {
+			answer: okJSON(`{"token_ids":[1,32000],"features":{"mm_hashes":{"image":["ha"]},"mm_placeholders":{"image":[{"offset":1,"length":1}]},"kwargs_data":{"image":[null]}}}`),
+			status: 502,
+		},
+		"placeholder out of bounds is a 502": {
+			answer: okJSON(`{"token_ids":[1,2],"features":{"mm_hashes":{"image":["ha","hb"]},"mm_placeholders":{"image":[{"offset":1,"length":1},{"offset":1,"length":9}]}}}`),
+			status: 502,
+		},
+		"render 4xx forwarded": {
+			answer: func(w http.ResponseWriter, _ captured) { http.Error(w, "nope", http.StatusBadRequest) },
+			status: 400,
+		},
+		"render 5xx is a 502": {
+			answer: func(w http.ResponseWriter, _ captured) { http.Error(w, "nope", http.StatusInternalServerError) },
+			status: 502,
+		},
+		"garbage answer": {answer: okJSON(`<html>`), status: 502},
+		"token limit": {
+			answer: okJSON(renderedTwoImages), params: map[string]any{"max_total_tokens": 8},
+			status: 400, msg: "too many total tokens: got 9, max 8",
+		},
+		"placeholder limit": {
+			answer: okJSON(renderedTwoImages), params: map[string]any{"max_total_placeholder_tokens": 4},
+			status: 400, msg: "too many placeholder tokens: got 5, max 4",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			svc := newFakeGateway(t, tc.answer)
+			s := newRenderStep(t, svc.srv.URL, tc.params)
+			rc, _ := newRC(t, "/v1/chat/completions", chatWithImages("data:image/png;base64,AAAA", "data:image/png;base64,BBBB"), nil)
+			err := s.Execute(context.Background(), rc)
+			e := apierror.From(err)
+			if err == nil || e.Status != tc.status || !strings.Contains(e.Message, tc.msg) {
+				t.Fatalf("err = %v -> %d %q", err, e.Status, e.Message)
+			}
+		})
+	}
+}
+
+func TestRenderCompletions(t *testing.T) {
+	tests := map[string]struct {
+		prompt  string
+		answer  string
+		calls   int
+		want    []int
+		status  int
+		msg     string
+		params  map[string]any
+		rewrite bool
+	}{
+		"string prompt":     {prompt: `"a b c"`, answer: `[{"token_ids":[1,5,6,7],"features":null}]`, calls: 1, want: []int{1, 5, 6, 7}, rewrite: true},
+		"token prompt":      {prompt: `[1,2,3]`, want: []int{1, 2, 3}},
+		"empty prompt":      {prompt: `[]`, want: []int{}},
+		"negative token":    {prompt: `[1,-2]`, status: 400, msg: "non-negative"},
+		"batched strings":   {prompt: `["a","b"]`, status: 400, msg: "batched"},
+		"batched tokens":    {prompt: `[[1],[2]]`, status: 400, msg: "batched"},
+		"object prompt":     {prompt: `{}`, status: 400, msg: "must be a string"},
+		"two-element reply": {prompt: `"a"`, answer: `[{"token_ids":[1]},{"token_ids":[2]}]`, calls: 1, status: 502},
+		"token limit":       {prompt: `[1,2,3]`, params: map[string]any{"max_total_tokens": 2}, status: 400, msg: "got 3, max 2"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			svc := newFakeGateway(t, okJSON(tc.answer))
+			s := newRenderStep(t, svc.srv.URL, tc.params)
+			rc, _ := newRC(t, "/v1/completions", `{"model":"m","prompt":`+tc.prompt+`}`, nil)
+			err := s.Execute(context.Background(), rc)
+			if n := len(svc.requests()); n != tc.calls {
+				t.Fatalf("%d render calls, want %d", n, tc.calls)
+			}
+			if tc.status != 0 {
+				if e := apierror.From(err); err == nil || e.Status != tc.status || !strings.Contains(e.Message, tc.msg) {
+					t.Fatalf("err = %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rc.TokenIDs) != len(tc.want) {
+				t.Fatalf("tokens %v, want %v", rc.TokenIDs, tc.want)
+			}
+			for i := range tc.want {
+				if rc.TokenIDs[i] != tc.want[i] {
+					t.Fatalf("tokens %v, want %v", rc.TokenIDs, tc.want)
+				}
+			}
+			if tc.rewrite {
+				if p, _ := rc.Body.Get("prompt"); string(p) != "[1,5,6,7]" {
+					t.Fatalf("prompt not rewritten: %s", p)
+				}
+				if svc.only().Path != "/v1/completions/render" {
+					t.Fatal(svc.only().Path)
+				}
+			}
+		})
+	}
+}
+
+func TestRenderGenerateValidation(t *testing.T) {
+	good := `"features":{"mm_hashes":{"image":["ha"]},"mm_placeholders":{"image":[{"offset":1,"length":2}]},"kwargs_data":{"image":["a3dh"]}}`
+	tests := map[string]struct {
+		body   string
+		params map[string]any
+		msg    string
+		media  int
+	}{
+		"valid with image":     {body: `{"token_ids":[1,9,9,4],` + good + `,"sampling_params":{"max_tokens":3,"extra_args":{}}}`, media: 1},
+		"valid text only":      {body: `{"token_ids":[1,2]}`},
+		"null features":        {body: `{"token_ids":[1,2],"features":null}`},
+		"kwargs null (cached)": {body: `{"token_ids":[1,9,9],"features":{"mm_hashes":{"image":["ha"]},"mm_placeholders":{"image":[{"offset":1,"length":2}]},"kwargs_data":{"image":[null]}}}`, media: 1},
+		"no kwargs":            {body: `{"token_ids":[1,9,9],"features":{"mm_hashes":{"image":["ha"]},"mm_placeholders":{"image":[{"offset":1,"length":2}]}}}`, media: 1},
+		"empty hashes":         {body: `{"token_ids":[1],"features":{"mm_hashes":{"image":[]}}}`},
+		"empty tokens":         {body: `{"token_ids":[]}`, msg: "must not be empty"},
+		"string tokens":        {body: `{"token_ids":["a"]}`, msg: "non-negative integers"},
+		"negative tokens":      {body: `{"token_ids":[1,-1]}`, msg: "non-negative integers"},
+		"token limit":          {body: `{"token_ids":[1,2,3]}`, params: map[string]any{"max_total_tokens": 2}, msg: "got 3, max 2"},
+		"sampling not object":  {body: `{"token_ids":[1],"sampling_params":[]}`, msg: "must be an object"},
+		"extra_args not obj":   {body: `{"token_ids":[1],"sampling_params":{"extra_args":1}}`, msg: "extra_args"},
+		"features not object":  {body: `{"token_ids":[1],"features":[1]}`, msg: "features"},
+		"hashes not array":     {body: `{"token_ids":[1],"features":{"mm_hashes":{"image":"h"}}}`, msg: "mm_hashes.image must be an array"},
+		"missing placeholders": {body: `{"token_ids":[1,2],"features":{"mm_hashes":{"image":["h"]}}}`, msg: "mm_placeholders.image"},
+		"placeholder count":    {body: `{"token_ids":[1,2],"features":{"mm_hashes":{"image":["h","i"]},"mm_placeholders":{"image":[{"offset":0,"length":1}]}}}`, msg: "one placeholder per hash"},
+		"kwargs count":         {body: `{"token_ids":[1,2],"features":{"mm_hashes":{"image":["h"]},"mm_placeholders":{"image":[{"offset":0,"length":1}]},"kwargs_data":{"image":[]}}}`, msg: "kwargs_data.image"},
+		"kwargs item type":     {body: `{"token_ids":[1,2],"features":{"mm_hashes":{"image":["h"]},"mm_placeholders":{"image":[{"offset":0,"length":1}]},"kwargs_data":{"image":[5]}}}`, msg: "string or null"},
+		"hash not a string":    {body: `{"token_ids":[1,2],"features":{"mm_hashes":{"image":[1]},"mm_placeholders":{"image":[{"offset":0,"length":1}]}}}`, msg: "non-empty string"},
+		"negative offset":      {body: `{"token_ids":[1,2],"features":{"mm_hashes":{"image":["h"]},"mm_placeholders":{"image":[{"offset":-1,"length":1}]}}}`, msg: "non-negative integers"},
+		"fractional length":    {body: `{"token_ids":[1,2],"features":{"mm_hashes":{"image":["h"]},"mm_placeholders":{"image":[{"offset":0,"length":1.5}]}}}`, msg: "non-negative integers"},
+		"out of bounds":        {body: `{"token_ids":[1,2],"features":{"mm_hashes":{"image":["h"]},"mm_placeholders":{"image":[{"offset":1,"length":2}]}}}`, msg: "outside the 2 prompt tokens"},
+		"offset at end":        {body: `{"token_ids":[1,2],"features":{"mm_hashes":{"image":["h"]},"mm_placeholders":{"image":[{"offset":2,"length":0}]}}}`, msg: "outside"},
+		"placeholder limit":    {body: `{"token_ids":[1,9,9,4],` + good + `}`, params: map[string]any{"max_total_placeholder_tokens": 1}, msg: "too many placeholder tokens"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			svc := newFakeGateway(t, func(w http.ResponseWriter, _ captured) { t.Error("generate must not call render") })
+			s := newRenderStep(t, svc.srv.URL, tc.params)
+			rc, _ := newRC(t, "/inference/v1/generate", tc.body, nil)
+			err := s.Execute(context.Background(), rc)
+			if tc.msg != "" {
+				var e *apierror.Error
+				if !errors.As(err, &e) || e.Status != 400 || !strings.Contains(e.Message, tc.msg) {
+					t.Fatalf("err = %v, want 400 with %q", err, tc.msg)
+				}
+				return
+			}
+			if err != nil || len(rc.Media) != tc.media || !rc.Rendered {
+				t.Fatalf("err = %v media = %v", err, rc.Media)
+			}
+			if string(rc.Body.Bytes()) != tc.body {
+				t.Fatal("generate body changed")
+			}
+		})
+	}
+}
+
+func TestRenderParams(t *testing.T) {
+	for name, params := range map[string]map[string]any{
+		"no address":       {},
+		"bad address":      {"address": "render:8000"},
+		"negative tokens":  {"address": "http://r", "max_total_tokens": -1},
+		"timeout no unit":  {"address": "http://r", "timeout": "30"},
+		"negative idle":    {"address": "http://r", "max_idle_conns_per_host": -1},
+		"unknown param":    {"address": "http://r", "adress": "http://r"},
+		"placeholder type": {"address": "http://r", "max_total_placeholder_tokens": "10"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := pipeline.NewParams("params", params, nil)
+			_, _ = newRender(pipeline.Deps{}, p)
+			if p.Err() == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+}
+
+var _ = io.EOF

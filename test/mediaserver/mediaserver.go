@@ -1,0 +1,176 @@
+// Package mediaserver is a loopback HTTP media host for media-download tests
+// of the coordinator. It serves deterministic content and records the headers
+// of every request, so tests can assert, for example, that credentials were
+// never forwarded to a media host.
+//
+// Endpoints (GET and HEAD):
+//
+//	/img/{name}.png          a real PNG (see PNG), size varying with name
+//	/big?bytes=N[&chunked=1] N bytes of image/jpeg (see BigBody); with
+//	                         chunked=1 there is no Content-Length
+//	/slow?delay=D[&mode=body] a PNG after delay D (Go duration or integer
+//	                         milliseconds); mode=body sends headers at once
+//	                         and delays only the body
+//	/status/{code}           an empty-ish answer with that status (200-599)
+//	/redirect?to=URL[&code=C] a redirect (default 302) to URL, which may be
+//	                         anything, e.g. a blocked address
+package mediaserver
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Request is one request the server received.
+type Request struct {
+	Method     string
+	Path       string
+	Query      string
+	Header     http.Header
+	RemoteAddr string
+	Time       time.Time
+}
+
+// Server is the media host. It is an http.Handler; Start also runs it on its
+// own listener. All methods are safe for concurrent use.
+type Server struct {
+	mux *http.ServeMux
+
+	mu       sync.Mutex
+	requests []Request
+
+	srv       *http.Server
+	url       string
+	cancel    context.CancelFunc
+	serveDone chan struct{}
+	closeOnce sync.Once
+}
+
+// New returns a Server that is not listening; mount it on any http.Server.
+func New() *Server {
+	s := &Server{mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /img/{file}", handleImage)
+	s.mux.HandleFunc("GET /big", handleBig)
+	s.mux.HandleFunc("GET /slow", handleSlow)
+	s.mux.HandleFunc("GET /status/{code}", handleStatus)
+	s.mux.HandleFunc("GET /redirect", handleRedirect)
+	return s
+}
+
+// Start returns a Server listening on 127.0.0.1 on a free port until Close.
+func Start() (*Server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := New()
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.serveDone = cancel, make(chan struct{})
+	s.url = "http://" + ln.Addr().String()
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	go func() {
+		defer close(s.serveDone)
+		_ = s.srv.Serve(ln)
+	}()
+	return s, nil
+}
+
+// URL returns the base URL of a started Server, or "" for one made by New.
+func (s *Server) URL() string { return s.url }
+
+// Close stops a started Server, cancelling in-flight requests. It is safe to
+// call more than once.
+func (s *Server) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		if s.srv == nil {
+			return
+		}
+		s.cancel()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err = s.srv.Shutdown(ctx); err != nil {
+			err = errors.Join(err, s.srv.Close())
+		}
+		<-s.serveDone
+	})
+	return err
+}
+
+// Requests returns copies of the requests received so far, oldest first.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Request, len(s.requests))
+	for i, r := range s.requests {
+		out[i] = r
+		out[i].Header = r.Header.Clone()
+	}
+	return out
+}
+
+// Reset forgets the recorded requests.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = nil
+}
+
+// ServeHTTP records the request and serves it.
+func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.requests = append(s.requests, Request{
+		Method:     r.Method,
+		Path:       r.URL.Path,
+		Query:      r.URL.RawQuery,
+		Header:     r.Header.Clone(),
+		RemoteAddr: r.RemoteAddr,
+		Time:       time.Now(),
+	})
+	s.mu.Unlock()
+	s.mux.ServeHTTP(rw, r)
+}
+
+// handleStatus answers /status/{code}.
+func handleStatus(rw http.ResponseWriter, r *http.Request) {
+	code, err := strconv.Atoi(r.PathValue("code"))
+	if err != nil || code < 200 || code > 599 {
+		http.Error(rw, "status must be an integer in [200, 599]", http.StatusBadRequest)
+		return
+	}
+	rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	rw.WriteHeader(code)
+	if code != http.StatusNoContent && code != http.StatusNotModified {
+		_, _ = rw.Write([]byte(http.StatusText(code) + "\n"))
+	}
+}
+
+// handleRedirect answers /redirect?to=URL[&code=C].
+func handleRedirect(rw http.ResponseWriter, r *http.Request) {
+	to := r.URL.Query().Get("to")
+	if to == "" {
+		http.Error(rw, "missing to", http.StatusBadRequest)
+		return
+	}
+	code := http.StatusFound
+	if c := r.URL.Query().Get("code"); c != "" {
+		n, err := strconv.Atoi(c)
+		if err != nil || n < 300 || n > 399 {
+			http.Error(rw, "code must be a 3xx status", http.StatusBadRequest)
+			return
+		}
+		code = n
+	}
+	// Set Location verbatim: http.Redirect would rewrite relative targets.
+	rw.Header().Set("Location", to)
+	rw.WriteHeader(code)
+}
