@@ -47,6 +47,10 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 		if _, err := io.ReadFull(r.Body, buf); err != nil {
 			return nil, apierror.BadRequest("unreadable_body", "failed to read request body")
 		}
+		// Read to EOF: only then does net/http watch the connection, so that a client that goes
+		// away cancels the request context (and every upstream leg with it).
+		var probe [1]byte
+		_, _ = r.Body.Read(probe[:])
 		return buf, nil
 	}
 	buf, err := io.ReadAll(io.LimitReader(r.Body, limit+1))

@@ -56,8 +56,10 @@ type Leg struct {
 	// Status is the status answered to the client, or 0 while in flight.
 	Status int
 	Start  time.Time
-	// Duration runs until the response body was fully relayed.
+	// Duration runs until the response body was fully relayed (or abandoned).
 	Duration time.Duration
+	// Aborted is true when the response was cut off because the client went away.
+	Aborted bool
 }
 
 // pool is the backends of one profile.
@@ -236,14 +238,22 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	g.mu.Unlock()
 
 	sw := &statusWriter{ResponseWriter: rw}
+	defer func() {
+		// ReverseProxy aborts (panics with http.ErrAbortHandler) when the client goes away
+		// mid-response; record the leg either way.
+		r := recover()
+		g.mu.Lock()
+		leg.Status, leg.Duration, leg.Aborted = sw.code(), time.Since(leg.Start), r != nil
+		g.mu.Unlock()
+		if r != nil {
+			panic(r)
+		}
+	}()
 	if backend == nil {
 		writeError(sw, http.StatusServiceUnavailable, "service_unavailable", fmt.Sprintf("no InferencePool for profile %q", profile))
 	} else {
 		g.proxy.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), backendKey{}, backend)))
 	}
-	g.mu.Lock()
-	leg.Status, leg.Duration = sw.code(), time.Since(leg.Start)
-	g.mu.Unlock()
 }
 
 // pick returns the next backend of profile's pool, or nil.

@@ -1,0 +1,95 @@
+package v1alpha1
+
+// ConditionType is the type of a CoordinatorPipeline status condition.
+type ConditionType string
+
+// Condition types of a CoordinatorPipeline.
+const (
+	// ConditionReady summarizes the others: True when the pipeline is valid, the gateway and the
+	// InferencePool are resolved, and every desired coordinator pod runs the current pod template
+	// and is available.
+	ConditionReady ConditionType = "Ready"
+	// ConditionProgressing is True while the coordinator Deployment rolls out or scales.
+	ConditionProgressing ConditionType = "Progressing"
+	// ConditionDegraded is True when the operator cannot apply the spec: an invalid pipeline (the
+	// last good configuration keeps serving), a failed rollout, a conflicting object or an API
+	// error.
+	ConditionDegraded ConditionType = "Degraded"
+	// ConditionPipelineValid reports whether the spec's pipeline builds with the data plane's own
+	// code (every step with its params).
+	ConditionPipelineValid ConditionType = "PipelineValid"
+	// ConditionInferencePoolResolved reports whether the referenced InferencePool exists and
+	// mirrors its parents' Accepted and ResolvedRefs conditions.
+	ConditionInferencePoolResolved ConditionType = "InferencePoolResolved"
+	// ConditionGatewayResolved reports whether the gateway address is known (set explicitly or
+	// read from the referenced Gateway's status).
+	ConditionGatewayResolved ConditionType = "GatewayResolved"
+)
+
+// ConditionReason is the CamelCase reason of a CoordinatorPipeline status condition.
+type ConditionReason string
+
+// Reasons of the Ready condition.
+const (
+	// ReasonReady: Ready=True.
+	ReasonReady ConditionReason = "Ready"
+	// ReasonGatewayNotResolved: Ready=False because GatewayResolved is False.
+	ReasonGatewayNotResolved ConditionReason = "GatewayNotResolved"
+	// ReasonInferencePoolNotResolved: Ready=False because InferencePoolResolved is False.
+	ReasonInferencePoolNotResolved ConditionReason = "InferencePoolNotResolved"
+	// ReasonDeploymentNotReady: Ready=False because the coordinator Deployment has not rolled out
+	// the current pod template to every desired replica, or some are unavailable.
+	ReasonDeploymentNotReady ConditionReason = "DeploymentNotReady"
+	// ReasonNoValidConfig: no valid configuration has ever been rendered, so there is no
+	// coordinator Deployment yet.
+	ReasonNoValidConfig ConditionReason = "NoValidConfig"
+)
+
+// Reasons of the PipelineValid condition (ReasonInvalidPipeline is also used by Ready and
+// Degraded).
+const (
+	// ReasonValid: PipelineValid=True.
+	ReasonValid ConditionReason = "Valid"
+	// ReasonInvalidPipeline: the pipeline does not build; the message is the data plane's error,
+	// naming the key (e.g. pipeline.steps[2].params.max_parallel: must be at least 1, got 0).
+	ReasonInvalidPipeline ConditionReason = "InvalidPipeline"
+)
+
+// Reasons of the InferencePoolResolved and GatewayResolved conditions.
+const (
+	// ReasonResolved: the referenced object exists and reports no problem.
+	ReasonResolved ConditionReason = "Resolved"
+	// ReasonNotFound: the referenced object does not exist.
+	ReasonNotFound ConditionReason = "NotFound"
+	// ReasonNotAccepted: a parent of the InferencePool reports Accepted=False.
+	ReasonNotAccepted ConditionReason = "NotAccepted"
+	// ReasonRefsNotResolved: a parent of the InferencePool reports ResolvedRefs=False.
+	ReasonRefsNotResolved ConditionReason = "RefsNotResolved"
+	// ReasonAPIUnavailable: the referenced kind's CRD is not installed in the cluster (or was not
+	// when the operator started).
+	ReasonAPIUnavailable ConditionReason = "APIUnavailable"
+	// ReasonAddressSet: GatewayResolved=True from spec.gateway.address.
+	ReasonAddressSet ConditionReason = "AddressSet"
+	// ReasonAddressPending: the Gateway has no usable status address yet.
+	ReasonAddressPending ConditionReason = "AddressPending"
+	// ReasonListenerNotFound: the Gateway has no matching HTTP or HTTPS listener.
+	ReasonListenerNotFound ConditionReason = "ListenerNotFound"
+)
+
+// Reasons of the Progressing and Degraded conditions.
+const (
+	// ReasonRollingOut: Progressing=True while the Deployment rolls out or scales.
+	ReasonRollingOut ConditionReason = "RollingOut"
+	// ReasonRolloutComplete: Progressing=False, the Deployment is steady.
+	ReasonRolloutComplete ConditionReason = "RolloutComplete"
+	// ReasonProgressDeadlineExceeded: the Deployment's rollout stalled
+	// (Progressing=False and Degraded=True).
+	ReasonProgressDeadlineExceeded ConditionReason = "ProgressDeadlineExceeded"
+	// ReasonAsExpected: Degraded=False.
+	ReasonAsExpected ConditionReason = "AsExpected"
+	// ReasonReconcileError: an API call failed; the operator retries with backoff.
+	ReasonReconcileError ConditionReason = "ReconcileError"
+	// ReasonChildConflict: an object the operator would create exists and is not controlled by
+	// this CoordinatorPipeline.
+	ReasonChildConflict ConditionReason = "ChildConflict"
+)

@@ -1,0 +1,391 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// KVConnector names a KV-cache transfer protocol between prefill and decode workers.
+// +kubebuilder:validation:Enum=kv-nixl;kv-sglang;kv-shared-storage
+type KVConnector string
+
+// KV connectors understood by the data plane.
+const (
+	// KVConnectorNIXL transfers the KV cache with NIXL (vLLM NixlConnector).
+	KVConnectorNIXL KVConnector = "kv-nixl"
+	// KVConnectorSGLang uses SGLang's bootstrap-server protocol.
+	KVConnectorSGLang KVConnector = "kv-sglang"
+	// KVConnectorSharedStorage exchanges the KV cache through shared storage.
+	KVConnectorSharedStorage KVConnector = "kv-shared-storage"
+)
+
+// ECConnector names an encoder-cache transfer protocol between encode and prefill/decode workers.
+// +kubebuilder:validation:Enum=ec-nixl;ec-shared-storage
+type ECConnector string
+
+// EC connectors understood by the data plane.
+const (
+	// ECConnectorNIXL transfers encoder outputs with NIXL.
+	ECConnectorNIXL ECConnector = "ec-nixl"
+	// ECConnectorSharedStorage exchanges encoder outputs through shared storage.
+	ECConnectorSharedStorage ECConnector = "ec-shared-storage"
+)
+
+// StepType is the registered name of a pipeline step.
+// +kubebuilder:validation:Enum=replace-media-urls;render;conditional-decode;encode;prefill;decode
+type StepType string
+
+// Step types of the data plane. The enum marker on StepType must list exactly these.
+const (
+	// StepReplaceMediaURLs downloads remote media and inlines it into the request.
+	StepReplaceMediaURLs StepType = "replace-media-urls"
+	// StepRender tokenizes the request (needed for tokens-in legs, useOpenAIFormat=false).
+	StepRender StepType = "render"
+	// StepConditionalDecode tries decode alone first and continues only when the decode worker
+	// cannot serve the request without the earlier phases.
+	StepConditionalDecode StepType = "conditional-decode"
+	// StepEncode runs the multimodal encoders (EPP-Profile: encode).
+	StepEncode StepType = "encode"
+	// StepPrefill runs prefill on a prefill worker (EPP-Profile: prefill).
+	StepPrefill StepType = "prefill"
+	// StepDecode is the terminal step: it streams the decode worker's answer to the client.
+	StepDecode StepType = "decode"
+)
+
+// StepTypes lists every step type accepted by the API, in the order a pipeline runs them.
+var StepTypes = []StepType{StepReplaceMediaURLs, StepRender, StepConditionalDecode, StepEncode, StepPrefill, StepDecode}
+
+// InferencePoolReference names an InferencePool (inference.networking.k8s.io/v1) in the
+// namespace of the CoordinatorPipeline.
+type InferencePoolReference struct {
+	// name of the InferencePool, in the same namespace as this CoordinatorPipeline. The pool does
+	// not have to exist yet: the InferencePoolResolved condition reports it until it does.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// GatewayReference points at a Gateway API Gateway (gateway.networking.k8s.io/v1) whose
+// status address the coordinator sends its worker legs to.
+type GatewayReference struct {
+	// name of the Gateway.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// namespace of the Gateway. Defaults to the namespace of this CoordinatorPipeline.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+
+	// sectionName selects the listener by name. When unset, the first listener with protocol
+	// HTTP or HTTPS is used. The listener decides the URL scheme (HTTPS gives https://) and,
+	// unless port is set, the port.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	SectionName string `json:"sectionName,omitempty"`
+
+	// port overrides the listener's port in the rendered gateway address.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port *int32 `json:"port,omitempty"`
+}
+
+// GatewaySpec says where the coordinator reaches the Inference Gateway and how its HTTP client
+// behaves. Exactly one of address and gatewayRef is set.
+// +kubebuilder:validation:XValidation:rule="has(self.address) != has(self.gatewayRef)",message="exactly one of address or gatewayRef must be set"
+type GatewaySpec struct {
+	// address is the gateway's base URL, e.g. http://inference-gateway.infra.svc:80. It is
+	// rendered as gateway.address. Mutually exclusive with gatewayRef.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="address must be an http:// or https:// URL with a host, e.g. http://inference-gateway:80"
+	Address string `json:"address,omitempty"`
+
+	// gatewayRef names a Gateway whose first status address (and a listener's port and
+	// protocol) make up the gateway address. The operator watches the Gateway and re-renders
+	// the configuration when its address changes. Mutually exclusive with address.
+	// +optional
+	GatewayRef *GatewayReference `json:"gatewayRef,omitempty"`
+
+	// timeout bounds the wait for a worker's response headers (gateway.timeout); response
+	// bodies stream unbounded. Defaults to the data plane's default (60s).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// idleConnTimeout closes pooled gateway connections idle for this long
+	// (gateway.idle_conn_timeout). Defaults to the data plane's default (90s).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	IdleConnTimeout *metav1.Duration `json:"idleConnTimeout,omitempty"`
+
+	// maxIdleConnsPerHost is the keep-alive pool size towards the gateway
+	// (gateway.max_idle_conns_per_host). Defaults to the data plane's default (100).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxIdleConnsPerHost *int32 `json:"maxIdleConnsPerHost,omitempty"`
+}
+
+// PipelineStep is one entry of the ordered pipeline.
+type PipelineStep struct {
+	// type is the step's registered name.
+	// +required
+	Type StepType `json:"type"`
+
+	// params are the step's own parameters, passed through verbatim as
+	// pipeline.steps[].params. Each step validates its params when the operator builds the
+	// pipeline; an unknown or invalid param sets PipelineValid=False with the key that failed,
+	// e.g. pipeline.steps[2].params.max_parallel. Steps inherit kv_connector, ec_connector and
+	// use_openai_format from the pipeline unless they set them here.
+	// +optional
+	// +kubebuilder:validation:Type=object
+	// +kubebuilder:pruning:PreserveUnknownFields
+	Params *apiextensionsv1.JSON `json:"params,omitempty"`
+}
+
+// PipelineSpec is the request pipeline the coordinator runs. It is rendered as the pipeline
+// section of the data-plane configuration; changing it updates the ConfigMap and the
+// coordinators reload it in place, without restarting pods.
+// +kubebuilder:validation:XValidation:rule="!has(self.useOpenAIFormat) || self.useOpenAIFormat || (has(self.steps) && self.steps.exists(s, s.type == 'render'))",message="useOpenAIFormat=false (tokens-in legs) requires a render step"
+type PipelineSpec struct {
+	// kvConnector is the default KV-cache transfer protocol of the prefill and decode steps.
+	// +optional
+	// +kubebuilder:default=kv-shared-storage
+	KVConnector KVConnector `json:"kvConnector,omitempty"`
+
+	// ecConnector is the default encoder-cache transfer protocol of the encode, prefill and
+	// decode steps.
+	// +optional
+	// +kubebuilder:default=ec-shared-storage
+	ECConnector ECConnector `json:"ecConnector,omitempty"`
+
+	// useOpenAIFormat selects the OpenAI wire format for the encode and prefill legs (true) or
+	// tokens-in /inference/v1/generate (false), which needs a render step.
+	// +optional
+	// +kubebuilder:default=true
+	UseOpenAIFormat *bool `json:"useOpenAIFormat,omitempty"`
+
+	// steps run in this order. The last step is decode, and decode appears only there; every
+	// step type appears at most once.
+	// +required
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="size(self) > 0",message="at least one step is required; a pipeline ends with decode"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self[size(self) - 1].type == 'decode'",message="the last step must be decode"
+	// +kubebuilder:validation:XValidation:rule="['replace-media-urls', 'render', 'conditional-decode', 'encode', 'prefill', 'decode'].all(t, self.filter(s, s.type == t).size() <= 1)",messageExpression="'step type ' + ['replace-media-urls', 'render', 'conditional-decode', 'encode', 'prefill', 'decode'].filter(t, self.filter(s, s.type == t).size() > 1)[0] + ' appears more than once; each step type may appear at most once'"
+	// +listType=atomic
+	Steps []PipelineStep `json:"steps"`
+}
+
+// ServerSpec configures the coordinator's inbound HTTP server. The data plane cannot change
+// these without a restart: changing any of them rolls the Deployment.
+type ServerSpec struct {
+	// readTimeout bounds reading a whole request, body included (server.read_timeout).
+	// "0s" disables it. Defaults to the data plane's default (30s).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	ReadTimeout *metav1.Duration `json:"readTimeout,omitempty"`
+
+	// writeTimeout bounds writing a non-streaming response (server.write_timeout); streaming
+	// responses are exempt. "0s" disables it. Defaults to the data plane's default (2m).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	WriteTimeout *metav1.Duration `json:"writeTimeout,omitempty"`
+
+	// shutdownTimeout bounds the drain of in-flight requests on SIGTERM
+	// (server.shutdown_timeout). The pod's terminationGracePeriodSeconds is set 5s above it.
+	// Defaults to the data plane's default (25s).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	ShutdownTimeout *metav1.Duration `json:"shutdownTimeout,omitempty"`
+
+	// maxRequestBodySizeMiB is the largest accepted request body in MiB
+	// (server.max_request_body_size); larger requests get 413. Defaults to the data plane's
+	// default (64).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	MaxRequestBodySizeMiB *int32 `json:"maxRequestBodySizeMiB,omitempty"`
+}
+
+// CoordinatorPipelineSpec is the desired state of a CoordinatorPipeline: which InferencePool and
+// Gateway it fronts, the request pipeline, and how the coordinator pods run.
+type CoordinatorPipelineSpec struct {
+	// inferencePoolRef names the InferencePool whose workers the pipeline's legs are routed to
+	// (through the gateway, by EPP-Profile).
+	// +required
+	InferencePoolRef InferencePoolReference `json:"inferencePoolRef"`
+
+	// gateway says where the coordinator reaches the Inference Gateway.
+	// +required
+	Gateway GatewaySpec `json:"gateway"`
+
+	// pipeline is the ordered list of steps each request runs through, with connector and
+	// format defaults. Changes are hot-reloaded by the coordinators.
+	// +required
+	Pipeline PipelineSpec `json:"pipeline"`
+
+	// replicas is the number of coordinator pods. It is the scale subresource's spec path, so a
+	// HorizontalPodAutoscaler can target the CoordinatorPipeline.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// image is the coordinator container image. When unset the operator uses its own default
+	// (the manager's --coordinator-image flag), so upgrading the operator upgrades coordinators
+	// that do not pin an image.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+
+	// imagePullPolicy of the coordinator container. Defaults to Kubernetes' own default
+	// (Always for :latest, IfNotPresent otherwise).
+	// +optional
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// resources of the coordinator container.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// nodeSelector constrains coordinator pods to nodes with these labels.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// tolerations of the coordinator pods.
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// affinity of the coordinator pods.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// topologySpreadConstraints of the coordinator pods. A constraint without a labelSelector
+	// gets the coordinator pods' selector.
+	// +optional
+	// +listType=atomic
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
+	// logLevel is the coordinator's log verbosity (log_level): 1 warn, 2 info, 3 verbose,
+	// 4 debug, 5 trace. Changing it restarts the pods.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=5
+	LogLevel int32 `json:"logLevel,omitempty"`
+
+	// server configures the coordinator's HTTP server. Changing it restarts the pods.
+	// +optional
+	Server ServerSpec `json:"server,omitempty"`
+}
+
+// CoordinatorPipelineStatus is the observed state of a CoordinatorPipeline.
+type CoordinatorPipelineStatus struct {
+	// observedGeneration is the metadata.generation this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready, Progressing, Degraded, PipelineValid, InferencePoolResolved and
+	// GatewayResolved.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+
+	// configRevision is the revision (a fingerprint of the effective configuration) of the
+	// configuration in the ConfigMap, the one the coordinators serve or are loading. The
+	// coordinators report the same value for the configuration they loaded. While the spec's
+	// pipeline is invalid it stays at the last applied revision.
+	// +optional
+	ConfigRevision string `json:"configRevision,omitempty"`
+
+	// pipelineSteps lists the step types of the applied configuration, comma-separated.
+	// +optional
+	PipelineSteps string `json:"pipelineSteps,omitempty"`
+
+	// gatewayAddress is the gateway base URL of the applied configuration.
+	// +optional
+	GatewayAddress string `json:"gatewayAddress,omitempty"`
+
+	// replicas is the number of coordinator pods (the scale subresource's status path).
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// updatedReplicas is the number of coordinator pods running the current pod template.
+	// +optional
+	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+
+	// readyReplicas is the number of ready coordinator pods.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// selector is the label selector of the coordinator pods, in string form (the scale
+	// subresource's selector path, used by HorizontalPodAutoscalers).
+	// +optional
+	Selector string `json:"selector,omitempty"`
+}
+
+// CoordinatorPipeline runs the E/P/D coordinator in front of an InferencePool: the operator
+// renders the pipeline into the coordinator's configuration (a ConfigMap), runs the coordinator
+// Deployment with a Service and a ServiceAccount, and reports the rendered configuration's
+// revision and the rollout in status.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=cpl,categories=epd
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.inferencePoolRef.name`
+// +kubebuilder:printcolumn:name="Steps",type=string,JSONPath=`.status.pipelineSteps`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.readyReplicas`,priority=1
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.configRevision`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (at most 63 lowercase letters, digits and '-', starting with a letter): it names the coordinator Service"
+type CoordinatorPipeline struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state.
+	// +required
+	Spec CoordinatorPipelineSpec `json:"spec"`
+
+	// status is the observed state, written by the operator.
+	// +optional
+	Status CoordinatorPipelineStatus `json:"status,omitempty"`
+}
+
+// CoordinatorPipelineList is a list of CoordinatorPipelines.
+//
+// +kubebuilder:object:root=true
+type CoordinatorPipelineList struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// metadata is the standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	// items are the CoordinatorPipelines.
+	Items []CoordinatorPipeline `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&CoordinatorPipeline{}, &CoordinatorPipelineList{})
+}

@@ -1,0 +1,149 @@
+// Command manager is the coordinator operator: a controller-runtime manager running the
+// CoordinatorPipeline reconciler, with a metrics endpoint, health probes and leader election.
+package main
+
+import (
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+	"github.com/epd-dev/coordinator/controllers"
+)
+
+// Build information, set with -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+// leaderElectionID names the leader-election Lease.
+const leaderElectionID = "coordinator-operator.coordinator.epd.dev"
+
+func main() {
+	os.Exit(run())
+}
+
+// newScheme registers every kind the manager reads or writes.
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(coordinatorv1alpha1.AddToScheme(s))
+	utilruntime.Must(infv1.Install(s))
+	utilruntime.Must(gatewayv1.Install(s))
+	return s
+}
+
+func run() int {
+	var (
+		metricsAddr      string
+		secureMetrics    bool
+		enableHTTP2      bool
+		probeAddr        string
+		leaderElect      bool
+		leaderElectionNS string
+		coordinatorImage string
+		maxConcurrent    int
+		kubeAPIQPS       float64
+		kubeAPIBurst     int
+		watchNamespace   string
+	)
+	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
+		"Address of the metrics endpoint, e.g. :8443 (HTTPS with --metrics-secure) or :8080; 0 disables it.")
+	flag.BoolVar(&secureMetrics, "metrics-secure", true,
+		"Serve metrics over HTTPS with Kubernetes authentication and authorization (TokenReview, SubjectAccessReview).")
+	flag.BoolVar(&enableHTTP2, "enable-http2", false,
+		"Serve the metrics endpoint over HTTP/2 too (off by default: CVE-2023-44487, CVE-2023-39325).")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
+	flag.BoolVar(&leaderElect, "leader-elect", false,
+		"Elect a leader (a Lease) so that only one of several manager replicas reconciles.")
+	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "",
+		"Namespace of the leader-election Lease (defaults to the manager's namespace).")
+	flag.StringVar(&coordinatorImage, "coordinator-image", controllers.DefaultImage,
+		"Coordinator image for CoordinatorPipelines that do not set spec.image.")
+	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 4, "CoordinatorPipelines reconciled in parallel.")
+	flag.Float64Var(&kubeAPIQPS, "kube-api-qps", 50, "Client-side rate limit towards the API server (queries per second).")
+	flag.IntVar(&kubeAPIBurst, "kube-api-burst", 100, "Client-side burst towards the API server.")
+	flag.StringVar(&watchNamespace, "watch-namespace", "", "Only reconcile CoordinatorPipelines in this namespace (all when empty).")
+	opts := zap.Options{Development: false}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+	log.Info("starting coordinator operator", "version", version, "commit", commit)
+
+	var tlsOpts []func(*tls.Config)
+	if !enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metricsOpts := metricsserver.Options{
+		BindAddress:   metricsAddr,
+		SecureServing: secureMetrics,
+		TLSOpts:       tlsOpts,
+	}
+	if secureMetrics {
+		// Without CertDir the metrics server generates a self-signed certificate; scrape it
+		// with a ServiceAccount allowed to GET /metrics (config/rbac/metrics_reader_role.yaml).
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+
+	restCfg := ctrl.GetConfigOrDie()
+	restCfg.QPS, restCfg.Burst = float32(kubeAPIQPS), kubeAPIBurst
+
+	cacheOpts := cache.Options{ByObject: controllers.CacheByObject()}
+	if watchNamespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{watchNamespace: {}}
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                        newScheme(),
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        probeAddr,
+		LeaderElection:                leaderElect,
+		LeaderElectionID:              leaderElectionID,
+		LeaderElectionNamespace:       leaderElectionNS,
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cacheOpts,
+		Controller:                    config.Controller{MaxConcurrentReconciles: maxConcurrent},
+	})
+	if err != nil {
+		log.Error(err, "creating the manager")
+		return 1
+	}
+
+	ctx := ctrl.SetupSignalHandler()
+	r := &controllers.CoordinatorPipelineReconciler{Client: mgr.GetClient(), DefaultImage: coordinatorImage}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		log.Error(err, "setting up the controller", "controller", controllers.ControllerName)
+		return 1
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		log.Error(err, "adding the health check")
+		return 1
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		log.Error(err, "adding the ready check")
+		return 1
+	}
+
+	log.Info("starting manager")
+	if err := mgr.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		return 1
+	}
+	return 0
+}

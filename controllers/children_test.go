@@ -1,0 +1,248 @@
+package controllers
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+)
+
+// deploymentFor renders cp and builds its Deployment.
+func deploymentFor(t *testing.T, cp *coordinatorv1alpha1.CoordinatorPipeline, defaultImage string) *appsv1.Deployment {
+	t.Helper()
+	cfg, err := renderConfig(cp, testGateway)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return desiredDeployment(cp, cfg, defaultImage)
+}
+
+func expectOwnedBy(g Gomega, obj metav1.Object, cp *coordinatorv1alpha1.CoordinatorPipeline) {
+	g.Expect(obj.GetOwnerReferences()).To(HaveLen(1))
+	ref := obj.GetOwnerReferences()[0]
+	g.Expect(ref.APIVersion).To(Equal("coordinator.epd.dev/v1alpha1"))
+	g.Expect(ref.Kind).To(Equal("CoordinatorPipeline"))
+	g.Expect(ref.Name).To(Equal(cp.Name))
+	g.Expect(ref.UID).To(Equal(cp.UID))
+	g.Expect(ref.Controller).To(Equal(ptr.To(true)))
+	g.Expect(ref.BlockOwnerDeletion).To(Equal(ptr.To(true)))
+	g.Expect(obj.GetNamespace()).To(Equal(cp.Namespace))
+	g.Expect(obj.GetLabels()).To(HaveKeyWithValue(LabelManagedBy, ManagedBy))
+}
+
+func TestDesiredDeployment(t *testing.T) {
+	tests := map[string]struct {
+		mutate       func(*coordinatorv1alpha1.CoordinatorPipeline)
+		defaultImage string
+		check        func(g Gomega, d *appsv1.Deployment)
+	}{
+		"shape: owner, selector, config mount, args, port, probes": {
+			check: func(g Gomega, d *appsv1.Deployment) {
+				g.Expect(d.Name).To(Equal("cp"))
+				g.Expect(d.Spec.Replicas).To(Equal(ptr.To[int32](1)))
+				g.Expect(d.Spec.Selector.MatchLabels).To(Equal(map[string]string{LabelName: AppName, LabelInstance: "cp"}))
+				g.Expect(d.Spec.Template.Labels).To(HaveKeyWithValue(LabelInstance, "cp"))
+				g.Expect(d.Spec.Strategy.RollingUpdate.MaxUnavailable).To(Equal(ptr.To(intstr.FromInt32(0))))
+				pod := d.Spec.Template.Spec
+				g.Expect(pod.ServiceAccountName).To(Equal("cp"))
+				g.Expect(pod.AutomountServiceAccountToken).To(Equal(ptr.To(false)))
+				g.Expect(pod.Volumes).To(ContainElement(HaveField("VolumeSource.ConfigMap.Name", "cp-config")))
+				c := pod.Containers[0]
+				g.Expect(c.Image).To(Equal(DefaultImage))
+				g.Expect(c.Args).To(Equal([]string{"--config", "/etc/coordinator/coordinator.yaml"}))
+				g.Expect(c.Ports).To(Equal([]corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}))
+				g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "config", MountPath: "/etc/coordinator", ReadOnly: true}))
+				g.Expect(c.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
+				g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
+				g.Expect(c.ReadinessProbe.HTTPGet.Port).To(Equal(intstr.FromString("http")))
+			},
+		},
+		"restricted pod security": {
+			check: func(g Gomega, d *appsv1.Deployment) {
+				pod := d.Spec.Template.Spec
+				g.Expect(pod.SecurityContext.RunAsNonRoot).To(Equal(ptr.To(true)))
+				g.Expect(pod.SecurityContext.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+				sc := pod.Containers[0].SecurityContext
+				g.Expect(sc.RunAsNonRoot).To(Equal(ptr.To(true)))
+				g.Expect(sc.ReadOnlyRootFilesystem).To(Equal(ptr.To(true)))
+				g.Expect(sc.AllowPrivilegeEscalation).To(Equal(ptr.To(false)))
+				g.Expect(sc.Capabilities.Drop).To(Equal([]corev1.Capability{"ALL"}))
+				g.Expect(sc.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
+			},
+		},
+		"termination grace exceeds the default shutdown timeout": {
+			check: func(g Gomega, d *appsv1.Deployment) {
+				g.Expect(d.Spec.Template.Spec.TerminationGracePeriodSeconds).To(Equal(ptr.To[int64](25 + 5)))
+			},
+		},
+		"termination grace follows shutdownTimeout, rounded up": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.ShutdownTimeout = duration("90.5s") },
+			check: func(g Gomega, d *appsv1.Deployment) {
+				g.Expect(d.Spec.Template.Spec.TerminationGracePeriodSeconds).To(Equal(ptr.To[int64](91 + 5)))
+			},
+		},
+		"operator default image": {
+			defaultImage: "registry.local/coordinator:v9",
+			check: func(g Gomega, d *appsv1.Deployment) {
+				g.Expect(d.Spec.Template.Spec.Containers[0].Image).To(Equal("registry.local/coordinator:v9"))
+			},
+		},
+		"pod settings pass through": {
+			defaultImage: "registry.local/coordinator:v9",
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Replicas = ptr.To[int32](3)
+				cp.Spec.Image = "example.com/c:1"
+				cp.Spec.ImagePullPolicy = corev1.PullAlways
+				cp.Spec.Resources = corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}
+				cp.Spec.NodeSelector = map[string]string{"pool": "cpu"}
+				cp.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}
+				cp.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{}}
+				cp.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{
+					{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone", WhenUnsatisfiable: corev1.ScheduleAnyway},
+					{MaxSkew: 2, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.DoNotSchedule,
+						LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"x": "y"}}},
+				}
+			},
+			check: func(g Gomega, d *appsv1.Deployment) {
+				g.Expect(d.Spec.Replicas).To(Equal(ptr.To[int32](3)))
+				pod := d.Spec.Template.Spec
+				c := pod.Containers[0]
+				g.Expect(c.Image).To(Equal("example.com/c:1"))
+				g.Expect(c.ImagePullPolicy).To(Equal(corev1.PullAlways))
+				g.Expect(c.Resources.Requests.Cpu().String()).To(Equal("500m"))
+				g.Expect(pod.NodeSelector).To(Equal(map[string]string{"pool": "cpu"}))
+				g.Expect(pod.Tolerations).To(HaveLen(1))
+				g.Expect(pod.Affinity.PodAntiAffinity).NotTo(BeNil())
+				g.Expect(pod.TopologySpreadConstraints[0].LabelSelector.MatchLabels).To(Equal(map[string]string{LabelName: AppName, LabelInstance: "cp"}))
+				g.Expect(pod.TopologySpreadConstraints[1].LabelSelector.MatchLabels).To(Equal(map[string]string{"x": "y"}))
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			cp := newPipeline("ns", "cp")
+			if tc.mutate != nil {
+				tc.mutate(cp)
+			}
+			before := cp.DeepCopy()
+			d := deploymentFor(t, cp, tc.defaultImage)
+			expectOwnedBy(g, d, cp)
+			tc.check(g, d)
+			g.Expect(cp).To(Equal(before), "the builder must not modify the CoordinatorPipeline")
+		})
+	}
+}
+
+// A pipeline-only change must leave the pod template byte-for-byte equal (the coordinators
+// hot-reload the ConfigMap); anything the data plane cannot reload must change it.
+func TestPodTemplateChangesOnlyForRestartSettings(t *testing.T) {
+	tests := map[string]struct {
+		mutate   func(*coordinatorv1alpha1.CoordinatorPipeline)
+		wantRoll bool
+	}{
+		"steps":           {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.Steps = cp.Spec.Pipeline.Steps[1:] }},
+		"step params":     {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.Steps[1].Params = params(map[string]any{"kv_connector": "kv-nixl"}) }},
+		"connectors":      {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.ECConnector = "ec-nixl" }},
+		"gateway":         {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Gateway.IdleConnTimeout = duration("1s") }},
+		"pool reference":  {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.InferencePoolRef.Name = "other" }},
+		"log level":       {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.LogLevel = 5 }, wantRoll: true},
+		"server timeouts": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.WriteTimeout = duration("1h") }, wantRoll: true},
+		"body limit":      {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.MaxRequestBodySizeMiB = ptr.To[int32](2) }, wantRoll: true},
+		"image":           {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Image = "example.com/c:2" }, wantRoll: true},
+	}
+	base := deploymentFor(t, newPipeline("ns", "cp"), "")
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			d := deploymentFor(t, newPipeline("ns", "cp", tc.mutate), "")
+			if tc.wantRoll {
+				g.Expect(d.Spec.Template).NotTo(Equal(base.Spec.Template))
+				return
+			}
+			g.Expect(d.Spec.Template).To(Equal(base.Spec.Template))
+		})
+	}
+}
+
+func TestDesiredConfigMapServiceServiceAccount(t *testing.T) {
+	cp := newPipeline("ns", "cp")
+	tests := map[string]struct {
+		obj   metav1.Object
+		check func(g Gomega)
+	}{
+		"configmap holds coordinator.yaml and the revision": {
+			obj: desiredConfigMap(cp, "log_level: 2\n", "abc123"),
+			check: func(g Gomega) {
+				cm := desiredConfigMap(cp, "log_level: 2\n", "abc123")
+				g.Expect(cm.Name).To(Equal("cp-config"))
+				g.Expect(cm.Data).To(Equal(map[string]string{"coordinator.yaml": "log_level: 2\n"}))
+				g.Expect(cm.Annotations).To(HaveKeyWithValue(AnnotationConfigRevision, "abc123"))
+			},
+		},
+		"service exposes 8080 to the coordinator pods": {
+			obj: desiredService(cp),
+			check: func(g Gomega) {
+				svc := desiredService(cp)
+				g.Expect(svc.Name).To(Equal("cp"))
+				g.Expect(svc.Spec.Selector).To(Equal(selectorLabels(cp)))
+				g.Expect(svc.Spec.Ports).To(HaveLen(1))
+				g.Expect(svc.Spec.Ports[0].Port).To(BeEquivalentTo(8080))
+				g.Expect(svc.Spec.Ports[0].TargetPort).To(Equal(intstr.FromString("http")))
+			},
+		},
+		"service account mounts no token": {
+			obj: desiredServiceAccount(cp),
+			check: func(g Gomega) {
+				g.Expect(desiredServiceAccount(cp).AutomountServiceAccountToken).To(Equal(ptr.To(false)))
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			expectOwnedBy(g, tc.obj, cp)
+			tc.check(g)
+		})
+	}
+}
+
+func TestEnsureChildInSync(t *testing.T) {
+	// inSync ignores what the API server defaults but notices edits of what we set.
+	cp := newPipeline("ns", "cp")
+	desired := deploymentFor(t, cp, "")
+	defaulted := desired.DeepCopy()
+	defaulted.Spec.RevisionHistoryLimit = ptr.To[int32](10)
+	defaulted.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
+	defaulted.Spec.Template.Spec.Containers[0].TerminationMessagePath = "/dev/termination-log"
+	defaulted.Spec.Template.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways
+	defaulted.Spec.Template.Spec.DNSPolicy = corev1.DNSClusterFirst
+	defaulted.Spec.Template.Spec.Containers[0].LivenessProbe.SuccessThreshold = 1
+
+	edited := defaulted.DeepCopy()
+	edited.Spec.Template.Spec.Containers[0].Args = []string{"--config", "/elsewhere"}
+	scaled := defaulted.DeepCopy()
+	scaled.Spec.Replicas = ptr.To[int32](0)
+
+	tests := map[string]struct {
+		live *appsv1.Deployment
+		want bool
+	}{
+		"identical":             {live: desired, want: true},
+		"server defaults added": {live: defaulted, want: true},
+		"container args edited": {live: edited, want: false},
+		"scaled by hand":        {live: scaled, want: false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			NewWithT(t).Expect(deploymentKind.inSync(desired, tc.live)).To(Equal(tc.want))
+		})
+	}
+}

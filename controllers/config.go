@@ -1,0 +1,146 @@
+package controllers
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers the built-in steps pipeline.Build validates
+
+	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+)
+
+const (
+	// ListenPort is the coordinator's HTTP port: container port, probes and Service port.
+	ListenPort = 8080
+	// ConfigKey is the ConfigMap key holding the rendered data-plane configuration.
+	ConfigKey = "coordinator.yaml"
+	// ConfigDir is where the ConfigMap is mounted in the coordinator container.
+	ConfigDir = "/etc/coordinator"
+	// ConfigPath is the file the coordinator reads (--config).
+	ConfigPath = ConfigDir + "/" + ConfigKey
+
+	// validationGatewayAddress stands in for a gateway address that is not resolved yet, so the
+	// pipeline can still be validated. A configuration built with it is never applied.
+	validationGatewayAddress = "http://gateway.invalid"
+)
+
+// renderConfig builds the data-plane configuration of cp: config.Default() overlaid with the
+// spec's log level, server, gateway and pipeline settings, listening on ListenPort.
+// gatewayAddress is the resolved gateway base URL. The only error is a step whose params are not
+// a JSON object (the CRD schema prevents it), reported as a *config.FieldError.
+func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress string) (config.Config, error) {
+	spec := &cp.Spec
+	cfg := config.Default()
+	if spec.LogLevel != 0 {
+		cfg.LogLevel = int(spec.LogLevel)
+	}
+
+	cfg.Server.ListenAddr = fmt.Sprintf(":%d", ListenPort)
+	setDuration(&cfg.Server.ReadTimeout, spec.Server.ReadTimeout)
+	setDuration(&cfg.Server.WriteTimeout, spec.Server.WriteTimeout)
+	setDuration(&cfg.Server.ShutdownTimeout, spec.Server.ShutdownTimeout)
+	if v := spec.Server.MaxRequestBodySizeMiB; v != nil {
+		cfg.Server.MaxRequestBodySize = int(*v)
+	}
+
+	cfg.Gateway.Address = gatewayAddress
+	setDuration(&cfg.Gateway.Timeout, spec.Gateway.Timeout)
+	setDuration(&cfg.Gateway.IdleConnTimeout, spec.Gateway.IdleConnTimeout)
+	if v := spec.Gateway.MaxIdleConnsPerHost; v != nil {
+		cfg.Gateway.MaxIdleConnsPerHost = int(*v)
+	}
+
+	p := &spec.Pipeline
+	if p.KVConnector != "" {
+		cfg.Pipeline.KVConnector = string(p.KVConnector)
+	}
+	if p.ECConnector != "" {
+		cfg.Pipeline.ECConnector = string(p.ECConnector)
+	}
+	if p.UseOpenAIFormat != nil {
+		cfg.Pipeline.UseOpenAIFormat = *p.UseOpenAIFormat
+	}
+	cfg.Pipeline.Steps = make([]config.Step, 0, len(p.Steps))
+	for i, s := range p.Steps {
+		step := config.Step{Type: string(s.Type)}
+		if s.Params != nil && len(s.Params.Raw) > 0 {
+			var params map[string]any
+			if err := json.Unmarshal(s.Params.Raw, &params); err != nil {
+				return config.Config{}, &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].params", i), Reason: "must be a mapping"}
+			}
+			if len(params) > 0 {
+				step.Params = params
+			}
+		}
+		cfg.Pipeline.Steps = append(cfg.Pipeline.Steps, step)
+	}
+	return cfg, nil
+}
+
+// setDuration overwrites dst when the spec sets d.
+func setDuration(dst *config.Duration, d *metav1.Duration) {
+	if d != nil {
+		*dst = config.Duration(d.Duration)
+	}
+}
+
+// validatePipeline builds every step of cfg with the data plane's own code (no network I/O, no
+// process environment) and returns its error, a *config.FieldError naming the failing key.
+func validatePipeline(cfg config.Config) error {
+	p, err := pipeline.Build(cfg, pipeline.Options{Getenv: func(string) string { return "" }})
+	if err != nil {
+		return err
+	}
+	p.Close()
+	return nil
+}
+
+// marshalConfig renders cfg as the ConfigMap's coordinator.yaml: a header comment and the
+// document config.Parse reads back to the same configuration and revision.
+func marshalConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.Config) (string, error) {
+	body, err := config.Marshal(cfg)
+	if err != nil {
+		return "", err
+	}
+	header := fmt.Sprintf("# Rendered by the coordinator operator from CoordinatorPipeline %s/%s; edits are overwritten.\n# revision: %s\n",
+		cp.Namespace, cp.Name, cfg.Revision())
+	return header + string(body), nil
+}
+
+// parseConfig reads back a rendered coordinator.yaml the way the data plane does (without
+// environment overrides).
+func parseConfig(data string) (config.Config, error) {
+	return config.Parse([]byte(data), nil)
+}
+
+// restartHash fingerprints the part of cfg the data plane applies only at start-up: the log
+// level and the server section (listen address, timeouts, body limit). It is stamped on the pod
+// template, so a change there rolls the Deployment while a pipeline or gateway change (which the
+// coordinators hot-reload from the mounted ConfigMap) leaves the pod template alone.
+func restartHash(cfg config.Config) string {
+	b, err := json.Marshal(struct {
+		LogLevel int           `json:"log_level"`
+		Server   config.Server `json:"server"`
+	}{cfg.LogLevel, cfg.Server})
+	if err != nil {
+		panic(fmt.Sprintf("restartHash: %v", err)) // plain struct of scalars: cannot fail
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// stepSummary lists cfg's step types, comma-separated (status.pipelineSteps).
+func stepSummary(cfg config.Config) string {
+	types := make([]string, len(cfg.Pipeline.Steps))
+	for i, s := range cfg.Pipeline.Steps {
+		types[i] = s.Type
+	}
+	return strings.Join(types, ",")
+}

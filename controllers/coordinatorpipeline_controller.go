@@ -1,0 +1,403 @@
+// Package controllers holds the CoordinatorPipeline reconciler. It renders a CoordinatorPipeline
+// into the data plane's configuration (validated with the data plane's own pipeline builder) and
+// runs it as a ConfigMap, a Deployment, a Service and a ServiceAccount, all owned by the
+// CoordinatorPipeline. Children are built by pure desiredX functions (children.go), status by pure
+// setters (coordinatorpipeline_status.go); Reconcile only sequences reads and writes.
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"github.com/epd-dev/coordinator/dataplane/config"
+
+	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+)
+
+// ControllerName names the controller (logs, metrics, events' reporting controller).
+const ControllerName = "coordinatorpipeline"
+
+// Field indexes on CoordinatorPipelines, used to map a changed InferencePool or Gateway to the
+// pipelines that reference it.
+const (
+	indexInferencePool = "spec.inferencePoolRef.name"
+	indexGateway       = "spec.gateway.gatewayRef"
+)
+
+var (
+	inferencePoolGK = schema.GroupKind{Group: infv1.GroupVersion.Group, Kind: "InferencePool"}
+	gatewayGK       = schema.GroupKind{Group: gatewayv1.GroupVersion.Group, Kind: "Gateway"}
+)
+
+// CoordinatorPipelineReconciler reconciles CoordinatorPipelines.
+type CoordinatorPipelineReconciler struct {
+	client.Client
+	// APIReader reads past the cache (after an AlreadyExists). Defaults to the manager's.
+	APIReader client.Reader
+	// Recorder emits events. Defaults to the manager's recorder for ControllerName.
+	Recorder events.EventRecorder
+	// DefaultImage is the coordinator image for pipelines that do not set spec.image.
+	DefaultImage string
+
+	// poolAPI and gatewayAPI record whether the InferencePool and Gateway CRDs were installed
+	// at start-up; without them references cannot resolve and nothing is watched.
+	poolAPI, gatewayAPI bool
+}
+
+// scope carries one reconcile's object and findings between phases.
+type scope struct {
+	cp     *coordinatorv1alpha1.CoordinatorPipeline
+	before *coordinatorv1alpha1.CoordinatorPipeline
+	// rendered is the spec's configuration when it is valid and complete (gateway resolved).
+	rendered *config.Config
+	obs      observed
+}
+
+// phase is one step of a reconcile. Every input is watched, so phases never ask for a timed
+// requeue: they return an error (retried with backoff) or nil.
+type phase func(ctx context.Context, s *scope) error
+
+// +kubebuilder:rbac:groups=coordinator.epd.dev,resources=coordinatorpipelines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordinator.epd.dev,resources=coordinatorpipelines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=coordinator.epd.dev,resources=coordinatorpipelines/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gateways,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings a CoordinatorPipeline's children in line with its spec and writes its status
+// once, at the end, only when it changed.
+func (r *CoordinatorPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	cp := &coordinatorv1alpha1.CoordinatorPipeline{}
+	if err := r.Get(ctx, req.NamespacedName, cp); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cp.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // children carry owner references: the garbage collector removes them
+	}
+
+	s := &scope{cp: cp, before: cp.DeepCopy()}
+	defer func() {
+		reterr = r.patchStatus(ctx, s, reterr)
+	}()
+
+	for _, p := range []phase{
+		r.resolveInferencePool,
+		r.resolveGateway,
+		r.renderConfig,
+		r.reconcileServiceAccount,
+		r.reconcileConfigMap,
+		r.reconcileService,
+		r.reconcileDeployment,
+	} {
+		if err := p(ctx, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// resolveInferencePool looks up spec.inferencePoolRef.
+func (r *CoordinatorPipelineReconciler) resolveInferencePool(ctx context.Context, s *scope) error {
+	name := s.cp.Spec.InferencePoolRef.Name
+	var res resolution
+	if !r.poolAPI {
+		res = apiUnavailable("InferencePool", infv1.GroupVersion.String())
+	} else {
+		pool := &infv1.InferencePool{}
+		err := r.Get(ctx, client.ObjectKey{Namespace: s.cp.Namespace, Name: name}, pool)
+		switch {
+		case apierrors.IsNotFound(err):
+			res = missingPool(s.cp.Namespace, name)
+		case err != nil:
+			return fmt.Errorf("reading InferencePool %s: %w", name, err)
+		default:
+			res = summarizePool(pool)
+		}
+	}
+	s.obs.pool = &res
+	return nil
+}
+
+// resolveGateway determines the gateway address: spec.gateway.address, or the referenced
+// Gateway's status address.
+func (r *CoordinatorPipelineReconciler) resolveGateway(ctx context.Context, s *scope) error {
+	spec := s.cp.Spec.Gateway
+	var res resolution
+	switch {
+	case spec.GatewayRef == nil:
+		res = explicitGateway(spec.Address)
+	case !r.gatewayAPI:
+		res = apiUnavailable("Gateway", gatewayv1.GroupVersion.String())
+	default:
+		ns, name := gatewayKey(s.cp)
+		gw := &gatewayv1.Gateway{}
+		err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, gw)
+		switch {
+		case apierrors.IsNotFound(err):
+			res = missingGateway(ns, name)
+		case err != nil:
+			return fmt.Errorf("reading Gateway %s/%s: %w", ns, name, err)
+		default:
+			res = resolveGatewayAddress(gw, *spec.GatewayRef)
+		}
+	}
+	s.obs.gateway = &res
+	return nil
+}
+
+// renderConfig renders the spec into the data-plane configuration and validates its pipeline
+// with the data plane's builder. An unresolved gateway does not stop validation (a placeholder
+// address stands in), but such a configuration is not applied.
+func (r *CoordinatorPipelineReconciler) renderConfig(_ context.Context, s *scope) error {
+	address := validationGatewayAddress
+	if s.obs.gateway.ok {
+		address = s.obs.gateway.address
+	}
+	cfg, err := renderConfig(s.cp, address)
+	if err == nil {
+		err = validatePipeline(cfg)
+	}
+	s.obs.pipelineErr = &err
+	if err == nil && s.obs.gateway.ok {
+		s.rendered = &cfg
+	}
+	return nil
+}
+
+func (r *CoordinatorPipelineReconciler) reconcileServiceAccount(ctx context.Context, s *scope) error {
+	_, _, err := ensureChild(ctx, r, s.cp, serviceAccountKind, desiredServiceAccount(s.cp))
+	return err
+}
+
+// reconcileConfigMap writes a valid rendered configuration. Without one it leaves the ConfigMap
+// alone, and the configuration already in it (the last good one) stays the applied one.
+func (r *CoordinatorPipelineReconciler) reconcileConfigMap(ctx context.Context, s *scope) error {
+	if s.rendered == nil {
+		live, err := getChild[corev1.ConfigMap](ctx, r, s.cp, configMapName(s.cp))
+		if err != nil || live == nil {
+			return err
+		}
+		if cfg, err := parseConfig(live.Data[ConfigKey]); err == nil {
+			s.obs.applied = &cfg
+		}
+		return nil
+	}
+	rendered, err := marshalConfig(s.cp, *s.rendered)
+	if err != nil {
+		return fmt.Errorf("rendering the configuration: %w", err)
+	}
+	revision := s.rendered.Revision()
+	_, res, err := ensureChild(ctx, r, s.cp, configMapKind, desiredConfigMap(s.cp, rendered, revision))
+	if err != nil {
+		return err
+	}
+	if res != unchanged {
+		r.Recorder.Eventf(s.cp, nil, corev1.EventTypeNormal, "ConfigApplied", "ApplyConfig",
+			"configuration revision %s %s in ConfigMap %s (steps: %s)", revision, res, configMapName(s.cp), stepSummary(*s.rendered))
+	}
+	s.obs.applied = s.rendered
+	return nil
+}
+
+func (r *CoordinatorPipelineReconciler) reconcileService(ctx context.Context, s *scope) error {
+	_, _, err := ensureChild(ctx, r, s.cp, serviceKind, desiredService(s.cp))
+	return err
+}
+
+// reconcileDeployment runs the coordinators with the applied configuration. With no valid
+// configuration ever rendered there is nothing to run.
+func (r *CoordinatorPipelineReconciler) reconcileDeployment(ctx context.Context, s *scope) error {
+	var dep *appsv1.Deployment
+	var err error
+	if s.obs.applied == nil {
+		dep, err = getChild[appsv1.Deployment](ctx, r, s.cp, s.cp.Name)
+	} else {
+		dep, _, err = ensureChild(ctx, r, s.cp, deploymentKind, desiredDeployment(s.cp, *s.obs.applied, r.DefaultImage))
+	}
+	if err != nil {
+		return err
+	}
+	s.obs.deployment, s.obs.deploymentChecked = dep, true
+	return nil
+}
+
+// patchStatus computes the status from the reconcile's findings and patches it when it changed.
+// An optimistic-lock conflict is retried without touching the status.
+func (r *CoordinatorPipelineReconciler) patchStatus(ctx context.Context, s *scope, reconcileErr error) error {
+	if apierrors.IsConflict(reconcileErr) {
+		return reconcileErr
+	}
+	s.obs.err = reconcileErr
+	computeStatus(s.cp, s.obs)
+	r.emitTransitionEvents(s.before, s.cp)
+	if equality.Semantic.DeepEqual(s.before.Status, s.cp.Status) {
+		return reconcileErr
+	}
+	if err := r.Status().Patch(ctx, s.cp, client.MergeFrom(s.before)); err != nil && !apierrors.IsNotFound(err) {
+		return errors.Join(reconcileErr, fmt.Errorf("patching status: %w", err))
+	}
+	return reconcileErr
+}
+
+// emitTransitionEvents emits Warning events when the pipeline becomes invalid (or its error
+// changes) and when a child conflict appears; steady state emits nothing.
+func (r *CoordinatorPipelineReconciler) emitTransitionEvents(before, after *coordinatorv1alpha1.CoordinatorPipeline) {
+	for _, w := range []struct {
+		condType coordinatorv1alpha1.ConditionType
+		reason   coordinatorv1alpha1.ConditionReason
+		action   string
+	}{
+		{coordinatorv1alpha1.ConditionPipelineValid, coordinatorv1alpha1.ReasonInvalidPipeline, "ValidatePipeline"},
+		{coordinatorv1alpha1.ConditionDegraded, coordinatorv1alpha1.ReasonChildConflict, "ApplyChildren"},
+	} {
+		now := meta.FindStatusCondition(after.Status.Conditions, string(w.condType))
+		if now == nil || now.Reason != string(w.reason) {
+			continue
+		}
+		prev := meta.FindStatusCondition(before.Status.Conditions, string(w.condType))
+		if prev != nil && prev.Reason == now.Reason && prev.Message == now.Message {
+			continue
+		}
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, string(w.reason), w.action, "%s", now.Message)
+	}
+}
+
+// gatewayKey is the namespace and name of the Gateway cp references.
+func gatewayKey(cp *coordinatorv1alpha1.CoordinatorPipeline) (string, string) {
+	ref := cp.Spec.Gateway.GatewayRef
+	ns := ref.Namespace
+	if ns == "" {
+		ns = cp.Namespace
+	}
+	return ns, ref.Name
+}
+
+// CacheByObject restricts the manager's cache of child kinds to the objects this operator
+// manages (LabelManagedBy), instead of every ConfigMap, Service, ServiceAccount and Deployment
+// in the cluster.
+func CacheByObject() map[client.Object]cache.ByObject {
+	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy})}
+	return map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}:      managed,
+		&corev1.Service{}:        managed,
+		&corev1.ServiceAccount{}: managed,
+		&appsv1.Deployment{}:     managed,
+	}
+}
+
+// SetupWithManager registers the reconciler: it owns its children, and watches the
+// InferencePools and Gateways that pipelines reference (through field indexes), when those APIs
+// are installed.
+func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder(ControllerName)
+	}
+	var err error
+	if r.poolAPI, err = hasAPI(mgr, inferencePoolGK, infv1.GroupVersion.Version); err != nil {
+		return err
+	}
+	if r.gatewayAPI, err = hasAPI(mgr, gatewayGK, gatewayv1.GroupVersion.Version); err != nil {
+		return err
+	}
+	log := mgr.GetLogger().WithName(ControllerName)
+	if !r.poolAPI {
+		log.Info("InferencePool API not installed: pipelines report InferencePoolResolved=False until the operator restarts with it", "group", inferencePoolGK.Group)
+	}
+	if !r.gatewayAPI {
+		log.Info("Gateway API not installed: spec.gateway.gatewayRef cannot resolve until the operator restarts with it", "group", gatewayGK.Group)
+	}
+
+	indexer := mgr.GetFieldIndexer()
+	if err := indexer.IndexField(ctx, &coordinatorv1alpha1.CoordinatorPipeline{}, indexInferencePool, func(o client.Object) []string {
+		return []string{o.(*coordinatorv1alpha1.CoordinatorPipeline).Spec.InferencePoolRef.Name}
+	}); err != nil {
+		return fmt.Errorf("indexing %s: %w", indexInferencePool, err)
+	}
+	if err := indexer.IndexField(ctx, &coordinatorv1alpha1.CoordinatorPipeline{}, indexGateway, func(o client.Object) []string {
+		cp := o.(*coordinatorv1alpha1.CoordinatorPipeline)
+		if cp.Spec.Gateway.GatewayRef == nil {
+			return nil
+		}
+		ns, name := gatewayKey(cp)
+		return []string{ns + "/" + name}
+	}); err != nil {
+		return fmt.Errorf("indexing %s: %w", indexGateway, err)
+	}
+
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		// Status writes (ours) do not change the generation: no reconcile for them.
+		For(&coordinatorv1alpha1.CoordinatorPipeline{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&corev1.Service{}).
+		Owns(&appsv1.Deployment{})
+	if r.poolAPI {
+		b = b.Watches(&infv1.InferencePool{}, handler.EnqueueRequestsFromMapFunc(r.pipelinesForPool))
+	}
+	if r.gatewayAPI {
+		b = b.Watches(&gatewayv1.Gateway{}, handler.EnqueueRequestsFromMapFunc(r.pipelinesForGateway))
+	}
+	return b.Complete(r)
+}
+
+// pipelinesForPool maps an InferencePool to the pipelines of its namespace that reference it.
+func (r *CoordinatorPipelineReconciler) pipelinesForPool(ctx context.Context, pool client.Object) []reconcile.Request {
+	return r.requestsFor(ctx, client.InNamespace(pool.GetNamespace()), client.MatchingFields{indexInferencePool: pool.GetName()})
+}
+
+// pipelinesForGateway maps a Gateway to the pipelines (in any namespace) that reference it.
+func (r *CoordinatorPipelineReconciler) pipelinesForGateway(ctx context.Context, gw client.Object) []reconcile.Request {
+	return r.requestsFor(ctx, client.MatchingFields{indexGateway: gw.GetNamespace() + "/" + gw.GetName()})
+}
+
+func (r *CoordinatorPipelineReconciler) requestsFor(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+	var list coordinatorv1alpha1.CoordinatorPipelineList
+	if err := r.List(ctx, &list, opts...); err != nil {
+		logf.FromContext(ctx).Error(err, "listing CoordinatorPipelines for a watched reference")
+		return nil
+	}
+	reqs := make([]reconcile.Request, len(list.Items))
+	for i := range list.Items {
+		reqs[i] = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])}
+	}
+	return reqs
+}
+
+// hasAPI reports whether the cluster serves kind gk at version.
+func hasAPI(mgr ctrl.Manager, gk schema.GroupKind, version string) (bool, error) {
+	_, err := mgr.GetRESTMapper().RESTMapping(gk, version)
+	switch {
+	case err == nil:
+		return true, nil
+	case meta.IsNoMatchError(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("discovering %s: %w", gk, err)
+	}
+}

@@ -1,0 +1,238 @@
+package controllers
+
+import (
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/epd-dev/coordinator/dataplane/config"
+
+	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+)
+
+// observed is what one reconcile learned. A nil field means the phase that fills it did not run
+// (an earlier phase failed): the matching condition keeps its previous value.
+type observed struct {
+	// pool and gateway are the resolutions of spec.inferencePoolRef and spec.gateway.
+	pool, gateway *resolution
+	// pipelineErr is the result of validating the spec's pipeline (nil pointer: not validated).
+	pipelineErr *error
+	// applied is the configuration in the ConfigMap: just rendered, or the last good one.
+	applied *config.Config
+	// deploymentChecked is set once the Deployment phase ran; deployment is nil when there is
+	// none (no valid configuration yet).
+	deploymentChecked bool
+	deployment        *appsv1.Deployment
+	// err is the error that ended the reconcile early, if any.
+	err error
+}
+
+// computeStatus writes cp.Status from what the reconcile observed. It is pure: the same cp and
+// observation give the same status, and unchanged conditions keep their lastTransitionTime.
+func computeStatus(cp *coordinatorv1alpha1.CoordinatorPipeline, o observed) {
+	cp.Status.ObservedGeneration = cp.Generation
+	if o.pipelineErr != nil {
+		setPipelineValidCondition(cp, *o.pipelineErr)
+	}
+	if o.pool != nil {
+		setResolvedCondition(cp, coordinatorv1alpha1.ConditionInferencePoolResolved, *o.pool)
+	}
+	if o.gateway != nil {
+		setResolvedCondition(cp, coordinatorv1alpha1.ConditionGatewayResolved, *o.gateway)
+	}
+	if o.applied != nil {
+		setConfigStatus(cp, *o.applied)
+	}
+	var r *rollout
+	if o.deploymentChecked {
+		ro := rolloutOf(o.deployment)
+		r = &ro
+		setReplicas(cp, o.deployment)
+		setProgressingCondition(cp, ro)
+	}
+	setDegradedCondition(cp, o.err, r)
+	setReadyCondition(cp, o.err, r)
+}
+
+// setCondition sets one condition, stamped with the generation it was computed from.
+func setCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, t coordinatorv1alpha1.ConditionType, ok bool, reason coordinatorv1alpha1.ConditionReason, message string) {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&cp.Status.Conditions, metav1.Condition{
+		Type:               string(t),
+		Status:             status,
+		Reason:             string(reason),
+		Message:            message,
+		ObservedGeneration: cp.Generation,
+	})
+}
+
+func conditionFalse(cp *coordinatorv1alpha1.CoordinatorPipeline, t coordinatorv1alpha1.ConditionType) *metav1.Condition {
+	c := meta.FindStatusCondition(cp.Status.Conditions, string(t))
+	if c != nil && c.Status == metav1.ConditionFalse {
+		return c
+	}
+	return nil
+}
+
+// setPipelineValidCondition reports the pipeline's validation. The message of an invalid
+// pipeline is the data plane's error verbatim, naming the key that failed.
+func setPipelineValidCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error) {
+	if err != nil {
+		setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, false, coordinatorv1alpha1.ReasonInvalidPipeline, err.Error())
+		return
+	}
+	setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, true, coordinatorv1alpha1.ReasonValid,
+		fmt.Sprintf("all %d steps build with their params", len(cp.Spec.Pipeline.Steps)))
+}
+
+// setResolvedCondition maps a resolution to InferencePoolResolved or GatewayResolved.
+func setResolvedCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, t coordinatorv1alpha1.ConditionType, r resolution) {
+	setCondition(cp, t, r.ok, r.reason, r.message)
+}
+
+// setConfigStatus records the applied configuration: its revision (what the coordinators
+// report once they load it), steps and gateway address.
+func setConfigStatus(cp *coordinatorv1alpha1.CoordinatorPipeline, applied config.Config) {
+	cp.Status.ConfigRevision = applied.Revision()
+	cp.Status.PipelineSteps = stepSummary(applied)
+	cp.Status.GatewayAddress = applied.Gateway.Address
+}
+
+// setReplicas copies the Deployment's replica counts and the pod selector (scale subresource).
+func setReplicas(cp *coordinatorv1alpha1.CoordinatorPipeline, dep *appsv1.Deployment) {
+	cp.Status.Selector = selectorString(cp)
+	if dep == nil {
+		cp.Status.Replicas, cp.Status.UpdatedReplicas, cp.Status.ReadyReplicas = 0, 0, 0
+		return
+	}
+	cp.Status.Replicas = dep.Status.Replicas
+	cp.Status.UpdatedReplicas = dep.Status.UpdatedReplicas
+	cp.Status.ReadyReplicas = dep.Status.ReadyReplicas
+}
+
+// rollout is the state of the coordinator Deployment's rollout.
+type rollout struct {
+	// exists is false when there is no Deployment (no valid configuration yet).
+	exists bool
+	// complete: the Deployment controller has seen the current template, every desired replica
+	// runs it and is available, and no old replica is left.
+	complete bool
+	// stalled: the Deployment reports ProgressDeadlineExceeded.
+	stalled bool
+	message string
+}
+
+// rolloutOf reads a Deployment's rollout state from its status.
+func rolloutOf(dep *appsv1.Deployment) rollout {
+	if dep == nil {
+		return rollout{message: "no coordinator Deployment: no valid configuration has been rendered yet"}
+	}
+	want := ptr.Deref(dep.Spec.Replicas, 1)
+	st := dep.Status
+	r := rollout{exists: true}
+	for _, c := range st.Conditions {
+		if c.Type == appsv1.DeploymentProgressing && c.Status == "False" && c.Reason == "ProgressDeadlineExceeded" {
+			r.stalled = true
+			r.message = fmt.Sprintf("Deployment %s: %s", dep.Name, c.Message)
+			return r
+		}
+	}
+	switch {
+	case st.ObservedGeneration < dep.Generation:
+		r.message = fmt.Sprintf("Deployment %s: waiting for the Deployment controller to observe generation %d", dep.Name, dep.Generation)
+	case st.UpdatedReplicas < want:
+		r.message = fmt.Sprintf("Deployment %s: %d of %d replicas updated", dep.Name, st.UpdatedReplicas, want)
+	case st.Replicas > st.UpdatedReplicas:
+		r.message = fmt.Sprintf("Deployment %s: %d old replicas pending termination", dep.Name, st.Replicas-st.UpdatedReplicas)
+	case st.AvailableReplicas < want:
+		r.message = fmt.Sprintf("Deployment %s: %d of %d updated replicas available", dep.Name, st.AvailableReplicas, want)
+	default:
+		r.complete = true
+		r.message = fmt.Sprintf("Deployment %s: %d of %d replicas updated and available", dep.Name, st.AvailableReplicas, want)
+	}
+	return r
+}
+
+// setProgressingCondition is True while the Deployment rolls out or scales.
+func setProgressingCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, r rollout) {
+	switch {
+	case !r.exists:
+		setCondition(cp, coordinatorv1alpha1.ConditionProgressing, false, coordinatorv1alpha1.ReasonNoValidConfig, r.message)
+	case r.stalled:
+		setCondition(cp, coordinatorv1alpha1.ConditionProgressing, false, coordinatorv1alpha1.ReasonProgressDeadlineExceeded, r.message)
+	case !r.complete:
+		setCondition(cp, coordinatorv1alpha1.ConditionProgressing, true, coordinatorv1alpha1.ReasonRollingOut, r.message)
+	default:
+		setCondition(cp, coordinatorv1alpha1.ConditionProgressing, false, coordinatorv1alpha1.ReasonRolloutComplete, r.message)
+	}
+}
+
+// setDegradedCondition is True when the spec cannot be applied: the reconcile failed (err), the
+// pipeline is invalid, or the rollout stalled (r, nil when the Deployment phase did not run).
+func setDegradedCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error, r *rollout) {
+	var conflict *conflictError
+	switch {
+	case errors.As(err, &conflict):
+		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonChildConflict, conflict.Error())
+	case err != nil:
+		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonReconcileError, err.Error())
+	case conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid) != nil:
+		msg := "spec.pipeline is invalid (see PipelineValid); nothing is deployed until it is fixed"
+		if cp.Status.ConfigRevision != "" {
+			msg = fmt.Sprintf("spec.pipeline is invalid (see PipelineValid); the coordinators keep serving configuration revision %s", cp.Status.ConfigRevision)
+		}
+		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonInvalidPipeline, msg)
+	case r != nil && r.stalled:
+		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonProgressDeadlineExceeded, r.message)
+	default:
+		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, false, coordinatorv1alpha1.ReasonAsExpected, "the spec is applied")
+	}
+}
+
+// setReadyCondition summarizes: Ready=True only when the reconcile succeeded, the pipeline is
+// valid, the gateway and the InferencePool are resolved, and the rollout is complete. The reason
+// names the first thing that is not.
+func setReadyCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error, r *rollout) {
+	notReady := func(reason coordinatorv1alpha1.ConditionReason, msg string) {
+		setCondition(cp, coordinatorv1alpha1.ConditionReady, false, reason, msg)
+	}
+	var conflict *conflictError
+	if errors.As(err, &conflict) {
+		notReady(coordinatorv1alpha1.ReasonChildConflict, conflict.Error())
+		return
+	}
+	if err != nil {
+		notReady(coordinatorv1alpha1.ReasonReconcileError, err.Error())
+		return
+	}
+	if c := conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid); c != nil {
+		notReady(coordinatorv1alpha1.ReasonInvalidPipeline, c.Message)
+		return
+	}
+	if c := conditionFalse(cp, coordinatorv1alpha1.ConditionGatewayResolved); c != nil {
+		notReady(coordinatorv1alpha1.ReasonGatewayNotResolved, c.Message)
+		return
+	}
+	if c := conditionFalse(cp, coordinatorv1alpha1.ConditionInferencePoolResolved); c != nil {
+		notReady(coordinatorv1alpha1.ReasonInferencePoolNotResolved, c.Message)
+		return
+	}
+	switch {
+	case r == nil:
+		notReady(coordinatorv1alpha1.ReasonDeploymentNotReady, "the coordinator Deployment has not been reconciled yet")
+	case !r.exists:
+		notReady(coordinatorv1alpha1.ReasonNoValidConfig, r.message)
+	case !r.complete:
+		notReady(coordinatorv1alpha1.ReasonDeploymentNotReady, r.message)
+	default:
+		setCondition(cp, coordinatorv1alpha1.ConditionReady, true, coordinatorv1alpha1.ReasonReady,
+			fmt.Sprintf("%d coordinator replicas ready; configuration revision %s applied", cp.Status.ReadyReplicas, cp.Status.ConfigRevision))
+	}
+}

@@ -1,0 +1,189 @@
+// Package stack starts, on loopback, the pieces around a coordinator: an encode, prefill and
+// decode pool of simworkers, a render service and the gateway double that routes by EPP-Profile.
+// Integration tests, end-to-end tests, benchmarks and `make demo` share it, and it can start an
+// in-process coordinator on a given configuration.
+package stack
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/server"
+	"github.com/epd-dev/coordinator/dataplane/steps"
+	"github.com/epd-dev/coordinator/test/gateway"
+	"github.com/epd-dev/coordinator/test/simworker"
+)
+
+// Options shape the worker pool.
+type Options struct {
+	// KVConnector and ECConnector are what the workers run (the coordinator must match).
+	KVConnector string
+	ECConnector string
+	// Encoders, Prefillers and Decoders size each pool (default 1 each).
+	Encoders, Prefillers, Decoders int
+	// TTFT and ITL set the workers' generation latency; EncodeDelay the encoders' TTFT.
+	TTFT, ITL, EncodeDelay time.Duration
+	// Dir holds the shared-storage directories (a temporary directory when empty).
+	Dir string
+}
+
+// Stack is a running worker pool behind a gateway.
+type Stack struct {
+	Encode, Prefill, Decode []*simworker.Worker
+	// Render serves the render endpoints (vLLM's render service).
+	Render  *simworker.Worker
+	Gateway *gateway.Gateway
+	dir     string
+	ownDir  bool
+}
+
+// Start launches the pool. Close stops it.
+func Start(o Options) (st *Stack, err error) {
+	if o.KVConnector == "" {
+		o.KVConnector = string(simworker.KVNixl)
+	}
+	if o.ECConnector == "" {
+		o.ECConnector = string(simworker.ECNixl)
+	}
+	o.Encoders, o.Prefillers, o.Decoders = atLeastOne(o.Encoders), atLeastOne(o.Prefillers), atLeastOne(o.Decoders)
+	st = &Stack{dir: o.Dir}
+	if st.dir == "" {
+		if st.dir, err = os.MkdirTemp("", "epd-stack-"); err != nil {
+			return nil, err
+		}
+		st.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			st.Close()
+		}
+	}()
+	kvDir, ecDir := filepath.Join(st.dir, "kv"), filepath.Join(st.dir, "ec")
+	for _, d := range []string{kvDir, ecDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	start := func(role simworker.Role, i int, ttft time.Duration) (*simworker.Worker, error) {
+		return simworker.Start(simworker.Config{
+			Name: fmt.Sprintf("%s-%d", role, i), Role: role,
+			KVConnector: simworker.KVConnector(o.KVConnector), ECConnector: simworker.ECConnector(o.ECConnector),
+			KVDir: kvDir, ECDir: ecDir, TTFT: ttft, ITL: o.ITL,
+		})
+	}
+	pools := map[string][]string{}
+	for _, p := range []struct {
+		profile string
+		role    simworker.Role
+		n       int
+		ttft    time.Duration
+		dst     *[]*simworker.Worker
+	}{
+		{"encode", simworker.RoleEncode, o.Encoders, o.EncodeDelay, &st.Encode},
+		{"prefill", simworker.RolePrefill, o.Prefillers, o.TTFT, &st.Prefill},
+		{"decode", simworker.RoleDecode, o.Decoders, o.TTFT, &st.Decode},
+	} {
+		for i := 0; i < p.n; i++ {
+			w, err := start(p.role, i, p.ttft)
+			if err != nil {
+				return nil, fmt.Errorf("starting %s worker: %w", p.profile, err)
+			}
+			*p.dst = append(*p.dst, w)
+			pools[p.profile] = append(pools[p.profile], w.URL())
+		}
+	}
+	if st.Render, err = simworker.Start(simworker.Config{Name: "render", Role: simworker.RoleBoth}); err != nil {
+		return nil, fmt.Errorf("starting the render service: %w", err)
+	}
+	if st.Gateway, err = gateway.Start(gateway.Config{Pools: pools}); err != nil {
+		return nil, fmt.Errorf("starting the gateway: %w", err)
+	}
+	return st, nil
+}
+
+func atLeastOne(n int) int { return max(n, 1) }
+
+// Workers lists every worker of the pools.
+func (s *Stack) Workers() []*simworker.Worker {
+	var all []*simworker.Worker
+	all = append(all, s.Encode...)
+	all = append(all, s.Prefill...)
+	return append(all, s.Decode...)
+}
+
+// Reset forgets recorded requests and legs (not the decode prefix caches).
+func (s *Stack) Reset() {
+	for _, w := range append(s.Workers(), s.Render) {
+		if w != nil {
+			w.Reset()
+		}
+	}
+	if s.Gateway != nil {
+		s.Gateway.Reset()
+	}
+}
+
+// Close stops every process of the stack.
+func (s *Stack) Close() {
+	if s.Gateway != nil {
+		s.Gateway.Close()
+	}
+	for _, w := range append(s.Workers(), s.Render) {
+		if w != nil {
+			_ = w.Close()
+		}
+	}
+	if s.ownDir {
+		_ = os.RemoveAll(s.dir)
+	}
+}
+
+// Coordinator is an in-process coordinator server on loopback.
+type Coordinator struct {
+	Server   *server.Server
+	Holder   *pipeline.Holder
+	Pipeline *pipeline.Pipeline
+	url      string
+	done     chan error
+}
+
+// URL is the coordinator's base URL (no trailing slash).
+func (c *Coordinator) URL() string { return c.url }
+
+// Close stops the server at once.
+func (c *Coordinator) Close() {
+	_ = c.Server.Close()
+	<-c.done
+}
+
+// LoopbackMedia lets replace-media-urls download from loopback media servers (tests only).
+var LoopbackMedia = map[string]any{steps.ReplaceMediaURLsStep: steps.ReplaceMediaURLsHooks{AllowAddr: func(a netip.Addr) bool { return a.IsLoopback() }}}
+
+// StartCoordinator builds the pipeline of cfg and serves it on 127.0.0.1 (any port).
+func StartCoordinator(cfg config.Config, log logr.Logger, hooks map[string]any) (*Coordinator, error) {
+	if log.GetSink() == nil {
+		log = logr.Discard()
+	}
+	p, err := pipeline.Build(cfg, pipeline.Options{Log: log, Hooks: hooks})
+	if err != nil {
+		return nil, err
+	}
+	holder := &pipeline.Holder{}
+	holder.Swap(p)
+	srv := server.New(server.Options{Server: cfg.Server, Pipelines: holder, Log: log})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	c := &Coordinator{Server: srv, Holder: holder, Pipeline: p, url: "http://" + l.Addr().String(), done: make(chan error, 1)}
+	go func() { c.done <- srv.Serve(l) }()
+	return c, nil
+}
