@@ -51,7 +51,7 @@ func TestEncodeFanOut(t *testing.T) {
 		if tok, ok := c.Body["tokens"].(map[string]any); ok {
 			hash = tok["features"].(map[string]any)["mm_hashes"].(map[string]any)["image"].([]any)[0].(string)
 		}
-		okJSON(`{"id":"e","ec_transfer_params":{"` + hash + `":{"peer_host":"10.0.0.9","peer_port":5501}}}`)(w, c)
+		okJSON(`{"id":"e","ec_transfer_params":{"`+hash+`":{"peer_host":"10.0.0.9","peer_port":5501}}}`)(w, c)
 	})
 	s := newEncodeStep(t, gw, nil)
 	rc := twoImageRC(t, "/v1/chat/completions")

@@ -187,7 +187,7 @@ func (s *render) completions(ctx context.Context, rc *pipeline.RequestContext) e
 
 // renderAnswer is the chat render service's reply; only token_ids and features are read.
 type renderAnswer struct {
-	TokenIDs []int          `json:"token_ids"`
+	TokenIDs []int           `json:"token_ids"`
 	Features *clientFeatures `json:"features"`
 }
 
