@@ -8,7 +8,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   ?= -s -w -X main.version=$(VERSION) -X main.commit=$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Packages whose tests run with the race detector (fast to build); the rest run without it.
-RACE_PKGS  = ./dataplane/... ./test/simworker/... ./test/gateway/... ./test/mediaserver/... ./cmd/coordinator/...
+RACE_PKGS  = ./dataplane/... ./cmd/coordinator/... ./test/simworker/... ./test/gateway/... ./test/mediaserver/... ./test/stack/... ./test/integration/...
 
 .PHONY: all
 all: build
@@ -39,7 +39,7 @@ envtest-assets: ## Build kube-apiserver, etcd and kubectl for envtest (cached ou
 .PHONY: test
 test: lint envtest-assets ## Run every test (what CI runs).
 	$(GO) test -race -count=1 $(RACE_PKGS)
-	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 $$($(GO) list ./... | grep -v -e /dataplane/ -e /test/simworker -e /test/gateway -e /test/mediaserver -e /cmd/coordinator)
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 $$($(GO) list ./... | grep -v -e /dataplane/ -e /cmd/coordinator -e /test/simworker -e /test/gateway -e /test/mediaserver -e /test/stack -e /test/integration)
 
 .PHONY: bench
 bench: ## Go benchmarks of the request path.

@@ -131,6 +131,9 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 	podLabels := selectorLabels(cp)
 	podLabels[LabelManagedBy] = ManagedBy
 
+	// Integer fields the API server defaults are set explicitly (e.g. probes' SuccessThreshold):
+	// the drift check treats an unset string, pointer, slice or map as "don't care", but 0 as a
+	// value.
 	container := corev1.Container{
 		Name:            containerName,
 		Image:           image,
@@ -146,12 +149,14 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString(portName)}},
 			PeriodSeconds:    10,
 			TimeoutSeconds:   2,
+			SuccessThreshold: 1,
 			FailureThreshold: 3,
 		},
 		ReadinessProbe: &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString(portName)}},
 			PeriodSeconds:    5,
 			TimeoutSeconds:   2,
+			SuccessThreshold: 1,
 			FailureThreshold: 2,
 		},
 		VolumeMounts: []corev1.VolumeMount{

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -145,3 +146,5 @@ func testLogger(t *testing.T) logr.Logger {
 	}
 	return logging.New(logging.Trace, os.Stderr)
 }
+
+func asAPIError(err error, target **openai.Error) bool { return errors.As(err, target) }

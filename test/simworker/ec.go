@@ -103,7 +103,19 @@ func encodeItems(in *inference) ([]encodeItem, *apiError) {
 // computation) verify ec_transfer_params only when the request carries them,
 // since the worker could encode the images itself.
 func (w *Worker) verifyEC(ctx context.Context, in *inference, strict bool) *apiError {
-	hashes := in.features.imageHashes()
+	// Items that carry their preprocessed inputs (kwargs_data) are encoded inline by this worker,
+	// as vLLM does for tokens-in requests; only the others need encoder outputs.
+	if in.features == nil {
+		return nil
+	}
+	var hashes []string
+	kwargs := in.features.KwargsData["image"]
+	for i, h := range in.features.imageHashes() {
+		if i < len(kwargs) && kwargs[i] != nil {
+			continue
+		}
+		hashes = append(hashes, h)
+	}
 	if len(hashes) == 0 {
 		return nil
 	}

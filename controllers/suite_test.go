@@ -1,0 +1,229 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"go.uber.org/zap/zapcore"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+)
+
+// The envtest suite: one kube-apiserver + etcd (from KUBEBUILDER_ASSETS) with our CRDs, the GAIE
+// InferencePool CRD and the Gateway API Gateway CRD, and one manager running the reconciler.
+// It starts lazily, on the first test that needs it, so the pure unit tests of this package run
+// without it; TestMain stops it. Every test works in its own namespace.
+
+// testEnv is the running suite.
+type testEnv struct {
+	env *envtest.Environment
+	// client talks to the API server directly (no cache): what tests read is current.
+	client client.Client
+	// reconciler is the manager's reconciler, for forcing a reconcile.
+	reconciler *CoordinatorPipelineReconciler
+	stop       func()
+}
+
+var (
+	suiteOnce sync.Once
+	suite     *testEnv
+	suiteErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if suite != nil {
+		suite.stop()
+	}
+	os.Exit(code)
+}
+
+// envSuite returns the running envtest suite, starting it on first use. It fails the test with
+// instructions when KUBEBUILDER_ASSETS is not set.
+func envSuite(t *testing.T) *testEnv {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: the controller integration tests need a kube-apiserver and etcd. " +
+			"Run `make test`, or `KUBEBUILDER_ASSETS=$(hack/setup-envtest-assets.sh) go test ./controllers/...` from the repository root.")
+	}
+	suiteOnce.Do(func() { suite, suiteErr = startSuite() })
+	if suiteErr != nil {
+		t.Fatalf("starting the envtest suite: %v", suiteErr)
+	}
+	return suite
+}
+
+// moduleDir is the module cache directory of a dependency (its CRDs ship in the module).
+func moduleDir(module string) (string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module).Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m %s: %w", module, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func testScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(coordinatorv1alpha1.AddToScheme(s))
+	utilruntime.Must(infv1.Install(s))
+	utilruntime.Must(gatewayv1.Install(s))
+	return s
+}
+
+func startSuite() (*testEnv, error) {
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+
+	gaie, err := moduleDir("sigs.k8s.io/gateway-api-inference-extension")
+	if err != nil {
+		return nil, err
+	}
+	gwapi, err := moduleDir("sigs.k8s.io/gateway-api")
+	if err != nil {
+		return nil, err
+	}
+	scheme := testScheme()
+	env := &envtest.Environment{
+		Scheme: scheme,
+		CRDDirectoryPaths: []string{
+			filepath.Join("..", "config", "crd", "bases"),
+			filepath.Join(gaie, "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml"),
+			filepath.Join(gwapi, "config", "crd", "standard", "gateway.networking.k8s.io_gateways.yaml"),
+		},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("envtest: %w", err)
+	}
+	// The suite creates hundreds of objects (scale test): do not throttle client-side.
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 500, 1000
+
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cache.Options{ByObject: CacheByObject()},
+		Controller:             config.Controller{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &CoordinatorPipelineReconciler{Client: mgr.GetClient(), DefaultImage: "registry.test/coordinator:test"}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		cancel()
+		_ = env.Stop()
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		cancel()
+		_ = env.Stop()
+		return nil, fmt.Errorf("manager cache did not sync: %v", <-done)
+	}
+	return &testEnv{
+		env:        env,
+		client:     direct,
+		reconciler: r,
+		stop: func() {
+			cancel()
+			if err := <-done; err != nil {
+				fmt.Fprintln(os.Stderr, "manager:", err)
+			}
+			if err := env.Stop(); err != nil {
+				fmt.Fprintln(os.Stderr, "envtest stop:", err)
+			}
+		},
+	}, nil
+}
+
+// namespace creates a fresh namespace for one test.
+func (e *testEnv) namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "cpl-"}}
+	if err := e.client.Create(context.Background(), ns); err != nil {
+		t.Fatalf("creating a namespace: %v", err)
+	}
+	return ns.Name
+}
+
+// gomega returns a Gomega with timeouts suited to a reconcile loop on a shared 2-core machine.
+func gomega(t *testing.T) *WithT {
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(30 * time.Second)
+	g.SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
+	g.SetDefaultConsistentlyDuration(time.Second)
+	g.SetDefaultConsistentlyPollingInterval(100 * time.Millisecond)
+	return g
+}
+
+// createPool creates an InferencePool named name.
+func (e *testEnv) createPool(t *testing.T, namespace, name string) *infv1.InferencePool {
+	t.Helper()
+	pool := &infv1.InferencePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: infv1.InferencePoolSpec{
+			Selector:          infv1.LabelSelector{MatchLabels: map[infv1.LabelKey]infv1.LabelValue{"app": "vllm"}},
+			TargetPorts:       []infv1.Port{{Number: 8000}},
+			EndpointPickerRef: &infv1.EndpointPickerRef{Name: "epp", Port: &infv1.Port{Number: 9002}},
+		},
+	}
+	if err := e.client.Create(context.Background(), pool); err != nil {
+		t.Fatalf("creating InferencePool: %v", err)
+	}
+	return pool
+}
+
+// markDeploymentAvailable plays the Deployment controller (envtest has none): every desired
+// replica of the current generation is updated and available.
+func (e *testEnv) markDeploymentAvailable(g *WithT, namespace, name string) {
+	g.Eventually(func(g Gomega) {
+		dep := &appsv1.Deployment{}
+		g.Expect(e.client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, dep)).To(Succeed())
+		n := ptr.Deref(dep.Spec.Replicas, 1)
+		dep.Status = appsv1.DeploymentStatus{
+			ObservedGeneration: dep.Generation,
+			Replicas:           n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
+			Conditions: []appsv1.DeploymentCondition{
+				{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"},
+				{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable"},
+			},
+		}
+		g.Expect(e.client.Status().Update(context.Background(), dep)).To(Succeed())
+	}).Should(Succeed())
+}
