@@ -77,12 +77,12 @@ func TestMultimodalCases(t *testing.T) {
 		wantLegs   string
 		downloaded int
 	}{
-		"text only":          {wantLegs: "decode:412,prefill:200,decode:200"},
-		"one remote image":   {urls: []string{remoteA}, images: [][]byte{pngA}, downloaded: 1, wantLegs: "decode:412,encode:200,prefill:200,decode:200"},
-		"two remote images":  {urls: []string{remoteA, remoteB}, images: [][]byte{pngA, pngB}, downloaded: 2, wantLegs: "decode:412,encode:200,encode:200,prefill:200,decode:200"},
-		"inline data URL":    {urls: []string{dataURL(pngB)}, images: [][]byte{pngB}, wantLegs: "decode:412,encode:200,prefill:200,decode:200"},
-		"mixed remote+data":  {urls: []string{dataURL(pngA), remoteB}, images: [][]byte{pngA, pngB}, downloaded: 1, wantLegs: "decode:412,encode:200,encode:200,prefill:200,decode:200"},
-		"same image twice":   {urls: []string{remoteA, dataURL(pngA)}, images: [][]byte{pngA, pngA}, downloaded: 1, wantLegs: "decode:412,encode:200,encode:200,prefill:200,decode:200"},
+		"text only":         {wantLegs: "decode:412,prefill:200,decode:200"},
+		"one remote image":  {urls: []string{remoteA}, images: [][]byte{pngA}, downloaded: 1, wantLegs: "decode:412,encode:200,prefill:200,decode:200"},
+		"two remote images": {urls: []string{remoteA, remoteB}, images: [][]byte{pngA, pngB}, downloaded: 2, wantLegs: "decode:412,encode:200,encode:200,prefill:200,decode:200"},
+		"inline data URL":   {urls: []string{dataURL(pngB)}, images: [][]byte{pngB}, wantLegs: "decode:412,encode:200,prefill:200,decode:200"},
+		"mixed remote+data": {urls: []string{dataURL(pngA), remoteB}, images: [][]byte{pngA, pngB}, downloaded: 1, wantLegs: "decode:412,encode:200,encode:200,prefill:200,decode:200"},
+		"same image twice":  {urls: []string{remoteA, dataURL(pngA)}, images: [][]byte{pngA, pngA}, downloaded: 1, wantLegs: "decode:412,encode:200,encode:200,prefill:200,decode:200"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
