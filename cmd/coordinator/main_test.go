@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/test/simworker"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "coordinator-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "coordinator")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		panic(fmt.Sprintf("building the coordinator: %v\n%s", err, out))
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func TestAnnotatedConfigBuilds(t *testing.T) {
+	path := "../../config/coordinator/coordinator.yaml"
+	cfg, err := config.LoadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pipeline.Build(cfg, pipeline.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	annotated, _ := os.ReadFile(path)
+	reference, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range config.EnvKeys() {
+		leaf := key[strings.LastIndex(key, ".")+1:]
+		if !bytes.Contains(annotated, []byte(leaf+":")) {
+			t.Errorf("%s is missing from %s", key, path)
+		}
+		if !bytes.Contains(reference, []byte("`"+key+"`")) || !bytes.Contains(reference, []byte(config.EnvName(key))) {
+			t.Errorf("docs/configuration.md does not document %s (%s)", key, config.EnvName(key))
+		}
+	}
+	for _, step := range pipeline.Registered() {
+		if !bytes.Contains(annotated, []byte("type: "+step)) || !bytes.Contains(reference, []byte("`"+step+"`")) {
+			t.Errorf("step %s is not documented in both files", step)
+		}
+	}
+}
+
+// writeConfig writes a config file and returns its path.
+func writeConfig(t *testing.T, doc string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "coordinator.yaml")
+	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestInvalidConfigFailsStartup(t *testing.T) {
+	tests := map[string]struct {
+		doc string
+		env []string
+		key string
+	}{
+		"unknown step":          {doc: "gateway: {address: http://gw}\npipeline: {steps: [{type: prefil}, {type: decode}]}", key: "pipeline.steps[0].type"},
+		"bad param type":        {doc: "gateway: {address: http://gw}\npipeline: {steps: [{type: render, params: {address: http://r, timeout: 30}}, {type: decode}]}", key: "pipeline.steps[0].params.timeout"},
+		"negative limit":        {doc: "server: {max_request_body_size: -1}\ngateway: {address: http://gw}\npipeline: {steps: [{type: decode}]}", key: "server.max_request_body_size"},
+		"duration without unit": {doc: "server: {read_timeout: '30'}\ngateway: {address: http://gw}\npipeline: {steps: [{type: decode}]}", key: "server.read_timeout"},
+		"tokens-in w/o render":  {doc: "gateway: {address: http://gw}\npipeline: {use_openai_format: false, steps: [{type: decode}]}", key: "pipeline.use_openai_format"},
+		"unknown connector":     {doc: "gateway: {address: http://gw}\npipeline: {kv_connector: kv-mooncake, steps: [{type: prefill}, {type: decode}]}", key: "pipeline.steps[0].params.kv_connector"},
+		"missing gateway":       {doc: "pipeline: {steps: [{type: decode}]}", key: "gateway.address"},
+		"bad env override":      {doc: "gateway: {address: http://gw}\npipeline: {steps: [{type: decode}]}", env: []string{"COORDINATOR_GATEWAY_TIMEOUT=5"}, key: "gateway.timeout"},
+		"missing file":          {key: "reading config"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			path := "/nonexistent/coordinator.yaml"
+			if tc.doc != "" {
+				path = writeConfig(t, tc.doc)
+			}
+			cmd := exec.Command(binary, "--config", path)
+			cmd.Env = append(os.Environ(), tc.env...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+				t.Fatalf("exit: %v (stderr %s)", err, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			last := lines[len(lines)-1]
+			if !strings.Contains(last, tc.key) {
+				t.Fatalf("the error line does not name %s: %q", tc.key, last)
+			}
+		})
+	}
+}
+
+// startBinary runs the coordinator binary on a free port against gateway and waits until ready.
+func startBinary(t *testing.T, gateway string, shutdown time.Duration) (*exec.Cmd, string, *bytes.Buffer) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	path := writeConfig(t, fmt.Sprintf("server: {listen_addr: %q, shutdown_timeout: %s}\ngateway: {address: %s}\npipeline: {steps: [{type: decode}]}", addr, shutdown, gateway))
+	cmd := exec.Command(binary, "--config", path)
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("coordinator not ready: %s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cmd, "http://" + addr, &logs
+}
+
+// streamWords starts a streamed chat and returns a channel with the number of content chunks read
+// and whether the stream ended with [DONE].
+func streamWords(t *testing.T, url string, words int) (<-chan [2]int, <-chan struct{}) {
+	res := make(chan [2]int, 1)
+	started := make(chan struct{})
+	go func() {
+		body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"drain"}],"max_tokens":%d,"stream":true}`, words)
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			close(started)
+			res <- [2]int{0, 0}
+			return
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		n, done := 0, 0
+		for sc.Scan() {
+			line := sc.Text()
+			if strings.HasPrefix(line, "data: ") {
+				if n == 0 {
+					close(started)
+				}
+				n++
+				if line == "data: [DONE]" {
+					done = 1
+				}
+			}
+		}
+		res <- [2]int{n, done}
+	}()
+	return res, started
+}
+
+func TestGracefulShutdown(t *testing.T) {
+	w, err := simworker.Start(simworker.Config{Role: simworker.RoleDecode, ITL: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	t.Run("drains in-flight streams", func(t *testing.T) {
+		cmd, url, logs := startBinary(t, w.URL(), 5*time.Second)
+		res, started := streamWords(t, url, 40) // ~0.8s of tokens
+		<-started
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if resp, err := http.Get(url + "/readyz"); err == nil {
+			resp.Body.Close()
+			t.Fatalf("new connections accepted while draining (readyz %d)", resp.StatusCode)
+		}
+		got := <-res
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("exit after a clean drain: %v\n%s", err, logs)
+		}
+		if got[1] != 1 || got[0] != 40+2 {
+			t.Fatalf("stream cut: %d events, done=%d", got[0], got[1])
+		}
+	})
+
+	t.Run("drain timeout cuts streams and exits 1", func(t *testing.T) {
+		cmd, url, _ := startBinary(t, w.URL(), 200*time.Millisecond)
+		res, started := streamWords(t, url, 200) // ~4s of tokens
+		<-started
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		got := <-res
+		var exit *exec.ExitError
+		if err := cmd.Wait(); !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Fatalf("exit after a timed-out drain: %v", err)
+		}
+		if got[1] != 0 {
+			t.Fatal("the stream finished although the drain timed out")
+		}
+	})
+}
+
+var _ = io.EOF
