@@ -1,6 +1,6 @@
 // Command coordinator is the data plane: it serves the OpenAI-compatible API and drives each
 // request through the configured pipeline of steps (render, encode, prefill, decode...), calling
-// workers through the Inference Gateway.
+// workers through the Inference Gateway. It reloads the pipeline when the config file changes.
 package main
 
 import (
@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
@@ -19,6 +18,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/reload"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers the built-in steps
 )
@@ -37,6 +37,7 @@ func run(args []string) int {
 	flags := pflag.NewFlagSet("coordinator", pflag.ContinueOnError)
 	configPath := flags.String("config", "config/coordinator/coordinator.yaml", "path of the coordinator YAML config")
 	verbosity := flags.IntP("v", "v", 0, "log verbosity (1 warn, 2 info, 3 verbose, 4 debug, 5 trace); overrides log_level")
+	watch := flags.Bool("watch", true, "reload the pipeline when the config file changes")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -45,19 +46,29 @@ func run(args []string) int {
 		return 2
 	}
 
-	cfg, err := config.LoadFile(*configPath)
+	data, err := os.ReadFile(*configPath)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "coordinator: reading config: %v\n", err)
+		return 1
+	}
+	cfg, err := config.Parse(data, os.LookupEnv)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)
 		return 1
 	}
+	lookupEnv := os.LookupEnv
 	if flags.Changed("v") {
 		cfg.LogLevel = *verbosity
+		lookupEnv = withEnv(config.EnvName("log_level"), fmt.Sprint(*verbosity)) // -v keeps winning on reload
 	}
-	log := logging.New(cfg.LogLevel, os.Stderr)
+	log, level := logging.NewLeveled(cfg.LogLevel, os.Stderr)
 	log.V(logging.Info).Info("starting coordinator", "version", version, "commit", commit, "config", *configPath,
 		"log_level", cfg.LogLevel, "kv_connector", cfg.Pipeline.KVConnector, "ec_connector", cfg.Pipeline.ECConnector)
 
-	p, err := pipeline.Build(cfg, pipeline.Options{Log: log})
+	build := func(c config.Config) (*pipeline.Pipeline, error) {
+		return pipeline.Build(c, pipeline.Options{Log: log})
+	}
+	p, err := build(cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "coordinator: invalid pipeline in %s: %v\n", *configPath, err)
 		return 1
@@ -65,21 +76,33 @@ func run(args []string) int {
 	var holder pipeline.Holder
 	holder.Swap(p)
 
-	srv := server.New(server.Options{Server: cfg.Server, Pipelines: &holder, Log: log})
+	opts := server.Options{Server: cfg.Server, Pipelines: &holder, Log: log}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if *watch {
+		w := reload.New(reload.Options{Path: *configPath, Holder: &holder, Startup: cfg, Loaded: data, Build: build,
+			LookupEnv: lookupEnv, Log: log, Level: level})
+		opts.Reloader = w
+		go func() {
+			if err := w.Run(ctx); err != nil {
+				log.Error(err, "config watch stopped; the pipeline will not reload")
+			}
+		}()
+	}
+	srv := server.New(opts)
 	l, err := net.Listen("tcp", cfg.Server.ListenAddr)
 	if err != nil {
 		log.Error(err, "cannot listen", "addr", cfg.Server.ListenAddr)
 		return 1
 	}
-	log.V(logging.Info).Info("serving", "addr", l.Addr().String(), "revision", p.Revision(), "steps", len(p.Steps()))
-	return serve(srv, l, cfg.Server.ShutdownTimeout.Std(), log)
+	log.V(logging.Info).Info("serving", "addr", l.Addr().String(), "revision", p.Revision(), "steps", len(p.Steps()), "watch", *watch)
+	return serve(ctx, srv, l, &holder, log)
 }
 
-// serve runs until SIGINT/SIGTERM, then drains in-flight requests within timeout. It returns the
-// process exit code: 0 after a clean drain, 1 when the drain timed out or serving failed.
-func serve(srv *server.Server, l net.Listener, timeout time.Duration, log logr.Logger) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+// serve runs until ctx ends (SIGINT/SIGTERM), then drains in-flight requests within the serving
+// configuration's shutdown_timeout. It returns the process exit code: 0 after a clean drain, 1
+// when the drain timed out or serving failed.
+func serve(ctx context.Context, srv *server.Server, l net.Listener, holder *pipeline.Holder, log logr.Logger) int {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	select {
@@ -91,7 +114,7 @@ func serve(srv *server.Server, l net.Listener, timeout time.Duration, log logr.L
 		return 0
 	case <-ctx.Done():
 	}
-	stop()
+	timeout := holder.Load().Config().Server.ShutdownTimeout.Std()
 	log.V(logging.Info).Info("shutting down: draining in-flight requests", "timeout", timeout.String())
 	dctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -103,4 +126,14 @@ func serve(srv *server.Server, l net.Listener, timeout time.Duration, log logr.L
 	<-errc
 	log.V(logging.Info).Info("drained; bye")
 	return 0
+}
+
+// withEnv returns an environment lookup where key is pinned to value.
+func withEnv(key, value string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		if k == key {
+			return value, true
+		}
+		return os.LookupEnv(k)
+	}
 }

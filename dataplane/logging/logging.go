@@ -24,6 +24,21 @@ const (
 
 // New returns a JSON logger at the given verbosity writing to w (stderr when nil).
 func New(level int, w io.Writer) logr.Logger {
+	log, _ := NewLeveled(level, w)
+	return log
+}
+
+// Level changes a logger's verbosity at run time (a config reload).
+type Level struct{ atomic zap.AtomicLevel }
+
+// Set changes the verbosity.
+func (l *Level) Set(level int) { l.atomic.SetLevel(zapcore.Level(-level)) }
+
+// Get returns the verbosity.
+func (l *Level) Get() int { return -int(l.atomic.Level()) }
+
+// NewLeveled is New plus a handle to change the verbosity later.
+func NewLeveled(level int, w io.Writer) (logr.Logger, *Level) {
 	if w == nil {
 		w = os.Stderr
 	}
@@ -31,8 +46,9 @@ func New(level int, w io.Writer) logr.Logger {
 	enc.TimeKey = "ts"
 	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
 	enc.EncodeLevel = encodeLevel
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(w), zap.NewAtomicLevelAt(zapcore.Level(-level)))
-	return zapr.NewLogger(zap.New(core))
+	lvl := &Level{atomic: zap.NewAtomicLevelAt(zapcore.Level(-level))}
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(w), lvl.atomic)
+	return zapr.NewLogger(zap.New(core)), lvl
 }
 
 // levelNames names zap levels after the coordinator's verbosity scale (logr V(n) is zap level -n).

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -41,6 +42,19 @@ type Terminal interface {
 // reloaded pipeline replaces them.
 type Closer interface {
 	Close()
+}
+
+// Route is an extra HTTP endpoint a step serves on the coordinator's listener (e.g. the async
+// broker's GET /v1/requests/{id}). Pattern uses net/http.ServeMux syntax ("GET /v1/requests/{id}").
+type Route struct {
+	Pattern string
+	Handler http.Handler
+}
+
+// RouteProvider is implemented by steps that serve extra endpoints. The routes belong to the
+// pipeline: they appear and disappear with it on reload.
+type RouteProvider interface {
+	Routes() []Route
 }
 
 // Deps are the dependencies every factory receives besides its params.
@@ -130,6 +144,12 @@ type Pipeline struct {
 	revision string
 	loadedAt time.Time
 	gw       *gateway.Client
+	routes   *http.ServeMux
+	nroutes  int
+
+	inflight  atomic.Int64
+	retired   atomic.Bool
+	closeOnce sync.Once
 }
 
 // Build constructs every step of cfg.Pipeline. It checks the pipeline's shape (known types, a
@@ -195,6 +215,15 @@ func Build(cfg config.Config, opts Options) (*Pipeline, error) {
 		}
 		p.steps = append(p.steps, step)
 		p.info = append(p.info, StepInfo{Type: sc.Type, Params: params.Effective()})
+		if rp, ok := step.(RouteProvider); ok {
+			for _, r := range rp.Routes() {
+				if p.routes == nil {
+					p.routes = http.NewServeMux()
+				}
+				p.routes.Handle(r.Pattern, r.Handler)
+				p.nroutes++
+			}
+		}
 	}
 	now := time.Now
 	if opts.Now != nil {
@@ -265,6 +294,15 @@ func (p *Pipeline) LoadedAt() time.Time { return p.loadedAt }
 // Steps describes the steps with their effective params.
 func (p *Pipeline) Steps() []StepInfo { return p.info }
 
+// Handler returns the step-provided handler for r, if a step of this pipeline serves it.
+func (p *Pipeline) Handler(r *http.Request) (http.Handler, bool) {
+	if p.routes == nil {
+		return nil, false
+	}
+	h, pattern := p.routes.Handler(r)
+	return h, pattern != ""
+}
+
 // Gateway is the pipeline's gateway client (nil without gateway.address).
 func (p *Pipeline) Gateway() *gateway.Client { return p.gw }
 
@@ -281,14 +319,46 @@ func (p *Pipeline) Close() {
 	}
 }
 
-// Holder holds the serving pipeline. Each request loads the pointer once and runs to completion
-// on that pipeline; a reload stores a new one without disturbing requests in flight.
+// Holder holds the serving pipeline. Each request acquires the pipeline once and runs to
+// completion on it; a reload swaps in a new one without disturbing requests in flight. A replaced
+// pipeline is closed (its connection pools released) when its last request finishes.
 type Holder struct {
 	p atomic.Pointer[Pipeline]
 }
 
-// Load returns the current pipeline (nil before the first Store).
+// Load returns the current pipeline (nil before the first Swap) without holding it.
 func (h *Holder) Load() *Pipeline { return h.p.Load() }
 
-// Swap installs p and returns the previous pipeline.
-func (h *Holder) Swap(p *Pipeline) *Pipeline { return h.p.Swap(p) }
+// Acquire returns the current pipeline (nil if none) and a release func to call when the request
+// is done with it.
+func (h *Holder) Acquire() (*Pipeline, func()) {
+	for {
+		p := h.p.Load()
+		if p == nil {
+			return nil, func() {}
+		}
+		p.inflight.Add(1)
+		if h.p.Load() == p {
+			return p, p.release
+		}
+		p.release() // swapped meanwhile: retry on the new one
+	}
+}
+
+// Swap installs p and retires the previous pipeline, which it returns.
+func (h *Holder) Swap(p *Pipeline) *Pipeline {
+	old := h.p.Swap(p)
+	if old != nil && old != p {
+		old.retired.Store(true)
+		if old.inflight.Load() == 0 {
+			old.closeOnce.Do(old.Close)
+		}
+	}
+	return old
+}
+
+func (p *Pipeline) release() {
+	if p.inflight.Add(-1) == 0 && p.retired.Load() {
+		p.closeOnce.Do(p.Close)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
@@ -223,18 +224,84 @@ func TestBuildDescribesEffectiveParams(t *testing.T) {
 	}
 }
 
-func TestHolderSwap(t *testing.T) {
+// closerStep is a terminal step that counts its Close calls.
+type closerStep struct{ closed *atomic.Int32 }
+
+func (closerStep) Name() string                                   { return "closer" }
+func (closerStep) Terminal() bool                                 { return true }
+func (closerStep) Execute(context.Context, *RequestContext) error { return nil }
+func (c closerStep) Close()                                       { c.closed.Add(1) }
+
+func TestHolderRetiresPipelinesAfterTheirLastRequest(t *testing.T) {
 	var h Holder
-	if h.Load() != nil {
-		t.Fatal("empty holder")
+	if p, release := h.Acquire(); p != nil {
+		t.Fatal("empty holder returned a pipeline")
+	} else {
+		release()
 	}
-	p1 := &Pipeline{revision: "1"}
-	p2 := &Pipeline{revision: "2"}
-	if old := h.Swap(p1); old != nil {
-		t.Fatal(old)
+	counters := map[string]*atomic.Int32{}
+	build := func(name string) *Pipeline {
+		counters[name] = &atomic.Int32{}
+		return &Pipeline{revision: name, steps: []Step{closerStep{closed: counters[name]}}}
+	}
+	p1, p2, p3 := build("1"), build("2"), build("3")
+	h.Swap(p1)
+	inflight, release := h.Acquire()
+	if inflight != p1 {
+		t.Fatal("acquire")
 	}
 	if old := h.Swap(p2); old != p1 || h.Load() != p2 {
 		t.Fatal("swap")
+	}
+	if counters["1"].Load() != 0 {
+		t.Fatal("a pipeline was closed under a request still running on it")
+	}
+	if cur, rel := h.Acquire(); cur != p2 {
+		t.Fatal("new requests must take the new pipeline")
+	} else {
+		rel()
+	}
+	release()
+	if counters["1"].Load() != 1 {
+		t.Fatal("the retired pipeline was not closed after its last request")
+	}
+	h.Swap(p3) // nothing in flight on p2: closed at once
+	if counters["2"].Load() != 1 || counters["3"].Load() != 0 {
+		t.Fatalf("closes: %d %d", counters["2"].Load(), counters["3"].Load())
+	}
+}
+
+func TestAcquireUnderConcurrentSwaps(t *testing.T) {
+	var h Holder
+	var closed atomic.Int32
+	h.Swap(&Pipeline{steps: []Step{closerStep{closed: &closed}}})
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p, release := h.Acquire()
+				if p.retired.Load() && p.inflight.Load() <= 0 {
+					t.Error("acquired a retired pipeline without holding it")
+				}
+				release()
+			}
+		}()
+	}
+	for i := 0; i < 200; i++ {
+		h.Swap(&Pipeline{steps: []Step{closerStep{closed: &closed}}})
+	}
+	close(stop)
+	wg.Wait()
+	if got := closed.Load(); got != 200 {
+		t.Fatalf("%d of 200 retired pipelines closed", got)
 	}
 }
 

@@ -21,7 +21,8 @@ func errNoPipeline() *apierror.Error {
 // pipeline pointer is read once: a reload during the request does not affect it.
 func (s *Server) handleInference(c echo.Context) error {
 	start := time.Now()
-	p := s.holder.Load()
+	p, release := s.holder.Acquire()
+	defer release()
 	if p == nil {
 		return errNoPipeline()
 	}
@@ -78,12 +79,19 @@ func (s *Server) handleInference(c echo.Context) error {
 	return nil
 }
 
-// handlePassthrough forwards any other /v1 request (e.g. GET /v1/models) to the gateway with the
-// decode profile, preserving method, query, headers and body, and streams the answer back.
+// handlePassthrough serves any other /v1 request: a route of a pipeline step when one matches,
+// otherwise it forwards the request (e.g. GET /v1/models) to the gateway with the decode profile,
+// preserving method, query, headers and body, and streams the answer back.
 func (s *Server) handlePassthrough(c echo.Context) error {
-	p := s.holder.Load()
+	p, release := s.holder.Acquire()
+	defer release()
 	if p == nil {
 		return errNoPipeline()
+	}
+	if h, ok := p.Handler(c.Request()); ok {
+		// A step of the current pipeline serves this path (e.g. async results).
+		h.ServeHTTP(c.Response(), c.Request())
+		return nil
 	}
 	gw := p.Gateway()
 	if gw == nil {
@@ -95,7 +103,10 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 	if req.ContentLength > limit {
 		return errTooLarge(limit)
 	}
-	_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Time{})
+	rc := http.NewResponseController(c.Response().Writer)
+	_ = rc.SetWriteDeadline(time.Time{})
+	// The body streams upstream while the answer streams back (see EnableFullDuplex).
+	_ = rc.EnableFullDuplex()
 	leg := gateway.Leg{
 		Method:      req.Method,
 		Path:        req.URL.RequestURI(),

@@ -19,6 +19,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/reload"
 )
 
 // Options configure a Server.
@@ -29,7 +30,9 @@ type Options struct {
 	Pipelines *pipeline.Holder
 	// Log is the process logger.
 	Log logr.Logger
-	// Routes, when set, registers extra routes (debug, async results) on the echo app.
+	// Reloader, when set, reports the config watcher in /debug/pipeline.
+	Reloader interface{ Status() reload.Status }
+	// Routes, when set, registers extra routes on the echo app.
 	Routes func(e *echo.Echo)
 }
 
@@ -38,6 +41,7 @@ type Server struct {
 	echo     *echo.Echo
 	http     *http.Server
 	holder   *pipeline.Holder
+	reloader interface{ Status() reload.Status }
 	log      logr.Logger
 	draining atomic.Bool
 }
@@ -51,7 +55,7 @@ const (
 func New(opts Options) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	s := &Server{echo: e, holder: opts.Pipelines, log: opts.Log}
+	s := &Server{echo: e, holder: opts.Pipelines, reloader: opts.Reloader, log: opts.Log}
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.requestID, s.recover, s.accessLog)
 
@@ -62,6 +66,7 @@ func New(opts Options) *Server {
 	}
 	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
 	e.GET("/readyz", s.handleReady)
+	e.GET("/debug/pipeline", s.handleDebugPipeline)
 	e.RouteNotFound("/v1/*", s.handlePassthrough)
 	if opts.Routes != nil {
 		opts.Routes(e)

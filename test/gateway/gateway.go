@@ -237,6 +237,10 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	g.legs = append(g.legs, leg)
 	g.mu.Unlock()
 
+	// The proxy streams the request body upstream while it streams the answer back; without full
+	// duplex, net/http closes an unfinished request body when the answer starts, which breaks
+	// the upstream connection mid-response.
+	_ = http.NewResponseController(rw).EnableFullDuplex()
 	sw := &statusWriter{ResponseWriter: rw}
 	defer func() {
 		// ReverseProxy aborts (panics with http.ErrAbortHandler) when the client goes away

@@ -1,0 +1,197 @@
+package reload_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/goleak"
+
+	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/reload"
+	_ "github.com/epd-dev/coordinator/dataplane/steps"
+	"github.com/epd-dev/coordinator/test/atomicdir"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	decodeOnly  = "gateway: {address: http://gw:80}\npipeline: {steps: [{type: decode}]}\n"
+	prefillNIXL = "gateway: {address: http://gw:80}\npipeline: {kv_connector: kv-nixl, steps: [{type: prefill}, {type: decode}]}\n"
+)
+
+type fixture struct {
+	t      *testing.T
+	dir    string
+	path   string
+	holder *pipeline.Holder
+	w      *reload.Watcher
+	level  *logging.Level
+	mu     sync.Mutex
+	events []bool
+}
+
+// start serves decodeOnly from path, written by write (kubelet-style or plain), and watches it.
+func start(t *testing.T, kubelet bool) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dir: t.TempDir(), holder: &pipeline.Holder{}}
+	f.path = filepath.Join(f.dir, "coordinator.yaml")
+	f.write(decodeOnly, kubelet)
+	data, _ := os.ReadFile(f.path)
+	cfg, err := config.Parse(data, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func(c config.Config) (*pipeline.Pipeline, error) { return pipeline.Build(c, pipeline.Options{}) }
+	p, err := build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.holder.Swap(p)
+	_, f.level = logging.NewLeveled(cfg.LogLevel, nil)
+	f.w = reload.New(reload.Options{
+		Path: f.path, Holder: f.holder, Startup: cfg, Loaded: data, Build: build, Log: logr.Discard(), Level: f.level,
+		LookupEnv: func(string) (string, bool) { return "", false }, Debounce: 20 * time.Millisecond, Poll: -1,
+		OnReload: func(ok bool, _ string) { f.mu.Lock(); f.events = append(f.events, ok); f.mu.Unlock() },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = f.w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; f.holder.Load().Close() })
+	time.Sleep(50 * time.Millisecond) // the watch is registered
+	return f
+}
+
+func (f *fixture) write(doc string, kubelet bool) {
+	f.t.Helper()
+	if kubelet {
+		if err := atomicdir.Write(f.dir, map[string][]byte{"coordinator.yaml": []byte(doc)}); err != nil {
+			f.t.Fatal(err)
+		}
+		return
+	}
+	if err := os.WriteFile(f.path, []byte(doc), 0o644); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// waitFor polls until cond holds.
+func (f *fixture) waitFor(what string, cond func() bool) {
+	f.t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out waiting for %s (status %+v)", what, f.w.Status())
+		}
+	}
+}
+
+func steps(p *pipeline.Pipeline) string {
+	var s []string
+	for _, st := range p.Steps() {
+		s = append(s, st.Type)
+	}
+	return strings.Join(s, ",")
+}
+
+func TestReloadOnEveryKindOfUpdate(t *testing.T) {
+	tests := map[string]func(f *fixture, doc string){
+		"kubelet ..data swap": func(f *fixture, doc string) { f.write(doc, true) },
+		"in-place write":      func(f *fixture, doc string) { f.write(doc, false) },
+		"replace by rename": func(f *fixture, doc string) {
+			tmp := filepath.Join(f.dir, ".coordinator.yaml.tmp")
+			if err := os.WriteFile(tmp, []byte(doc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, f.path); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, update := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := start(t, name == "kubelet ..data swap")
+			first := f.holder.Load()
+			update(f, prefillNIXL)
+			f.waitFor("the new pipeline", func() bool { return steps(f.holder.Load()) == "prefill,decode" })
+			if f.holder.Load().Revision() == first.Revision() || f.w.Status().Succeeded != 1 {
+				t.Fatalf("status %+v", f.w.Status())
+			}
+			// Back again, and a burst of writes coalesces into few reloads.
+			for i := 0; i < 5; i++ {
+				update(f, decodeOnly)
+			}
+			f.waitFor("the old pipeline", func() bool { return steps(f.holder.Load()) == "decode" })
+			time.Sleep(100 * time.Millisecond)
+			if n := f.w.Status().Succeeded; n != 2 {
+				t.Fatalf("%d reloads for 1+1 distinct contents", n)
+			}
+		})
+	}
+}
+
+func TestInvalidConfigKeepsServing(t *testing.T) {
+	tests := map[string]struct {
+		doc string
+		key string
+	}{
+		"bad YAML":                 {doc: "pipeline: [\n", key: ""},
+		"unknown step":             {doc: "gateway: {address: http://gw}\npipeline: {steps: [{type: prefil}, {type: decode}]}", key: "pipeline.steps[0].type"},
+		"bad param":                {doc: "gateway: {address: http://gw}\npipeline: {steps: [{type: render, params: {address: http://r, max_total_tokens: -1}}, {type: decode}]}", key: "pipeline.steps[0].params.max_total_tokens"},
+		"tokens-in without render": {doc: "gateway: {address: http://gw}\npipeline: {use_openai_format: false, steps: [{type: decode}]}", key: "pipeline.use_openai_format"},
+		"empty file":               {doc: "", key: "pipeline.steps"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := start(t, true)
+			good := f.holder.Load()
+			f.write(tc.doc, true)
+			f.waitFor("the rejection", func() bool { return f.w.Status().Failed == 1 })
+			st := f.w.Status()
+			if f.holder.Load() != good || st.LastError == "" || st.LastErrorKey != tc.key {
+				t.Fatalf("status %+v", st)
+			}
+			// The rejected content is not retried; the next good one clears the error.
+			if err := f.w.Reload(); err != nil || f.w.Status().Failed != 1 {
+				t.Fatalf("rejected content rebuilt: %v", err)
+			}
+			f.write(prefillNIXL, true)
+			f.waitFor("recovery", func() bool { return f.w.Status().Succeeded == 1 })
+			if st := f.w.Status(); st.LastError != "" || steps(f.holder.Load()) != "prefill,decode" {
+				t.Fatalf("status %+v", st)
+			}
+		})
+	}
+}
+
+func TestRestartRequiredAndLiveSettings(t *testing.T) {
+	f := start(t, true)
+	f.write("log_level: 5\nserver: {listen_addr: ':9999', read_timeout: 5s, max_request_body_size: 2, shutdown_timeout: 3s}\n"+decodeOnly, true)
+	f.waitFor("reload", func() bool { return f.w.Status().Succeeded == 1 })
+	st := f.w.Status()
+	if strings.Join(st.RestartRequired, ",") != "server.listen_addr,server.read_timeout" {
+		t.Fatalf("restart required %v", st.RestartRequired)
+	}
+	cfg := f.holder.Load().Config()
+	if cfg.Server.MaxRequestBodyBytes() != 2<<20 || cfg.Server.ShutdownTimeout.Std() != 3*time.Second || f.level.Get() != 5 {
+		t.Fatalf("live settings not applied: %+v level %d", cfg.Server, f.level.Get())
+	}
+}
+
+func TestMissingFileMidSwapIsIgnored(t *testing.T) {
+	f := start(t, false)
+	good := f.holder.Load()
+	if err := os.Remove(f.path); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if f.holder.Load() != good || f.w.Status().Failed != 0 {
+		t.Fatalf("a missing file changed the pipeline: %+v", f.w.Status())
+	}
+}

@@ -1,0 +1,299 @@
+package asyncbroker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+)
+
+// Submit outcomes (submitScript).
+const (
+	submitEnqueued = "enqueued"
+	submitLive     = "live"
+	submitDone     = "done"
+)
+
+// Lookup states (lookupScript).
+const (
+	stateReady     = "ready"
+	statePending   = "pending"
+	stateExpired   = "expired"
+	stateCancelled = "cancelled"
+	stateUnknown   = "unknown"
+)
+
+// Public statuses in 202 answers.
+const (
+	StatusPending   = "pending"
+	StatusCompleted = "completed"
+)
+
+// keys are one request's Redis keys.
+type keys struct {
+	envID, result, active, cancel string
+}
+
+func keysFor(tenant, id string) keys {
+	env := EnvelopeID(tenant, id)
+	return keys{envID: env, result: ResultKey(tenant, id), active: ActiveKey(env), cancel: CancelKey(env)}
+}
+
+// queued is one request being enqueued or waited for.
+type queued struct {
+	keys
+	id       string
+	queue    string
+	token    string
+	deadline time.Time
+	member   []byte
+	score    int64
+}
+
+// queue enqueues the request (idempotently: a live copy or a reusable result with the same id
+// answers instead) and answers 202 (enqueue) or waits for the result (wait).
+func (s *Step) queue(ctx context.Context, rc *pipeline.RequestContext, tenant, mode string, timeout time.Duration) error {
+	client, release, err := s.hold()
+	if err != nil {
+		return enqueueFailed(err)
+	}
+	defer release()
+	q, err := s.envelope(rc, tenant, timeout)
+	if err != nil {
+		return enqueueFailed(err)
+	}
+	outcome, err := s.submit(ctx, client, q)
+	if err != nil {
+		rc.Log.Error(err, "async-broker: enqueue failed", "queue", q.queue, "tenant", tenant)
+		return enqueueFailed(err)
+	}
+	verbose(rc.Log, "async-broker queued", "mode", mode, "queue", q.queue, "tenant", tenant, "outcome", outcome, "deadline", q.deadline)
+	rc.Writer.Header().Set(gateway.RequestIDHeader, rc.ID)
+	if mode == ModeEnqueue {
+		status := StatusPending
+		if outcome == submitDone {
+			status = StatusCompleted
+		}
+		return s.answerAccepted(rc, status)
+	}
+	return s.wait(ctx, rc, client, q, outcome == submitEnqueued)
+}
+
+// envelope builds the sorted-set member of the request.
+func (s *Step) envelope(rc *pipeline.RequestContext, tenant string, timeout time.Duration) (*queued, error) {
+	now := s.now()
+	deadline := now.Add(timeout)
+	r := s.cfg.route(rc.Model, tenant)
+	q := &queued{keys: keysFor(tenant, rc.ID), id: rc.ID, queue: r.queue, token: newToken(), deadline: deadline}
+	// Whole seconds on the wire, rounded up: the consumer never gives up before the client does.
+	q.score = (deadline.UnixNano() + int64(time.Second) - 1) / int64(time.Second)
+	md := map[string]string{s.cfg.quota.attribute: tenant}
+	if tp := rc.Header.Get("traceparent"); tp != "" {
+		md["traceparent"] = tp
+	}
+	var hdrs map[string]string
+	for _, h := range s.cfg.forward {
+		if vs := rc.Header.Values(h); len(vs) > 0 {
+			if hdrs == nil {
+				hdrs = map[string]string{}
+			}
+			hdrs[strings.ToLower(h)] = strings.Join(vs, ", ")
+		}
+	}
+	env := Envelope{
+		Internal:    Routing{RequestQueueName: q.queue, ResultQueueName: q.result, RequestToken: q.token},
+		RequestKind: RequestKindPlain,
+		Data: Message{
+			ID: q.envID, Created: now.Unix(), Deadline: q.score, Payload: rc.Body.Bytes(),
+			Metadata: md, Headers: hdrs, Endpoint: rc.Path,
+		},
+	}
+	var err error
+	if q.member, err = json.Marshal(env); err != nil {
+		return nil, fmt.Errorf("encoding the envelope: %w", err)
+	}
+	return q, nil
+}
+
+// submit runs submitScript. It is not cut short by the client going away: a write Redis may
+// already have applied should be acknowledged or fail on its own terms.
+func (s *Step) submit(ctx context.Context, client *redis.Client, q *queued) (string, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.redisTimeout)
+	defer cancel()
+	ttl := q.deadline.Sub(s.now()) + expiredGrace
+	vals, err := submitScript.Run(sctx, client, []string{q.active, q.result, q.cancel, q.queue},
+		q.token, ttl.Milliseconds(), q.member, q.score, expiredGrace.Milliseconds()).StringSlice()
+	if err != nil {
+		return "", err
+	}
+	if len(vals) == 0 {
+		return "", errors.New("empty answer from the submit script")
+	}
+	return vals[0], nil
+}
+
+// lookup runs lookupScript; a ready result's mailbox TTL is shrunk to grace (0 deletes it).
+func (s *Step) lookup(ctx context.Context, client *redis.Client, k keys, grace time.Duration) (state, payload string, err error) {
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.redisTimeout)
+	defer cancel()
+	vals, err := lookupScript.Run(lctx, client, []string{k.result, k.active, k.cancel},
+		grace.Milliseconds(), expiredGrace.Milliseconds()).StringSlice()
+	if err != nil {
+		return "", "", err
+	}
+	if len(vals) != 2 {
+		return "", "", fmt.Errorf("unexpected answer from the lookup script: %d values", len(vals))
+	}
+	return vals[0], vals[1], nil
+}
+
+// cancel runs cancelScript for the copy with token (any live copy when token is empty).
+func (s *Step) cancel(ctx context.Context, client *redis.Client, k keys, token string, dropResult bool) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.redisTimeout)
+	defer cancel()
+	drop := "0"
+	if dropResult {
+		drop = "1"
+	}
+	n, err := cancelScript.Run(cctx, client, []string{k.active, k.result, k.cancel}, token, drop, cancelMarkerFloor.Milliseconds()).Int()
+	return n == 1, err
+}
+
+// wait holds the request until its result is stored, its deadline passes (504), or the wait cap
+// passes (202 pending). ours says this request created the queued copy: only then does the client
+// going away cancel it (a reattached waiter must not cancel another client's request).
+//
+// A request that vanishes from Redis before its deadline (a Redis restart without persistence)
+// is queued again, up to maxResubmits times, so the waiter still gets its result.
+func (s *Step) wait(ctx context.Context, rc *pipeline.RequestContext, client *redis.Client, q *queued, ours bool) error {
+	// The hold may outlast server.write_timeout, like a stream.
+	_ = http.NewResponseController(rc.Writer).SetWriteDeadline(time.Time{})
+	wake, interval, stop := s.watch(ctx, client, q.result)
+	defer stop()
+	deadline := time.NewTimer(q.deadline.Sub(s.now()))
+	defer deadline.Stop()
+	var capC <-chan time.Time
+	if s.cfg.waitCap > 0 {
+		t := time.NewTimer(s.cfg.waitCap)
+		defer t.Stop()
+		capC = t.C
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	resubmits := 0
+	var lastErr error
+	for {
+		state, payload, err := s.lookup(ctx, client, q.keys, s.cfg.fetchGrace)
+		switch {
+		case err != nil:
+			if lastErr == nil {
+				rc.Log.Info("async-broker: result lookup failed; still waiting", "err", err.Error())
+			}
+			lastErr = err
+		case state == stateReady:
+			return s.deliver(rc, payload)
+		case state == stateCancelled:
+			return errCancelled()
+		case state == stateExpired:
+			return errDeadline()
+		case state == stateUnknown:
+			if resubmits >= maxResubmits {
+				return &apierror.Error{Status: http.StatusServiceUnavailable, Type: apierror.TypeUnavailable, Code: "REQUEST_LOST",
+					Message: "the broker lost the queued request; retry"}
+			}
+			resubmits++
+			outcome, err := s.submit(ctx, client, q)
+			if err == nil {
+				rc.Log.Info("async-broker: the queued request vanished from Redis (restart without persistence?); queued it again", "outcome", outcome)
+				ours = ours || outcome == submitEnqueued
+				continue
+			}
+			lastErr = err
+		default:
+			lastErr = nil
+		}
+		select {
+		case <-ctx.Done():
+			if ours {
+				// Nobody will read the answer: stop the consumer from running it.
+				if _, err := s.cancel(context.WithoutCancel(ctx), client, q.keys, q.token, false); err != nil {
+					rc.Log.Info("async-broker: cancelling an abandoned request failed", "err", err.Error())
+				}
+			}
+			return fmt.Errorf("client went away while waiting for the queued request: %w", context.Cause(ctx))
+		case <-deadline.C:
+			if state, payload, err := s.lookup(context.WithoutCancel(ctx), client, q.keys, s.cfg.fetchGrace); err == nil && state == stateReady {
+				return s.deliver(rc, payload)
+			}
+			return errDeadline()
+		case <-capC:
+			if state, payload, err := s.lookup(ctx, client, q.keys, s.cfg.fetchGrace); err == nil && state == stateReady {
+				return s.deliver(rc, payload)
+			}
+			return s.answerAccepted(rc, StatusPending)
+		case <-wake:
+		case <-tick.C:
+		}
+	}
+}
+
+// deliver answers with a stored result.
+func (s *Step) deliver(rc *pipeline.RequestContext, raw string) error {
+	status, body, e := mapResult(raw)
+	if e != nil {
+		return e
+	}
+	h := rc.Writer.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set(gateway.RequestIDHeader, rc.ID)
+	if rc.OnResponse != nil {
+		rc.OnResponse(status, h)
+	}
+	rc.Writer.WriteHeader(status)
+	_, _ = rc.Writer.Write(body)
+	return pipeline.ErrDone
+}
+
+// answerAccepted answers 202 {"id","status"} with a Location to poll.
+func (s *Step) answerAccepted(rc *pipeline.RequestContext, status string) error {
+	h := rc.Writer.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Location", requestsPath+rc.ID)
+	if rc.OnResponse != nil {
+		rc.OnResponse(http.StatusAccepted, h)
+	}
+	rc.Writer.WriteHeader(http.StatusAccepted)
+	_, _ = rc.Writer.Write(acceptedBody(rc.ID, status))
+	return pipeline.ErrDone
+}
+
+func acceptedBody(id, status string) []byte {
+	b, _ := json.Marshal(struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}{id, status})
+	return append(b, '\n')
+}
+
+func enqueueFailed(err error) *apierror.Error {
+	return &apierror.Error{Status: http.StatusServiceUnavailable, Type: apierror.TypeUnavailable, Code: "ENQUEUE_FAILED",
+		Message: "the request could not be queued: the broker (Redis) is unavailable; retry later", Cause: err}
+}
+
+func errDeadline() *apierror.Error {
+	return &apierror.Error{Status: http.StatusGatewayTimeout, Type: TypeTimeout, Code: ErrCodeDeadlineExceeded,
+		Message: "the request did not complete before its deadline"}
+}
+
+func errCancelled() *apierror.Error {
+	return &apierror.Error{Status: StatusClientClosed, Type: TypeCancelled, Code: ErrCodeCancelled, Message: "the request was cancelled"}
+}
