@@ -8,15 +8,19 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/reload"
 	"github.com/epd-dev/coordinator/dataplane/server"
@@ -65,8 +69,23 @@ func run(args []string) int {
 	log.V(logging.Info).Info("starting coordinator", "version", version, "commit", commit, "config", *configPath,
 		"log_level", cfg.LogLevel, "kv_connector", cfg.Pipeline.KVConnector, "ec_connector", cfg.Pipeline.ECConnector)
 
+	reg := prometheus.NewRegistry()
+	tel := observe.Telemetry{Metrics: observe.NewMetrics(reg)}
+	if cfg.Tracing.Enabled {
+		tp, err := observe.NewTracerProvider(context.Background(), cfg.Tracing.Endpoint, cfg.Tracing.ServiceName, cfg.Tracing.SampleRatio)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "coordinator: tracing: %v\n", err)
+			return 1
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = tp.Shutdown(ctx)
+		}()
+		tel.Tracer = tp.Tracer(observe.TracerName)
+	}
 	build := func(c config.Config) (*pipeline.Pipeline, error) {
-		return pipeline.Build(c, pipeline.Options{Log: log})
+		return pipeline.Build(c, pipeline.Options{Log: log, Telemetry: tel})
 	}
 	p, err := build(cfg)
 	if err != nil {
@@ -75,13 +94,14 @@ func run(args []string) int {
 	}
 	var holder pipeline.Holder
 	holder.Swap(p)
+	tel.Metrics.Loaded(p.Revision())
 
-	opts := server.Options{Server: cfg.Server, Pipelines: &holder, Log: log}
+	opts := server.Options{Server: cfg.Server, Pipelines: &holder, Log: log, Telemetry: tel}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if *watch {
 		w := reload.New(reload.Options{Path: *configPath, Holder: &holder, Startup: cfg, Loaded: data, Build: build,
-			LookupEnv: lookupEnv, Log: log, Level: level})
+			LookupEnv: lookupEnv, Log: log, Level: level, OnReload: tel.Metrics.Reload})
 		opts.Reloader = w
 		go func() {
 			if err := w.Run(ctx); err != nil {
@@ -95,7 +115,21 @@ func run(args []string) int {
 		log.Error(err, "cannot listen", "addr", cfg.Server.ListenAddr)
 		return 1
 	}
-	log.V(logging.Info).Info("serving", "addr", l.Addr().String(), "revision", p.Revision(), "steps", len(p.Steps()), "watch", *watch)
+	if cfg.Server.MetricsPort > 0 {
+		ml, err := net.Listen("tcp", fmt.Sprintf(":%d", cfg.Server.MetricsPort))
+		if err != nil {
+			log.Error(err, "cannot listen for metrics", "port", cfg.Server.MetricsPort)
+			return 1
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", server.MetricsHandler(reg))
+		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = ms.Serve(ml) }()
+		defer ms.Close()
+		log.V(logging.Info).Info("serving metrics", "addr", ml.Addr().String())
+	}
+	log.V(logging.Info).Info("serving", "addr", l.Addr().String(), "revision", p.Revision(), "steps", len(p.Steps()), "watch", *watch,
+		"tracing", cfg.Tracing.Enabled)
 	return serve(ctx, srv, l, &holder, log)
 }
 

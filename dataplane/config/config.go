@@ -24,6 +24,9 @@ const (
 	DefaultMaxIdleConnsPerHost = 100
 	DefaultIdleConnTimeout     = 90 * time.Second
 	DefaultGatewayTimeout      = 60 * time.Second
+	DefaultMetricsPort         = 9090
+	DefaultSampleRatio         = 0.1
+	DefaultServiceName         = "coordinator"
 	DefaultKVConnector         = "kv-shared-storage"
 	DefaultECConnector         = "ec-shared-storage"
 	// EnvPrefix prefixes every environment override: server.listen_addr is COORDINATOR_SERVER_LISTEN_ADDR.
@@ -42,6 +45,23 @@ type Config struct {
 	Gateway Gateway `yaml:"gateway" json:"gateway"`
 	// Pipeline is the ordered list of steps and the connector defaults.
 	Pipeline Pipeline `yaml:"pipeline" json:"pipeline"`
+	// Tracing configures OpenTelemetry tracing (off by default).
+	Tracing Tracing `yaml:"tracing" json:"tracing"`
+}
+
+// Tracing configures OpenTelemetry tracing. Trace context (traceparent) is propagated to every
+// leg whether or not tracing is enabled.
+type Tracing struct {
+	// Enabled turns on span export.
+	Enabled bool `yaml:"enabled" json:"enabled"`
+	// Endpoint is the OTLP/HTTP collector URL, e.g. http://otel-collector:4318. Empty: the
+	// OTEL_EXPORTER_OTLP_* environment (default localhost:4318).
+	Endpoint string `yaml:"endpoint" json:"endpoint"`
+	// SampleRatio is the fraction of new traces sampled (parent-based: a sampled client trace is
+	// always followed).
+	SampleRatio float64 `yaml:"sample_ratio" json:"sample_ratio"`
+	// ServiceName is the service.name resource attribute.
+	ServiceName string `yaml:"service_name" json:"service_name"`
 }
 
 // Server configures the inbound HTTP listener.
@@ -56,6 +76,10 @@ type Server struct {
 	ShutdownTimeout Duration `yaml:"shutdown_timeout" json:"shutdown_timeout"`
 	// MaxRequestBodySize is the largest accepted request body, in MiB. 0 means the default.
 	MaxRequestBodySize int `yaml:"max_request_body_size" json:"max_request_body_size"`
+	// MetricsPort serves Prometheus metrics on its own listener (/metrics). 0 disables it.
+	MetricsPort int `yaml:"metrics_port" json:"metrics_port"`
+	// ServerTiming adds a Server-Timing response header with each step's duration.
+	ServerTiming bool `yaml:"server_timing" json:"server_timing"`
 }
 
 // Gateway configures the HTTP client of the Inference Gateway.
@@ -101,6 +125,7 @@ func Default() Config {
 			WriteTimeout:       Duration(DefaultWriteTimeout),
 			ShutdownTimeout:    Duration(DefaultShutdownTimeout),
 			MaxRequestBodySize: DefaultMaxRequestBodyMiB,
+			MetricsPort:        DefaultMetricsPort,
 		},
 		Gateway: Gateway{
 			MaxIdleConnsPerHost: DefaultMaxIdleConnsPerHost,
@@ -112,6 +137,7 @@ func Default() Config {
 			ECConnector:     DefaultECConnector,
 			UseOpenAIFormat: true,
 		},
+		Tracing: Tracing{SampleRatio: DefaultSampleRatio, ServiceName: DefaultServiceName},
 	}
 }
 

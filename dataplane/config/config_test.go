@@ -117,8 +117,9 @@ func TestEnvOverrides(t *testing.T) {
 func TestEveryKeyHasAnEnvName(t *testing.T) {
 	keys := EnvKeys()
 	want := []string{"log_level", "server.listen_addr", "server.read_timeout", "server.write_timeout", "server.shutdown_timeout",
-		"server.max_request_body_size", "gateway.address", "gateway.max_idle_conns_per_host", "gateway.idle_conn_timeout",
-		"gateway.timeout", "pipeline.kv_connector", "pipeline.ec_connector", "pipeline.use_openai_format", "pipeline.steps"}
+		"server.max_request_body_size", "server.metrics_port", "server.server_timing", "gateway.address", "gateway.max_idle_conns_per_host", "gateway.idle_conn_timeout",
+		"gateway.timeout", "pipeline.kv_connector", "pipeline.ec_connector", "pipeline.use_openai_format", "pipeline.steps",
+		"tracing.enabled", "tracing.endpoint", "tracing.sample_ratio", "tracing.service_name"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Fatalf("EnvKeys = %q", keys)
 	}
@@ -150,6 +151,9 @@ func TestInvalid(t *testing.T) {
 		"steps not a list":       {yaml: "pipeline: {steps: decode}", key: "pipeline.steps", msg: "list"},
 		"bad env":                {yaml: minimal, env: map[string]string{"COORDINATOR_SERVER_READ_TIMEOUT": "10"}, key: "server.read_timeout", msg: "with a unit"},
 		"bad env type":           {yaml: minimal, env: map[string]string{"COORDINATOR_PIPELINE_USE_OPENAI_FORMAT": "maybe"}, key: "pipeline.use_openai_format", msg: "boolean"},
+		"sample ratio range":     {yaml: "tracing: {sample_ratio: 1.5}\n" + minimal, key: "tracing.sample_ratio", msg: "between 0 and 1"},
+		"sample ratio type":      {yaml: "tracing: {sample_ratio: all}\n" + minimal, key: "tracing.sample_ratio", msg: "number"},
+		"metrics port range":     {yaml: "server: {metrics_port: 70000}\n" + minimal, key: "server.metrics_port", msg: "port"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -69,6 +69,17 @@ func decodeValue(v reflect.Value, src any, path string) error {
 			return fieldErr(path, "must be an integer, got %s", describe(src))
 		}
 		v.SetInt(n)
+	case reflect.Float64:
+		switch n := src.(type) {
+		case float64:
+			v.SetFloat(n)
+		default:
+			i, ok := asInt(src)
+			if !ok {
+				return fieldErr(path, "must be a number, got %s", describe(src))
+			}
+			v.SetFloat(float64(i))
+		}
 	case reflect.Slice:
 		if src == nil {
 			v.Set(reflect.Zero(v.Type()))

@@ -150,6 +150,17 @@ func (c Config) Validate() error {
 	if c.Server.MaxRequestBodySize > maxBodyMiB {
 		return fieldErr("server.max_request_body_size", "%d MiB overflows; at most %d", c.Server.MaxRequestBodySize, maxBodyMiB)
 	}
+	if c.Server.MetricsPort < 0 || c.Server.MetricsPort > 65535 {
+		return fieldErr("server.metrics_port", "must be a port (1-65535) or 0 to disable, got %d", c.Server.MetricsPort)
+	}
+	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 {
+		return fieldErr("tracing.sample_ratio", "must be between 0 and 1, got %v", c.Tracing.SampleRatio)
+	}
+	if c.Tracing.Endpoint != "" {
+		if err := ValidateBaseURL(c.Tracing.Endpoint); err != nil {
+			return fieldErr("tracing.endpoint", "%v", err)
+		}
+	}
 	if c.Gateway.MaxIdleConnsPerHost < 0 {
 		return fieldErr("gateway.max_idle_conns_per_host", "must not be negative, got %d", c.Gateway.MaxIdleConnsPerHost)
 	}

@@ -12,8 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 )
 
 // Header names and EPP profiles.
@@ -49,23 +52,24 @@ const maxErrorBody = 8 << 10
 type Client struct {
 	base string
 	http *http.Client
+	tel  observe.Telemetry
 }
 
 // New builds the client for cfg. It does not contact the gateway.
-func New(cfg config.Gateway) (*Client, error) {
+func New(cfg config.Gateway, tel observe.Telemetry) (*Client, error) {
 	if cfg.Address == "" {
 		return nil, fmt.Errorf("gateway.address is empty")
 	}
-	return NewClient(cfg.Address, NewTransport(cfg), 0)
+	return NewClient(cfg.Address, NewTransport(cfg), 0, tel)
 }
 
 // NewClient is a client of any base URL with the same leg and header rules (the render service
 // uses it). timeout bounds each whole call; 0 leaves bodies unbounded.
-func NewClient(address string, t *http.Transport, timeout time.Duration) (*Client, error) {
+func NewClient(address string, t *http.Transport, timeout time.Duration, tel observe.Telemetry) (*Client, error) {
 	if err := config.ValidateBaseURL(address); err != nil {
 		return nil, err
 	}
-	return &Client{base: strings.TrimRight(address, "/"), http: &http.Client{Transport: t, Timeout: timeout}}, nil
+	return &Client{base: strings.TrimRight(address, "/"), http: &http.Client{Transport: t, Timeout: timeout}, tel: tel}, nil
 }
 
 // NewTransport is the pooled transport used towards the gateway (and, with its own settings,
@@ -95,8 +99,10 @@ type Leg struct {
 	Method string
 	// Path is appended to the gateway address (it may carry a query).
 	Path string
-	// Profile is the EPP profile (encode, prefill, decode).
+	// Profile is the EPP profile (encode, prefill, decode); empty for side services.
 	Profile string
+	// Phase names the leg in metrics, traces and errors (defaults to Profile).
+	Phase string
 	// Header is the base header set (see Forwarded); Do adds Content-Type, the request id and the
 	// profile without modifying it.
 	Header http.Header
@@ -111,14 +117,23 @@ type Leg struct {
 	ContentType string
 }
 
-// Do sends the leg and returns the raw response; the caller closes its body.
+// Do sends the leg and returns the raw response; the caller closes its body. Each leg is a
+// client span (child of ctx) whose trace context is sent as traceparent, and its duration — to
+// the end of the response body — and status are recorded per phase.
 func (c *Client) Do(ctx context.Context, leg Leg) (*http.Response, error) {
+	phase := leg.Phase
+	if phase == "" {
+		phase = leg.Profile
+	}
 	method := leg.Method
 	if method == "" {
 		method = http.MethodPost
 	}
+	ctx, span := c.tel.Start(ctx, "upstream "+phase, trace.SpanKindClient,
+		observe.AttrPhase.String(phase), observe.AttrRequestID.String(leg.RequestID))
 	req, err := http.NewRequestWithContext(ctx, method, c.base+leg.Path, leg.Body)
 	if err != nil {
+		observe.End(span, 0, err)
 		return nil, err
 	}
 	req.ContentLength = leg.Size
@@ -126,7 +141,7 @@ func (c *Client) Do(ctx context.Context, leg Leg) (*http.Response, error) {
 		req.Body = http.NoBody
 		req.ContentLength = 0
 	}
-	h := make(http.Header, len(leg.Header)+4)
+	h := make(http.Header, len(leg.Header)+6)
 	for k, v := range leg.Header {
 		h[k] = v
 	}
@@ -145,8 +160,49 @@ func (c *Client) Do(ctx context.Context, leg Leg) (*http.Response, error) {
 	if leg.Prefer != "" {
 		h.Set(PreferHeader, leg.Prefer)
 	}
+	observe.Inject(ctx, h)
 	req.Header = h
-	return c.http.Do(req)
+	start := time.Now()
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.tel.Metrics.Upstream(phase, 0, time.Since(start))
+		observe.End(span, 0, err)
+		return nil, err
+	}
+	status := resp.StatusCode
+	resp.Body = &observedBody{ReadCloser: resp.Body, finish: func(err error) {
+		c.tel.Metrics.Upstream(phase, status, time.Since(start))
+		observe.End(span, status, err)
+	}}
+	return resp, nil
+}
+
+// observedBody reports the end of a response body (EOF, error or Close) exactly once.
+type observedBody struct {
+	io.ReadCloser
+	finish func(error)
+	done   bool
+}
+
+func (b *observedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !b.done {
+		b.done = true
+		if err == io.EOF {
+			b.finish(nil)
+		} else {
+			b.finish(err)
+		}
+	}
+	return n, err
+}
+
+func (b *observedBody) Close() error {
+	if !b.done {
+		b.done = true
+		b.finish(nil)
+	}
+	return b.ReadCloser.Close()
 }
 
 // Call sends the leg and returns the whole response body of a 200 answer. Any other status is an

@@ -11,6 +11,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/body"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/logging"
 )
 
 // API is the client-facing request format.
@@ -144,6 +145,9 @@ type RequestContext struct {
 	Timings []StepTiming
 
 	tokenJSON json.RawMessage
+	// step and stepStart are the running step, for a Server-Timing header sent mid-step.
+	step      string
+	stepStart time.Time
 }
 
 // TokenIDsJSON returns TokenIDs encoded once and cached (they go into several legs).
@@ -168,10 +172,14 @@ func (rc *RequestContext) SetTokenIDs(ids []int) {
 	rc.tokenJSON = nil
 }
 
-// Leg returns a gateway leg with this request's forwarded headers and id.
+// Leg returns a gateway leg with this request's forwarded headers and id, named after its profile
+// (or phase, for legs without a profile). At trace level the body is logged, redacted.
 func (rc *RequestContext) Leg(profile, path string, obj *body.Object) gateway.Leg {
 	r, n := obj.Reader()
-	return gateway.Leg{Path: path, Profile: profile, Header: rc.Forwarded, RequestID: rc.ID, Body: r, Size: n}
+	if l := rc.Log.V(5); l.Enabled() {
+		l.Info("leg request", "profile", profile, "path", path, "body", logging.RedactJSON(obj.Bytes()))
+	}
+	return gateway.Leg{Path: path, Profile: profile, Phase: profile, Header: rc.Forwarded, RequestID: rc.ID, Body: r, Size: n}
 }
 
 // TimingSummary formats the step timings as step=duration pairs for a log line.
@@ -183,16 +191,24 @@ func (rc *RequestContext) TimingSummary() []any {
 	return kv
 }
 
-// ServerTiming formats the timings as a Server-Timing header value.
+// ServerTiming formats the step timings as a Server-Timing header value (milliseconds). A step
+// still running (the one writing the response) is included with its time so far, i.e. its time to
+// first byte.
 func (rc *RequestContext) ServerTiming() string {
 	var sb strings.Builder
-	for i, t := range rc.Timings {
-		if i > 0 {
+	add := func(name string, d time.Duration) {
+		if sb.Len() > 0 {
 			sb.WriteString(", ")
 		}
-		sb.WriteString(strings.ReplaceAll(t.Step, "-", "_"))
+		sb.WriteString(strings.ReplaceAll(name, "-", "_"))
 		sb.WriteString(";dur=")
-		sb.WriteString(strconv.FormatFloat(float64(t.Duration.Microseconds())/1000, 'f', 3, 64))
+		sb.WriteString(strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 3, 64))
+	}
+	for _, t := range rc.Timings {
+		add(t.Step, t.Duration)
+	}
+	if rc.step != "" {
+		add(rc.step, time.Since(rc.stepStart))
 	}
 	return sb.String()
 }

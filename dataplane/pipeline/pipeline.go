@@ -15,9 +15,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 )
 
 // ErrDone stops the pipeline early with success: the step has written the whole response.
@@ -71,6 +74,8 @@ type Deps struct {
 	Steps []string
 	// Hooks carries embedder-provided, non-configuration dependencies keyed by step type.
 	Hooks map[string]any
+	// Telemetry records metrics and spans.
+	Telemetry observe.Telemetry
 }
 
 // RequireGateway records an error on p when there is no gateway client.
@@ -128,6 +133,8 @@ type Options struct {
 	Hooks map[string]any
 	// Now stamps LoadedAt (time.Now when nil).
 	Now func() time.Time
+	// Telemetry records metrics and spans (none when zero).
+	Telemetry observe.Telemetry
 }
 
 // StepInfo describes a built step for introspection (/debug/pipeline).
@@ -146,6 +153,7 @@ type Pipeline struct {
 	gw       *gateway.Client
 	routes   *http.ServeMux
 	nroutes  int
+	tel      observe.Telemetry
 
 	inflight  atomic.Int64
 	retired   atomic.Bool
@@ -164,7 +172,7 @@ func Build(cfg config.Config, opts Options) (*Pipeline, error) {
 	var gw *gateway.Client
 	if cfg.Gateway.Address != "" {
 		var err error
-		if gw, err = gateway.New(cfg.Gateway); err != nil {
+		if gw, err = gateway.New(cfg.Gateway, opts.Telemetry); err != nil {
 			return nil, &config.FieldError{Key: "gateway.address", Reason: err.Error()}
 		}
 	}
@@ -180,7 +188,7 @@ func Build(cfg config.Config, opts Options) (*Pipeline, error) {
 		"ec_connector":      cfg.Pipeline.ECConnector,
 		"use_openai_format": cfg.Pipeline.UseOpenAIFormat,
 	}
-	p := &Pipeline{cfg: cfg, revision: cfg.Revision(), gw: gw}
+	p := &Pipeline{cfg: cfg, revision: cfg.Revision(), gw: gw, tel: opts.Telemetry}
 	for i, sc := range cfg.Pipeline.Steps {
 		f, ok := lookup(sc.Type)
 		if !ok {
@@ -190,7 +198,7 @@ func Build(cfg config.Config, opts Options) (*Pipeline, error) {
 			}
 		}
 		params := NewParams(fmt.Sprintf("pipeline.steps[%d].params", i), sc.Params, inherited)
-		deps := Deps{Gateway: gw, Log: opts.Log.WithValues("step", sc.Type), Getenv: opts.Getenv, Index: i, Steps: types, Hooks: opts.Hooks}
+		deps := Deps{Gateway: gw, Log: opts.Log.WithValues("step", sc.Type), Getenv: opts.Getenv, Index: i, Steps: types, Hooks: opts.Hooks, Telemetry: opts.Telemetry}
 		step, err := f(deps, params)
 		if err == nil {
 			err = params.Err()
@@ -258,26 +266,35 @@ func checkTokensIn(pc config.Pipeline, types []string) error {
 }
 
 // Execute runs the steps in order. It stops at the first error (wrapped with the step name), at
-// ErrDone (success), or when ctx is cancelled between steps.
+// ErrDone (success), or when ctx is cancelled between steps. Each step is timed (RequestContext
+// Timings, the step-duration metric) and traced as a child span of ctx.
 func (p *Pipeline) Execute(ctx context.Context, rc *RequestContext) error {
 	for _, s := range p.steps {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("pipeline cancelled before %s: %w", s.Name(), err)
 		}
-		start := time.Now()
-		err := s.Execute(ctx, rc)
-		t := StepTiming{Step: s.Name(), Duration: time.Since(start), Outcome: "ok"}
+		name := s.Name()
+		sctx, span := p.tel.Start(ctx, "step "+name, trace.SpanKindInternal, observe.AttrStep.String(name))
+		rc.stepStart, rc.step = time.Now(), name
+		err := s.Execute(sctx, rc)
+		t := StepTiming{Step: name, Duration: time.Since(rc.stepStart), Outcome: "ok"}
+		rc.step = ""
 		switch {
 		case errors.Is(err, ErrDone):
-			t.Outcome = "done"
-			rc.Timings = append(rc.Timings, t)
-			return nil
+			t.Outcome, err = "done", nil
 		case err != nil:
 			t.Outcome = "error"
-			rc.Timings = append(rc.Timings, t)
-			return fmt.Errorf("%s: %w", s.Name(), err)
 		}
 		rc.Timings = append(rc.Timings, t)
+		p.tel.Metrics.Step(name, t.Outcome, t.Duration)
+		span.SetAttributes(attribute.String("coordinator.outcome", t.Outcome))
+		observe.End(span, 0, err)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if t.Outcome == "done" {
+			return nil
+		}
 	}
 	return nil
 }

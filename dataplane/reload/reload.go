@@ -226,8 +226,9 @@ func (w *Watcher) fail(err error) error {
 }
 
 // RestartRequired lists the settings of next that differ from running and that a running process
-// cannot apply: the listener's address and timeouts. Everything else (the pipeline, the gateway,
-// the body limit, the drain timeout, the log level) is applied by a reload.
+// cannot apply: the listeners' addresses and timeouts and the tracing setup. Everything else (the
+// pipeline, the gateway, the body limit, the drain timeout, Server-Timing, the log level) is
+// applied by a reload.
 func RestartRequired(running, next config.Config) []string {
 	var keys []string
 	if running.Server.ListenAddr != next.Server.ListenAddr {
@@ -238,6 +239,12 @@ func RestartRequired(running, next config.Config) []string {
 	}
 	if running.Server.WriteTimeout != next.Server.WriteTimeout {
 		keys = append(keys, "server.write_timeout")
+	}
+	if running.Server.MetricsPort != next.Server.MetricsPort {
+		keys = append(keys, "server.metrics_port")
+	}
+	if running.Tracing != next.Tracing {
+		keys = append(keys, "tracing")
 	}
 	return keys
 }

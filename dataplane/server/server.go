@@ -13,11 +13,14 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/reload"
 )
@@ -34,6 +37,8 @@ type Options struct {
 	Reloader interface{ Status() reload.Status }
 	// Routes, when set, registers extra routes on the echo app.
 	Routes func(e *echo.Echo)
+	// Telemetry records request metrics and spans.
+	Telemetry observe.Telemetry
 }
 
 // Server serves the coordinator API.
@@ -42,6 +47,7 @@ type Server struct {
 	http     *http.Server
 	holder   *pipeline.Holder
 	reloader interface{ Status() reload.Status }
+	tel      observe.Telemetry
 	log      logr.Logger
 	draining atomic.Bool
 }
@@ -55,7 +61,7 @@ const (
 func New(opts Options) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	s := &Server{echo: e, holder: opts.Pipelines, reloader: opts.Reloader, log: opts.Log}
+	s := &Server{echo: e, holder: opts.Pipelines, reloader: opts.Reloader, tel: opts.Telemetry, log: opts.Log}
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.requestID, s.recover, s.accessLog)
 
@@ -207,4 +213,9 @@ func echoToAPI(err error) error {
 		}
 	}
 	return e
+}
+
+// MetricsHandler serves a registry's metrics in the Prometheus exposition format.
+func MetricsHandler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
 }

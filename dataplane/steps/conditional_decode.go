@@ -8,6 +8,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/body"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 )
 
@@ -20,14 +21,15 @@ func init() { pipeline.Register(ConditionalDecodeStep, newConditionalDecode) }
 // worker cannot serve without the earlier phases: the pipeline continues. Any other answer is the
 // response: it is streamed to the client and the pipeline stops.
 type conditionalDecode struct {
-	gw *gateway.Client
+	gw      *gateway.Client
+	metrics *observe.Metrics
 }
 
 func newConditionalDecode(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, ConditionalDecodeStep)
 	// Accepted for compatibility with upstream configs; the leg always keeps the client's format.
 	p.Bool(ParamUseOpenAIFormat, true)
-	return &conditionalDecode{gw: deps.Gateway}, nil
+	return &conditionalDecode{gw: deps.Gateway, metrics: deps.Telemetry.Metrics}, nil
 }
 
 func (*conditionalDecode) Name() string { return ConditionalDecodeStep }
@@ -35,8 +37,10 @@ func (*conditionalDecode) Name() string { return ConditionalDecodeStep }
 func (s *conditionalDecode) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
 	leg := rc.Leg(gateway.ProfileDecode, rc.Path, s.body(rc))
 	leg.Prefer = gateway.PreferIfAvailable
+	leg.Phase = ConditionalDecodeStep
 	resp, err := s.gw.Do(ctx, leg)
 	if err != nil {
+		s.metrics.ConditionalDecode(observe.CondError)
 		if ctx.Err() != nil {
 			return &apierror.UpstreamError{Phase: ConditionalDecodeStep, Err: err}
 		}
@@ -45,9 +49,15 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *pipeline.RequestCon
 		return nil
 	}
 	if resp.StatusCode == http.StatusPreconditionFailed {
+		s.metrics.ConditionalDecode(observe.CondFellBack)
 		gateway.Discard(resp)
 		rc.Log.V(logging.Verbose).Info("conditional decode: decode cannot serve directly (412); running the full pipeline")
 		return nil
+	}
+	if resp.StatusCode < 400 {
+		s.metrics.ConditionalDecode(observe.CondServed)
+	} else {
+		s.metrics.ConditionalDecode(observe.CondError)
 	}
 	if err := respond(rc, resp, ConditionalDecodeStep); err != nil {
 		return err

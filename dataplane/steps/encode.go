@@ -13,6 +13,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 )
 
@@ -29,11 +30,12 @@ type encode struct {
 	ec          ec.Connector
 	useOpenAI   bool
 	maxParallel int
+	metrics     *observe.Metrics
 }
 
 func newEncode(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, EncodeStep)
-	s := &encode{gw: deps.Gateway, ec: ecConnector(p), useOpenAI: p.Bool(ParamUseOpenAIFormat, true), maxParallel: p.Int("max_parallel", 8, 1)}
+	s := &encode{gw: deps.Gateway, ec: ecConnector(p), useOpenAI: p.Bool(ParamUseOpenAIFormat, true), maxParallel: p.Int("max_parallel", 8, 1), metrics: deps.Telemetry.Metrics}
 	renderBefore := false
 	for _, t := range deps.Steps[:deps.Index] {
 		renderBefore = renderBefore || t == RenderStep
@@ -56,6 +58,7 @@ func (s *encode) Execute(ctx context.Context, rc *pipeline.RequestContext) error
 		return nil
 	}
 	format := rc.API.Format(s.useOpenAI)
+	s.metrics.EncodeFanout(len(rc.Media))
 	var msgs []json.RawMessage
 	if format == pipeline.APIChat {
 		raw, _ := rc.Body.Get("messages")

@@ -14,6 +14,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/body"
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 )
 
@@ -55,7 +56,7 @@ func newFakeGateway(t *testing.T, answer func(w http.ResponseWriter, c captured)
 }
 
 func (g *fakeGateway) client() *gateway.Client {
-	c, err := gateway.New(config.Gateway{Address: g.srv.URL, MaxIdleConnsPerHost: 4})
+	c, err := gateway.New(config.Gateway{Address: g.srv.URL, MaxIdleConnsPerHost: 4}, observe.Telemetry{})
 	if err != nil {
 		g.t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ type render struct {
 	maxPlaceholders int
 }
 
-func newRender(_ pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
+func newRender(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
 	addr := p.String("address", "")
 	timeout := p.Duration("timeout", 30*time.Second)
 	idle := p.Int("max_idle_conns_per_host", 100, 0)
@@ -47,7 +47,7 @@ func newRender(_ pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
 		return s, nil
 	}
 	t := gateway.NewTransport(config.Gateway{MaxIdleConnsPerHost: idle, IdleConnTimeout: config.Duration(idleTimeout)})
-	c, err := gateway.NewClient(addr, t, timeout)
+	c, err := gateway.NewClient(addr, t, timeout, deps.Telemetry)
 	if err != nil {
 		p.Fail("address", "%v", err)
 		return s, nil
@@ -151,7 +151,7 @@ func (s *render) completions(ctx context.Context, rc *pipeline.RequestContext) e
 	raw, _ := rc.Body.Get("prompt")
 	switch body.KindOf(raw) {
 	case 's':
-		out, err := s.client.Call(ctx, RenderStep, rc.Leg("", renderCompletionsPath, rc.Body))
+		out, err := s.client.Call(ctx, RenderStep, renderLeg(rc, renderCompletionsPath))
 		if err != nil {
 			return err
 		}
@@ -199,7 +199,7 @@ func (s *render) chat(ctx context.Context, rc *pipeline.RequestContext) error {
 		}
 		rc.Media, rc.MediaScanned = media, true
 	}
-	out, err := s.client.Call(ctx, RenderStep, rc.Leg("", renderChatPath, rc.Body))
+	out, err := s.client.Call(ctx, RenderStep, renderLeg(rc, renderChatPath))
 	if err != nil {
 		return err
 	}
@@ -342,4 +342,11 @@ func parseTokenIDs(raw json.RawMessage) ([]int, error) {
 		ids[i] = int(n)
 	}
 	return ids, nil
+}
+
+// renderLeg is a render-service call: forwarded headers and the request id, no EPP profile.
+func renderLeg(rc *pipeline.RequestContext, path string) gateway.Leg {
+	leg := rc.Leg("", path, rc.Body)
+	leg.Phase = RenderStep
+	return leg
 }

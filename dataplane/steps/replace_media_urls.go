@@ -18,6 +18,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 )
 
@@ -43,6 +44,7 @@ type replaceMediaURLs struct {
 	maxConc    int
 	maxEntries int
 	maxBytes   int64
+	metrics    *observe.Metrics
 }
 
 func newReplaceMediaURLs(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
@@ -50,6 +52,7 @@ func newReplaceMediaURLs(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step,
 		maxConc:    p.Int("max_concurrent_downloads", 10, 1),
 		maxEntries: p.Int("max_multimodal_entries", 0, 0),
 		maxBytes:   int64(p.Int("max_download_size", 10, 1)) << 20,
+		metrics:    deps.Telemetry.Metrics,
 	}
 	timeout := p.Duration("download_timeout", 10*time.Second)
 	s.guard = &netGuard{allowPrivate: p.Bool("allow_private_networks", false)}
@@ -166,8 +169,10 @@ func (s *replaceMediaURLs) fetch(ctx context.Context, u *url.URL, e *pipeline.Me
 	}
 	req.Header.Set("User-Agent", "epd-coordinator")
 	req.Header.Set("Accept", strings.Join(kindOf(e.Kind).mediaTypes, ", "))
+	start := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {
+		s.metrics.Upstream("media", 0, time.Since(start))
 		var blocked *blockedError
 		if errors.As(err, &blocked) {
 			return nil, "", apierror.InvalidField("messages", "%s: media URL blocked: %v", where, blocked.err)
@@ -178,6 +183,7 @@ func (s *replaceMediaURLs) fetch(ctx context.Context, u *url.URL, e *pipeline.Me
 		return nil, "", mediaHostError(where, fmt.Sprintf("download failed: %v", stripURL(err)), err)
 	}
 	defer resp.Body.Close()
+	defer func() { s.metrics.Upstream("media", resp.StatusCode, time.Since(start)) }()
 	if resp.StatusCode != http.StatusOK {
 		return nil, "", mediaHostError(where, fmt.Sprintf("media host answered HTTP %d", resp.StatusCode), nil)
 	}

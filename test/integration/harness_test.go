@@ -58,9 +58,13 @@ func start(t *testing.T, o stack.Options, kv, ec string, openaiFormat bool, step
 		t.Fatal(err)
 	}
 	t.Cleanup(coord.Close)
-	client := openai.NewClient(option.WithBaseURL(coord.URL()+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0),
+	return &system{t: t, stack: st, coord: coord, client: clientFor(coord.URL())}
+}
+
+// clientFor is the official OpenAI SDK pointed at a coordinator.
+func clientFor(url string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("sk-test"), option.WithMaxRetries(0),
 		option.WithRequestTimeout(20*time.Second))
-	return &system{t: t, stack: st, coord: coord, client: client}
 }
 
 // steps renders a YAML step list.

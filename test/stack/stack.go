@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	"github.com/epd-dev/coordinator/dataplane/steps"
@@ -167,18 +168,30 @@ func (c *Coordinator) Close() {
 // LoopbackMedia lets replace-media-urls download from loopback media servers (tests only).
 var LoopbackMedia = map[string]any{steps.ReplaceMediaURLsStep: steps.ReplaceMediaURLsHooks{AllowAddr: func(a netip.Addr) bool { return a.IsLoopback() }}}
 
+// CoordinatorOptions tune StartCoordinatorWith.
+type CoordinatorOptions struct {
+	Log       logr.Logger
+	Hooks     map[string]any
+	Telemetry observe.Telemetry
+}
+
 // StartCoordinator builds the pipeline of cfg and serves it on 127.0.0.1 (any port).
 func StartCoordinator(cfg config.Config, log logr.Logger, hooks map[string]any) (*Coordinator, error) {
-	if log.GetSink() == nil {
-		log = logr.Discard()
+	return StartCoordinatorWith(cfg, CoordinatorOptions{Log: log, Hooks: hooks})
+}
+
+// StartCoordinatorWith is StartCoordinator with telemetry.
+func StartCoordinatorWith(cfg config.Config, o CoordinatorOptions) (*Coordinator, error) {
+	if o.Log.GetSink() == nil {
+		o.Log = logr.Discard()
 	}
-	p, err := pipeline.Build(cfg, pipeline.Options{Log: log, Hooks: hooks})
+	p, err := pipeline.Build(cfg, pipeline.Options{Log: o.Log, Hooks: o.Hooks, Telemetry: o.Telemetry})
 	if err != nil {
 		return nil, err
 	}
 	holder := &pipeline.Holder{}
 	holder.Swap(p)
-	srv := server.New(server.Options{Server: cfg.Server, Pipelines: holder, Log: log})
+	srv := server.New(server.Options{Server: cfg.Server, Pipelines: holder, Log: o.Log, Telemetry: o.Telemetry})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err

@@ -1,0 +1,103 @@
+package observe
+
+import (
+	"context"
+	"net/http"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// TracerName names the coordinator's instrumentation scope.
+const TracerName = "github.com/epd-dev/coordinator"
+
+// Propagator carries W3C trace context and baggage. It is used whether or not tracing is on, so
+// a client's traceparent always reaches the workers.
+var Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+// Telemetry bundles the metrics and the tracer handed to the server, the pipeline and its steps.
+// The zero value records nothing but still propagates trace context.
+type Telemetry struct {
+	Metrics *Metrics
+	Tracer  trace.Tracer
+}
+
+var noopTracer = noop.NewTracerProvider().Tracer(TracerName)
+
+func (t Telemetry) tracer() trace.Tracer {
+	if t.Tracer == nil {
+		return noopTracer
+	}
+	return t.Tracer
+}
+
+// Start opens a span; with tracing off it is a non-recording span that keeps the parent's
+// trace context.
+func (t Telemetry) Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	return t.tracer().Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+}
+
+// Extract reads the client's trace context from inbound headers.
+func Extract(ctx context.Context, h http.Header) context.Context {
+	return Propagator.Extract(ctx, propagation.HeaderCarrier(h))
+}
+
+// Inject writes ctx's trace context (traceparent, tracestate, baggage) into outbound headers.
+func Inject(ctx context.Context, h http.Header) {
+	Propagator.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// End finishes a span with an HTTP status (0 for none) and error.
+func End(span trace.Span, status int, err error) {
+	if status != 0 {
+		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	} else if status >= 500 {
+		span.SetStatus(codes.Error, http.StatusText(status))
+	}
+	span.End()
+}
+
+// NewTracerProvider builds an OTLP/HTTP exporting provider. endpoint is a URL such as
+// http://otel-collector:4318 (empty: the OTEL_EXPORTER_OTLP_* environment, default
+// localhost:4318); ratio is the parent-based sampling ratio for new traces.
+func NewTracerProvider(ctx context.Context, endpoint, service string, ratio float64) (*sdktrace.TracerProvider, error) {
+	var opts []otlptracehttp.Option
+	if endpoint != "" {
+		opts = append(opts, otlptracehttp.WithEndpointURL(endpoint))
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return NewTracerProviderWith(sdktrace.NewBatchSpanProcessor(exp), service, ratio), nil
+}
+
+// NewTracerProviderWith builds a provider around any span processor (tests use an in-memory one).
+func NewTracerProviderWith(sp sdktrace.SpanProcessor, service string, ratio float64) *sdktrace.TracerProvider {
+	res := resource.NewSchemaless(semconv.ServiceName(service))
+	return sdktrace.NewTracerProvider(
+		sdktrace.WithSpanProcessor(sp),
+		sdktrace.WithResource(res),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
+	)
+}
+
+// Attribute keys used on coordinator spans.
+var (
+	AttrRequestID = attribute.Key("coordinator.request_id")
+	AttrPhase     = attribute.Key("coordinator.phase")
+	AttrStep      = attribute.Key("coordinator.step")
+	AttrRevision  = attribute.Key("coordinator.config_revision")
+	AttrModel     = attribute.Key("gen_ai.request.model")
+)
