@@ -28,8 +28,8 @@ const (
 	// ManagedBy is the value of LabelManagedBy; the manager's cache only watches children with it.
 	ManagedBy = "coordinator-operator"
 
-	// AnnotationRestartHash on the pod template fingerprints the configuration the data plane
-	// cannot reload (log level, server section); a change rolls the Deployment.
+	// AnnotationRestartHash on the pod template fingerprints the settings the data plane cannot
+	// reload (the listener's address and timeouts); a change rolls the Deployment.
 	AnnotationRestartHash = "coordinator.epd.dev/restart-hash"
 	// AnnotationConfigRevision on the ConfigMap is the rendered configuration's revision.
 	AnnotationConfigRevision = "coordinator.epd.dev/config-revision"

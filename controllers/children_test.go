@@ -141,22 +141,35 @@ func TestDesiredDeployment(t *testing.T) {
 	}
 }
 
-// A pipeline-only change must leave the pod template byte-for-byte equal (the coordinators
-// hot-reload the ConfigMap); anything the data plane cannot reload must change it.
+// A change the coordinators hot-reload from the ConfigMap must leave the pod template equal;
+// anything the data plane cannot reload, and every pod setting, must change it.
 func TestPodTemplateChangesOnlyForRestartSettings(t *testing.T) {
 	tests := map[string]struct {
 		mutate   func(*coordinatorv1alpha1.CoordinatorPipeline)
 		wantRoll bool
 	}{
-		"steps":           {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.Steps = cp.Spec.Pipeline.Steps[1:] }},
-		"step params":     {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.Steps[1].Params = params(map[string]any{"kv_connector": "kv-nixl"}) }},
-		"connectors":      {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.ECConnector = "ec-nixl" }},
-		"gateway":         {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Gateway.IdleConnTimeout = duration("1s") }},
-		"pool reference":  {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.InferencePoolRef.Name = "other" }},
-		"log level":       {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.LogLevel = 5 }, wantRoll: true},
-		"server timeouts": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.WriteTimeout = duration("1h") }, wantRoll: true},
-		"body limit":      {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.MaxRequestBodySizeMiB = ptr.To[int32](2) }, wantRoll: true},
-		"image":           {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Image = "example.com/c:2" }, wantRoll: true},
+		"steps": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.Steps = cp.Spec.Pipeline.Steps[1:] }},
+		"step params": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Pipeline.Steps[1].Params = params(map[string]any{"kv_connector": "kv-nixl"})
+		}},
+		"connectors":     {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.ECConnector = "ec-nixl" }},
+		"gateway":        {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Gateway.IdleConnTimeout = duration("1s") }},
+		"pool reference": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.InferencePoolRef.Name = "other" }},
+		// The data plane reloads these too.
+		"log level": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.LogLevel = 5 }},
+		"body limit": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Server.MaxRequestBodySizeMiB = ptr.To[int32](2)
+		}},
+		// It cannot apply new listener timeouts.
+		"read timeout":  {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.ReadTimeout = duration("1h") }, wantRoll: true},
+		"write timeout": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.WriteTimeout = duration("1h") }, wantRoll: true},
+		// terminationGracePeriodSeconds follows the drain timeout.
+		"shutdown timeout": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.ShutdownTimeout = duration("1m") }, wantRoll: true},
+		// Pod settings.
+		"image": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Image = "example.com/c:2" }, wantRoll: true},
+		"resources": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
+		}, wantRoll: true},
 	}
 	base := deploymentFor(t, newPipeline("ns", "cp"), "")
 	for name, tc := range tests {
@@ -210,39 +223,6 @@ func TestDesiredConfigMapServiceServiceAccount(t *testing.T) {
 			g := NewWithT(t)
 			expectOwnedBy(g, tc.obj, cp)
 			tc.check(g)
-		})
-	}
-}
-
-func TestEnsureChildInSync(t *testing.T) {
-	// inSync ignores what the API server defaults but notices edits of what we set.
-	cp := newPipeline("ns", "cp")
-	desired := deploymentFor(t, cp, "")
-	defaulted := desired.DeepCopy()
-	defaulted.Spec.RevisionHistoryLimit = ptr.To[int32](10)
-	defaulted.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
-	defaulted.Spec.Template.Spec.Containers[0].TerminationMessagePath = "/dev/termination-log"
-	defaulted.Spec.Template.Spec.Containers[0].ImagePullPolicy = corev1.PullAlways
-	defaulted.Spec.Template.Spec.DNSPolicy = corev1.DNSClusterFirst
-	defaulted.Spec.Template.Spec.Containers[0].LivenessProbe.SuccessThreshold = 1
-
-	edited := defaulted.DeepCopy()
-	edited.Spec.Template.Spec.Containers[0].Args = []string{"--config", "/elsewhere"}
-	scaled := defaulted.DeepCopy()
-	scaled.Spec.Replicas = ptr.To[int32](0)
-
-	tests := map[string]struct {
-		live *appsv1.Deployment
-		want bool
-	}{
-		"identical":             {live: desired, want: true},
-		"server defaults added": {live: defaulted, want: true},
-		"container args edited": {live: edited, want: false},
-		"scaled by hand":        {live: scaled, want: false},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			NewWithT(t).Expect(deploymentKind.inSync(desired, tc.live)).To(Equal(tc.want))
 		})
 	}
 }

@@ -120,15 +120,21 @@ func parseConfig(data string) (config.Config, error) {
 	return config.Parse([]byte(data), nil)
 }
 
-// restartHash fingerprints the part of cfg the data plane applies only at start-up: the log
-// level and the server section (listen address, timeouts, body limit). It is stamped on the pod
-// template, so a change there rolls the Deployment while a pipeline or gateway change (which the
-// coordinators hot-reload from the mounted ConfigMap) leaves the pod template alone.
+// restartHash fingerprints the settings a running coordinator cannot take from a reloaded file
+// (the data plane's reload.RestartRequired): the listener's address and timeouts, the metrics
+// port and tracing. It is stamped on the pod template, so a change there rolls the Deployment,
+// while everything else (pipeline, gateway, log level, body limit, drain timeout...), which the
+// coordinators hot-reload from the mounted ConfigMap, leaves the pod template alone. The drain
+// timeout still reaches the template through terminationGracePeriodSeconds.
+// TestRestartHashFollowsTheDataPlaneReload keeps this in step with reload.RestartRequired.
 func restartHash(cfg config.Config) string {
 	b, err := json.Marshal(struct {
-		LogLevel int           `json:"log_level"`
-		Server   config.Server `json:"server"`
-	}{cfg.LogLevel, cfg.Server})
+		ListenAddr   string          `json:"listen_addr"`
+		ReadTimeout  config.Duration `json:"read_timeout"`
+		WriteTimeout config.Duration `json:"write_timeout"`
+		MetricsPort  int             `json:"metrics_port"`
+		Tracing      config.Tracing  `json:"tracing"`
+	}{cfg.Server.ListenAddr, cfg.Server.ReadTimeout, cfg.Server.WriteTimeout, cfg.Server.MetricsPort, cfg.Tracing})
 	if err != nil {
 		panic(fmt.Sprintf("restartHash: %v", err)) // plain struct of scalars: cannot fail
 	}

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"maps"
 	"os"
 	"slices"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/reload"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
 )
@@ -176,36 +178,41 @@ func TestValidatePipeline(t *testing.T) {
 	}
 }
 
-func TestRestartHash(t *testing.T) {
-	base := newPipeline("ns", "cp")
-	tests := map[string]struct {
-		mutate      func(*coordinatorv1alpha1.CoordinatorPipeline)
-		wantRestart bool
-	}{
-		"pipeline steps":       {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.Steps = cp.Spec.Pipeline.Steps[1:] }},
-		"kv connector":         {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.KVConnector = "kv-shared-storage" }},
-		"gateway address":      {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Gateway.Address = "http://other:80" }},
-		"gateway timeout":      {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Gateway.Timeout = duration("5s") }},
-		"replicas":             {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Replicas = ptr.To[int32](5) }},
-		"log level":            {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.LogLevel = 4 }, wantRestart: true},
-		"read timeout":         {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.ReadTimeout = duration("5s") }, wantRestart: true},
-		"write timeout":        {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.WriteTimeout = duration("5s") }, wantRestart: true},
-		"shutdown timeout":     {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.ShutdownTimeout = duration("5s") }, wantRestart: true},
-		"max request body":     {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.MaxRequestBodySizeMiB = ptr.To[int32](1) }, wantRestart: true},
-		"default made explicit": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.ReadTimeout = duration("30s") }},
+// restartHash must change exactly when the data plane's reload cannot apply a change
+// (reload.RestartRequired). Every configuration key is listed, so a key added to the schema needs
+// a decision here.
+func TestRestartHashFollowsTheDataPlaneReload(t *testing.T) {
+	changed := map[string]string{ // key -> a value different from the base configuration's
+		"log_level":                       "5",
+		"server.listen_addr":              ":9090",
+		"server.read_timeout":             "7s",
+		"server.write_timeout":            "7s",
+		"server.shutdown_timeout":         "7s",
+		"server.max_request_body_size":    "7",
+		"gateway.address":                 "http://other-gateway:80",
+		"gateway.max_idle_conns_per_host": "7",
+		"gateway.idle_conn_timeout":       "7s",
+		"gateway.timeout":                 "7s",
+		"pipeline.kv_connector":           "kv-shared-storage",
+		"pipeline.ec_connector":           "ec-nixl",
+		"pipeline.use_openai_format":      "false",
+		"pipeline.steps":                  "[{type: render, params: {address: 'http://render:8000'}}, {type: decode}]",
 	}
-	baseCfg, err := renderConfig(base, base.Spec.Gateway.Address)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(config.EnvKeys()).To(ConsistOf(slices.Collect(maps.Keys(changed))), "every configuration key has a case")
+
+	base, err := renderConfig(newPipeline("ns", "cp"), testGateway)
+	g.Expect(err).NotTo(HaveOccurred())
+	doc, err := config.Marshal(base)
+	g.Expect(err).NotTo(HaveOccurred())
+	for key, value := range changed {
+		t.Run(key, func(t *testing.T) {
 			g := NewWithT(t)
-			cp := base.DeepCopy()
-			tc.mutate(cp)
-			cfg, err := renderConfig(cp, cp.Spec.Gateway.Address)
+			next, err := config.Parse(doc, func(name string) (string, bool) { return value, name == config.EnvName(key) })
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(restartHash(cfg) != restartHash(baseCfg)).To(Equal(tc.wantRestart))
+			g.Expect(next.Revision()).NotTo(Equal(base.Revision()), "the case must change the configuration")
+			needsRestart := len(reload.RestartRequired(base, next)) > 0
+			g.Expect(restartHash(next) != restartHash(base)).To(Equal(needsRestart))
 		})
 	}
 }

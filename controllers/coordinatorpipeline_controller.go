@@ -105,7 +105,7 @@ func (r *CoordinatorPipelineReconciler) Reconcile(ctx context.Context, req ctrl.
 	for _, p := range []phase{
 		r.resolveInferencePool,
 		r.resolveGateway,
-		r.renderConfig,
+		r.renderAndValidate,
 		r.reconcileServiceAccount,
 		r.reconcileConfigMap,
 		r.reconcileService,
@@ -167,10 +167,10 @@ func (r *CoordinatorPipelineReconciler) resolveGateway(ctx context.Context, s *s
 	return nil
 }
 
-// renderConfig renders the spec into the data-plane configuration and validates its pipeline
-// with the data plane's builder. An unresolved gateway does not stop validation (a placeholder
-// address stands in), but such a configuration is not applied.
-func (r *CoordinatorPipelineReconciler) renderConfig(_ context.Context, s *scope) error {
+// renderAndValidate renders the spec into the data-plane configuration and validates its
+// pipeline with the data plane's builder. An unresolved gateway does not stop validation (a
+// placeholder address stands in), but such a configuration is not applied.
+func (r *CoordinatorPipelineReconciler) renderAndValidate(_ context.Context, s *scope) error {
 	address := validationGatewayAddress
 	if s.obs.gateway.ok {
 		address = s.obs.gateway.address

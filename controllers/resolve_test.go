@@ -103,8 +103,8 @@ func TestSummarizePool(t *testing.T) {
 			wantOK: true, wantReason: coordinatorv1alpha1.ReasonResolved, wantMessage: "accepted by Gateway ns/gw",
 		},
 		"not accepted carries the parent's reason and message": {
-			parents: []infv1.ParentStatus{parent("gw", cond("Accepted", metav1.ConditionFalse, "NotSupportedByParent", "unsupported"))},
-			wantReason: coordinatorv1alpha1.ReasonNotAccepted,
+			parents:     []infv1.ParentStatus{parent("gw", cond("Accepted", metav1.ConditionFalse, "NotSupportedByParent", "unsupported"))},
+			wantReason:  coordinatorv1alpha1.ReasonNotAccepted,
 			wantMessage: "InferencePool pool: parent Gateway ns/gw reports Accepted=False (NotSupportedByParent): unsupported",
 		},
 		"refs not resolved": {

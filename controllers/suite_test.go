@@ -20,6 +20,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -212,18 +213,27 @@ func (e *testEnv) createPool(t *testing.T, namespace, name string) *infv1.Infere
 // markDeploymentAvailable plays the Deployment controller (envtest has none): every desired
 // replica of the current generation is updated and available.
 func (e *testEnv) markDeploymentAvailable(g *WithT, namespace, name string) {
-	g.Eventually(func(g Gomega) {
-		dep := &appsv1.Deployment{}
-		g.Expect(e.client.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, dep)).To(Succeed())
-		n := ptr.Deref(dep.Spec.Replicas, 1)
-		dep.Status = appsv1.DeploymentStatus{
-			ObservedGeneration: dep.Generation,
-			Replicas:           n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
-			Conditions: []appsv1.DeploymentCondition{
-				{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"},
-				{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable"},
-			},
-		}
-		g.Expect(e.client.Status().Update(context.Background(), dep)).To(Succeed())
-	}).Should(Succeed())
+	g.Eventually(func() error { return e.setDeploymentAvailable(namespace, name) }).Should(Succeed())
+}
+
+func (e *testEnv) setDeploymentAvailable(namespace, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return e.trySetDeploymentAvailable(namespace, name) })
+}
+
+func (e *testEnv) trySetDeploymentAvailable(namespace, name string) error {
+	ctx := context.Background()
+	dep := &appsv1.Deployment{}
+	if err := e.client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, dep); err != nil {
+		return err
+	}
+	n := ptr.Deref(dep.Spec.Replicas, 1)
+	dep.Status = appsv1.DeploymentStatus{
+		ObservedGeneration: dep.Generation,
+		Replicas:           n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
+		Conditions: []appsv1.DeploymentCondition{
+			{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"},
+			{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable"},
+		},
+	}
+	return e.client.Status().Update(ctx, dep)
 }

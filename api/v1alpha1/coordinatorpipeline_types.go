@@ -184,11 +184,14 @@ type PipelineSpec struct {
 	Steps []PipelineStep `json:"steps"`
 }
 
-// ServerSpec configures the coordinator's inbound HTTP server. The data plane cannot change
-// these without a restart: changing any of them rolls the Deployment.
+// ServerSpec configures the coordinator's inbound HTTP server. A running coordinator cannot
+// change its listener's timeouts: changing readTimeout or writeTimeout rolls the Deployment, and
+// so does shutdownTimeout (the pods' terminationGracePeriodSeconds follows it).
+// maxRequestBodySizeMiB is reloaded in place.
 type ServerSpec struct {
 	// readTimeout bounds reading a whole request, body included (server.read_timeout).
-	// "0s" disables it. Defaults to the data plane's default (30s).
+	// "0s" disables it. Defaults to the data plane's default (30s). Changing it rolls the
+	// Deployment.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
@@ -196,14 +199,15 @@ type ServerSpec struct {
 
 	// writeTimeout bounds writing a non-streaming response (server.write_timeout); streaming
 	// responses are exempt. "0s" disables it. Defaults to the data plane's default (2m).
+	// Changing it rolls the Deployment.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	WriteTimeout *metav1.Duration `json:"writeTimeout,omitempty"`
 
 	// shutdownTimeout bounds the drain of in-flight requests on SIGTERM
-	// (server.shutdown_timeout). The pod's terminationGracePeriodSeconds is set 5s above it.
-	// Defaults to the data plane's default (25s).
+	// (server.shutdown_timeout). The pods' terminationGracePeriodSeconds is set 5s above it, so
+	// changing it rolls the Deployment. Defaults to the data plane's default (25s).
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
@@ -211,7 +215,7 @@ type ServerSpec struct {
 
 	// maxRequestBodySizeMiB is the largest accepted request body in MiB
 	// (server.max_request_body_size); larger requests get 413. Defaults to the data plane's
-	// default (64).
+	// default (64). Reloaded in place.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65536
@@ -244,7 +248,7 @@ type CoordinatorPipelineSpec struct {
 
 	// image is the coordinator container image. When unset the operator uses its own default
 	// (the manager's --coordinator-image flag), so upgrading the operator upgrades coordinators
-	// that do not pin an image.
+	// that do not pin an image. Like every pod setting below, changing it rolls the Deployment.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Image string `json:"image,omitempty"`
@@ -279,14 +283,15 @@ type CoordinatorPipelineSpec struct {
 	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
 
 	// logLevel is the coordinator's log verbosity (log_level): 1 warn, 2 info, 3 verbose,
-	// 4 debug, 5 trace. Changing it restarts the pods.
+	// 4 debug, 5 trace. Reloaded in place: changing it does not restart the pods.
 	// +optional
 	// +kubebuilder:default=2
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=5
 	LogLevel int32 `json:"logLevel,omitempty"`
 
-	// server configures the coordinator's HTTP server. Changing it restarts the pods.
+	// server configures the coordinator's HTTP server. Changing its timeouts rolls the
+	// Deployment.
 	// +optional
 	Server ServerSpec `json:"server,omitempty"`
 }

@@ -92,7 +92,19 @@ type Config struct {
 	// bootstrap_host, peer_host). Default: the local address the request
 	// arrived on, or 127.0.0.1 when that is unspecified.
 	AdvertiseHost string
+	// StampEvents precedes every SSE event with a comment line
+	// EventStampPrefix + the wall-clock time (time.Now().UnixNano()) taken
+	// just before the event is written, so that a client on the same machine
+	// can measure per-event latency. SSE clients ignore comment lines.
+	StampEvents bool
+	// DisableRecording stops the worker from keeping a copy of every request
+	// (Requests then returns none), so that load tests run in bounded memory.
+	DisableRecording bool
 }
+
+// EventStampPrefix starts the comment line of a stamped SSE event (see
+// Config.StampEvents): ": sent_ns=<UnixNano>\n" precedes the event's data line.
+const EventStampPrefix = ": sent_ns="
 
 // withDefaults returns c with zero fields replaced by their defaults.
 func (c Config) withDefaults() Config {

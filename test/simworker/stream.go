@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
+	"time"
 )
 
 // ChatCompletionChunk is one streamed chat event ("chat.completion.chunk").
@@ -46,7 +48,7 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 		if err != nil {
 			return false
 		}
-		if _, err := io.WriteString(rw, "data: "+string(b)+"\n\n"); err != nil {
+		if _, err := io.WriteString(rw, w.stamp()+"data: "+string(b)+"\n\n"); err != nil {
 			return false
 		}
 		return rc.Flush() == nil
@@ -70,8 +72,17 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 	if g.in.includeUsage && !send(g.usageChunk()) {
 		return
 	}
-	_, _ = io.WriteString(rw, "data: [DONE]\n\n")
+	_, _ = io.WriteString(rw, w.stamp()+"data: [DONE]\n\n")
 	_ = rc.Flush()
+}
+
+// stamp returns the comment line that precedes an event when
+// Config.StampEvents is set ("" otherwise), with the current wall-clock time.
+func (w *Worker) stamp() string {
+	if !w.cfg.StampEvents {
+		return ""
+	}
+	return EventStampPrefix + strconv.FormatInt(time.Now().UnixNano(), 10) + "\n"
 }
 
 // tokenChunk returns the event carrying token i.

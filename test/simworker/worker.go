@@ -165,7 +165,8 @@ func (w *Worker) CacheLen() int { return w.cache.len() }
 // ClearCache empties the prefix cache.
 func (w *Worker) ClearCache() { w.cache.clear() }
 
-// Requests returns copies of the requests received so far, oldest first.
+// Requests returns copies of the requests received so far, oldest first (none
+// when Config.DisableRecording is set).
 func (w *Worker) Requests() []Request {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -209,7 +210,9 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	sw := &statusWriter{ResponseWriter: rw}
 	w.mu.Lock()
-	w.requests = append(w.requests, rec)
+	if !w.cfg.DisableRecording {
+		w.requests = append(w.requests, rec)
+	}
 	fail := r.Method == http.MethodPost && w.failLeft > 0
 	if fail {
 		w.failLeft--

@@ -204,10 +204,10 @@ func parseSettings(p *pipeline.Params) (*settings, error) {
 				continue
 			}
 			obj := objective{reserved: t.String("reserved", ""), overflow: t.String("overflow", "")}
-			if obj.reserved == "" && obj.overflow == "" {
-				t.Fail("reserved", "a tier needs a reserved or an overflow objective")
+			ps.check(t) // a misspelt key first: it explains a missing objective
+			if obj.reserved == "" && obj.overflow == "" && ps.err == nil {
+				ps.err = &config.FieldError{Key: t.Key("reserved"), Reason: "a tier needs a reserved or an overflow objective"}
 			}
-			ps.check(t)
 			s.objectives[tier] = obj
 		}
 		ps.check(o)

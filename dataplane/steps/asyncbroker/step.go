@@ -82,7 +82,7 @@ type Step struct {
 
 	// backupPoll and poll are the waiters' poll intervals (tests shorten them).
 	backupPoll, poll time.Duration
-	now          func() time.Time
+	now              func() time.Time
 
 	mu      sync.Mutex
 	client  *redis.Client
@@ -112,7 +112,25 @@ func New(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
 	if log.GetSink() == nil {
 		log = logr.Discard()
 	}
-	return &Step{cfg: cfg, log: log, getenv: deps.Getenv, backupPoll: notifyBackupPoll, poll: pollInterval, now: time.Now}, nil
+	s := &Step{cfg: cfg, log: log, getenv: deps.Getenv, backupPoll: notifyBackupPoll, poll: pollInterval, now: time.Now}
+	if h, ok := deps.Hooks[StepType].(Hooks); ok {
+		if h.PollInterval > 0 {
+			s.poll = h.PollInterval
+		}
+		if h.BackupPollInterval > 0 {
+			s.backupPoll = h.BackupPollInterval
+		}
+	}
+	return s, nil
+}
+
+// Hooks are embedder-provided knobs, passed as pipeline.Options.Hooks[StepType] (tests shorten
+// the waiters' polling with them).
+type Hooks struct {
+	// PollInterval replaces the 200ms mailbox poll of waiters without keyspace notifications.
+	PollInterval time.Duration
+	// BackupPollInterval replaces the 2s backup poll of waiters woken by notifications.
+	BackupPollInterval time.Duration
 }
 
 // Name is the registered type name.
@@ -198,6 +216,7 @@ func (s *Step) hold() (*redis.Client, func(), error) {
 		return nil, nil, errClosed
 	}
 	if s.client == nil {
+		useRedisLogger(s.log)
 		s.client = redis.NewClient(s.options())
 	}
 	s.users++
@@ -298,6 +317,27 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// redisLog receives go-redis's own messages (dial failures, pub/sub reconnects), which it would
+// otherwise print to stderr; go-redis has one logger per process.
+var redisLog struct {
+	once sync.Once
+	log  atomic.Pointer[logr.Logger]
+}
+
+// useRedisLogger sends go-redis's messages to log at the verbose level.
+func useRedisLogger(log logr.Logger) {
+	redisLog.log.Store(&log)
+	redisLog.once.Do(func() { redis.SetLogger(redisLogger{}) })
+}
+
+type redisLogger struct{}
+
+func (redisLogger) Printf(_ context.Context, format string, v ...any) {
+	if l := redisLog.log.Load(); l != nil {
+		verbose(*l, "go-redis: "+fmt.Sprintf(format, v...))
+	}
 }
 
 // verbose logs at the verbose level.

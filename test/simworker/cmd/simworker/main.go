@@ -63,6 +63,8 @@ func parseFlags(args []string, stderr io.Writer) (simworker.Config, error) {
 	fs.StringVar(&cfg.ModelName, "model", simworker.DefaultModelName, "model name listed by /v1/models")
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:0", "listen address")
 	fs.StringVar(&cfg.AdvertiseHost, "advertise-host", "", "host advertised in transfer parameters (default: the local address)")
+	fs.BoolVar(&cfg.StampEvents, "stamp-events", false, "precede each SSE event with a ': sent_ns=<unix nanos>' comment (latency benchmarks)")
+	fs.BoolVar(&cfg.DisableRecording, "no-record", false, "keep no copy of received requests (bounded memory under load)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}

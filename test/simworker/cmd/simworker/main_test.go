@@ -36,6 +36,12 @@ func TestParseFlags(t *testing.T) {
 				ECConnector: "ec-shared-storage", ECDir: "/tmp/ec", TTFT: 20 * time.Millisecond, ITL: 5 * time.Millisecond,
 				DefaultMaxTokens: 8, CacheSize: 10, ModelName: "llama", Addr: ":0", AdvertiseHost: "10.0.0.1"},
 		},
+		{
+			name: "benchmark options",
+			args: []string{"--stamp-events", "--no-record"},
+			want: simworker.Config{Role: "both", KVConnector: "kv-nixl", ECConnector: "ec-nixl", DefaultMaxTokens: 16,
+				CacheSize: 1024, ModelName: "sim-model", Addr: "127.0.0.1:0", StampEvents: true, DisableRecording: true},
+		},
 		{name: "bad role", args: []string{"--role", "router"}, wantErr: "unknown role"},
 		{name: "missing kv dir", args: []string{"--kv-connector", "kv-shared-storage"}, wantErr: "KVDir is required"},
 		{name: "unknown flag", args: []string{"--nope"}, wantErr: "not defined"},
