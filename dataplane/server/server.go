@@ -187,8 +187,17 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	e := apierror.From(echoToAPI(err))
-	if e.Status >= 500 {
-		s.log.Error(err, "request failed", "request_id", id, "status", e.Status)
+	kv := []any{"request_id", id, "status", e.Status}
+	var up *apierror.UpstreamError
+	if errors.As(err, &up) && len(up.Body) > 0 {
+		// Upstream bodies are for the logs only; the client gets a sanitised message.
+		kv = append(kv, "upstream_status", up.Status, "upstream_body", logging.RedactJSON(up.Body))
+	}
+	switch {
+	case e.Status >= 500:
+		s.log.Error(err, "request failed", kv...)
+	case up != nil:
+		s.log.V(logging.Warn).Info("upstream rejected the request", append(kv, "error", err.Error())...)
 	}
 	apierror.Write(c.Response(), e, id)
 }

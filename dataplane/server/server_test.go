@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	_ "github.com/epd-dev/coordinator/dataplane/steps"
@@ -335,5 +336,32 @@ func TestStreamOutlivesWriteTimeout(t *testing.T) {
 	resp, b := do(t, "POST", h.url+"/v1/chat/completions", `{"messages":[],"stream":true}`, nil)
 	if resp.StatusCode != 200 || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
 		t.Fatalf("stream cut: %d %q", resp.StatusCode, b)
+	}
+}
+
+func TestUpstreamBodiesAreLoggedNotEchoed(t *testing.T) {
+	var logs bytes.Buffer
+	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":{"message":"prompt too long for model","secret":"`+strings.Repeat("s", 80)+`"}}`)
+	})
+	cfg := config.Default()
+	cfg.Gateway.Address = up.srv.URL
+	cfg.Pipeline.Steps = []config.Step{{Type: "prefill"}, {Type: "decode"}}
+	p, err := pipeline.Build(cfg, pipeline.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := &pipeline.Holder{}
+	holder.Swap(p)
+	srv := server.New(server.Options{Server: cfg.Server, Pipelines: holder, Log: logging.New(logging.Warn, &logs)})
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"messages":[]}`)))
+	if rec.Code != 400 || strings.Contains(rec.Body.String(), "prompt too long") {
+		t.Fatalf("client got %d %s", rec.Code, rec.Body)
+	}
+	line := logs.String()
+	if !strings.Contains(line, "prompt too long for model") || strings.Contains(line, strings.Repeat("s", 80)) || !strings.Contains(line, `"upstream_status":400`) {
+		t.Fatalf("log line: %s", line)
 	}
 }
