@@ -8,7 +8,7 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   ?= -s -w -X main.version=$(VERSION) -X main.commit=$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 # Packages whose tests run with the race detector (fast to build); the rest run without it.
-RACE_PKGS  = ./dataplane/... ./cmd/coordinator/... ./test/simworker/... ./test/gateway/... ./test/mediaserver/... ./test/stack/... ./test/integration/...
+RACE_PKGS  = ./dataplane/... ./cmd/coordinator/... ./test/simworker/... ./test/gateway/... ./test/mediaserver/... ./test/stack/... ./test/integration/... ./test/asyncworker/...
 
 .PHONY: all
 all: build
@@ -17,7 +17,7 @@ all: build
 
 .PHONY: build
 build: ## Build every binary into ./bin.
-	$(GO) build $(GOFLAGS_BUILD) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/... ./test/simworker/cmd/simworker ./test/gateway/cmd/gateway
+	$(GO) build $(GOFLAGS_BUILD) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/... ./test/simworker/cmd/simworker ./test/gateway/cmd/gateway ./test/asyncworker/cmd/asyncworker
 
 ##@ Development
 
@@ -92,7 +92,7 @@ envtest-assets: ## Build kube-apiserver, etcd and kubectl for envtest (cached ou
 .PHONY: test
 test: verify-generated lint envtest-assets ## Run every test (what CI runs).
 	$(GO) test -race -count=1 $(RACE_PKGS)
-	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 $$($(GO) list ./... | grep -v -e /dataplane/ -e /cmd/coordinator -e /test/simworker -e /test/gateway -e /test/mediaserver -e /test/stack -e /test/integration)
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 $$($(GO) list ./... | grep -v -e /dataplane/ -e /cmd/coordinator -e /test/simworker -e /test/gateway -e /test/mediaserver -e /test/stack -e /test/integration -e /test/asyncworker)
 
 .PHONY: bench
 bench: ## Go benchmarks of the request path.

@@ -41,10 +41,11 @@ const (
 	// --coordinator-image flag names one.
 	DefaultImage = "ghcr.io/epd-dev/coordinator:latest"
 
-	containerName = "coordinator"
-	portName      = "http"
-	configVolume  = "config"
-	tmpVolume     = "tmp"
+	containerName   = "coordinator"
+	portName        = "http"
+	metricsPortName = "metrics"
+	configVolume    = "config"
+	tmpVolume       = "tmp"
 	// drainMargin is added to server.shutdown_timeout for terminationGracePeriodSeconds.
 	drainMarginSeconds = 5
 	nonRootUID         = 65532
@@ -139,12 +140,8 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 		Image:           image,
 		ImagePullPolicy: spec.ImagePullPolicy,
 		Args:            []string{"--config", ConfigPath},
-		Ports: []corev1.ContainerPort{{
-			Name:          portName,
-			ContainerPort: ListenPort,
-			Protocol:      corev1.ProtocolTCP,
-		}},
-		Resources: *spec.Resources.DeepCopy(),
+		Ports:           containerPorts(cfg),
+		Resources:       *spec.Resources.DeepCopy(),
 		LivenessProbe: &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString(portName)}},
 			PeriodSeconds:    10,
@@ -219,6 +216,16 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 			},
 		},
 	}
+}
+
+// containerPorts are the API port and, when the configuration enables it, the Prometheus
+// metrics port (named "metrics", for a PodMonitor).
+func containerPorts(cfg config.Config) []corev1.ContainerPort {
+	ports := []corev1.ContainerPort{{Name: portName, ContainerPort: ListenPort, Protocol: corev1.ProtocolTCP}}
+	if cfg.Server.MetricsPort > 0 {
+		ports = append(ports, corev1.ContainerPort{Name: metricsPortName, ContainerPort: int32(cfg.Server.MetricsPort), Protocol: corev1.ProtocolTCP})
+	}
+	return ports
 }
 
 // terminationGracePeriodSeconds leaves the coordinator its whole drain (server.shutdown_timeout)

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/epd-dev/coordinator/dataplane/config"
+
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
 )
 
@@ -57,7 +59,10 @@ func TestDesiredDeployment(t *testing.T) {
 				c := pod.Containers[0]
 				g.Expect(c.Image).To(Equal(DefaultImage))
 				g.Expect(c.Args).To(Equal([]string{"--config", "/etc/coordinator/coordinator.yaml"}))
-				g.Expect(c.Ports).To(Equal([]corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}))
+				g.Expect(c.Ports).To(Equal([]corev1.ContainerPort{
+					{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP},
+					{Name: "metrics", ContainerPort: config.DefaultMetricsPort, Protocol: corev1.ProtocolTCP},
+				}))
 				g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "config", MountPath: "/etc/coordinator", ReadOnly: true}))
 				g.Expect(c.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
 				g.Expect(c.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))

@@ -184,7 +184,7 @@ func TestValidatePipeline(t *testing.T) {
 func TestRestartHashFollowsTheDataPlaneReload(t *testing.T) {
 	changed := map[string]string{ // key -> a value different from the base configuration's
 		"log_level":                       "5",
-		"server.listen_addr":              ":9090",
+		"server.listen_addr":              ":8181",
 		"server.read_timeout":             "7s",
 		"server.write_timeout":            "7s",
 		"server.shutdown_timeout":         "7s",
@@ -197,6 +197,12 @@ func TestRestartHashFollowsTheDataPlaneReload(t *testing.T) {
 		"pipeline.ec_connector":           "ec-nixl",
 		"pipeline.use_openai_format":      "false",
 		"pipeline.steps":                  "[{type: render, params: {address: 'http://render:8000'}}, {type: decode}]",
+		"server.metrics_port":             "9191",
+		"server.server_timing":            "true",
+		"tracing.enabled":                 "true",
+		"tracing.endpoint":                "http://otel-collector:4318",
+		"tracing.sample_ratio":            "0.5",
+		"tracing.service_name":            "coordinator-b",
 	}
 	g := NewWithT(t)
 	g.Expect(config.EnvKeys()).To(ConsistOf(slices.Collect(maps.Keys(changed))), "every configuration key has a case")

@@ -25,7 +25,11 @@ if ! flock -n 9; then
 fi
 
 has_version() { # binary, expected substring
-  [ -x "$1" ] && "$1" --version 2>/dev/null | grep -q -- "$2"
+  [ -x "$1" ] || return 1
+  case "$(basename "$1")" in
+    kubectl) "$1" version --client 2>/dev/null | grep -q -- "$2" ;;
+    *) "$1" --version 2>/dev/null | grep -q -- "$2" ;;
+  esac
 }
 
 need_kube=0

@@ -33,11 +33,14 @@ const (
 )
 
 // StepType is the registered name of a pipeline step.
-// +kubebuilder:validation:Enum=replace-media-urls;render;conditional-decode;encode;prefill;decode
+// +kubebuilder:validation:Enum=async-broker;replace-media-urls;render;conditional-decode;encode;prefill;decode
 type StepType string
 
 // Step types of the data plane. The enum marker on StepType must list exactly these.
 const (
+	// StepAsyncBroker bridges to an asynchronous request broker (llm-d-async over Redis): it
+	// queues or holds requests by mode header and must be the first step.
+	StepAsyncBroker StepType = "async-broker"
 	// StepReplaceMediaURLs downloads remote media and inlines it into the request.
 	StepReplaceMediaURLs StepType = "replace-media-urls"
 	// StepRender tokenizes the request (needed for tokens-in legs, useOpenAIFormat=false).
@@ -54,7 +57,7 @@ const (
 )
 
 // StepTypes lists every step type accepted by the API, in the order a pipeline runs them.
-var StepTypes = []StepType{StepReplaceMediaURLs, StepRender, StepConditionalDecode, StepEncode, StepPrefill, StepDecode}
+var StepTypes = []StepType{StepAsyncBroker, StepReplaceMediaURLs, StepRender, StepConditionalDecode, StepEncode, StepPrefill, StepDecode}
 
 // InferencePoolReference names an InferencePool (inference.networking.k8s.io/v1) in the
 // namespace of the CoordinatorPipeline.
@@ -173,13 +176,14 @@ type PipelineSpec struct {
 	// +kubebuilder:default=true
 	UseOpenAIFormat *bool `json:"useOpenAIFormat,omitempty"`
 
-	// steps run in this order. The last step is decode, and decode appears only there; every
-	// step type appears at most once.
+	// steps run in this order. The last step is decode, and decode appears only there;
+	// async-broker, when present, is the first; every step type appears at most once.
 	// +required
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:XValidation:rule="size(self) > 0",message="at least one step is required; a pipeline ends with decode"
 	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self[size(self) - 1].type == 'decode'",message="the last step must be decode"
-	// +kubebuilder:validation:XValidation:rule="['replace-media-urls', 'render', 'conditional-decode', 'encode', 'prefill', 'decode'].all(t, self.filter(s, s.type == t).size() <= 1)",messageExpression="'step type ' + ['replace-media-urls', 'render', 'conditional-decode', 'encode', 'prefill', 'decode'].filter(t, self.filter(s, s.type == t).size() > 1)[0] + ' appears more than once; each step type may appear at most once'"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || !self.exists(s, s.type == 'async-broker') || self[0].type == 'async-broker'",message="async-broker must be the first step"
+	// +kubebuilder:validation:XValidation:rule="['async-broker', 'replace-media-urls', 'render', 'conditional-decode', 'encode', 'prefill', 'decode'].all(t, self.filter(s, s.type == t).size() <= 1)",messageExpression="'step type ' + ['async-broker', 'replace-media-urls', 'render', 'conditional-decode', 'encode', 'prefill', 'decode'].filter(t, self.filter(s, s.type == t).size() > 1)[0] + ' appears more than once; each step type may appear at most once'"
 	// +listType=atomic
 	Steps []PipelineStep `json:"steps"`
 }

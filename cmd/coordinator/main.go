@@ -84,10 +84,10 @@ func run(args []string) int {
 		}()
 		tel.Tracer = tp.Tracer(observe.TracerName)
 	}
-	build := func(c config.Config) (*pipeline.Pipeline, error) {
-		return pipeline.Build(c, pipeline.Options{Log: log, Telemetry: tel})
+	build := func(c config.Config, revision string) (*pipeline.Pipeline, error) {
+		return pipeline.Build(c, pipeline.Options{Log: log, Telemetry: tel, Revision: revision})
 	}
-	p, err := build(cfg)
+	p, err := build(cfg, config.FileRevision(data))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "coordinator: invalid pipeline in %s: %v\n", *configPath, err)
 		return 1

@@ -201,3 +201,17 @@ func TestMarshalRoundTripKeepsRevision(t *testing.T) {
 		t.Fatal("revision ignores the pipeline")
 	}
 }
+
+func TestFileRevisionIgnoresEnvironment(t *testing.T) {
+	cfg, err := Parse([]byte(minimal), env(map[string]string{"COORDINATOR_SERVER_LISTEN_ADDR": "127.0.0.1:1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := Parse([]byte(minimal), nil)
+	if FileRevision([]byte(minimal)) != plain.Revision() || cfg.Revision() == plain.Revision() {
+		t.Fatal("the file revision must be the revision of the file alone")
+	}
+	if FileRevision([]byte("pipeline: [")) == FileRevision([]byte("pipeline: {")) {
+		t.Fatal("undecodable contents must still differ")
+	}
+}

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -59,6 +61,25 @@ func Parse(data []byte, lookupEnv func(string) (string, bool)) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// FileRevision is the revision of a configuration file's content: the file decoded over the
+// defaults, without environment overrides, so that it equals the revision the operator computed
+// for the ConfigMap it rendered even when a pod adds COORDINATOR_* variables. Content that does
+// not decode gets a hash of its bytes.
+func FileRevision(data []byte) string {
+	cfg := Default()
+	var doc map[string]any
+	if err := yaml.Unmarshal(data, &doc); err == nil {
+		if doc == nil {
+			doc = map[string]any{}
+		}
+		if err := decodeInto(&cfg, doc); err == nil {
+			return cfg.Revision()
+		}
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
 }
 
 // EnvName is the environment variable that overrides a dotted key.

@@ -135,6 +135,9 @@ type Options struct {
 	Now func() time.Time
 	// Telemetry records metrics and spans (none when zero).
 	Telemetry observe.Telemetry
+	// Revision overrides the reported revision (default cfg.Revision()); the coordinator passes
+	// config.FileRevision of the file it loaded.
+	Revision string
 }
 
 // StepInfo describes a built step for introspection (/debug/pipeline).
@@ -188,7 +191,10 @@ func Build(cfg config.Config, opts Options) (*Pipeline, error) {
 		"ec_connector":      cfg.Pipeline.ECConnector,
 		"use_openai_format": cfg.Pipeline.UseOpenAIFormat,
 	}
-	p := &Pipeline{cfg: cfg, revision: cfg.Revision(), gw: gw, tel: opts.Telemetry}
+	p := &Pipeline{cfg: cfg, revision: opts.Revision, gw: gw, tel: opts.Telemetry}
+	if p.revision == "" {
+		p.revision = cfg.Revision()
+	}
 	for i, sc := range cfg.Pipeline.Steps {
 		f, ok := lookup(sc.Type)
 		if !ok {
@@ -302,7 +308,7 @@ func (p *Pipeline) Execute(ctx context.Context, rc *RequestContext) error {
 // Config is the configuration the pipeline was built from.
 func (p *Pipeline) Config() config.Config { return p.cfg }
 
-// Revision is the configuration's fingerprint (config.Config.Revision).
+// Revision is the configuration's fingerprint (config.Config.Revision, or Options.Revision).
 func (p *Pipeline) Revision() string { return p.revision }
 
 // LoadedAt is when the pipeline was built.

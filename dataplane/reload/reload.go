@@ -33,8 +33,9 @@ type Options struct {
 	// without a restart are compared with it. Loaded is the file content it came from.
 	Startup config.Config
 	Loaded  []byte
-	// Build constructs a pipeline from a configuration (pipeline.Build with the process options).
-	Build func(config.Config) (*pipeline.Pipeline, error)
+	// Build constructs a pipeline from a configuration and its file revision (pipeline.Build
+	// with the process options and Revision set).
+	Build func(cfg config.Config, revision string) (*pipeline.Pipeline, error)
 	// LookupEnv supplies COORDINATOR_* overrides (os.LookupEnv when nil).
 	LookupEnv func(string) (string, bool)
 	// Log receives reload outcomes; Level, when set, follows log_level.
@@ -168,7 +169,7 @@ func (w *Watcher) Reload() error {
 	cfg, err := config.Parse(data, w.opts.LookupEnv)
 	if err == nil {
 		var p *pipeline.Pipeline
-		if p, err = w.opts.Build(cfg); err == nil {
+		if p, err = w.opts.Build(cfg, config.FileRevision(data)); err == nil {
 			w.install(cfg, p, digest)
 			return nil
 		}

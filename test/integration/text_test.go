@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/test/simworker"
 	"github.com/epd-dev/coordinator/test/stack"
 )
@@ -299,5 +301,29 @@ func TestGracefulShutdownDrainsStreams(t *testing.T) {
 	wg.Wait()
 	if len(strings.Fields(text)) != 30 {
 		t.Fatalf("stream cut during drain: %d words", len(strings.Fields(text)))
+	}
+}
+
+func TestAutoConnectorPoolFollowsEveryCoordinatorConnector(t *testing.T) {
+	st, err := stack.Start(stack.Options{KVConnector: "kv-auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, kv := range []string{"kv-nixl", "kv-sglang", "kv-shared-storage"} {
+		cfg, err := config.Parse([]byte(fmt.Sprintf("gateway: {address: %s}\npipeline: {kv_connector: %s, steps: [{type: prefill}, {type: decode}]}", st.Gateway.URL(), kv)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		coord, err := stack.StartCoordinator(cfg, testLogger(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client := clientFor(coord.URL())
+		resp, err := client.Chat.Completions.New(context.Background(), chatParams("auto pool", 2))
+		coord.Close()
+		if err != nil || resp.Choices[0].Message.Content != "auto pool" {
+			t.Fatalf("%s: %v", kv, err)
+		}
 	}
 }

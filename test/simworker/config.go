@@ -33,6 +33,11 @@ const (
 	KVSGLang KVConnector = "kv-sglang"
 	// KVSharedStorage mimics vLLM's SharedStorageConnector: files in KVDir.
 	KVSharedStorage KVConnector = "kv-shared-storage"
+	// KVAuto infers the protocol of each request from its kv_transfer_params, like a vLLM
+	// worker configured with a MultiConnector: bootstrap_room means SGLang, the remote_* keys
+	// NIXL, bare flags shared storage (which needs KVDir). It lets one pool follow a coordinator
+	// whose connector changes.
+	KVAuto KVConnector = "kv-auto"
 )
 
 // ECConnector selects how encoder caches move from encode to prefill workers.
@@ -143,7 +148,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("unknown role %q (want prefill, decode, both or encode)", c.Role))
 	}
 	switch c.KVConnector {
-	case KVNixl, KVSGLang, KVSharedStorage:
+	case KVNixl, KVSGLang, KVSharedStorage, KVAuto:
 	default:
 		errs = append(errs, fmt.Errorf("unknown KV connector %q (want kv-nixl, kv-sglang or kv-shared-storage)", c.KVConnector))
 	}
@@ -152,7 +157,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("unknown EC connector %q (want ec-nixl or ec-shared-storage)", c.ECConnector))
 	}
-	if c.KVConnector == KVSharedStorage && c.Role != RoleEncode && c.KVDir == "" {
+	if (c.KVConnector == KVSharedStorage || c.KVConnector == KVAuto) && c.Role != RoleEncode && c.KVDir == "" {
 		errs = append(errs, errors.New("KVDir is required with kv-shared-storage"))
 	}
 	if c.ECConnector == ECSharedStorage && c.Role != RoleDecode && c.ECDir == "" {

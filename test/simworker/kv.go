@@ -17,7 +17,7 @@ const kvBlockSize = 16
 // checkPrefillKV validates the kv_transfer_params of a prefill leg before
 // anything is computed.
 func (w *Worker) checkPrefillKV(in *inference) *apiError {
-	if w.cfg.KVConnector != KVSGLang {
+	if w.kvProtocol(in) != KVSGLang {
 		return nil
 	}
 	if _, err := in.kv.requirePort(in.kvName, "bootstrap_port"); err != nil {
@@ -33,7 +33,7 @@ func (w *Worker) checkPrefillKV(in *inference) *apiError {
 // connector and returns the kv_transfer_params to answer (nil for none).
 func (w *Worker) producePrefillKV(r *http.Request, in *inference) (any, *apiError) {
 	host, port := w.advertised(r)
-	switch w.cfg.KVConnector {
+	switch w.kvProtocol(in) {
 	case KVSGLang:
 		bport, _ := in.kv.requirePort(in.kvName, "bootstrap_port")
 		room, _ := in.kv.requireUUID(in.kvName, "bootstrap_room")
@@ -71,6 +71,20 @@ func (w *Worker) producePrefillKV(r *http.Request, in *inference) (any, *apiErro
 	}
 }
 
+// kvProtocol is the configured connector, or with KVAuto the one the request's params speak.
+func (w *Worker) kvProtocol(in *inference) KVConnector {
+	if w.cfg.KVConnector != KVAuto {
+		return w.cfg.KVConnector
+	}
+	switch {
+	case in.kv["bootstrap_room"] != nil || in.kv["bootstrap_port"] != nil:
+		return KVSGLang
+	case in.kv["remote_engine_id"] != nil || in.kv["remote_request_id"] != nil:
+		return KVNixl
+	}
+	return KVSharedStorage
+}
+
 // kvFile is the content of a shared-storage KV file.
 type kvFile struct {
 	PromptKey string `json:"prompt_key"`
@@ -90,7 +104,7 @@ func (w *Worker) writeKVFile(in *inference) error {
 // verifyKV checks the kv_transfer_params of a decode leg with remote prefill.
 func (w *Worker) verifyKV(ctx context.Context, in *inference) *apiError {
 	var err error
-	switch w.cfg.KVConnector {
+	switch w.kvProtocol(in) {
 	case KVSGLang:
 		err = verifySGLang(in)
 	case KVSharedStorage:

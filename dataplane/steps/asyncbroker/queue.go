@@ -64,17 +64,17 @@ type queued struct {
 func (s *Step) queue(ctx context.Context, rc *pipeline.RequestContext, tenant, mode string, timeout time.Duration) error {
 	client, release, err := s.hold()
 	if err != nil {
-		return enqueueFailed(err)
+		return enqueueFailed(rc, err)
 	}
 	defer release()
 	q, err := s.envelope(rc, tenant, timeout)
 	if err != nil {
-		return enqueueFailed(err)
+		return enqueueFailed(rc, err)
 	}
 	outcome, err := s.submit(ctx, client, q)
 	if err != nil {
 		rc.Log.Error(err, "async-broker: enqueue failed", "queue", q.queue, "tenant", tenant)
-		return enqueueFailed(err)
+		return enqueueFailed(rc, err)
 	}
 	verbose(rc.Log, "async-broker queued", "mode", mode, "queue", q.queue, "tenant", tenant, "outcome", outcome, "deadline", q.deadline)
 	rc.Writer.Header().Set(gateway.RequestIDHeader, rc.ID)
@@ -195,7 +195,7 @@ func (s *Step) wait(ctx context.Context, rc *pipeline.RequestContext, client *re
 		state, payload, err := s.lookup(ctx, client, q.keys, s.cfg.fetchGrace)
 		switch {
 		case err != nil:
-			if lastErr == nil {
+			if lastErr == nil && ctx.Err() == nil {
 				rc.Log.Info("async-broker: result lookup failed; still waiting", "err", err.Error())
 			}
 			lastErr = err
@@ -284,7 +284,11 @@ func acceptedBody(id, status string) []byte {
 	return append(b, '\n')
 }
 
-func enqueueFailed(err error) *apierror.Error {
+// enqueueFailed is the 503 of a request that could not be queued (with Retry-After: 1).
+func enqueueFailed(rc *pipeline.RequestContext, err error) *apierror.Error {
+	if rc.Writer != nil {
+		rc.Writer.Header().Set("Retry-After", "1")
+	}
 	return &apierror.Error{Status: http.StatusServiceUnavailable, Type: apierror.TypeUnavailable, Code: "ENQUEUE_FAILED",
 		Message: "the request could not be queued: the broker (Redis) is unavailable; retry later", Cause: err}
 }

@@ -52,7 +52,7 @@ func parseFlags(args []string, stderr io.Writer) (simworker.Config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Name, "name", "", "worker name (default simworker-<role>)")
 	fs.StringVar(&role, "role", string(simworker.RoleBoth), "role: prefill, decode, both or encode")
-	fs.StringVar(&kv, "kv-connector", string(simworker.KVNixl), "KV connector: kv-nixl, kv-sglang or kv-shared-storage")
+	fs.StringVar(&kv, "kv-connector", string(simworker.KVNixl), "KV connector: kv-nixl, kv-sglang, kv-shared-storage or kv-auto (infer per request, like vLLM's MultiConnector)")
 	fs.StringVar(&ec, "ec-connector", string(simworker.ECNixl), "EC connector: ec-nixl or ec-shared-storage")
 	fs.StringVar(&cfg.KVDir, "kv-dir", "", "shared KV directory (kv-shared-storage)")
 	fs.StringVar(&cfg.ECDir, "ec-dir", "", "shared encoder-cache directory (ec-shared-storage)")

@@ -1,0 +1,196 @@
+package controllers
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+)
+
+// The API server rejects what the CRD schema and its CEL rules forbid, with these messages.
+func TestCRDValidationRejects(t *testing.T) {
+	e := envSuite(t)
+	ns := e.namespace(t)
+	steps := func(types ...coordinatorv1alpha1.StepType) []coordinatorv1alpha1.PipelineStep {
+		out := make([]coordinatorv1alpha1.PipelineStep, len(types))
+		for i, ty := range types {
+			out[i] = coordinatorv1alpha1.PipelineStep{Type: ty}
+		}
+		return out
+	}
+	const (
+		prefill = coordinatorv1alpha1.StepPrefill
+		decode  = coordinatorv1alpha1.StepDecode
+	)
+	tests := map[string]struct {
+		mutate  func(*coordinatorv1alpha1.CoordinatorPipeline)
+		wantErr string
+	}{
+		"address and gatewayRef": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.GatewayRef = &coordinatorv1alpha1.GatewayReference{Name: "gw"}
+			},
+			wantErr: `spec.gateway: Invalid value: exactly one of address or gatewayRef must be set`,
+		},
+		"neither address nor gatewayRef": {
+			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Gateway = coordinatorv1alpha1.GatewaySpec{} },
+			wantErr: `spec.gateway: Invalid value: exactly one of address or gatewayRef must be set`,
+		},
+		"address is not an http URL": {
+			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Gateway.Address = "inference-gateway:80" },
+			wantErr: `spec.gateway.address: Invalid value: "inference-gateway:80": address must be an http:// or https:// URL with a host`,
+		},
+		"no steps": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Pipeline.Steps = []coordinatorv1alpha1.PipelineStep{}
+			},
+			wantErr: `spec.pipeline.steps: Invalid value: at least one step is required; a pipeline ends with decode`,
+		},
+		"decode not last": {
+			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.Steps = steps(decode, prefill) },
+			wantErr: `spec.pipeline.steps: Invalid value: the last step must be decode`,
+		},
+		"decode twice": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Pipeline.Steps = steps(decode, prefill, decode)
+			},
+			wantErr: `spec.pipeline.steps: Invalid value: step type decode appears more than once; each step type may appear at most once`,
+		},
+		"duplicate prefill": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Pipeline.Steps = steps(prefill, prefill, decode)
+			},
+			wantErr: `spec.pipeline.steps: Invalid value: step type prefill appears more than once; each step type may appear at most once`,
+		},
+		"unknown step type": {
+			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.Steps = steps("teleport", decode) },
+			wantErr: `spec.pipeline.steps[0].type: Unsupported value: "teleport": supported values: "async-broker", "replace-media-urls", "render", "conditional-decode", "encode", "prefill", "decode"`,
+		},
+		"async-broker not first": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Pipeline.Steps = steps(prefill, coordinatorv1alpha1.StepAsyncBroker, decode)
+			},
+			wantErr: `spec.pipeline.steps: Invalid value: async-broker must be the first step`,
+		},
+		"tokens-in without render": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Pipeline.UseOpenAIFormat = ptr.To(false)
+			},
+			wantErr: `spec.pipeline: Invalid value: useOpenAIFormat=false (tokens-in legs) requires a render step`,
+		},
+		"unknown kv connector": {
+			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.KVConnector = "kv-bogus" },
+			wantErr: `spec.pipeline.kvConnector: Unsupported value: "kv-bogus": supported values: "kv-nixl", "kv-sglang", "kv-shared-storage"`,
+		},
+		"params not an object": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Pipeline.Steps[1].Params = &apiextensionsv1.JSON{Raw: []byte(`"max_parallel=4"`)}
+			},
+			wantErr: `spec.pipeline.steps[1].params: Invalid value: "string": spec.pipeline.steps[1].params in body must be of type object`,
+		},
+		"log level above 5": {
+			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.LogLevel = 6 },
+			wantErr: `spec.logLevel: Invalid value: 6: spec.logLevel in body should be less than or equal to 5`,
+		},
+		"negative replicas": {
+			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Replicas = ptr.To[int32](-1) },
+			wantErr: `spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0`,
+		},
+		"name is not a DNS-1035 label": {
+			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Name = "1-epd" },
+			wantErr: `metadata.name must be a DNS-1035 label`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			cp := newPipeline(ns, "cel")
+			cp.UID, cp.Generation = "", 0
+			tc.mutate(cp)
+			err := e.client.Create(context.Background(), cp)
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(ContainSubstring(tc.wantErr))
+		})
+	}
+
+	// A duration without a unit cannot be written from Go (metav1.Duration); send it raw.
+	t.Run("duration without a unit", func(t *testing.T) {
+		g := NewWithT(t)
+		cp := newPipeline(ns, "cel")
+		cp.UID, cp.Generation = "", 0
+		obj, err := toUnstructured(cp)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(unstructured.SetNestedField(obj.Object, "30", "spec", "server", "readTimeout")).To(Succeed())
+		err = e.client.Create(context.Background(), obj)
+		g.Expect(err).To(HaveOccurred())
+		g.Expect(err.Error()).To(ContainSubstring(`spec.server.readTimeout: Invalid value: "30": spec.server.readTimeout in body should match`))
+	})
+}
+
+func toUnstructured(cp *coordinatorv1alpha1.CoordinatorPipeline) (*unstructured.Unstructured, error) {
+	cp.APIVersion, cp.Kind = coordinatorv1alpha1.GroupVersion.String(), "CoordinatorPipeline"
+	b, err := yaml.Marshal(cp)
+	if err != nil {
+		return nil, err
+	}
+	obj := &unstructured.Unstructured{}
+	return obj, yaml.Unmarshal(b, &obj.Object)
+}
+
+// The sample in config/samples is accepted by the API server and its pipeline builds.
+func TestSampleIsValid(t *testing.T) {
+	e, g := envSuite(t), gomega(t)
+	ns := e.namespace(t)
+	data, err := os.ReadFile("../config/samples/coordinator_v1alpha1_coordinatorpipeline.yaml")
+	g.Expect(err).NotTo(HaveOccurred())
+	cp := &coordinatorv1alpha1.CoordinatorPipeline{}
+	g.Expect(yaml.UnmarshalStrict(data, cp)).To(Succeed())
+	cp.Namespace = ns
+	e.createPool(t, ns, cp.Spec.InferencePoolRef.Name)
+	g.Expect(e.client.Create(context.Background(), cp)).To(Succeed())
+	e.reconciled(g, ns, cp.Name, func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		expectCondition(g, cp, coordinatorv1alpha1.ConditionPipelineValid, metav1.ConditionTrue, coordinatorv1alpha1.ReasonValid)
+		expectCondition(g, cp, coordinatorv1alpha1.ConditionReady, metav1.ConditionFalse, coordinatorv1alpha1.ReasonDeploymentNotReady)
+	})
+}
+
+// The kustomize tree (config/default) builds, and the API server accepts every object in it
+// (server-side apply, dry run): RBAC, the manager Deployment, the metrics Service and the CRD.
+func TestInstallManifestsApply(t *testing.T) {
+	e, g := envSuite(t), gomega(t)
+	ctx := context.Background()
+	out, err := exec.Command(filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"), "kustomize", "../config/default").Output()
+	g.Expect(err).NotTo(HaveOccurred(), "kubectl kustomize config/default")
+
+	kinds := map[string]int{}
+	for _, doc := range strings.Split(string(out), "\n---\n") {
+		obj := &unstructured.Unstructured{}
+		g.Expect(yaml.Unmarshal([]byte(doc), &obj.Object)).To(Succeed())
+		if obj.GetKind() == "" {
+			continue
+		}
+		kinds[obj.GetKind()]++
+		opts := []client.ApplyOption{client.FieldOwner("manifest-test"), client.ForceOwnership}
+		if obj.GetKind() != "Namespace" { // namespaced objects need it for real
+			opts = append(opts, client.DryRunAll)
+		}
+		g.Expect(e.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), opts...)).
+			To(Succeed(), "%s %s", obj.GetKind(), obj.GetName())
+	}
+	g.Expect(kinds).To(Equal(map[string]int{
+		"Namespace": 1, "CustomResourceDefinition": 1, "ServiceAccount": 1, "Role": 1, "RoleBinding": 1,
+		"ClusterRole": 6, "ClusterRoleBinding": 2, "Service": 1, "Deployment": 1,
+	}))
+}

@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// LoadOptions configure a closed-loop load.
+type LoadOptions struct {
+	// Concurrency is the number of workers; each sends its next request when the previous one
+	// has completed (its response read to the end).
+	Concurrency int
+	// Timeout bounds one request.
+	Timeout time.Duration
+}
+
+// Load drives one cell with vegeta in closed loop, possibly in several measured slices whose
+// results add up (so that the cells compared with each other can be interleaved in time). Its
+// HTTP client keeps its connections between slices.
+type Load struct {
+	cell    Cell
+	opts    LoadOptions
+	tr      *http.Transport
+	client  *http.Client
+	target  vegeta.Target
+	lat     []time.Duration
+	elapsed time.Duration
+	errors  int
+	sample  string
+}
+
+// NewLoad prepares a load of cell against the base URL url with payload.
+func NewLoad(cell Cell, url string, payload []byte, opts LoadOptions) *Load {
+	tr := &http.Transport{
+		Proxy:               nil,
+		MaxIdleConnsPerHost: opts.Concurrency * 2,
+		MaxIdleConns:        opts.Concurrency * 2,
+		DisableCompression:  true,
+		IdleConnTimeout:     5 * time.Minute,
+	}
+	return &Load{
+		cell: cell, opts: opts, tr: tr,
+		client: &http.Client{Transport: tr, Timeout: opts.Timeout},
+		target: vegeta.Target{Method: http.MethodPost, URL: url + "/v1/chat/completions", Body: payload,
+			Header: http.Header{"Content-Type": []string{"application/json"}}},
+	}
+}
+
+// Close releases the client's connections.
+func (l *Load) Close() { l.tr.CloseIdleConnections() }
+
+// Run attacks for d (no request starts after d; in-flight ones complete). Unless measured, only
+// errors are kept.
+func (l *Load) Run(ctx context.Context, d time.Duration, measured bool) {
+	n := uint64(l.opts.Concurrency)
+	atk := vegeta.NewAttacker(vegeta.Client(l.client), vegeta.Workers(n), vegeta.MaxWorkers(n), vegeta.Redirects(vegeta.NoFollow))
+	stop := context.AfterFunc(ctx, func() { atk.Stop() })
+	defer stop()
+	start := time.Now()
+	last := start
+	for r := range atk.Attack(vegeta.NewStaticTargeter(l.target), vegeta.Rate{Freq: 0}, d, l.cell.String()) {
+		if err := CheckResponse(l.cell.Stream, r); err != nil {
+			l.errors++
+			if l.sample == "" {
+				l.sample = err.Error()
+			}
+			continue
+		}
+		if measured {
+			l.lat = append(l.lat, r.Latency)
+			if end := r.End(); end.After(last) {
+				last = end
+			}
+		}
+	}
+	if measured {
+		l.elapsed += last.Sub(start)
+	}
+}
+
+// Result summarizes the measured slices so far.
+func (l *Load) Result() CellResult {
+	res := CellResult{Cell: l.cell, Requests: len(l.lat), Errors: l.errors, ErrorSample: l.sample, Elapsed: l.elapsed}
+	if res.Requests > 0 && res.Elapsed > 0 {
+		res.RPS = float64(res.Requests) / res.Elapsed.Seconds()
+		lat := append([]time.Duration(nil), l.lat...)
+		res.P50, res.P99 = Summarize(lat)
+	}
+	return res
+}
+
+// CheckResponse reports why a load-generator result is not a complete, successful answer: a
+// transport error (a stream cut short fails the body read), a non-2xx status, a stream that does
+// not end with "data: [DONE]", or a non-streaming body that is not a JSON completion with choices.
+func CheckResponse(stream bool, r *vegeta.Result) error {
+	if r.Code != 0 && (r.Code < 200 || r.Code > 299) {
+		return fmt.Errorf("status %d: %s", r.Code, snippet(r.Body))
+	}
+	if r.Error != "" {
+		return errors.New(r.Error)
+	}
+	if r.Code == 0 {
+		return errors.New("no response")
+	}
+	body := bytes.TrimRight(r.Body, "\r\n ")
+	if stream {
+		if !bytes.HasSuffix(body, []byte("data: [DONE]")) {
+			return fmt.Errorf("truncated stream (%d bytes, no [DONE]): ...%s", len(r.Body), tail(r.Body))
+		}
+		return nil
+	}
+	var v struct {
+		Choices []json.RawMessage `json:"choices"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil || len(v.Choices) == 0 {
+		return fmt.Errorf("malformed completion (%d bytes): %s", len(r.Body), snippet(r.Body))
+	}
+	return nil
+}
+
+func snippet(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "..."
+	}
+	return string(b)
+}
+
+func tail(b []byte) string {
+	if len(b) > 80 {
+		return string(b[len(b)-80:])
+	}
+	return string(b)
+}

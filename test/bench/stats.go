@@ -1,0 +1,208 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Target names: the worker itself, the raw proxy in front of it, and the coordinator with each
+// pipeline.
+const (
+	TargetDirect        = "direct"
+	TargetRaw           = "raw-proxy"
+	TargetDecodeOnly    = "decode-only"
+	TargetPrefillDecode = "prefill-decode"
+)
+
+// TargetNames lists every target in report order.
+var TargetNames = []string{TargetDirect, TargetRaw, TargetDecodeOnly, TargetPrefillDecode}
+
+// IsCoordinator reports whether target is a coordinator pipeline.
+func IsCoordinator(target string) bool {
+	return target == TargetDecodeOnly || target == TargetPrefillDecode
+}
+
+// Cell identifies one measurement: a target, a body and the stream flag.
+type Cell struct {
+	Target string `json:"target"`
+	Body   string `json:"body"`
+	Stream bool   `json:"stream"`
+}
+
+// String is "target/body/stream" or "target/body/json".
+func (c Cell) String() string { return c.Target + "/" + c.Body + "/" + streamName(c.Stream) }
+
+func streamName(stream bool) string {
+	if stream {
+		return "stream"
+	}
+	return "json"
+}
+
+// CellResult is the outcome of one cell.
+type CellResult struct {
+	Cell
+	// Requests counts the successful requests of the measured window.
+	Requests int `json:"requests"`
+	// Errors counts failed requests (non-2xx, transport errors, truncated or malformed bodies),
+	// warm-up included; ErrorSample is the first one.
+	Errors      int    `json:"errors"`
+	ErrorSample string `json:"error_sample,omitempty"`
+	// Elapsed is the measured window: from the first request sent to the last response read.
+	Elapsed time.Duration `json:"elapsed_ns"`
+	// RPS is Requests / Elapsed.
+	RPS float64 `json:"rps"`
+	// P50 and P99 are the latencies of the successful requests (sent to last byte read).
+	P50 time.Duration `json:"p50_ns"`
+	P99 time.Duration `json:"p99_ns"`
+	// ProxyCPU is the CPU time (user + system) the proxy process (raw proxy or coordinator) spent
+	// per successful request during the window; WorkerCPU the same for the worker. Zero when not
+	// measured.
+	ProxyCPU  time.Duration `json:"proxy_cpu_per_req_ns"`
+	WorkerCPU time.Duration `json:"worker_cpu_per_req_ns"`
+	// RatioToRaw is RPS divided by the raw proxy's RPS for the same body and stream (0 when the
+	// raw proxy was not measured).
+	RatioToRaw float64 `json:"ratio_to_raw"`
+	// CPURatioToRaw is the raw proxy's ProxyCPU divided by this target's: the throughput ratio
+	// to expect when the proxy process, not the worker, is the bottleneck (0 when unknown).
+	CPURatioToRaw float64 `json:"cpu_ratio_to_raw"`
+}
+
+// Percentile returns the q-quantile (0 ≤ q ≤ 1) of sorted by the nearest-rank method, or 0 for
+// an empty slice.
+func Percentile[T ~int64](sorted []T, q float64) T {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(q*float64(len(sorted))+0.999999999) - 1 // ceil(q·n) - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
+}
+
+// Summarize sorts latencies in place and returns their p50 and p99.
+func Summarize[T ~int64](latencies []T) (p50, p99 T) {
+	slices.Sort(latencies)
+	return Percentile(latencies, 0.50), Percentile(latencies, 0.99)
+}
+
+// FillRatios sets RatioToRaw and CPURatioToRaw on every result whose body and stream flag have a
+// raw-proxy result with a non-zero rate (and CPU time).
+func FillRatios(results []CellResult) {
+	raw := map[Cell]CellResult{}
+	for _, r := range results {
+		if r.Target == TargetRaw {
+			raw[Cell{Body: r.Body, Stream: r.Stream}] = r
+		}
+	}
+	for i := range results {
+		r := &results[i]
+		r.RatioToRaw, r.CPURatioToRaw = 0, 0
+		base, ok := raw[Cell{Body: r.Body, Stream: r.Stream}]
+		if !ok {
+			continue
+		}
+		if base.RPS > 0 {
+			r.RatioToRaw = r.RPS / base.RPS
+		}
+		if base.ProxyCPU > 0 && r.ProxyCPU > 0 {
+			r.CPURatioToRaw = float64(base.ProxyCPU) / float64(r.ProxyCPU)
+		}
+	}
+}
+
+// Goal is one of the team's performance targets.
+type Goal struct {
+	// Name describes the goal, e.g. "decode-only ≥ 0.95× raw proxy at 200B".
+	Name string `json:"name"`
+	// Observed is the measured value ("0.97×", "42µs"); Met tells whether it meets the goal;
+	// Measured is false when the run did not include what the goal needs.
+	Observed string `json:"observed"`
+	Met      bool   `json:"met"`
+	Measured bool   `json:"measured"`
+	// Projected is, for a throughput goal, the CPU ratio (CPURatioToRaw) checked against the
+	// same bound: the goal's verdict when the proxy rather than the worker is the bottleneck.
+	Projected    string `json:"projected,omitempty"`
+	ProjectedMet bool   `json:"projected_met,omitempty"`
+}
+
+// throughputGoals are the minimum coordinator/raw-proxy throughput ratios per pipeline and body.
+var throughputGoals = []struct {
+	target, body string
+	min          float64
+}{
+	{TargetDecodeOnly, Body200B, 0.95},
+	{TargetDecodeOnly, Body256K, 0.90},
+	{TargetDecodeOnly, Body1MiB, 0.90},
+	{TargetPrefillDecode, Body1MiB, 0.75},
+}
+
+// SSEGoal is the largest acceptable p50 per-event latency the coordinator adds to a stream.
+const SSEGoal = 100 * time.Microsecond
+
+// EvaluateGoals checks the throughput goals (each in both the streaming and non-streaming cells)
+// against results (ratios filled) and the SSE goal against sse.
+func EvaluateGoals(results []CellResult, sse []SSEResult) []Goal {
+	var goals []Goal
+	for _, g := range throughputGoals {
+		for _, stream := range []bool{false, true} {
+			goal := Goal{Name: fmt.Sprintf("%s ≥ %.2f× raw proxy req/s at %s %s", g.target, g.min, g.body, streamName(stream))}
+			for _, r := range results {
+				if r.Target == g.target && r.Body == g.body && r.Stream == stream && r.RatioToRaw > 0 {
+					goal.Measured = true
+					goal.Observed = fmt.Sprintf("%.3f×", r.RatioToRaw)
+					goal.Met = r.RatioToRaw >= g.min && r.Errors == 0
+					if r.Errors > 0 {
+						goal.Observed += fmt.Sprintf(" (%d errors)", r.Errors)
+					}
+					if r.CPURatioToRaw > 0 {
+						goal.Projected = fmt.Sprintf("%.3f×", r.CPURatioToRaw)
+						goal.ProjectedMet = r.CPURatioToRaw >= g.min
+					}
+				}
+			}
+			goals = append(goals, goal)
+		}
+	}
+	goal := Goal{Name: fmt.Sprintf("SSE per-event latency added by the coordinator (decode-only) < %s at p50", SSEGoal)}
+	if added, ok := AddedSSELatency(sse, TargetDecodeOnly); ok {
+		goal.Measured = true
+		goal.Observed = fmtDur(added)
+		goal.Met = added < SSEGoal
+	}
+	return append(goals, goal)
+}
+
+// AddedSSELatency is target's p50 per-event latency minus the direct (no proxy) p50.
+func AddedSSELatency(sse []SSEResult, target string) (time.Duration, bool) {
+	var direct, t *SSEResult
+	for i := range sse {
+		switch sse[i].Target {
+		case TargetDirect:
+			direct = &sse[i]
+		case target:
+			t = &sse[i]
+		}
+	}
+	if direct == nil || t == nil || direct.Events == 0 || t.Events == 0 {
+		return 0, false
+	}
+	return t.P50 - direct.P50, true
+}
+
+// fmtDur formats a latency with three significant digits in µs or ms.
+func fmtDur(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0"
+	case d < 0:
+		return "-" + fmtDur(-d)
+	case d < 10*time.Microsecond:
+		return fmt.Sprintf("%.1fµs", float64(d)/1e3)
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", float64(d)/1e3)
+	case d < time.Second:
+		return fmt.Sprintf("%.2fms", float64(d)/1e6)
+	default:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	}
+}
