@@ -49,7 +49,9 @@ func start(t *testing.T, kubelet bool) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	build := func(c config.Config, rev string) (*pipeline.Pipeline, error) { return pipeline.Build(c, pipeline.Options{Revision: rev}) }
+	build := func(c config.Config, rev string) (*pipeline.Pipeline, error) {
+		return pipeline.Build(c, pipeline.Options{Revision: rev})
+	}
 	p, err := build(cfg, config.FileRevision(data))
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,9 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	build := func(c config.Config, rev string) (*pipeline.Pipeline, error) { return pipeline.Build(c, pipeline.Options{Revision: rev}) }
+	build := func(c config.Config, rev string) (*pipeline.Pipeline, error) {
+		return pipeline.Build(c, pipeline.Options{Revision: rev})
+	}
 	coord, err := stack.StartCoordinator(cfg, testLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
