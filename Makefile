@@ -94,9 +94,20 @@ test: verify-generated lint envtest-assets ## Run every test (what CI runs).
 	$(GO) test -race -count=1 $(RACE_PKGS)
 	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 $$($(GO) list ./... | grep -v -e /dataplane/ -e /cmd/coordinator -e /test/simworker -e /test/gateway -e /test/mediaserver -e /test/stack -e /test/integration -e /test/asyncworker)
 
+# make bench BENCH_ARGS='--duration 4s --targets direct,raw-proxy,decode-only' (flags: docs/benchmarks.md)
+BENCH_OUT  ?= $(BIN)/bench/$(shell date +%Y%m%d-%H%M%S)
+BENCH_ARGS ?=
+
 .PHONY: bench
-bench: ## Go benchmarks of the request path.
-	$(GO) test -run '^$$' -bench . -benchmem ./dataplane/...
+bench: ## Benchmarks (docs/benchmarks.md): builds the binaries, runs the Go micro-benchmarks of the request path, then the multi-process load harness; not part of `make test`.
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./test/bench/cmd/benchharness
+	$(BIN)/benchharness --out $(BENCH_OUT) $(BENCH_ARGS)
+
+##@ Demo
+
+.PHONY: demo
+demo: ## Run the whole system locally (control plane, operator, worker pool, coordinator) and serve http://127.0.0.1:8080/v1.
+	$(GO) run ./hack/demo
 
 .PHONY: help
 help: ## Show targets.

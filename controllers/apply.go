@@ -10,11 +10,14 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
 )
@@ -75,6 +78,21 @@ var (
 		name:      "Deployment",
 		inSync:    func(d, l *appsv1.Deployment) bool { return equality.Semantic.DeepDerivative(d.Spec, l.Spec) },
 		overwrite: func(d, l *appsv1.Deployment) { l.Spec = d.Spec },
+	}
+	httpRouteKind = childKind[*gatewayv1.HTTPRoute]{
+		name:      "HTTPRoute",
+		inSync:    func(d, l *gatewayv1.HTTPRoute) bool { return equality.Semantic.DeepDerivative(d.Spec, l.Spec) },
+		overwrite: func(d, l *gatewayv1.HTTPRoute) { l.Spec = d.Spec },
+	}
+	podDisruptionBudgetKind = childKind[*policyv1.PodDisruptionBudget]{
+		name:      "PodDisruptionBudget",
+		inSync:    func(d, l *policyv1.PodDisruptionBudget) bool { return equality.Semantic.DeepDerivative(d.Spec, l.Spec) },
+		overwrite: func(d, l *policyv1.PodDisruptionBudget) { l.Spec = d.Spec },
+	}
+	networkPolicyKind = childKind[*networkingv1.NetworkPolicy]{
+		name:      "NetworkPolicy",
+		inSync:    func(d, l *networkingv1.NetworkPolicy) bool { return equality.Semantic.DeepDerivative(d.Spec, l.Spec) },
+		overwrite: func(d, l *networkingv1.NetworkPolicy) { l.Spec = d.Spec },
 	}
 )
 
@@ -145,6 +163,20 @@ func getChild[T any, P interface {
 		return nil, nil
 	}
 	return live, nil
+}
+
+// deleteChild deletes the optional child name (an HTTPRoute, PodDisruptionBudget or
+// NetworkPolicy the spec no longer asks for) when cp controls it; an object of that name that is
+// not cp's is left alone.
+func deleteChild[T any, P interface {
+	*T
+	client.Object
+}](ctx context.Context, r *CoordinatorPipelineReconciler, cp *coordinatorv1alpha1.CoordinatorPipeline, name string) error {
+	live, err := getChild[T, P](ctx, r, cp, name)
+	if err != nil || live == nil || live.GetDeletionTimestamp() != nil {
+		return err
+	}
+	return client.IgnoreNotFound(r.Delete(ctx, live, client.Preconditions{UID: ptr.To(live.GetUID())}))
 }
 
 // objectHash fingerprints a desired object (as built, before the hash annotation is added).

@@ -1,7 +1,7 @@
 // Package controllers holds the CoordinatorPipeline reconciler. It renders a CoordinatorPipeline
 // into the data plane's configuration (validated with the data plane's own pipeline builder) and
-// runs it as a ConfigMap, a Deployment, a Service and a ServiceAccount, all owned by the
-// CoordinatorPipeline. Children are built by pure desiredX functions (children.go), status by pure
+// runs it as a ConfigMap, a Deployment, a Service and a ServiceAccount, plus, on request, an
+// HTTPRoute, a PodDisruptionBudget and a NetworkPolicy, all owned by the CoordinatorPipeline. Children are built by pure desiredX functions (children.go), status by pure
 // setters (coordinatorpipeline_status.go); Reconcile only sequences reads and writes.
 package controllers
 
@@ -12,9 +12,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
@@ -47,6 +50,7 @@ const (
 var (
 	inferencePoolGK = schema.GroupKind{Group: infv1.GroupVersion.Group, Kind: "InferencePool"}
 	gatewayGK       = schema.GroupKind{Group: gatewayv1.GroupVersion.Group, Kind: "Gateway"}
+	httpRouteGK     = schema.GroupKind{Group: gatewayv1.GroupVersion.Group, Kind: "HTTPRoute"}
 )
 
 // CoordinatorPipelineReconciler reconciles CoordinatorPipelines.
@@ -59,9 +63,10 @@ type CoordinatorPipelineReconciler struct {
 	// DefaultImage is the coordinator image for pipelines that do not set spec.image.
 	DefaultImage string
 
-	// poolAPI and gatewayAPI record whether the InferencePool and Gateway CRDs were installed
-	// at start-up; without them references cannot resolve and nothing is watched.
-	poolAPI, gatewayAPI bool
+	// poolAPI, gatewayAPI and routeAPI record whether the InferencePool, Gateway and HTTPRoute
+	// CRDs were installed at start-up; without them references cannot resolve, routes cannot be
+	// created, and nothing is watched.
+	poolAPI, gatewayAPI, routeAPI bool
 }
 
 // scope carries one reconcile's object and findings between phases.
@@ -84,6 +89,9 @@ type phase func(ctx context.Context, s *scope) error
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gateways,verbs=get;list;watch
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings a CoordinatorPipeline's children in line with its spec and writes its status
@@ -109,7 +117,10 @@ func (r *CoordinatorPipelineReconciler) Reconcile(ctx context.Context, req ctrl.
 		r.reconcileServiceAccount,
 		r.reconcileConfigMap,
 		r.reconcileService,
+		r.reconcileNetworkPolicy,
+		r.reconcilePodDisruptionBudget,
 		r.reconcileDeployment,
+		r.reconcileRoute,
 	} {
 		if err := p(ctx, s); err != nil {
 			return ctrl.Result{}, err
@@ -243,6 +254,58 @@ func (r *CoordinatorPipelineReconciler) reconcileDeployment(ctx context.Context,
 	return nil
 }
 
+// reconcileNetworkPolicy creates, updates or deletes the NetworkPolicy of spec.networkPolicy.
+// It runs before the Deployment so that new coordinator pods start behind it.
+func (r *CoordinatorPipelineReconciler) reconcileNetworkPolicy(ctx context.Context, s *scope) error {
+	if !networkPolicyEnabled(s.cp) {
+		return deleteChild[networkingv1.NetworkPolicy](ctx, r, s.cp, s.cp.Name)
+	}
+	_, _, err := ensureChild(ctx, r, s.cp, networkPolicyKind, desiredNetworkPolicy(s.cp, s.obs.applied))
+	return err
+}
+
+// reconcilePodDisruptionBudget creates, updates or deletes the PodDisruptionBudget of
+// spec.disruptionBudget.
+func (r *CoordinatorPipelineReconciler) reconcilePodDisruptionBudget(ctx context.Context, s *scope) error {
+	if s.cp.Spec.DisruptionBudget == nil {
+		return deleteChild[policyv1.PodDisruptionBudget](ctx, r, s.cp, s.cp.Name)
+	}
+	_, _, err := ensureChild(ctx, r, s.cp, podDisruptionBudgetKind, desiredPodDisruptionBudget(s.cp))
+	return err
+}
+
+// reconcileRoute creates, updates or deletes the HTTPRoute of spec.route and reads back what the
+// gateway controller reported about it.
+func (r *CoordinatorPipelineReconciler) reconcileRoute(ctx context.Context, s *scope) error {
+	if s.cp.Spec.Route == nil {
+		if r.routeAPI {
+			if err := deleteChild[gatewayv1.HTTPRoute](ctx, r, s.cp, s.cp.Name); err != nil {
+				return err
+			}
+		}
+		s.obs.routeChecked = true
+		return nil
+	}
+	parent, ok := routeParent(s.cp)
+	switch {
+	case !r.routeAPI:
+		res := apiUnavailable("HTTPRoute", gatewayv1.GroupVersion.String())
+		s.obs.route = &acceptance{status: metav1.ConditionFalse, reason: res.reason, message: res.message}
+	case !ok:
+		s.obs.route = &acceptance{status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonNotAccepted,
+			message: "spec.route needs a Gateway to attach to: set spec.route.parentRef or spec.gateway.gatewayRef"}
+	default:
+		live, _, err := ensureChild(ctx, r, s.cp, httpRouteKind, desiredHTTPRoute(s.cp))
+		if err != nil {
+			return err
+		}
+		a := routeAcceptance(live, parent)
+		s.obs.route = &a
+	}
+	s.obs.routeChecked = true
+	return nil
+}
+
 // patchStatus computes the status from the reconcile's findings and patches it when it changed.
 // An optimistic-lock conflict is retried without touching the status.
 func (r *CoordinatorPipelineReconciler) patchStatus(ctx context.Context, s *scope, reconcileErr error) error {
@@ -295,8 +358,8 @@ func gatewayKey(cp *coordinatorv1alpha1.CoordinatorPipeline) (string, string) {
 }
 
 // CacheByObject restricts the manager's cache of child kinds to the objects this operator
-// manages (LabelManagedBy), instead of every ConfigMap, Service, ServiceAccount and Deployment
-// in the cluster.
+// manages (LabelManagedBy), instead of every ConfigMap, Service, ServiceAccount, Deployment,
+// PodDisruptionBudget and NetworkPolicy in the cluster.
 func CacheByObject() map[client.Object]cache.ByObject {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy})}
 	return map[client.Object]cache.ByObject{
@@ -304,10 +367,15 @@ func CacheByObject() map[client.Object]cache.ByObject {
 		&corev1.Service{}:        managed,
 		&corev1.ServiceAccount{}: managed,
 		&appsv1.Deployment{}:     managed,
+		// Built-in kinds only: a ByObject entry needs the kind's API installed when the manager
+		// starts, so HTTPRoutes (Gateway API, optional) are cached unfiltered.
+		&policyv1.PodDisruptionBudget{}: managed,
+		&networkingv1.NetworkPolicy{}:   managed,
 	}
 }
 
-// SetupWithManager registers the reconciler: it owns its children, and watches the
+// SetupWithManager registers the reconciler: it owns its children (the HTTPRoute only when its
+// API is installed; its status changes bring RouteAccepted up to date), and watches the
 // InferencePools and Gateways that pipelines reference (through field indexes), when those APIs
 // are installed.
 func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
@@ -324,12 +392,18 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 	if r.gatewayAPI, err = hasAPI(mgr, gatewayGK, gatewayv1.GroupVersion.Version); err != nil {
 		return err
 	}
+	if r.routeAPI, err = hasAPI(mgr, httpRouteGK, gatewayv1.GroupVersion.Version); err != nil {
+		return err
+	}
 	log := mgr.GetLogger().WithName(ControllerName)
 	if !r.poolAPI {
 		log.Info("InferencePool API not installed: pipelines report InferencePoolResolved=False until the operator restarts with it", "group", inferencePoolGK.Group)
 	}
 	if !r.gatewayAPI {
 		log.Info("Gateway API not installed: spec.gateway.gatewayRef cannot resolve until the operator restarts with it", "group", gatewayGK.Group)
+	}
+	if !r.routeAPI {
+		log.Info("Gateway API HTTPRoute not installed: pipelines with spec.route report RouteAccepted=False until the operator restarts with it", "group", httpRouteGK.Group)
 	}
 
 	indexer := mgr.GetFieldIndexer()
@@ -356,7 +430,12 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&corev1.Service{}).
-		Owns(&appsv1.Deployment{})
+		Owns(&appsv1.Deployment{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{})
+	if r.routeAPI {
+		b = b.Owns(&gatewayv1.HTTPRoute{})
+	}
 	if r.poolAPI {
 		b = b.Watches(&infv1.InferencePool{}, handler.EnqueueRequestsFromMapFunc(r.pipelinesForPool))
 	}

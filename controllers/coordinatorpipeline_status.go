@@ -27,6 +27,9 @@ type observed struct {
 	// none (no valid configuration yet).
 	deploymentChecked bool
 	deployment        *appsv1.Deployment
+	// routeChecked is set once the route phase ran; route is nil when spec.route is unset.
+	routeChecked bool
+	route        *acceptance
 	// err is the error that ended the reconcile early, if any.
 	err error
 }
@@ -46,6 +49,9 @@ func computeStatus(cp *coordinatorv1alpha1.CoordinatorPipeline, o observed) {
 	}
 	if o.applied != nil {
 		setConfigStatus(cp, *o.applied)
+	}
+	if o.routeChecked {
+		setRouteAcceptedCondition(cp, o.route)
 	}
 	var r *rollout
 	if o.deploymentChecked {
@@ -95,6 +101,22 @@ func setPipelineValidCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err 
 // setResolvedCondition maps a resolution to InferencePoolResolved or GatewayResolved.
 func setResolvedCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, t coordinatorv1alpha1.ConditionType, r resolution) {
 	setCondition(cp, t, r.ok, r.reason, r.message)
+}
+
+// setRouteAcceptedCondition mirrors the gateway's verdict on the HTTPRoute; without spec.route
+// (a nil acceptance) the condition is removed.
+func setRouteAcceptedCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, a *acceptance) {
+	if a == nil {
+		meta.RemoveStatusCondition(&cp.Status.Conditions, string(coordinatorv1alpha1.ConditionRouteAccepted))
+		return
+	}
+	meta.SetStatusCondition(&cp.Status.Conditions, metav1.Condition{
+		Type:               string(coordinatorv1alpha1.ConditionRouteAccepted),
+		Status:             a.status,
+		Reason:             string(a.reason),
+		Message:            a.message,
+		ObservedGeneration: cp.Generation,
+	})
 }
 
 // setConfigStatus records the applied configuration: its revision (what the coordinators
@@ -197,8 +219,8 @@ func setDegradedCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error
 }
 
 // setReadyCondition summarizes: Ready=True only when the reconcile succeeded, the pipeline is
-// valid, the gateway and the InferencePool are resolved, and the rollout is complete. The reason
-// names the first thing that is not.
+// valid, the gateway and the InferencePool are resolved, the gateway accepted the HTTPRoute (with
+// spec.route), and the rollout is complete. The reason names the first thing that is not.
 func setReadyCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error, r *rollout) {
 	notReady := func(reason coordinatorv1alpha1.ConditionReason, msg string) {
 		setCondition(cp, coordinatorv1alpha1.ConditionReady, false, reason, msg)
@@ -223,6 +245,17 @@ func setReadyCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error, r
 	if c := conditionFalse(cp, coordinatorv1alpha1.ConditionInferencePoolResolved); c != nil {
 		notReady(coordinatorv1alpha1.ReasonInferencePoolNotResolved, c.Message)
 		return
+	}
+	if cp.Spec.Route != nil {
+		c := meta.FindStatusCondition(cp.Status.Conditions, string(coordinatorv1alpha1.ConditionRouteAccepted))
+		switch {
+		case c == nil:
+			notReady(coordinatorv1alpha1.ReasonRouteNotAccepted, "the HTTPRoute has not been reconciled yet")
+			return
+		case c.Status != metav1.ConditionTrue:
+			notReady(coordinatorv1alpha1.ReasonRouteNotAccepted, c.Message)
+			return
+		}
 	}
 	switch {
 	case r == nil:

@@ -98,9 +98,20 @@ func TestComputeStatus(t *testing.T) {
 	okGateway := &resolution{ok: true, reason: coordinatorv1alpha1.ReasonAddressSet, address: testGateway, message: "set"}
 	T, F := metav1.ConditionTrue, metav1.ConditionFalse
 
+	U := metav1.ConditionUnknown
+	withRoute := func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		cp.Spec.Route = &coordinatorv1alpha1.RouteSpec{ParentRef: &coordinatorv1alpha1.RouteParentReference{Name: "gw"}}
+	}
+	routeReady := observed{pool: okPool, gateway: okGateway, pipelineErr: &noErr, applied: &validCfg,
+		deploymentChecked: true, deployment: deployment(2, nil), routeChecked: true}
+
 	tests := map[string]struct {
-		obs  observed
-		want map[coordinatorv1alpha1.ConditionType]wantCondition
+		// mutate changes the pipeline (spec, or status before the computation).
+		mutate func(*coordinatorv1alpha1.CoordinatorPipeline)
+		obs    observed
+		want   map[coordinatorv1alpha1.ConditionType]wantCondition
+		// absent lists conditions that must not be there.
+		absent []coordinatorv1alpha1.ConditionType
 		// check looks at the rest of the status.
 		check func(g Gomega, st coordinatorv1alpha1.CoordinatorPipelineStatus)
 	}{
@@ -201,6 +212,57 @@ func TestComputeStatus(t *testing.T) {
 				g.Expect(st.Conditions).To(HaveLen(2), "conditions of phases that did not run are not invented")
 			},
 		},
+		"route pending: no gateway controller reported yet": {
+			mutate: withRoute,
+			obs: with(routeReady, func(o *observed) {
+				o.route = &acceptance{U, coordinatorv1alpha1.ReasonPending, "HTTPRoute cp: no gateway controller has reported on Gateway gw yet"}
+			}),
+			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
+				coordinatorv1alpha1.ConditionRouteAccepted: {U, coordinatorv1alpha1.ReasonPending},
+				coordinatorv1alpha1.ConditionReady:         {F, coordinatorv1alpha1.ReasonRouteNotAccepted},
+				coordinatorv1alpha1.ConditionDegraded:      {F, coordinatorv1alpha1.ReasonAsExpected},
+			},
+			check: func(g Gomega, st coordinatorv1alpha1.CoordinatorPipelineStatus) {
+				g.Expect(meta.FindStatusCondition(st.Conditions, string(coordinatorv1alpha1.ConditionReady)).Message).
+					To(ContainSubstring("no gateway controller has reported"))
+			},
+		},
+		"route accepted": {
+			mutate: withRoute,
+			obs:    with(routeReady, func(o *observed) { o.route = &acceptance{T, coordinatorv1alpha1.ReasonAccepted, "accepted"} }),
+			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
+				coordinatorv1alpha1.ConditionRouteAccepted: {T, coordinatorv1alpha1.ReasonAccepted},
+				coordinatorv1alpha1.ConditionReady:         {T, coordinatorv1alpha1.ReasonReady},
+			},
+		},
+		"route rejected by the gateway": {
+			mutate: withRoute,
+			obs: with(routeReady, func(o *observed) {
+				o.route = &acceptance{F, coordinatorv1alpha1.ReasonNotAccepted, "NotAllowedByListeners"}
+			}),
+			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
+				coordinatorv1alpha1.ConditionRouteAccepted: {F, coordinatorv1alpha1.ReasonNotAccepted},
+				coordinatorv1alpha1.ConditionReady:         {F, coordinatorv1alpha1.ReasonRouteNotAccepted},
+			},
+		},
+		"route requested, route phase did not run": {
+			mutate: withRoute,
+			obs:    with(routeReady, func(o *observed) { o.routeChecked = false }),
+			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
+				coordinatorv1alpha1.ConditionReady: {F, coordinatorv1alpha1.ReasonRouteNotAccepted},
+			},
+			absent: []coordinatorv1alpha1.ConditionType{coordinatorv1alpha1.ConditionRouteAccepted},
+		},
+		"route removed from the spec: its condition goes": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Status.Conditions = []metav1.Condition{{Type: string(coordinatorv1alpha1.ConditionRouteAccepted), Status: T, Reason: "Accepted"}}
+			},
+			obs: routeReady,
+			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
+				coordinatorv1alpha1.ConditionReady: {T, coordinatorv1alpha1.ReasonReady},
+			},
+			absent: []coordinatorv1alpha1.ConditionType{coordinatorv1alpha1.ConditionRouteAccepted},
+		},
 		"child conflict": {
 			obs: observed{pool: okPool, gateway: okGateway, pipelineErr: &noErr, err: &conflictError{kind: "Service", name: "cp"}},
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
@@ -213,6 +275,9 @@ func TestComputeStatus(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			cp := newPipeline("ns", "cp", func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Generation = 7 })
+			if tc.mutate != nil {
+				tc.mutate(cp)
+			}
 			computeStatus(cp, tc.obs)
 			g.Expect(cp.Status.ObservedGeneration).To(BeEquivalentTo(7))
 			for _, c := range cp.Status.Conditions {
@@ -225,11 +290,20 @@ func TestComputeStatus(t *testing.T) {
 				g.Expect(c.Status).To(Equal(want.status), "condition %s: %s", typ, c.Message)
 				g.Expect(c.Reason).To(Equal(string(want.reason)), "condition %s: %s", typ, c.Message)
 			}
+			for _, typ := range tc.absent {
+				g.Expect(meta.FindStatusCondition(cp.Status.Conditions, string(typ))).To(BeNil(), "condition %s", typ)
+			}
 			if tc.check != nil {
 				tc.check(g, cp.Status)
 			}
 		})
 	}
+}
+
+// with returns a copy of o changed by mutate.
+func with(o observed, mutate func(*observed)) observed {
+	mutate(&o)
+	return o
 }
 
 // Recomputing an unchanged status must not touch it (no lastTransitionTime bumps): this is what

@@ -6,8 +6,8 @@ type ConditionType string
 // Condition types of a CoordinatorPipeline.
 const (
 	// ConditionReady summarizes the others: True when the pipeline is valid, the gateway and the
-	// InferencePool are resolved, and every desired coordinator pod runs the current pod template
-	// and is available.
+	// InferencePool are resolved, every desired coordinator pod runs the current pod template
+	// and is available, and, with spec.route, the gateway accepted the HTTPRoute.
 	ConditionReady ConditionType = "Ready"
 	// ConditionProgressing is True while the coordinator Deployment rolls out or scales.
 	ConditionProgressing ConditionType = "Progressing"
@@ -24,6 +24,10 @@ const (
 	// ConditionGatewayResolved reports whether the gateway address is known (set explicitly or
 	// read from the referenced Gateway's status).
 	ConditionGatewayResolved ConditionType = "GatewayResolved"
+	// ConditionRouteAccepted (only with spec.route) mirrors the HTTPRoute's Accepted condition
+	// for its parent Gateway, as written by the gateway controller: Unknown until one reports,
+	// False when the route is rejected or its backends do not resolve (ResolvedRefs=False).
+	ConditionRouteAccepted ConditionType = "RouteAccepted"
 )
 
 // ConditionReason is the CamelCase reason of a CoordinatorPipeline status condition.
@@ -43,6 +47,8 @@ const (
 	// ReasonNoValidConfig: no valid configuration has ever been rendered, so there is no
 	// coordinator Deployment yet.
 	ReasonNoValidConfig ConditionReason = "NoValidConfig"
+	// ReasonRouteNotAccepted: Ready=False because spec.route is set and RouteAccepted is not True.
+	ReasonRouteNotAccepted ConditionReason = "RouteNotAccepted"
 )
 
 // Reasons of the PipelineValid condition (ReasonInvalidPipeline is also used by Ready and
@@ -55,15 +61,28 @@ const (
 	ReasonInvalidPipeline ConditionReason = "InvalidPipeline"
 )
 
+// Reasons of the RouteAccepted condition (it also uses ReasonNotAccepted, ReasonRefsNotResolved
+// and ReasonAPIUnavailable).
+const (
+	// ReasonAccepted: RouteAccepted=True, the parent Gateway accepted the HTTPRoute and resolved
+	// its backends.
+	ReasonAccepted ConditionReason = "Accepted"
+	// ReasonPending: RouteAccepted=Unknown, no gateway controller has reported on the HTTPRoute
+	// for its parent yet.
+	ReasonPending ConditionReason = "Pending"
+)
+
 // Reasons of the InferencePoolResolved and GatewayResolved conditions.
 const (
 	// ReasonResolved: the referenced object exists and reports no problem.
 	ReasonResolved ConditionReason = "Resolved"
 	// ReasonNotFound: the referenced object does not exist.
 	ReasonNotFound ConditionReason = "NotFound"
-	// ReasonNotAccepted: a parent of the InferencePool reports Accepted=False.
+	// ReasonNotAccepted: a parent of the InferencePool (or of the HTTPRoute) reports
+	// Accepted=False.
 	ReasonNotAccepted ConditionReason = "NotAccepted"
-	// ReasonRefsNotResolved: a parent of the InferencePool reports ResolvedRefs=False.
+	// ReasonRefsNotResolved: a parent of the InferencePool (or of the HTTPRoute) reports
+	// ResolvedRefs=False.
 	ReasonRefsNotResolved ConditionReason = "RefsNotResolved"
 	// ReasonAPIUnavailable: the referenced kind's CRD is not installed in the cluster (or was not
 	// when the operator started).

@@ -227,7 +227,9 @@ type ServerSpec struct {
 }
 
 // CoordinatorPipelineSpec is the desired state of a CoordinatorPipeline: which InferencePool and
-// Gateway it fronts, the request pipeline, and how the coordinator pods run.
+// Gateway it fronts, the request pipeline, how the coordinator pods run, and how they are exposed
+// and protected.
+// +kubebuilder:validation:XValidation:rule="!has(self.route) || has(self.route.parentRef) || has(self.gateway.gatewayRef)",message="route needs a Gateway to attach to: set route.parentRef or gateway.gatewayRef"
 type CoordinatorPipelineSpec struct {
 	// inferencePoolRef names the InferencePool whose workers the pipeline's legs are routed to
 	// (through the gateway, by EPP-Profile).
@@ -298,6 +300,23 @@ type CoordinatorPipelineSpec struct {
 	// Deployment.
 	// +optional
 	Server ServerSpec `json:"server,omitempty"`
+
+	// route, when set, makes the operator create a Gateway API HTTPRoute that sends client
+	// requests to the coordinator Service and the coordinator's legs (requests carrying an
+	// EPP-Profile header) to the InferencePool. The RouteAccepted condition reports whether the
+	// gateway accepted it. Removing route deletes the HTTPRoute.
+	// +optional
+	Route *RouteSpec `json:"route,omitempty"`
+
+	// disruptionBudget, when set, makes the operator create a PodDisruptionBudget for the
+	// coordinator pods. Removing it deletes the PodDisruptionBudget.
+	// +optional
+	DisruptionBudget *DisruptionBudgetSpec `json:"disruptionBudget,omitempty"`
+
+	// networkPolicy, when set and enabled, makes the operator create a NetworkPolicy for the
+	// coordinator pods. Disabling or removing it deletes the NetworkPolicy.
+	// +optional
+	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
 }
 
 // CoordinatorPipelineStatus is the observed state of a CoordinatorPipeline.
@@ -306,8 +325,8 @@ type CoordinatorPipelineStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Ready, Progressing, Degraded, PipelineValid, InferencePoolResolved and
-	// GatewayResolved.
+	// conditions: Ready, Progressing, Degraded, PipelineValid, InferencePoolResolved,
+	// GatewayResolved and, when spec.route is set, RouteAccepted.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -350,8 +369,9 @@ type CoordinatorPipelineStatus struct {
 
 // CoordinatorPipeline runs the E/P/D coordinator in front of an InferencePool: the operator
 // renders the pipeline into the coordinator's configuration (a ConfigMap), runs the coordinator
-// Deployment with a Service and a ServiceAccount, and reports the rendered configuration's
-// revision and the rollout in status.
+// Deployment with a Service and a ServiceAccount (optionally an HTTPRoute, a PodDisruptionBudget
+// and a NetworkPolicy), and reports the rendered configuration's revision and the rollout in
+// status.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -363,6 +383,8 @@ type CoordinatorPipelineStatus struct {
 // +kubebuilder:printcolumn:name="Steps",type=string,JSONPath=`.status.pipelineSteps`
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.readyReplicas`,priority=1
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.configRevision`
+// +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.status.gatewayAddress`,priority=1
+// +kubebuilder:printcolumn:name="Route",type=string,JSONPath=`.status.conditions[?(@.type=="RouteAccepted")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (at most 63 lowercase letters, digits and '-', starting with a letter): it names the coordinator Service"
 type CoordinatorPipeline struct {

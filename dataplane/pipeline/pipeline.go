@@ -322,8 +322,9 @@ func (p *Pipeline) Handler(r *http.Request) (http.Handler, bool) {
 	if p.routes == nil {
 		return nil, false
 	}
-	h, pattern := p.routes.Handler(r)
-	return h, pattern != ""
+	// Serve through the mux itself (not the matched handler) so that r.PathValue works.
+	_, pattern := p.routes.Handler(r)
+	return p.routes, pattern != ""
 }
 
 // Gateway is the pipeline's gateway client (nil without gateway.address).

@@ -31,6 +31,7 @@ type Load struct {
 	client  *http.Client
 	target  vegeta.Target
 	lat     []time.Duration
+	all     int // successful measured requests, drain included
 	elapsed time.Duration
 	errors  int
 	sample  string
@@ -56,15 +57,16 @@ func NewLoad(cell Cell, url string, payload []byte, opts LoadOptions) *Load {
 // Close releases the client's connections.
 func (l *Load) Close() { l.tr.CloseIdleConnections() }
 
-// Run attacks for d (no request starts after d; in-flight ones complete). Unless measured, only
-// errors are kept.
+// Run attacks for d: no request starts after d, and the requests in flight then complete. Unless
+// measured, only errors are kept. A measured run counts the requests that completed within d, and
+// their latencies: counting the ones that complete after d as well, over the time until the last
+// one, would under-rate slow targets, whose drain is longer.
 func (l *Load) Run(ctx context.Context, d time.Duration, measured bool) {
 	n := uint64(l.opts.Concurrency)
 	atk := vegeta.NewAttacker(vegeta.Client(l.client), vegeta.Workers(n), vegeta.MaxWorkers(n), vegeta.Redirects(vegeta.NoFollow))
 	stop := context.AfterFunc(ctx, func() { atk.Stop() })
 	defer stop()
-	start := time.Now()
-	last := start
+	end := time.Now().Add(d)
 	for r := range atk.Attack(vegeta.NewStaticTargeter(l.target), vegeta.Rate{Freq: 0}, d, l.cell.String()) {
 		if err := CheckResponse(l.cell.Stream, r); err != nil {
 			l.errors++
@@ -74,16 +76,20 @@ func (l *Load) Run(ctx context.Context, d time.Duration, measured bool) {
 			continue
 		}
 		if measured {
-			l.lat = append(l.lat, r.Latency)
-			if end := r.End(); end.After(last) {
-				last = end
+			l.all++
+			if !r.End().After(end) {
+				l.lat = append(l.lat, r.Latency)
 			}
 		}
 	}
 	if measured {
-		l.elapsed += last.Sub(start)
+		l.elapsed += d
 	}
 }
+
+// Served counts the successful requests of the measured runs, including those completed after
+// their window: the work a process did during the runs.
+func (l *Load) Served() int { return l.all }
 
 // Result summarizes the measured slices so far.
 func (l *Load) Result() CellResult {

@@ -112,20 +112,25 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		fmt.Fprintln(w)
 		fmt.Fprintf(w, "Arrival at the client − send time stamped by the worker, per event; %d concurrent streams of %d tokens, ITL %s, %s measured per path in %d interleaved slices.\n\n",
 			s.SSEConcurrency, s.SSETokens, s.SSEITL, s.SSEDuration, s.Slices)
-		fmt.Fprintln(w, "| path | streams | events | p50 | p99 | added p50 vs direct | errors |")
-		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|")
+		fmt.Fprintln(w, "| path | streams | events | p50 | p99 | added p50 vs direct | added p50 vs raw proxy | errors |")
+		fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|")
 		for _, e := range r.SSE {
-			added := "—"
+			added, overRaw := "—", "—"
 			if e.Target != TargetDirect {
 				if d, ok := AddedSSELatency(r.SSE, e.Target); ok {
 					added = fmtDur(d)
+				}
+			}
+			if IsCoordinator(e.Target) {
+				if d, ok := sseP50Diff(r.SSE, e.Target, TargetRaw); ok {
+					overRaw = fmtDur(d)
 				}
 			}
 			errs := fmt.Sprint(e.Errors)
 			if e.Errors > 0 {
 				errs = fmt.Sprintf("**%d** (%s)", e.Errors, mdEscape(e.ErrorSample, 80))
 			}
-			fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s |\n", e.Target, e.Streams, e.Events, fmtDur(e.P50), fmtDur(e.P99), added, errs)
+			fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s | %s |\n", e.Target, e.Streams, e.Events, fmtDur(e.P50), fmtDur(e.P99), added, overRaw, errs)
 		}
 		fmt.Fprintln(w)
 	}

@@ -43,17 +43,17 @@ func streamName(stream bool) string {
 // CellResult is the outcome of one cell.
 type CellResult struct {
 	Cell
-	// Requests counts the successful requests of the measured window.
+	// Requests counts the successful requests completed within the measured window.
 	Requests int `json:"requests"`
 	// Errors counts failed requests (non-2xx, transport errors, truncated or malformed bodies),
 	// warm-up included; ErrorSample is the first one.
 	Errors      int    `json:"errors"`
 	ErrorSample string `json:"error_sample,omitempty"`
-	// Elapsed is the measured window: from the first request sent to the last response read.
+	// Elapsed is the measured window; Requests counts the answers completed within it.
 	Elapsed time.Duration `json:"elapsed_ns"`
 	// RPS is Requests / Elapsed.
 	RPS float64 `json:"rps"`
-	// P50 and P99 are the latencies of the successful requests (sent to last byte read).
+	// P50 and P99 are the latencies of those requests (sent to last byte read).
 	P50 time.Duration `json:"p50_ns"`
 	P99 time.Duration `json:"p99_ns"`
 	// ProxyCPU is the CPU time (user + system) the proxy process (raw proxy or coordinator) spent
@@ -174,19 +174,24 @@ func EvaluateGoals(results []CellResult, sse []SSEResult) []Goal {
 
 // AddedSSELatency is target's p50 per-event latency minus the direct (no proxy) p50.
 func AddedSSELatency(sse []SSEResult, target string) (time.Duration, bool) {
-	var direct, t *SSEResult
+	return sseP50Diff(sse, target, TargetDirect)
+}
+
+// sseP50Diff is target's p50 per-event latency minus base's.
+func sseP50Diff(sse []SSEResult, target, base string) (time.Duration, bool) {
+	var b, t *SSEResult
 	for i := range sse {
 		switch sse[i].Target {
-		case TargetDirect:
-			direct = &sse[i]
+		case base:
+			b = &sse[i]
 		case target:
 			t = &sse[i]
 		}
 	}
-	if direct == nil || t == nil || direct.Events == 0 || t.Events == 0 {
+	if b == nil || t == nil || b.Events == 0 || t.Events == 0 {
 		return 0, false
 	}
-	return t.P50 - direct.P50, true
+	return t.P50 - b.P50, true
 }
 
 // fmtDur formats a latency with three significant digits in µs or ms.

@@ -411,11 +411,11 @@ func (c *cellRun) measure(ctx context.Context, d time.Duration, extra func() fun
 
 func (c *cellRun) result() bench.CellResult {
 	res := c.load.Result()
-	if res.Requests > 0 {
+	if n := time.Duration(c.load.Served()); n > 0 {
 		if c.proxy != nil {
-			res.ProxyCPU = c.proxyCPU / time.Duration(res.Requests)
+			res.ProxyCPU = c.proxyCPU / n
 		}
-		res.WorkerCPU = c.workCPU / time.Duration(res.Requests)
+		res.WorkerCPU = c.workCPU / n
 	}
 	return res
 }
@@ -429,7 +429,7 @@ func profileCell(ctx context.Context, o options, r *rig, c bench.Cell, body benc
 	base := filepath.Join(o.out, "perf-"+strings.ReplaceAll(c.String(), "/", "_"))
 	var perfErr error
 	extra := func() func() {
-		cmd := exec.Command("perf", "record", "-F", "997", "-g", "-p", fmt.Sprint(r.procs[c.Target].Pid()), "-o", base+".data")
+		cmd := exec.Command("perf", "record", "-F", "2999", "-g", "-p", fmt.Sprint(r.procs[c.Target].Pid()), "-o", base+".data")
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
 		if perfErr = cmd.Start(); perfErr != nil {
@@ -437,7 +437,9 @@ func profileCell(ctx context.Context, o options, r *rig, c bench.Cell, body benc
 		}
 		return func() {
 			_ = cmd.Process.Signal(os.Interrupt)
-			if err := cmd.Wait(); err != nil {
+			err := cmd.Wait()
+			// perf exits through the interrupt; what counts is that it wrote its data.
+			if st, serr := os.Stat(base + ".data"); serr != nil || st.Size() == 0 {
 				perfErr = fmt.Errorf("perf record: %v: %s", err, errb.String())
 			}
 		}

@@ -1,0 +1,428 @@
+// Package cluster runs the whole system locally: a real kube-apiserver and etcd (envtest assets
+// built by hack/setup-envtest-assets.sh) with our CRDs and the GAIE InferencePool CRD, the operator
+// as a process (cmd/manager with a kubeconfig), a kubelet stand-in that materialises a ConfigMap
+// on disk the way kubelet does (versioned folder + atomic "..data" symlink swap), and coordinator
+// processes started on the rendered config. The end-to-end tests and `make demo` share it.
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+	"github.com/epd-dev/coordinator/test/atomicdir"
+)
+
+// Scheme knows every kind the system uses.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(coordinatorv1alpha1.AddToScheme(s))
+	utilruntime.Must(infv1.Install(s))
+	utilruntime.Must(gatewayv1.Install(s))
+	return s
+}
+
+// Options configure Start.
+type Options struct {
+	// Root is the repository root (found from the working directory when empty).
+	Root string
+	// Bin holds the built binaries (Build); ManagerArgs are extra manager flags.
+	Bin         string
+	ManagerArgs []string
+	// Progress receives one line per stage (nil: quiet).
+	Progress io.Writer
+	// Logs receives the manager's output (nil: discarded, kept for errors).
+	Logs io.Writer
+}
+
+// Cluster is a running control plane with the operator.
+type Cluster struct {
+	Client     client.Client
+	Kubeconfig string
+	env        *envtest.Environment
+	manager    *exec.Cmd
+	managerOut *lockedBuffer
+	dir        string
+	done       chan error
+}
+
+// Root walks up from the working directory to the directory holding go.mod.
+func Root() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func progress(w io.Writer, format string, args ...any) {
+	if w != nil {
+		fmt.Fprintf(w, "==> "+format+"\n", args...)
+	}
+}
+
+// Build compiles the manager and coordinator binaries into bin.
+func Build(root, bin string, out io.Writer) error {
+	cmd := exec.Command("go", "build", "-o", bin+string(os.PathSeparator), "./cmd/manager", "./cmd/coordinator")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = out, io.MultiWriter(&stderr, orDiscard(out))
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, stderr.String())
+	}
+	return nil
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// Assets returns the envtest asset directory: KUBEBUILDER_ASSETS, or what
+// hack/setup-envtest-assets.sh builds (the first run compiles kube-apiserver: minutes).
+func Assets(root string, out io.Writer) (string, error) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir, nil
+	}
+	cmd := exec.Command(filepath.Join(root, "hack", "setup-envtest-assets.sh"))
+	cmd.Dir = root
+	cmd.Stderr = orDiscard(out)
+	b, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("hack/setup-envtest-assets.sh: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func moduleDir(root, module string) (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m %s: %w", module, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// Start brings up the API server with the CRDs and starts the operator process.
+func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+	if o.Root == "" {
+		if o.Root, err = Root(); err != nil {
+			return nil, err
+		}
+	}
+	assets, err := Assets(o.Root, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	gaie, err := moduleDir(o.Root, "sigs.k8s.io/gateway-api-inference-extension")
+	if err != nil {
+		return nil, err
+	}
+	gwapi, err := moduleDir(o.Root, "sigs.k8s.io/gateway-api")
+	if err != nil {
+		return nil, err
+	}
+	progress(o.Progress, "starting kube-apiserver and etcd (%s)", assets)
+	env := &envtest.Environment{
+		Scheme:                Scheme(),
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths: []string{
+			filepath.Join(o.Root, "config", "crd", "bases"),
+			filepath.Join(gaie, "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml"),
+			filepath.Join(gwapi, "config", "crd", "standard", "gateway.networking.k8s.io_gateways.yaml"),
+		},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting the control plane: %w", err)
+	}
+	c = &Cluster{env: env, managerOut: &lockedBuffer{}, done: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	if c.Client, err = client.New(cfg, client.Options{Scheme: env.Scheme}); err != nil {
+		return nil, err
+	}
+	if c.dir, err = os.MkdirTemp("", "epd-cluster-"); err != nil {
+		return nil, err
+	}
+	user, err := env.AddUser(envtest.User{Name: "operator", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	c.Kubeconfig = filepath.Join(c.dir, "kubeconfig")
+	if err := os.WriteFile(c.Kubeconfig, kc, 0o600); err != nil {
+		return nil, err
+	}
+	probe, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	progress(o.Progress, "starting the operator (%s)", filepath.Join(o.Bin, "manager"))
+	args := append([]string{"--kubeconfig", c.Kubeconfig, "--health-probe-bind-address", probe, "--metrics-bind-address", "0"}, o.ManagerArgs...)
+	c.manager = exec.Command(filepath.Join(o.Bin, "manager"), args...)
+	c.manager.Stdout = io.MultiWriter(c.managerOut, orDiscard(o.Logs))
+	c.manager.Stderr = c.manager.Stdout
+	if err := c.manager.Start(); err != nil {
+		return nil, err
+	}
+	go func() { c.done <- c.manager.Wait() }()
+	if err := waitHTTP(ctx, "http://"+probe+"/readyz", 30*time.Second, c.done); err != nil {
+		return nil, fmt.Errorf("operator not ready: %w\n%s", err, c.managerOut.String())
+	}
+	return c, nil
+}
+
+// ManagerLogs returns what the operator printed so far.
+func (c *Cluster) ManagerLogs() string { return c.managerOut.String() }
+
+// Stop ends the operator and the control plane.
+func (c *Cluster) Stop() {
+	if c.manager != nil && c.manager.Process != nil {
+		_ = c.manager.Process.Signal(os.Interrupt)
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Second):
+			_ = c.manager.Process.Kill()
+		}
+	}
+	if c.env != nil {
+		_ = c.env.Stop()
+	}
+	if c.dir != "" {
+		_ = os.RemoveAll(c.dir)
+	}
+}
+
+// freeAddr returns a free loopback address.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// waitHTTP polls url until it answers 200, the process ends (exited) or timeout.
+func waitHTTP(ctx context.Context, url string, timeout time.Duration, exited <-chan error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case err := <-exited:
+			return fmt.Errorf("process exited: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer 200 within %s", url, timeout)
+		}
+	}
+}
+
+// Mount is a kubelet stand-in for one ConfigMap volume.
+type Mount struct {
+	// Dir is the volume directory; each key is a file in it.
+	Dir     string
+	mu      sync.Mutex
+	version string
+	updates int
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// MountConfigMap materialises ns/name in dir now (waiting for it to exist) and keeps it in sync
+// every interval, replacing the payload atomically like kubelet's AtomicWriter.
+func (c *Cluster) MountConfigMap(ctx context.Context, ns, name, dir string, interval time.Duration) (*Mount, error) {
+	m := &Mount{Dir: dir, done: make(chan struct{})}
+	sync := func() error {
+		var cm corev1.ConfigMap
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm); err != nil {
+			return err
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if cm.ResourceVersion == m.version {
+			return nil
+		}
+		files := make(map[string][]byte, len(cm.Data))
+		for k, v := range cm.Data {
+			files[k] = []byte(v)
+		}
+		if err := atomicdir.Write(dir, files); err != nil {
+			return err
+		}
+		m.version = cm.ResourceVersion
+		m.updates++
+		return nil
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := sync()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("ConfigMap %s/%s: %w", ns, name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	m.stop = cancel
+	go func() {
+		defer close(m.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-mctx.Done():
+				return
+			case <-t.C:
+				_ = sync()
+			}
+		}
+	}()
+	return m, nil
+}
+
+// Updates is how many payloads were written (the first mount included).
+func (m *Mount) Updates() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.updates
+}
+
+// Stop ends the sync loop.
+func (m *Mount) Stop() {
+	m.stop()
+	<-m.done
+}
+
+// Coordinator is a coordinator process.
+type Coordinator struct {
+	// URL is its API base URL.
+	URL  string
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan error
+}
+
+// StartCoordinator runs bin/coordinator on config, listening on addr (host:port; "" picks a free
+// loopback port) through the COORDINATOR_SERVER_LISTEN_ADDR override, with extra environment env.
+// It returns once /readyz answers.
+func StartCoordinator(ctx context.Context, bin, config, addr string, env []string, logs io.Writer) (*Coordinator, error) {
+	if addr == "" {
+		var err error
+		if addr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+	}
+	c := &Coordinator{URL: "http://" + addr, out: &lockedBuffer{}, done: make(chan error, 1)}
+	c.cmd = exec.Command(filepath.Join(bin, "coordinator"), "--config", config)
+	c.cmd.Env = append(append(os.Environ(), "COORDINATOR_SERVER_LISTEN_ADDR="+addr, "COORDINATOR_SERVER_METRICS_PORT=0"), env...)
+	c.cmd.Stdout = io.MultiWriter(c.out, orDiscard(logs))
+	c.cmd.Stderr = c.cmd.Stdout
+	if err := c.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { c.done <- c.cmd.Wait() }()
+	if err := waitHTTP(ctx, c.URL+"/readyz", 30*time.Second, c.done); err != nil {
+		_ = c.cmd.Process.Kill()
+		return nil, fmt.Errorf("coordinator not ready: %w\n%s", err, c.out.String())
+	}
+	return c, nil
+}
+
+// PID is the process id (a reload must not change it).
+func (c *Coordinator) PID() int { return c.cmd.Process.Pid }
+
+// Logs returns what the coordinator printed so far.
+func (c *Coordinator) Logs() string { return c.out.String() }
+
+// Running reports whether the process is still alive.
+func (c *Coordinator) Running() bool {
+	select {
+	case err := <-c.done:
+		c.done <- err
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop sends SIGTERM and waits for the drain (killing after timeout).
+func (c *Coordinator) Stop(timeout time.Duration) error {
+	_ = c.cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-c.done:
+		c.done <- err
+		return err
+	case <-time.After(timeout):
+		_ = c.cmd.Process.Kill()
+		return errors.New("coordinator did not stop in time")
+	}
+}
+
+// lockedBuffer is a concurrency-safe log sink.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,377 @@
+// Package e2e runs the whole system: a real kube-apiserver + etcd with our CRDs and GAIE's, the
+// operator as a process, the ConfigMap it renders materialised on disk exactly as kubelet does,
+// the real coordinator binary on it, and simworkers behind the gateway double — driven with the
+// official OpenAI Go SDK.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+
+	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+	"github.com/epd-dev/coordinator/dataplane/server"
+	"github.com/epd-dev/coordinator/test/cluster"
+	"github.com/epd-dev/coordinator/test/stack"
+)
+
+const ns = "e2e"
+
+// env is the running system.
+type env struct {
+	t       *testing.T
+	ctx     context.Context
+	cluster *cluster.Cluster
+	stack   *stack.Stack
+	coord   *cluster.Coordinator
+	bin     string
+}
+
+func setUp(t *testing.T) *env {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or `KUBEBUILDER_ASSETS=$(hack/setup-envtest-assets.sh) go test ./test/e2e/`")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	root, err := cluster.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	if err := cluster.Build(root, bin, nil); err != nil {
+		t.Fatal(err)
+	}
+	// kv-auto workers follow whatever KV connector the coordinator speaks (vLLM MultiConnector).
+	st, err := stack.Start(stack.Options{KVConnector: "kv-auto", ITL: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	c, err := cluster.Start(ctx, cluster.Options{Root: root, Bin: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return &env{t: t, ctx: ctx, cluster: c, stack: st, bin: bin}
+}
+
+func params(t *testing.T, v map[string]any) *apiextensionsv1.JSON {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &apiextensionsv1.JSON{Raw: b}
+}
+
+// waitFor polls cond until it holds or fails the test after timeout.
+func (e *env) waitFor(what string, timeout time.Duration, cond func() (bool, error)) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		last = err
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out after %s waiting for %s (last error: %v)\noperator logs:\n%s", timeout, what, last, tail(e.cluster.ManagerLogs()))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tail(s string) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > 30 {
+		lines = lines[len(lines)-30:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (e *env) get() *coordinatorv1alpha1.CoordinatorPipeline {
+	e.t.Helper()
+	var cp coordinatorv1alpha1.CoordinatorPipeline
+	if err := e.cluster.Client.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "epd"}, &cp); err != nil {
+		e.t.Fatal(err)
+	}
+	return &cp
+}
+
+// update edits the CoordinatorPipeline's spec like `kubectl edit`, retrying on conflicts, and
+// returns the new generation.
+func (e *env) update(edit func(*coordinatorv1alpha1.CoordinatorPipelineSpec)) int64 {
+	e.t.Helper()
+	var gen int64
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cp := e.get()
+		edit(&cp.Spec)
+		if err := e.cluster.Client.Update(e.ctx, cp); err != nil {
+			return err
+		}
+		gen = cp.Generation
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return gen
+}
+
+func (e *env) debugPipeline() server.PipelineStatus {
+	e.t.Helper()
+	resp, err := http.Get(e.coord.URL + "/debug/pipeline")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st server.PipelineStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}
+
+func chat(text string) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{
+		Model:     "sim-model",
+		Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)},
+		MaxTokens: openai.Int(4),
+	}
+}
+
+func TestOperatorDrivesARunningCoordinator(t *testing.T) {
+	e := setUp(t)
+	k := e.cluster.Client
+	if err := k.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	pool := &infv1.InferencePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sim-pool"},
+		Spec: infv1.InferencePoolSpec{
+			Selector:          infv1.LabelSelector{MatchLabels: map[infv1.LabelKey]infv1.LabelValue{"app": "simworker"}},
+			TargetPorts:       []infv1.Port{{Number: 8000}},
+			EndpointPickerRef: &infv1.EndpointPickerRef{Name: "sim-epp", Port: &infv1.Port{Number: 9002}},
+		},
+	}
+	if err := k.Create(e.ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	cp := &coordinatorv1alpha1.CoordinatorPipeline{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "epd"},
+		Spec: coordinatorv1alpha1.CoordinatorPipelineSpec{
+			InferencePoolRef: coordinatorv1alpha1.InferencePoolReference{Name: pool.Name},
+			Gateway:          coordinatorv1alpha1.GatewaySpec{Address: e.stack.Gateway.URL()},
+			Pipeline: coordinatorv1alpha1.PipelineSpec{
+				KVConnector: "kv-nixl",
+				Steps:       []coordinatorv1alpha1.PipelineStep{{Type: "prefill"}, {Type: "decode"}},
+			},
+		},
+	}
+	if err := k.Create(e.ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+
+	// The operator renders and validates the config; kubelet (our stand-in) mounts it.
+	var revision string
+	e.waitFor("a rendered, valid configuration", 30*time.Second, func() (bool, error) {
+		cp := e.get()
+		revision = cp.Status.ConfigRevision
+		c := meta.FindStatusCondition(cp.Status.Conditions, string(coordinatorv1alpha1.ConditionPipelineValid))
+		return revision != "" && c != nil && c.Status == metav1.ConditionTrue, nil
+	})
+	dir := filepath.Join(t.TempDir(), "etc-coordinator")
+	mount, err := e.cluster.MountConfigMap(e.ctx, ns, "epd-config", dir, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mount.Stop()
+	e.coord, err = cluster.StartCoordinator(e.ctx, e.bin, filepath.Join(dir, "coordinator.yaml"), "", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.coord.Stop(10 * time.Second) }()
+	pid := e.coord.PID()
+	sdk := openai.NewClient(option.WithBaseURL(e.coord.URL+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0),
+		option.WithRequestTimeout(20*time.Second))
+	if got := e.debugPipeline().Revision; got != revision {
+		t.Fatalf("coordinator runs revision %s, the CR says %s", got, revision)
+	}
+
+	// Text and streaming requests through prefill + decode.
+	var httpResp *http.Response
+	resp, err := sdk.Chat.Completions.New(e.ctx, chat("end to end"), option.WithResponseInto(&httpResp))
+	if err != nil || resp.Choices[0].Message.Content != "end to end end" {
+		t.Fatalf("chat: %v %+v", err, resp)
+	}
+	if got := legs(e.stack, httpResp.Header.Get("X-Request-Id")); got != "prefill:200,decode:200" {
+		t.Fatalf("legs %s", got)
+	}
+	stream := sdk.Chat.Completions.NewStreaming(e.ctx, chat("streamed words"))
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if stream.Err() != nil || acc.Choices[0].Message.Content != "streamed words streamed words" {
+		t.Fatalf("stream: %v %+v", stream.Err(), acc.Choices)
+	}
+
+	// Continuous load while the pipeline changes under it.
+	var (
+		stop           atomic.Bool
+		served, failed atomic.Int64
+		firstErr       atomic.Value
+		wg             sync.WaitGroup
+	)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				text := fmt.Sprintf("load %d %d", g, i%5)
+				want := strings.Join(strings.Fields(strings.Repeat(text+" ", 2))[:4], " ")
+				var got string
+				if i%2 == 0 {
+					s := sdk.Chat.Completions.NewStreaming(e.ctx, chat(text))
+					var a openai.ChatCompletionAccumulator
+					for s.Next() {
+						a.AddChunk(s.Current())
+					}
+					if err := s.Err(); err != nil || len(a.Choices) == 0 {
+						failed.Add(1)
+						firstErr.CompareAndSwap(nil, fmt.Errorf("stream: %v", err))
+						continue
+					}
+					got = a.Choices[0].Message.Content
+				} else {
+					r, err := sdk.Chat.Completions.New(e.ctx, chat(text))
+					if err != nil {
+						failed.Add(1)
+						firstErr.CompareAndSwap(nil, err)
+						continue
+					}
+					got = r.Choices[0].Message.Content
+				}
+				if got != want {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, fmt.Errorf("answer %q, want %q", got, want))
+					continue
+				}
+				served.Add(1)
+			}
+		}(g)
+	}
+	stopLoad := func() {
+		stop.Store(true)
+		wg.Wait()
+	}
+	defer stopLoad()
+
+	// kubectl-style update of the steps and the KV connector: it must reach the running
+	// coordinator within seconds, without a restart.
+	start := time.Now()
+	gen := e.update(func(s *coordinatorv1alpha1.CoordinatorPipelineSpec) {
+		s.Pipeline.KVConnector = "kv-shared-storage"
+		s.Pipeline.Steps = []coordinatorv1alpha1.PipelineStep{{Type: "conditional-decode"}, {Type: "prefill"}, {Type: "decode"}}
+	})
+	var newRevision string
+	e.waitFor("the new revision in the CR status", 20*time.Second, func() (bool, error) {
+		cp := e.get()
+		newRevision = cp.Status.ConfigRevision
+		return cp.Status.ObservedGeneration >= gen && newRevision != revision, nil
+	})
+	e.waitFor("the coordinator to load the new revision", 20*time.Second, func() (bool, error) {
+		return e.debugPipeline().Revision == newRevision, nil
+	})
+	t.Logf("CR update reached the running coordinator in %s", time.Since(start).Round(time.Millisecond))
+	dp := e.debugPipeline()
+	if dp.KVConnector != "kv-shared-storage" || len(dp.Steps) != 3 || dp.Steps[0].Type != "conditional-decode" {
+		t.Fatalf("debug pipeline %+v", dp)
+	}
+	if e.coord.PID() != pid || !e.coord.Running() {
+		t.Fatal("the coordinator restarted")
+	}
+	time.Sleep(300 * time.Millisecond) // requests on the new pipeline
+	if _, err := sdk.Chat.Completions.New(e.ctx, chat("after the change"), option.WithResponseInto(&httpResp)); err != nil {
+		t.Fatal(err)
+	}
+	if got := legs(e.stack, httpResp.Header.Get("X-Request-Id")); got != "decode:412,prefill:200,decode:200" {
+		t.Fatalf("legs after the change %s", got)
+	}
+
+	// An invalid update is rejected at the CR; the coordinator keeps serving the last good one.
+	bad := e.update(func(s *coordinatorv1alpha1.CoordinatorPipelineSpec) {
+		s.Pipeline.Steps = []coordinatorv1alpha1.PipelineStep{
+			{Type: "render", Params: params(t, map[string]any{"address": e.stack.Render.URL()})},
+			{Type: "encode", Params: params(t, map[string]any{"max_parallel": 0})},
+			{Type: "prefill"}, {Type: "decode"},
+		}
+	})
+	var message string
+	e.waitFor("PipelineValid=False", 20*time.Second, func() (bool, error) {
+		cp := e.get()
+		c := meta.FindStatusCondition(cp.Status.Conditions, string(coordinatorv1alpha1.ConditionPipelineValid))
+		if c == nil || cp.Status.ObservedGeneration < bad {
+			return false, nil
+		}
+		message = c.Message
+		return c.Status == metav1.ConditionFalse, nil
+	})
+	if !strings.Contains(message, "pipeline.steps[1].params.max_parallel") {
+		t.Fatalf("condition message %q does not name the param", message)
+	}
+	if got := e.get().Status.ConfigRevision; got != newRevision {
+		t.Fatalf("status.configRevision moved to %s on an invalid spec", got)
+	}
+	time.Sleep(500 * time.Millisecond) // several kubelet sync periods
+	if got := e.debugPipeline().Revision; got != newRevision {
+		t.Fatalf("the coordinator left the last good revision: %s", got)
+	}
+	stopLoad()
+	if failed.Load() != 0 {
+		t.Fatalf("%d of %d requests failed during the updates; first: %v", failed.Load(), failed.Load()+served.Load(), firstErr.Load())
+	}
+	if served.Load() < 20 || e.coord.PID() != pid {
+		t.Fatalf("served %d, pid %d -> %d", served.Load(), pid, e.coord.PID())
+	}
+	t.Logf("%d requests served during 2 CR updates (1 rejected), 0 failed; the coordinator never restarted", served.Load())
+}
+
+// legs lists a request's gateway legs as profile:status, waiting briefly for the last one to be
+// recorded.
+func legs(st *stack.Stack, id string) string {
+	for i := 0; i < 100; i++ {
+		var out []string
+		pending := false
+		for _, l := range st.Gateway.Legs() {
+			if l.RequestID == id {
+				out = append(out, fmt.Sprintf("%s:%d", l.Profile, l.Status))
+				pending = pending || l.Status == 0
+			}
+		}
+		if !pending {
+			return strings.Join(out, ",")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return "pending"
+}
