@@ -37,7 +37,8 @@ import (
 )
 
 // The envtest suite: one kube-apiserver + etcd (from KUBEBUILDER_ASSETS) with our CRDs, the GAIE
-// InferencePool CRD and the Gateway API Gateway CRD, and one manager running the reconciler.
+// InferencePool CRD and the Gateway API Gateway and HTTPRoute CRDs (standard channel, from the
+// module cache), and one manager running the reconciler.
 // It starts lazily, on the first test that needs it, so the pure unit tests of this package run
 // without it; TestMain stops it. Every test works in its own namespace.
 
@@ -116,6 +117,7 @@ func startSuite() (*testEnv, error) {
 			filepath.Join("..", "config", "crd", "bases"),
 			filepath.Join(gaie, "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml"),
 			filepath.Join(gwapi, "config", "crd", "standard", "gateway.networking.k8s.io_gateways.yaml"),
+			filepath.Join(gwapi, "config", "crd", "standard", "gateway.networking.k8s.io_httproutes.yaml"),
 		},
 		ErrorIfCRDPathMissing: true,
 	}

@@ -12,6 +12,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -107,6 +108,46 @@ func TestCRDValidationRejects(t *testing.T) {
 		"negative replicas": {
 			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Replicas = ptr.To[int32](-1) },
 			wantErr: `spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0`,
+		},
+		"route without a Gateway to attach to": {
+			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Route = &coordinatorv1alpha1.RouteSpec{} },
+			wantErr: `spec: Invalid value: route needs a Gateway to attach to: set route.parentRef or gateway.gatewayRef`,
+		},
+		"route with an unknown match type": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Route = &coordinatorv1alpha1.RouteSpec{ParentRef: &coordinatorv1alpha1.RouteParentReference{Name: "gw"}, EPPProfileMatch: "Present"}
+			},
+			wantErr: `spec.route.eppProfileMatch: Unsupported value: "Present": supported values: "Exact", "RegularExpression"`,
+		},
+		"route timeout is not a Gateway API duration": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Route = &coordinatorv1alpha1.RouteSpec{ParentRef: &coordinatorv1alpha1.RouteParentReference{Name: "gw"}, RequestTimeout: "1.5m"}
+			},
+			wantErr: `spec.route.requestTimeout: Invalid value: "1.5m": spec.route.requestTimeout in body should match`,
+		},
+		"disruption budget with both bounds": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.DisruptionBudget = &coordinatorv1alpha1.DisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(1))}
+			},
+			wantErr: `spec.disruptionBudget: Invalid value: set at most one of minAvailable and maxUnavailable`,
+		},
+		"disruption budget above 100%": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.DisruptionBudget = &coordinatorv1alpha1.DisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromString("150%"))}
+			},
+			wantErr: `spec.disruptionBudget.minAvailable: Invalid value: "150%": must be a non-negative integer or a percentage such as 50%`,
+		},
+		"negative disruption budget": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.DisruptionBudget = &coordinatorv1alpha1.DisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromInt32(-1))}
+			},
+			wantErr: `spec.disruptionBudget.maxUnavailable: Invalid value: -1: must be a non-negative integer or a percentage such as 25%`,
+		},
+		"network policy gateway port out of range": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.NetworkPolicy = &coordinatorv1alpha1.NetworkPolicySpec{Enabled: true, Egress: &coordinatorv1alpha1.NetworkPolicyEgress{GatewayPorts: []int32{0}}}
+			},
+			wantErr: `spec.networkPolicy.egress.gatewayPorts[0]: Invalid value: 0: spec.networkPolicy.egress.gatewayPorts[0] in body should be greater than or equal to 1`,
 		},
 		"name is not a DNS-1035 label": {
 			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Name = "1-epd" },

@@ -26,10 +26,13 @@ fi
 
 has_version() { # binary, expected substring
   [ -x "$1" ] || return 1
+  local out
+  # Capture first: `cmd | grep -q` can fail under pipefail when grep exits before cmd finishes.
   case "$(basename "$1")" in
-    kubectl) "$1" version --client 2>/dev/null | grep -q -- "$2" ;;
-    *) "$1" --version 2>/dev/null | grep -q -- "$2" ;;
+    kubectl) out=$("$1" version --client 2>/dev/null) || return 1 ;;
+    *) out=$("$1" --version 2>/dev/null) || return 1 ;;
   esac
+  [[ "$out" == *"$2"* ]]
 }
 
 need_kube=0

@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -282,15 +281,14 @@ func firstRequest(ctx context.Context, url string, st *stack.Stack) error {
 		names[w.URL()] = w.Name()
 	}
 	if n := len(st.Render.Requests()); n > 0 {
-		fmt.Printf("      %-20s -> %-10s %s\n", "render", "render", st.Render.URL())
+		fmt.Printf("      %-20s -> %-10s (tokenize once)\n", "render service", "render")
 	}
 	for _, l := range st.Gateway.Legs() {
 		if l.RequestID != id {
 			continue
 		}
-		fmt.Printf("      EPP-Profile: %-7s -> %-10s %d %s (pool %s)\n", l.Profile, names[l.Backend], l.Status, l.Duration.Round(time.Millisecond), l.Profile)
+		fmt.Printf("      EPP-Profile: %-7s -> %-10s HTTP %d in %s\n", l.Profile, names[l.Backend], l.Status, l.Duration.Round(time.Millisecond))
 	}
-	b, _ := json.Marshal(resp.Usage)
-	fmt.Printf("    usage: %s\n", b)
+	fmt.Printf("    usage: %d prompt tokens, %d completion tokens\n", resp.Usage.PromptTokens, resp.Usage.CompletionTokens)
 	return nil
 }
