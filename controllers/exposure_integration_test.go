@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -246,4 +247,51 @@ func TestForeignDisruptionBudgetIsLeftAlone(t *testing.T) {
 	g.Consistently(func(g Gomega) {
 		g.Expect(e.client.Get(ctx, client.ObjectKeyFromObject(foreign), &policyv1.PodDisruptionBudget{})).To(Succeed())
 	}).Should(Succeed())
+}
+
+// The optional children, once applied and defaulted by the API server, are not written again.
+func TestSteadyOptionalChildrenAreNotRewritten(t *testing.T) {
+	e, g := envSuite(t), gomega(t)
+	ctx := context.Background()
+	ns := e.namespace(t)
+	e.createPool(t, ns, "pool")
+	e.createPipeline(t, ns, "epd", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		cp.Spec.Route = &coordinatorv1alpha1.RouteSpec{ParentRef: &coordinatorv1alpha1.RouteParentReference{Name: "gw"}, RequestTimeout: "10m"}
+		cp.Spec.DisruptionBudget = &coordinatorv1alpha1.DisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1))}
+		cp.Spec.NetworkPolicy = &coordinatorv1alpha1.NetworkPolicySpec{Enabled: true, Egress: &coordinatorv1alpha1.NetworkPolicyEgress{}}
+	})
+	route := &gatewayv1.HTTPRoute{}
+	g.Eventually(func() error {
+		return e.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "epd"}, route)
+	}).Should(Succeed())
+	e.setRouteStatus(g, ns, "epd", route.Spec.ParentRefs[0],
+		routeCondition(gatewayv1.RouteConditionAccepted, metav1.ConditionTrue, "Accepted", ""),
+		routeCondition(gatewayv1.RouteConditionResolvedRefs, metav1.ConditionTrue, "ResolvedRefs", ""))
+	e.markDeploymentAvailable(g, ns, "epd")
+	e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		expectCondition(g, cp, coordinatorv1alpha1.ConditionReady, metav1.ConditionTrue, coordinatorv1alpha1.ReasonReady)
+	})
+	key := client.ObjectKey{Namespace: ns, Name: "epd"}
+	snapshot := func(g Gomega) map[string]string {
+		rv := map[string]string{}
+		for kind, obj := range map[string]client.Object{
+			"CoordinatorPipeline": &coordinatorv1alpha1.CoordinatorPipeline{}, "HTTPRoute": &gatewayv1.HTTPRoute{},
+			"PodDisruptionBudget": &policyv1.PodDisruptionBudget{}, "NetworkPolicy": &networkingv1.NetworkPolicy{},
+		} {
+			g.Expect(e.client.Get(ctx, key, obj)).To(Succeed())
+			rv[kind] = obj.GetResourceVersion()
+		}
+		return rv
+	}
+	var before map[string]string
+	g.Eventually(func(g Gomega) {
+		a := snapshot(g)
+		g.Consistently(func(g Gomega) { g.Expect(snapshot(g)).To(Equal(a)) }).Should(Succeed())
+		before = a
+	}).Should(Succeed())
+	for range 3 {
+		_, err := e.reconciler.Reconcile(ctx, ctrl.Request{NamespacedName: key})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Consistently(func(g Gomega) { g.Expect(snapshot(g)).To(Equal(before)) }).Should(Succeed())
 }

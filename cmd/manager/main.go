@@ -34,6 +34,19 @@ var (
 // leaderElectionID names the leader-election Lease.
 const leaderElectionID = "coordinator-operator.coordinator.epd.dev"
 
+// coordinatorImageEnv names the environment variable holding the default coordinator image. The
+// RELATED_IMAGE_ prefix is the OLM convention: tools that mirror an operator's images for
+// disconnected clusters find and rewrite it in the bundle's Deployment.
+const coordinatorImageEnv = "RELATED_IMAGE_COORDINATOR"
+
+// defaultCoordinatorImage is $RELATED_IMAGE_COORDINATOR, else the built-in default.
+func defaultCoordinatorImage() string {
+	if img := os.Getenv(coordinatorImageEnv); img != "" {
+		return img
+	}
+	return controllers.DefaultImage
+}
+
 func main() {
 	os.Exit(run())
 }
@@ -73,8 +86,8 @@ func run() int {
 		"Elect a leader (a Lease) so that only one of several manager replicas reconciles.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "",
 		"Namespace of the leader-election Lease (defaults to the manager's namespace).")
-	flag.StringVar(&coordinatorImage, "coordinator-image", controllers.DefaultImage,
-		"Coordinator image for CoordinatorPipelines that do not set spec.image.")
+	flag.StringVar(&coordinatorImage, "coordinator-image", defaultCoordinatorImage(),
+		"Coordinator image for CoordinatorPipelines that do not set spec.image; $"+coordinatorImageEnv+" sets the default.")
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 4, "CoordinatorPipelines reconciled in parallel.")
 	flag.Float64Var(&kubeAPIQPS, "kube-api-qps", 50, "Client-side rate limit towards the API server (queries per second).")
 	flag.IntVar(&kubeAPIBurst, "kube-api-burst", 100, "Client-side burst towards the API server.")

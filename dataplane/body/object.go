@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"unsafe"
 )
 
 // ErrNotObject is returned by Parse for valid JSON that is not an object (null, an array, a string...).
@@ -24,8 +25,37 @@ var ErrInvalidJSON = errors.New("request body is not valid JSON")
 type Field struct {
 	// Key is the decoded member name.
 	Key string
-	// Value is the member's raw JSON value.
+	// Value is the member's raw JSON value (nil while the value is held as segments).
 	Value json.RawMessage
+	// segs, when set, is the value as consecutive pieces (see SetSegments).
+	segs [][]byte
+}
+
+// raw returns the field's value, joining segments on demand.
+func (f *Field) raw() json.RawMessage {
+	if f.segs != nil && f.Value == nil {
+		n := 0
+		for _, s := range f.segs {
+			n += len(s)
+		}
+		b := make([]byte, 0, n)
+		for _, s := range f.segs {
+			b = append(b, s...)
+		}
+		f.Value = b
+	}
+	return f.Value
+}
+
+func (f *Field) size() int {
+	if f.segs == nil {
+		return len(f.Value)
+	}
+	n := 0
+	for _, s := range f.segs {
+		n += len(s)
+	}
+	return n
 }
 
 // Object is a JSON object as an ordered list of raw members. The zero value is an empty object.
@@ -40,6 +70,13 @@ func Parse(data []byte) (*Object, error) {
 	if !Valid(data) {
 		return nil, ErrInvalidJSON
 	}
+	return ParseNested(data)
+}
+
+// ParseNested splits an object without validating it again: data must be a value taken from a
+// parsed Object or Array (already validated). Nested edits use it so that a large body is
+// validated once, not once per level.
+func ParseNested(data []byte) (*Object, error) {
 	s := scanner{data: data}
 	s.skipSpace()
 	if s.pos >= len(data) || data[s.pos] != '{' {
@@ -71,13 +108,18 @@ func Parse(data []byte) (*Object, error) {
 // Len is the number of members.
 func (o *Object) Len() int { return len(o.fields) }
 
-// Fields returns the members in order. The slice must not be modified.
-func (o *Object) Fields() []Field { return o.fields }
+// Fields returns the members in order (segmented values joined). The slice must not be modified.
+func (o *Object) Fields() []Field {
+	for i := range o.fields {
+		o.fields[i].raw()
+	}
+	return o.fields
+}
 
 // Get returns the raw value of key.
 func (o *Object) Get(key string) (json.RawMessage, bool) {
 	if i := o.index(key); i >= 0 {
-		return o.fields[i].Value, true
+		return o.fields[i].raw(), true
 	}
 	return nil, false
 }
@@ -88,10 +130,22 @@ func (o *Object) Has(key string) bool { return o.index(key) >= 0 }
 // Set replaces the value of key in place, or appends the key when it is absent.
 func (o *Object) Set(key string, raw json.RawMessage) {
 	if i := o.index(key); i >= 0 {
-		o.fields[i].Value = raw
+		o.fields[i] = Field{Key: key, Value: raw}
 		return
 	}
 	o.fields = append(o.fields, Field{Key: key, Value: raw})
+}
+
+// SetSegments sets key to the concatenation of segs without copying them: a leg can splice a few
+// bytes into a large value (e.g. a uuid into one content part of messages) and still stream the
+// large parts straight from the client's body. The segments must not be modified.
+func (o *Object) SetSegments(key string, segs ...[]byte) {
+	f := Field{Key: key, segs: segs}
+	if i := o.index(key); i >= 0 {
+		o.fields[i] = f
+		return
+	}
+	o.fields = append(o.fields, f)
 }
 
 // SetValue marshals v and sets it as key. It is meant for small values (flags, transfer params).
@@ -125,7 +179,7 @@ func (o *Object) Size() int {
 		if i > 0 {
 			n++
 		}
-		n += keySize(f.Key) + 1 + len(f.Value)
+		n += keySize(f.Key) + 1 + f.size()
 	}
 	return n
 }
@@ -139,6 +193,12 @@ func (o *Object) AppendTo(dst []byte) []byte {
 		}
 		dst = appendKey(dst, f.Key)
 		dst = append(dst, ':')
+		if f.segs != nil {
+			for _, seg := range f.segs {
+				dst = append(dst, seg...)
+			}
+			continue
+		}
 		dst = append(dst, f.Value...)
 	}
 	return append(dst, '}')
@@ -155,7 +215,11 @@ func (o *Object) MarshalJSON() ([]byte, error) { return o.Bytes(), nil }
 func (o *Object) Reader() (io.Reader, int64) {
 	// Small glue (braces, keys, commas) goes into one buffer; values are referenced, not copied.
 	glue := make([]byte, 0, 16*len(o.fields)+2)
-	bufs := make(net.Buffers, 0, 2*len(o.fields)+1)
+	nbufs := 2*len(o.fields) + 1
+	for _, f := range o.fields {
+		nbufs += len(f.segs)
+	}
+	bufs := make(net.Buffers, 0, nbufs)
 	glue = append(glue, '{')
 	start := 0
 	for i, f := range o.fields {
@@ -164,7 +228,12 @@ func (o *Object) Reader() (io.Reader, int64) {
 		}
 		glue = appendKey(glue, f.Key)
 		glue = append(glue, ':')
-		bufs = append(bufs, glue[start:len(glue):len(glue)], f.Value)
+		bufs = append(bufs, glue[start:len(glue):len(glue)])
+		if f.segs != nil {
+			bufs = append(bufs, f.segs...)
+		} else {
+			bufs = append(bufs, f.Value)
+		}
 		start = len(glue)
 	}
 	glue = append(glue, '}')
@@ -182,7 +251,12 @@ func (o *Object) String(key string) (s string, present bool, err error) {
 		return "", true, fmt.Errorf("%q must be a string", key)
 	}
 	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1 : len(raw)-1]), true, nil
+		// No escapes: the string is the bytes between the quotes. It shares the body's memory
+		// (no copy of a megabyte data: URL); request bodies are never modified after parsing.
+		if len(raw) == 2 {
+			return "", true, nil
+		}
+		return unsafe.String(&raw[1], len(raw)-2), true, nil
 	}
 	err = json.Unmarshal(raw, &s)
 	return s, true, err
@@ -225,7 +299,7 @@ func (o *Object) Object(key string) (obj *Object, present bool, err error) {
 	if raw[0] != '{' {
 		return nil, true, fmt.Errorf("%q must be an object", key)
 	}
-	obj, err = Parse(raw)
+	obj, err = ParseNested(raw)
 	return obj, true, err
 }
 
@@ -425,4 +499,17 @@ func AppendArray(dst []byte, items []json.RawMessage) []byte {
 		dst = append(dst, it...)
 	}
 	return append(dst, ']')
+}
+
+// Offset returns where inner starts inside outer when inner is a subslice of outer (a value
+// taken from it by Parse or Array), or -1.
+func Offset(outer, inner []byte) int {
+	if len(inner) == 0 || len(outer) == 0 {
+		return -1
+	}
+	d := int(uintptr(unsafe.Pointer(&inner[0])) - uintptr(unsafe.Pointer(&outer[0])))
+	if d < 0 || d+len(inner) > len(outer) {
+		return -1
+	}
+	return d
 }

@@ -221,3 +221,49 @@ func assertSameJSON(t *testing.T, got, want []byte) {
 		t.Fatalf("re-encoded body differs:\n got  %s\n want %s", got, want)
 	}
 }
+
+func TestSegmentsAndOffset(t *testing.T) {
+	raw := []byte(`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:x"}}]}],"n":1}`)
+	o, err := Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, _ := o.Get("messages")
+	items, _ := Array(msgs)
+	msg, err := ParseNested(items[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, _ := msg.Get("content")
+	parts, _ := Array(content)
+	off := Offset(msgs, parts[0])
+	if off < 0 || string(msgs[off:off+len(parts[0])]) != string(parts[0]) || Offset(msgs, []byte("elsewhere")) != -1 {
+		t.Fatalf("offset %d", off)
+	}
+	end := off + len(parts[0]) - 1
+	c := o.Clone()
+	c.SetSegments("messages", msgs[:end], []byte(`,"uuid":"h"`), msgs[end:])
+	want := `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:x"},"uuid":"h"}]}],"n":1}`
+	r, n := c.Reader()
+	streamed, _ := io.ReadAll(r)
+	if string(c.Bytes()) != want || string(streamed) != want || int(n) != len(want) || c.Size() != len(want) {
+		t.Fatalf("bytes %s\nstream %s", c.Bytes(), streamed)
+	}
+	if got, _ := c.Get("messages"); !strings.Contains(string(got), `"uuid":"h"`) {
+		t.Fatalf("Get of a segmented value: %s", got)
+	}
+	if string(o.Bytes()) != string(raw) {
+		t.Fatal("the original object changed")
+	}
+	part, err := ParseNested(parts[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, _, err := part.Object("image_url")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if url, _, _ := inner.String("url"); url != "data:x" {
+		t.Fatalf("url %q", url)
+	}
+}

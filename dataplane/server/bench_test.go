@@ -3,7 +3,6 @@ package server_test
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,12 +37,30 @@ func instantWorker(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.CopyBuffer(io.Discard, r.Body, *bp)
 	discardBufs.Put(bp)
 	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case r.URL.Path == "/v1/chat/completions/render":
+		// One image: 1 BOS + 2 text tokens + 64 placeholders.
+		_, _ = io.WriteString(w, renderAnswer)
+		return
+	case r.Header.Get("EPP-Profile") == "encode":
+		_, _ = io.WriteString(w, `{"id":"e","choices":[],"ec_transfer_params":{"h1":{"peer_host":"10.0.0.2","peer_port":5501,"size_bytes":2359296,"nixl_agent_metadata_b64":"AAAA"}}}`)
+		return
+	}
 	if r.Header.Get("EPP-Profile") == "prefill" {
 		_, _ = io.WriteString(w, `{"id":"p","choices":[],"kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[1,2,3]],"remote_engine_id":"e","remote_host":"10.0.0.1","remote_port":5600}}`)
 		return
 	}
 	_, _ = io.WriteString(w, `{"id":"d","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
 }
+
+var renderAnswer = func() string {
+	ids := []byte(`[1,4,9`)
+	for i := 0; i < 64; i++ {
+		ids = append(ids, ",32000"...)
+	}
+	ids = append(ids, ']')
+	return `{"token_ids":` + string(ids) + `,"features":{"mm_hashes":{"image":["h1"]},"mm_placeholders":{"image":[{"offset":3,"length":64}]},"kwargs_data":{"image":[null]}}}`
+}()
 
 // BenchmarkRequestPath measures one request through the coordinator's handler, with the worker
 // legs on loopback HTTP. B/op covers the coordinator and the in-process worker.
@@ -53,9 +70,12 @@ func BenchmarkRequestPath(b *testing.B) {
 	pipelines := map[string][]config.Step{
 		"decode-only":    {{Type: "decode"}},
 		"prefill-decode": {{Type: "prefill", Params: map[string]any{"kv_connector": "kv-nixl"}}, {Type: "decode"}},
+		// The full multimodal pipeline (render, one encode leg per image, prefill, decode).
+		"multimodal": {{Type: "replace-media-urls"}, {Type: "render", Params: map[string]any{"address": worker.URL}},
+			{Type: "encode", Params: map[string]any{"ec_connector": "ec-nixl"}}, {Type: "prefill", Params: map[string]any{"kv_connector": "kv-nixl"}}, {Type: "decode"}},
 	}
 	bodies := benchBodies()
-	for _, pname := range []string{"decode-only", "prefill-decode"} {
+	for _, pname := range []string{"decode-only", "prefill-decode", "multimodal"} {
 		cfg := config.Default()
 		cfg.Gateway.Address = worker.URL
 		cfg.Pipeline.Steps = pipelines[pname]
@@ -66,7 +86,11 @@ func BenchmarkRequestPath(b *testing.B) {
 		holder := &pipeline.Holder{}
 		holder.Swap(p)
 		h := server.New(server.Options{Server: cfg.Server, Pipelines: holder, Log: logr.Discard()}).Handler()
-		for _, bname := range []string{"200B", "256KiB-text", "1MiB-image"} {
+		names := []string{"200B", "256KiB-text", "1MiB-image"}
+		if pname == "multimodal" {
+			names = []string{"1MiB-image"}
+		}
+		for _, bname := range names {
 			raw := bodies[bname]
 			b.Run(pname+"/"+bname, func(b *testing.B) {
 				b.ReportAllocs()
@@ -104,4 +128,3 @@ func (d *discardWriter) Write(p []byte) (int, error) {
 }
 func (d *discardWriter) Flush() {}
 
-var _ = json.Valid

@@ -51,7 +51,7 @@ func scanMedia(obj *body.Object) ([]pipeline.MediaEntry, error) {
 		if body.KindOf(rawMsg) != 'o' {
 			return nil, apierror.InvalidField("messages", "messages[%d] must be an object", mi)
 		}
-		msg, err := body.Parse(rawMsg)
+		msg, err := body.ParseNested(rawMsg)
 		if err != nil {
 			return nil, apierror.InvalidField("messages", "messages[%d]: %v", mi, err)
 		}
@@ -67,7 +67,7 @@ func scanMedia(obj *body.Object) ([]pipeline.MediaEntry, error) {
 			if body.KindOf(rawPart) != 'o' {
 				continue
 			}
-			part, err := body.Parse(rawPart)
+			part, err := body.ParseNested(rawPart)
 			if err != nil {
 				continue
 			}
@@ -91,12 +91,55 @@ func scanMedia(obj *body.Object) ([]pipeline.MediaEntry, error) {
 }
 
 // setMediaUUIDs gives each rendered media part of a chat body its mm_hash as "uuid" (vLLM's
-// multimodal item id), replacing any uuid the client sent. Only the messages holding media are
-// re-assembled; every other value is copied through raw.
+// multimodal item id). The few inserted bytes are spliced between segments of the original
+// messages value, so a megabyte image is not copied; a part that already has a uuid (the client's)
+// is rewritten instead, replacing it.
 func setMediaUUIDs(rc *pipeline.RequestContext, obj *body.Object) error {
 	if len(rc.Media) == 0 {
 		return nil
 	}
+	rawMsgs, ok := obj.Get("messages")
+	if !ok {
+		return nil
+	}
+	msgs, err := body.Array(rawMsgs)
+	if err != nil {
+		return apierror.InvalidField("messages", "\"messages\" must be an array")
+	}
+	segs := make([][]byte, 0, 2*len(rc.Media)+1)
+	last := 0
+	for i := range rc.Media {
+		m := &rc.Media[i]
+		if m.Hash == "" {
+			continue
+		}
+		part, err := partRaw(msgs, m)
+		if err != nil {
+			return err
+		}
+		p, _ := body.ParseNested(part)
+		off := body.Offset(rawMsgs, part)
+		if p == nil || p.Has("uuid") || off < last {
+			return setMediaUUIDsByRewrite(rc, obj)
+		}
+		end := off + len(part) - 1 // the part's closing brace
+		insert := `,"uuid":`
+		if p.Len() == 0 {
+			insert = `"uuid":`
+		}
+		segs = append(segs, rawMsgs[last:end], append([]byte(insert), mustJSON(m.Hash)...))
+		last = end
+	}
+	if last == 0 {
+		return nil
+	}
+	obj.SetSegments("messages", append(segs, rawMsgs[last:])...)
+	return nil
+}
+
+// setMediaUUIDsByRewrite is setMediaUUIDs for parts that already carry a uuid: they are decoded
+// and re-assembled.
+func setMediaUUIDsByRewrite(rc *pipeline.RequestContext, obj *body.Object) error {
 	return editParts(obj, rc.Media, func(part *body.Object, m *pipeline.MediaEntry) error {
 		if m.Hash != "" {
 			part.Set("uuid", mustJSON(m.Hash))
@@ -116,12 +159,12 @@ func setMediaURLs(obj *body.Object, media []pipeline.MediaEntry) error {
 	})
 }
 
-// mediaPart returns the raw value of an entry's part member (e.g. the image_url object).
-func mediaPart(msgs []json.RawMessage, m *pipeline.MediaEntry) (json.RawMessage, error) {
+// partRaw returns the raw content part of an entry (a subslice of msgs' values).
+func partRaw(msgs []json.RawMessage, m *pipeline.MediaEntry) (json.RawMessage, error) {
 	if m.Message < 0 || m.Message >= len(msgs) {
 		return nil, errMediaMissing
 	}
-	msg, err := body.Parse(msgs[m.Message])
+	msg, err := body.ParseNested(msgs[m.Message])
 	if err != nil {
 		return nil, err
 	}
@@ -130,11 +173,20 @@ func mediaPart(msgs []json.RawMessage, m *pipeline.MediaEntry) (json.RawMessage,
 	if err != nil || m.Part < 0 || m.Part >= len(parts) {
 		return nil, errMediaMissing
 	}
-	part, err := body.Parse(parts[m.Part])
+	return parts[m.Part], nil
+}
+
+// mediaPart returns the raw value of an entry's part member (e.g. the image_url object).
+func mediaPart(msgs []json.RawMessage, m *pipeline.MediaEntry) (json.RawMessage, error) {
+	part, err := partRaw(msgs, m)
 	if err != nil {
 		return nil, err
 	}
-	raw, ok := part.Get(kindOf(m.Kind).field)
+	obj, err := body.ParseNested(part)
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := obj.Get(kindOf(m.Kind).field)
 	if !ok {
 		return nil, errMediaMissing
 	}
@@ -161,7 +213,7 @@ func editParts(obj *body.Object, media []pipeline.MediaEntry, fn func(part *body
 		}
 	}
 	for mi, entries := range byMsg {
-		msg, err := body.Parse(msgs[mi])
+		msg, err := body.ParseNested(msgs[mi])
 		if err != nil {
 			return apierror.InvalidField("messages", "messages[%d] must be an object", mi)
 		}
@@ -175,7 +227,7 @@ func editParts(obj *body.Object, media []pipeline.MediaEntry, fn func(part *body
 			if m.Part < 0 || m.Part >= len(parts) {
 				continue
 			}
-			part, err := body.Parse(parts[m.Part])
+			part, err := body.ParseNested(parts[m.Part])
 			if err != nil {
 				continue
 			}

@@ -124,15 +124,22 @@ func (s *system) post(path, body string, hdr map[string]string) (*http.Response,
 	return resp, b
 }
 
-// legsFor returns the gateway legs of one request id.
+// legsFor returns the gateway legs of one request id. A leg is recorded when the gateway's
+// handler returns, a moment after the client has read the answer: wait for that.
 func (s *system) legsFor(id string) []gateway.Leg {
-	var out []gateway.Leg
-	for _, l := range s.stack.Gateway.Legs() {
-		if l.RequestID == id {
-			out = append(out, l)
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var out []gateway.Leg
+		pending := false
+		for _, l := range s.stack.Gateway.Legs() {
+			if l.RequestID == id {
+				out = append(out, l)
+				pending = pending || l.Status == 0
+			}
+		}
+		if !pending || time.Now().After(deadline) {
+			return out
 		}
 	}
-	return out
 }
 
 func mustJSON(t *testing.T, v any) string {
