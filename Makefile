@@ -33,17 +33,23 @@ lint: ## go vet + gofmt check.
 ##@ Operator
 
 CONTROLLER_GEN ?= $(GO) tool controller-gen
-# kubectl with built-in kustomize; the envtest assets directory has a v1.37.2 one:
-# make deploy KUBECTL=$$(hack/setup-envtest-assets.sh)/kubectl
+# kustomize v5.8.1, pinned in go.mod (tool directive); no system kubectl or kustomize needed.
+KUSTOMIZE ?= $(GO) tool kustomize
+# kubectl, only to talk to a cluster (install, deploy); the envtest assets directory has a v1.37.2
+# one: make deploy KUBECTL=$$(hack/setup-envtest-assets.sh)/kubectl
 KUBECTL ?= kubectl
+# The operator release: chart version/appVersion, CSV version and image tags (a test keeps
+# charts/coordinator-operator/Chart.yaml in step).
+OPERATOR_VERSION ?= 0.1.0
 # Operator image (config/manager) and the default coordinator image it runs.
-IMG ?= ghcr.io/epd-dev/coordinator-operator:latest
-COORDINATOR_IMG ?= ghcr.io/epd-dev/coordinator:latest
+IMG ?= ghcr.io/epd-dev/coordinator-operator:v$(OPERATOR_VERSION)
+COORDINATOR_IMG ?= ghcr.io/epd-dev/coordinator:v$(OPERATOR_VERSION)
 CONTROLLER_GEN_SOURCES = paths=./api/... paths=./controllers/...
 
 .PHONY: manifests
-manifests: ## Generate the CRD (config/crd/bases) and the manager ClusterRole (config/rbac/role.yaml).
+manifests: ## Generate the CRD and manager ClusterRole (controller-gen), then the chart's CRD/RBAC templates and the OLM bundle from them.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd $(CONTROLLER_GEN_SOURCES) output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	@$(MAKE) --no-print-directory helm-chart bundle
 
 .PHONY: generate
 generate: ## Generate the API types' DeepCopy methods.
@@ -64,24 +70,85 @@ run: ## Run the operator against the cluster of the current kubeconfig (CRD inst
 
 .PHONY: install
 install: ## Install the CRD into the cluster of the current kubeconfig.
-	$(KUBECTL) kustomize config/crd | $(KUBECTL) apply --server-side -f -
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
 
 .PHONY: uninstall
 uninstall: ## Remove the CRD (and every CoordinatorPipeline) from the cluster.
-	$(KUBECTL) kustomize config/crd | $(KUBECTL) delete --ignore-not-found -f -
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
+
+##@ Packaging (docs/install.md)
+
+# Where build-installer writes the single-file install.
+INSTALLER ?= dist/install.yaml
+# OLM channels of the bundle, and the bundle image.
+BUNDLE_CHANNELS ?= candidate
+BUNDLE_DEFAULT_CHANNEL ?= candidate
+BUNDLE_IMG ?= ghcr.io/epd-dev/coordinator-operator-bundle:v$(OPERATOR_VERSION)
+# Image builds (not runnable on machines without a container engine).
+CONTAINER_TOOL ?= docker
+PLATFORMS ?= linux/amd64,linux/arm64
+IMAGE_BUILD_ARGS = --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 .PHONY: build-installer
-build-installer: ## Render the whole operator install (CRD, RBAC, manager) with IMG into dist/install.yaml.
-	@mkdir -p dist
-	$(KUBECTL) kustomize config/default | sed 's|image: controller:latest|image: $(IMG)|' > dist/install.yaml
+build-installer: ## Render the whole operator install (CRD, namespace, RBAC, manager, metrics Service) with IMG and COORDINATOR_IMG into $(INSTALLER).
+	@mkdir -p $(dir $(INSTALLER))
+	@# kustomize edit works on the current directory: edit a copy of config/ (inside the module, so
+	@# that `go tool` finds go.mod) instead of the tracked files.
+	@mkdir -p $(BIN) && tmp=$$(mktemp -d "$(BIN)/build-installer.XXXXXX") && trap 'rm -rf "$$tmp"' EXIT && cp -R config "$$tmp/" && \
+	cd "$$tmp/config/manager" && \
+	$(KUSTOMIZE) edit set image controller=$(IMG) && \
+	$(KUSTOMIZE) edit add patch --kind Deployment --name controller-manager \
+	  --patch '{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "controller-manager", "namespace": "system"}, "spec": {"template": {"spec": {"containers": [{"name": "manager", "env": [{"name": "RELATED_IMAGE_COORDINATOR", "value": "$(COORDINATOR_IMG)"}]}]}}}}' && \
+	cd - >/dev/null && $(KUSTOMIZE) build "$$tmp/config/default" > $(INSTALLER)
+	@echo "wrote $(INSTALLER) (operator $(IMG), coordinator $(COORDINATOR_IMG))"
 
 .PHONY: deploy
 deploy: build-installer ## Deploy the operator (IMG) to the cluster of the current kubeconfig.
-	$(KUBECTL) apply --server-side -f dist/install.yaml
+	$(KUBECTL) apply --server-side -f $(INSTALLER)
 
 .PHONY: undeploy
 undeploy: build-installer ## Remove the operator from the cluster.
-	$(KUBECTL) delete --ignore-not-found -f dist/install.yaml
+	$(KUBECTL) delete --ignore-not-found -f $(INSTALLER)
+
+.PHONY: helm-chart
+helm-chart: ## Regenerate the Helm chart's CRD and RBAC templates (charts/coordinator-operator) from config/.
+	$(GO) run ./hack/chartgen
+
+.PHONY: helm-lint
+helm-lint: ## Lint and template the Helm chart (helm SDK; no helm binary needed).
+	$(GO) test -count=1 ./test/chart/...
+
+.PHONY: bundle
+bundle: ## Generate the OLM bundle (bundle/, bundle.Dockerfile) for OPERATOR_VERSION, IMG and COORDINATOR_IMG.
+	$(GO) run ./hack/bundlegen -version $(OPERATOR_VERSION) -image $(IMG) -coordinator-image $(COORDINATOR_IMG) \
+	  -channels $(BUNDLE_CHANNELS) -default-channel $(BUNDLE_DEFAULT_CHANNEL)
+
+.PHONY: bundle-validate
+bundle-validate: ## Validate the bundle like `operator-sdk bundle validate --select-optional suite=operatorframework` (operator-framework/api).
+	$(GO) test -count=1 ./test/bundle/...
+
+.PHONY: bundle-build
+bundle-build: ## Build the bundle image (BUNDLE_IMG).
+	$(CONTAINER_TOOL) build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
+
+.PHONY: bundle-push
+bundle-push: ## Push the bundle image.
+	$(CONTAINER_TOOL) push $(BUNDLE_IMG)
+
+.PHONY: docker-build
+docker-build: ## Build the operator (IMG) and coordinator (COORDINATOR_IMG) images for the local platform.
+	$(CONTAINER_TOOL) build $(IMAGE_BUILD_ARGS) -f Dockerfile -t $(IMG) .
+	$(CONTAINER_TOOL) build $(IMAGE_BUILD_ARGS) -f Dockerfile.coordinator -t $(COORDINATOR_IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push both images.
+	$(CONTAINER_TOOL) push $(IMG)
+	$(CONTAINER_TOOL) push $(COORDINATOR_IMG)
+
+.PHONY: docker-buildx
+docker-buildx: ## Build and push both images for PLATFORMS with docker buildx.
+	$(CONTAINER_TOOL) buildx build --push --platform=$(PLATFORMS) $(IMAGE_BUILD_ARGS) -f Dockerfile -t $(IMG) .
+	$(CONTAINER_TOOL) buildx build --push --platform=$(PLATFORMS) $(IMAGE_BUILD_ARGS) -f Dockerfile.coordinator -t $(COORDINATOR_IMG) .
 
 ##@ Test
 
@@ -92,7 +159,9 @@ envtest-assets: ## Build kube-apiserver, etcd and kubectl for envtest (cached ou
 .PHONY: test
 test: verify-generated lint envtest-assets ## Run every test (what CI runs).
 	$(GO) test -race -count=1 $(RACE_PKGS)
-	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 $$($(GO) list ./... | grep -v -e /dataplane/ -e /cmd/coordinator -e /test/simworker -e /test/gateway -e /test/mediaserver -e /test/stack -e /test/integration -e /test/asyncworker)
+	@# The rest, envtest-backed (controllers, test/chart, test/installer) and packaging (test/bundle,
+	@# test/images: builds both binaries as the Dockerfiles do, minutes on a cold cache).
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e /dataplane/ -e /cmd/coordinator -e /test/simworker -e /test/gateway -e /test/mediaserver -e /test/stack -e /test/integration -e /test/asyncworker)
 
 # make bench BENCH_ARGS='--duration 4s --targets direct,raw-proxy,decode-only' (flags: docs/benchmarks.md)
 BENCH_OUT  ?= $(BIN)/bench/$(shell date +%Y%m%d-%H%M%S)

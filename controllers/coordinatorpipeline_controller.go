@@ -325,7 +325,8 @@ func (r *CoordinatorPipelineReconciler) patchStatus(ctx context.Context, s *scop
 }
 
 // emitTransitionEvents emits Warning events when the pipeline becomes invalid (or its error
-// changes) and when a child conflict appears; steady state emits nothing.
+// changes), when a child conflict appears, and when the gateway rejects the HTTPRoute; steady
+// state emits nothing.
 func (r *CoordinatorPipelineReconciler) emitTransitionEvents(before, after *coordinatorv1alpha1.CoordinatorPipeline) {
 	for _, w := range []struct {
 		condType coordinatorv1alpha1.ConditionType
@@ -334,6 +335,8 @@ func (r *CoordinatorPipelineReconciler) emitTransitionEvents(before, after *coor
 	}{
 		{coordinatorv1alpha1.ConditionPipelineValid, coordinatorv1alpha1.ReasonInvalidPipeline, "ValidatePipeline"},
 		{coordinatorv1alpha1.ConditionDegraded, coordinatorv1alpha1.ReasonChildConflict, "ApplyChildren"},
+		{coordinatorv1alpha1.ConditionRouteAccepted, coordinatorv1alpha1.ReasonNotAccepted, "AttachRoute"},
+		{coordinatorv1alpha1.ConditionRouteAccepted, coordinatorv1alpha1.ReasonRefsNotResolved, "AttachRoute"},
 	} {
 		now := meta.FindStatusCondition(after.Status.Conditions, string(w.condType))
 		if now == nil || now.Reason != string(w.reason) {

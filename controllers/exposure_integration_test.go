@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,6 +87,13 @@ func TestRouteAcceptedFollowsTheGatewayController(t *testing.T) {
 		expectCondition(g, cp, coordinatorv1alpha1.ConditionReady, metav1.ConditionFalse, coordinatorv1alpha1.ReasonRouteNotAccepted)
 		expectCondition(g, cp, coordinatorv1alpha1.ConditionDegraded, metav1.ConditionFalse, coordinatorv1alpha1.ReasonAsExpected)
 	})
+	g.Eventually(func(g Gomega) {
+		var events eventsv1.EventList
+		g.Expect(e.client.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+		g.Expect(events.Items).To(ContainElement(And(
+			HaveField("Type", "Warning"), HaveField("Reason", "NotAccepted"),
+			HaveField("Note", ContainSubstring("NotAllowedByListeners")))))
+	}).Should(Succeed())
 
 	// A spec change reaches the route.
 	e.update(g, ns, "epd", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {

@@ -91,7 +91,8 @@ func run() int {
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 4, "CoordinatorPipelines reconciled in parallel.")
 	flag.Float64Var(&kubeAPIQPS, "kube-api-qps", 50, "Client-side rate limit towards the API server (queries per second).")
 	flag.IntVar(&kubeAPIBurst, "kube-api-burst", 100, "Client-side burst towards the API server.")
-	flag.StringVar(&watchNamespace, "watch-namespace", "", "Only reconcile CoordinatorPipelines in this namespace (all when empty).")
+	flag.StringVar(&watchNamespace, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
+		"Only reconcile CoordinatorPipelines in this namespace (all when empty); $WATCH_NAMESPACE sets the default (OLM sets it for the OwnNamespace and SingleNamespace install modes).")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
