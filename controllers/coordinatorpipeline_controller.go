@@ -314,6 +314,7 @@ func (r *CoordinatorPipelineReconciler) patchStatus(ctx context.Context, s *scop
 	}
 	s.obs.err = reconcileErr
 	computeStatus(s.cp, s.obs)
+	recordOutcome(s.cp)
 	r.emitTransitionEvents(s.before, s.cp)
 	if equality.Semantic.DeepEqual(s.before.Status, s.cp.Status) {
 		return reconcileErr

@@ -16,9 +16,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -31,9 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
-
-	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
 )
 
 // The envtest suite: one kube-apiserver + etcd (from KUBEBUILDER_ASSETS) with our CRDs, the GAIE
@@ -90,15 +84,6 @@ func moduleDir(module string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-func testScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(coordinatorv1alpha1.AddToScheme(s))
-	utilruntime.Must(infv1.Install(s))
-	utilruntime.Must(gatewayv1.Install(s))
-	return s
-}
-
 func startSuite() (*testEnv, error) {
 	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 
@@ -110,7 +95,7 @@ func startSuite() (*testEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	scheme := testScheme()
+	scheme := NewScheme()
 	env := &envtest.Environment{
 		Scheme: scheme,
 		CRDDirectoryPaths: []string{

@@ -8,9 +8,6 @@ import (
 	"fmt"
 	"os"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -18,10 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
 	"github.com/epd-dev/coordinator/controllers"
 )
 
@@ -49,16 +43,6 @@ func defaultCoordinatorImage() string {
 
 func main() {
 	os.Exit(run())
-}
-
-// newScheme registers every kind the manager reads or writes.
-func newScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(coordinatorv1alpha1.AddToScheme(s))
-	utilruntime.Must(infv1.Install(s))
-	utilruntime.Must(gatewayv1.Install(s))
-	return s
 }
 
 func run() int {
@@ -124,7 +108,7 @@ func run() int {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{watchNamespace: {}}
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                        newScheme(),
+		Scheme:                        controllers.NewScheme(),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                leaderElect,

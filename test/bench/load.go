@@ -31,8 +31,9 @@ type Load struct {
 	client  *http.Client
 	target  vegeta.Target
 	lat     []time.Duration
-	all     int // successful measured requests, drain included
+	all     int // successful requests of the measured slices, ramp and drain included
 	elapsed time.Duration
+	ramp    time.Duration
 	errors  int
 	sample  string
 }
@@ -57,16 +58,48 @@ func NewLoad(cell Cell, url string, payload []byte, opts LoadOptions) *Load {
 // Close releases the client's connections.
 func (l *Load) Close() { l.tr.CloseIdleConnections() }
 
-// Run attacks for d: no request starts after d, and the requests in flight then complete. Unless
-// measured, only errors are kept. A measured run counts the requests that completed within d, and
-// their latencies: counting the ones that complete after d as well, over the time until the last
-// one, would under-rate slow targets, whose drain is longer.
-func (l *Load) Run(ctx context.Context, d time.Duration, measured bool) {
+// Warmup attacks for d without measuring (errors still count) and learns the latency that sizes
+// the ramp of each measured slice.
+func (l *Load) Warmup(ctx context.Context, d time.Duration) {
+	var lat []time.Duration
+	l.attack(ctx, d, func(r *vegeta.Result) { lat = append(lat, r.Latency) })
+	p50, _ := Summarize(lat)
+	l.ramp = RampFor(p50)
+}
+
+// RampFor is the unmeasured lead-in of a measured slice for a target answering in p50: two
+// latencies (clamped to [200ms, 2s]), so that the workers, which all start at once, have spread
+// out and the window sees steady state.
+func RampFor(p50 time.Duration) time.Duration {
+	return min(max(2*p50, 200*time.Millisecond), 2*time.Second)
+}
+
+// Measure runs one measured slice: one continuous attack of ramp + d, of which only the requests
+// completed within the last d count (Requests, latencies; the rate is their number over d). The
+// ramp and the requests still in flight after d are discarded because a closed loop starting or
+// draining is not in steady state: counting them would under-rate slow targets most.
+func (l *Load) Measure(ctx context.Context, d time.Duration) {
+	if l.ramp == 0 {
+		l.ramp = RampFor(0)
+	}
+	from := time.Now().Add(l.ramp)
+	to := from.Add(d)
+	l.attack(ctx, l.ramp+d, func(r *vegeta.Result) {
+		l.all++
+		if end := r.End(); end.After(from) && !end.After(to) {
+			l.lat = append(l.lat, r.Latency)
+		}
+	})
+	l.elapsed += d
+}
+
+// attack runs vegeta in closed loop for d (no request starts after d; the ones in flight then
+// complete) and passes every successful result to ok.
+func (l *Load) attack(ctx context.Context, d time.Duration, ok func(*vegeta.Result)) {
 	n := uint64(l.opts.Concurrency)
 	atk := vegeta.NewAttacker(vegeta.Client(l.client), vegeta.Workers(n), vegeta.MaxWorkers(n), vegeta.Redirects(vegeta.NoFollow))
 	stop := context.AfterFunc(ctx, func() { atk.Stop() })
 	defer stop()
-	end := time.Now().Add(d)
 	for r := range atk.Attack(vegeta.NewStaticTargeter(l.target), vegeta.Rate{Freq: 0}, d, l.cell.String()) {
 		if err := CheckResponse(l.cell.Stream, r); err != nil {
 			l.errors++
@@ -75,20 +108,12 @@ func (l *Load) Run(ctx context.Context, d time.Duration, measured bool) {
 			}
 			continue
 		}
-		if measured {
-			l.all++
-			if !r.End().After(end) {
-				l.lat = append(l.lat, r.Latency)
-			}
-		}
-	}
-	if measured {
-		l.elapsed += d
+		ok(r)
 	}
 }
 
-// Served counts the successful requests of the measured runs, including those completed after
-// their window: the work a process did during the runs.
+// Served counts the successful requests of the measured slices, ramps and drains included: the
+// work the processes did during them.
 func (l *Load) Served() int { return l.all }
 
 // Result summarizes the measured slices so far.

@@ -29,9 +29,9 @@ func TestLoadAgainstWorker(t *testing.T) {
 	body := Bodies()[Body200B]
 	for _, stream := range []bool{false, true} {
 		l := NewLoad(Cell{TargetDirect, Body200B, stream}, w.URL(), body.Payload(stream), LoadOptions{Concurrency: 2, Timeout: 5 * time.Second})
-		l.Run(context.Background(), 50*time.Millisecond, false) // warm-up: errors only
-		l.Run(context.Background(), 100*time.Millisecond, true)
-		l.Run(context.Background(), 100*time.Millisecond, true)
+		l.Warmup(context.Background(), 50*time.Millisecond)
+		l.Measure(context.Background(), 100*time.Millisecond)
+		l.Measure(context.Background(), 100*time.Millisecond)
 		l.Close()
 		r := l.Result()
 		if r.Errors != 0 || r.Requests == 0 || r.RPS <= 0 || r.P50 <= 0 || r.P99 < r.P50 || r.Elapsed != 200*time.Millisecond || l.Served() < r.Requests {
@@ -56,10 +56,19 @@ func TestLoadCountsBrokenAnswers(t *testing.T) {
 	defer srv.Close()
 	l := NewLoad(Cell{TargetRaw, Body200B, true}, srv.URL, []byte(`{}`), LoadOptions{Concurrency: 2, Timeout: 5 * time.Second})
 	defer l.Close()
-	l.Run(context.Background(), 100*time.Millisecond, true)
+	l.Measure(context.Background(), 100*time.Millisecond)
 	r := l.Result()
 	if r.Requests != 0 || r.Errors == 0 || r.ErrorSample == "" || r.RPS != 0 {
 		t.Errorf("%+v", r)
+	}
+}
+
+func TestRampFor(t *testing.T) {
+	for p50, want := range map[time.Duration]time.Duration{0: 200 * time.Millisecond, 2 * time.Millisecond: 200 * time.Millisecond,
+		300 * time.Millisecond: 600 * time.Millisecond, 5 * time.Second: 2 * time.Second} {
+		if got := RampFor(p50); got != want {
+			t.Errorf("RampFor(%v) = %v, want %v", p50, got, want)
+		}
 	}
 }
 

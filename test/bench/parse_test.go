@@ -123,6 +123,19 @@ func TestParseStatCPU(t *testing.T) {
 	}
 }
 
+func TestParseSystemBusy(t *testing.T) {
+	stat := "cpu  1000 50 300 90000 200 10 20 30 0 0\ncpu0 500 25 150 45000 100 5 10 15 0 0\n"
+	// user + nice + system + irq + softirq + steal = 1410 ticks
+	if got, err := ParseSystemBusy([]byte(stat)); err != nil || got != 14100*time.Millisecond {
+		t.Errorf("ParseSystemBusy = %v, %v; want 14.1s", got, err)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8\n", "cpu 1 2 3\n", "cpu 1 2 3 4 5 6 x 8\n"} {
+		if _, err := ParseSystemBusy([]byte(bad)); err == nil {
+			t.Errorf("ParseSystemBusy(%q) accepted", bad)
+		}
+	}
+}
+
 func TestParseMicro(t *testing.T) {
 	out := `goos: linux
 goarch: amd64

@@ -247,6 +247,36 @@ func ParseStatCPU(stat []byte) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
+// SystemBusy returns the CPU time all CPUs of the machine have spent busy (user, nice, system,
+// irq, softirq and steal) since boot, from /proc/stat.
+func SystemBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	return ParseSystemBusy(b)
+}
+
+// ParseSystemBusy extracts the busy time of the aggregate "cpu" line of /proc/stat.
+func ParseSystemBusy(stat []byte) (time.Duration, error) {
+	line, _, _ := bytes.Cut(stat, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, errors.New("malformed /proc/stat")
+	}
+	var ticks int64
+	for i, s := range f[1:9] {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("malformed /proc/stat field %q", s)
+		}
+		if i != 3 && i != 4 { // idle and iowait
+			ticks += v
+		}
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
 func lastLines(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {

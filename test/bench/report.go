@@ -13,6 +13,8 @@ type Report struct {
 	// Started is when the run began; Machine describes where (CPUs, load).
 	Started time.Time `json:"started"`
 	Machine string    `json:"machine"`
+	// Revision is the source tree measured (git describe --always --dirty).
+	Revision string `json:"revision"`
 	// Settings echoes the flags that shape the numbers.
 	Settings Settings `json:"settings"`
 	// Cells are the throughput/latency cells, ratios filled.
@@ -56,15 +58,15 @@ func (r *Report) Errors() int {
 func (r *Report) WriteMarkdown(w io.Writer) {
 	s := r.Settings
 	fmt.Fprintf(w, "## Results %s\n\n", r.Started.Format("2006-01-02 15:04 MST"))
-	fmt.Fprintf(w, "Machine: %s.\n\nClosed loop, concurrency %d; per cell %s warm-up, then %s measured in %d slices interleaved round-robin with the other targets of the same body and mode.\n\n",
-		r.Machine, s.Concurrency, s.Warmup, s.Duration, s.Slices)
+	fmt.Fprintf(w, "Source: %s. Machine: %s.\n\nClosed loop, concurrency %d; per cell %s warm-up, then %s measured in %d slices interleaved round-robin with the other targets of the same body and mode.\n\n",
+		orDash(r.Revision), r.Machine, s.Concurrency, s.Warmup, s.Duration, s.Slices)
 
 	fmt.Fprintln(w, "### Throughput and latency")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "`×raw` = req/s ÷ the raw proxy's req/s for the same body and mode. `proxy CPU/req` = CPU time (user+sys) of the proxy process (raw proxy or coordinator) per request; `CPU ×raw` = the raw proxy's CPU/req ÷ this one's (the throughput ratio when the proxy, not the worker, is the bottleneck); `worker CPU/req` = the simworker's CPU time per request.")
+	fmt.Fprintln(w, "`×raw` = req/s ÷ the raw proxy's req/s for the same body and mode. `proxy CPU/req` = CPU time (user+sys) of the proxy process (raw proxy or coordinator) per request; `CPU ×raw` = the raw proxy's CPU/req ÷ this one's (the throughput ratio when the proxy, not the worker, is the bottleneck); `worker CPU/req` = the simworker's CPU time per request; `other load` = CPUs busy with anything but the benchmark (other users of the box, steal) during the cell, out of the machine's CPUs.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| target | body | mode | req/s | ×raw | p50 | p99 | proxy CPU/req | CPU ×raw | worker CPU/req | errors |")
-	fmt.Fprintln(w, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| target | body | mode | req/s | ×raw | p50 | p99 | proxy CPU/req | CPU ×raw | worker CPU/req | other load | errors |")
+	fmt.Fprintln(w, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, c := range r.Cells {
 		ratio := "—"
 		if c.RatioToRaw > 0 {
@@ -86,8 +88,8 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		if c.Errors > 0 {
 			errs = fmt.Sprintf("**%d** (%s)", c.Errors, mdEscape(c.ErrorSample, 80))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s |\n", c.Target, c.Body, streamName(c.Stream),
-			c.RPS, ratio, fmtDur(c.P50), fmtDur(c.P99), proxyCPU, cpuRatio, workerCPU, errs)
+		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %.2f | %s |\n", c.Target, c.Body, streamName(c.Stream),
+			c.RPS, ratio, fmtDur(c.P50), fmtDur(c.P99), proxyCPU, cpuRatio, workerCPU, c.OtherLoad, errs)
 	}
 	fmt.Fprintln(w)
 

@@ -61,6 +61,10 @@ type CellResult struct {
 	// measured.
 	ProxyCPU  time.Duration `json:"proxy_cpu_per_req_ns"`
 	WorkerCPU time.Duration `json:"worker_cpu_per_req_ns"`
+	// OtherLoad is the average number of CPUs busy with anything but the benchmark's processes
+	// (the harness included) during the window: other users of a shared box, and steal time. A
+	// cell with a high value was disturbed.
+	OtherLoad float64 `json:"other_load_cpus"`
 	// RatioToRaw is RPS divided by the raw proxy's RPS for the same body and stream (0 when the
 	// raw proxy was not measured).
 	RatioToRaw float64 `json:"ratio_to_raw"`

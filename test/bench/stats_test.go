@@ -139,7 +139,7 @@ func TestWriteMarkdown(t *testing.T) {
 	r.WriteMarkdown(&b)
 	out := b.String()
 	for _, want := range []string{
-		"| decode-only | 200B | json | 960 | 0.960 | 0 | 0 | 125µs | 0.800 | — | 0 |",
+		"| decode-only | 200B | json | 960 | 0.960 | 0 | 0 | 125µs | 0.800 | — | 0.00 | 0 |",
 		"| decode-only | 1MiB-image | json | 35 | 0.875 |",
 		"**1** (status 502: a\\|b c)",
 		"| coordinator decode-only | 64.0 MiB |",

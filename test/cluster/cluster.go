@@ -21,27 +21,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+	"github.com/epd-dev/coordinator/controllers"
 	"github.com/epd-dev/coordinator/test/atomicdir"
 )
-
-// Scheme knows every kind the system uses.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(coordinatorv1alpha1.AddToScheme(s))
-	utilruntime.Must(infv1.Install(s))
-	utilruntime.Must(gatewayv1.Install(s))
-	return s
-}
 
 // Options configure Start.
 type Options struct {
@@ -157,7 +142,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	}
 	progress(o.Progress, "starting kube-apiserver and etcd (%s)", assets)
 	env := &envtest.Environment{
-		Scheme:                Scheme(),
+		Scheme:                controllers.NewScheme(),
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths: []string{
 			filepath.Join(o.Root, "config", "crd", "bases"),

@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -72,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.sseTokens, "sse-tokens", 64, "tokens per stream in the SSE run")
 	fs.DurationVar(&o.sseITL, "sse-itl", 5*time.Millisecond, "the SSE worker's inter-token latency")
 	fs.DurationVar(&o.sseWarmup, "sse-warmup", time.Second, "warm-up per SSE path")
-	fs.DurationVar(&o.sseDuration, "sse-duration", 6*time.Second, "measured window per SSE path, split into --slices")
+	fs.DurationVar(&o.sseDuration, "sse-duration", 4*time.Second, "measured window per SSE path, split into --slices")
 	fs.BoolVar(&o.micro, "micro", true, "run the Go micro-benchmarks first")
 	fs.StringVar(&o.microBenchtime, "micro-benchtime", "1s", "-benchtime of the micro-benchmarks")
 	fs.StringVar(&microPkgs, "micro-pkgs", "./dataplane/...", "packages of the micro-benchmarks")
@@ -161,7 +162,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logf("%v", err)
 		return 1
 	}
-	rep := &bench.Report{Started: started, Machine: machine(), PeakRSS: map[string]int64{}, Settings: bench.Settings{
+	rep := &bench.Report{Started: started, Machine: machine(), Revision: revision(o.repo), PeakRSS: map[string]int64{}, Settings: bench.Settings{
 		Concurrency: o.concurrency, Slices: o.slices, Warmup: o.warmup, Duration: o.duration, SSEConcurrency: o.sseConcurrency,
 		SSEDuration: o.sseDuration, SSEITL: o.sseITL, SSETokens: o.sseTokens,
 	}}
@@ -216,7 +217,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logf("%v", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "Results: %s (results.md, results.json, micro.txt, process logs)\n", o.out)
+	fmt.Fprintf(stdout, "Results: %s (results.md, results.json, micro.txt, process logs); the run took %s.\n", o.out, time.Since(started).Round(time.Second))
 
 	code := 0
 	if n := rep.Errors(); n > 0 {
@@ -297,6 +298,7 @@ func startRig(ctx context.Context, o options, bins bench.Binaries, tag string, t
 }
 
 func throughput(ctx context.Context, o options, bins bench.Binaries, bodies map[string]bench.Body, rep *bench.Report, logf func(string, ...any)) error {
+	started := time.Now()
 	r, err := startRig(ctx, o, bins, "load", o.targets, []string{"--ttft", "0", "--itl", "0"})
 	if err != nil {
 		return err
@@ -316,7 +318,7 @@ func throughput(ctx context.Context, o options, bins bench.Binaries, bodies map[
 				cells = append(cells, newCellRun(o, r, cell, bodies[b]))
 			}
 			for _, c := range cells {
-				c.load.Run(ctx, o.warmup, false)
+				c.load.Warmup(ctx, o.warmup)
 			}
 			for s := range o.slices {
 				for k := range cells {
@@ -327,8 +329,9 @@ func throughput(ctx context.Context, o options, bins bench.Binaries, bodies map[
 			for _, c := range cells {
 				c.load.Close()
 				res := c.result()
-				logf("%-40s %8.0f req/s  p50 %-9v p99 %-9v proxy CPU/req %-9v errors %d", c.cell, res.RPS,
-					res.P50.Round(time.Microsecond), res.P99.Round(time.Microsecond), res.ProxyCPU.Round(time.Microsecond), res.Errors)
+				logf("%-36s %7.0f req/s  p50 %-9v p99 %-9v proxy CPU/req %-8v other load %.2f  errors %d  (%s)", c.cell, res.RPS,
+					res.P50.Round(time.Microsecond), res.P99.Round(time.Microsecond), res.ProxyCPU.Round(time.Microsecond), res.OtherLoad,
+					res.Errors, time.Since(started).Round(time.Second))
 				rep.Cells = append(rep.Cells, res)
 			}
 			if ctx.Err() != nil {
@@ -373,11 +376,13 @@ type cellRun struct {
 	cell              bench.Cell
 	load              *bench.Load
 	proxy, worker     *bench.Proc
+	all               []*bench.Proc // every process of the rig
 	proxyCPU, workCPU time.Duration
+	otherCPU, wall    time.Duration
 }
 
 func newCellRun(o options, r *rig, cell bench.Cell, body bench.Body) *cellRun {
-	c := &cellRun{cell: cell, worker: r.procs["worker"],
+	c := &cellRun{cell: cell, worker: r.procs["worker"], all: slices.Collect(maps.Values(r.procs)),
 		load: bench.NewLoad(cell, r.urls[cell.Target], body.Payload(cell.Stream), bench.LoadOptions{Concurrency: o.concurrency, Timeout: o.timeout})}
 	if cell.Target != bench.TargetDirect {
 		c.proxy = r.procs[cell.Target]
@@ -396,21 +401,37 @@ func cpuOf(p *bench.Proc) time.Duration {
 // measure runs one measured slice of d; extra, when set, is started before it and its returned
 // function called after it.
 func (c *cellRun) measure(ctx context.Context, d time.Duration, extra func() func()) {
-	p0, w0 := cpuOf(c.proxy), cpuOf(c.worker)
+	// Everything the benchmark runs: the rig's processes and the harness (load generator).
+	ours := func() time.Duration {
+		t, _ := bench.CPUTime(os.Getpid())
+		for _, p := range c.all {
+			t += cpuOf(p)
+		}
+		return t
+	}
+	p0, w0, o0 := cpuOf(c.proxy), cpuOf(c.worker), ours()
+	s0, _ := bench.SystemBusy()
+	t0 := time.Now()
 	var stop func()
 	if extra != nil {
 		stop = extra()
 	}
-	c.load.Run(ctx, d, true)
+	c.load.Measure(ctx, d)
 	if stop != nil {
 		stop()
 	}
+	c.wall += time.Since(t0)
+	s1, _ := bench.SystemBusy()
+	c.otherCPU += max(0, (s1-s0)-(ours()-o0))
 	c.proxyCPU += cpuOf(c.proxy) - p0
 	c.workCPU += cpuOf(c.worker) - w0
 }
 
 func (c *cellRun) result() bench.CellResult {
 	res := c.load.Result()
+	if c.wall > 0 {
+		res.OtherLoad = c.otherCPU.Seconds() / c.wall.Seconds()
+	}
 	if n := time.Duration(c.load.Served()); n > 0 {
 		if c.proxy != nil {
 			res.ProxyCPU = c.proxyCPU / n
@@ -446,7 +467,7 @@ func profileCell(ctx context.Context, o options, r *rig, c bench.Cell, body benc
 	}
 	run := newCellRun(o, r, c, body)
 	defer run.load.Close()
-	run.load.Run(ctx, o.warmup, false)
+	run.load.Warmup(ctx, o.warmup)
 	run.measure(ctx, o.profileDuration, extra)
 	res := run.result()
 	if perfErr != nil {
@@ -499,6 +520,17 @@ func sse(ctx context.Context, o options, bins bench.Binaries, rep *bench.Report,
 		rep.SSE = append(rep.SSE, res)
 	}
 	return nil
+}
+
+// revision describes the source tree: git describe --always --dirty, or "" outside git.
+func revision(repo string) string {
+	cmd := exec.Command("git", "describe", "--always", "--dirty")
+	cmd.Dir = repo
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // findRepo walks up from the working directory to the go.mod of this module.
