@@ -127,4 +127,3 @@ func (d *discardWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 func (d *discardWriter) Flush() {}
-
