@@ -2,9 +2,11 @@ package pipeline
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -129,8 +131,8 @@ type RequestContext struct {
 	MediaScanned bool
 	// ECParams are the merged ec_transfer_params for prefill (keyed by mm_hash).
 	ECParams map[string]any
-	// KVParams are the decode leg's kv_transfer_params, set once a prefill ran.
-	KVParams map[string]any
+	// KVParams are the decode leg's kv_transfer_params (raw JSON), set once a prefill ran.
+	KVParams json.RawMessage
 	// Prefilled is true once a prefill leg succeeded.
 	Prefilled bool
 
@@ -148,6 +150,28 @@ type RequestContext struct {
 	// step and stepStart are the running step, for a Server-Timing header sent mid-step.
 	step      string
 	stepStart time.Time
+	// openBodies counts leg bodies not yet read to the end.
+	openBodies atomic.Int32
+}
+
+// BodiesSettled reports whether every leg body was read to its end (so the client body they
+// share may be reused).
+func (rc *RequestContext) BodiesSettled() bool { return rc.openBodies.Load() == 0 }
+
+// trackedBody counts a leg body as open until it has been read to EOF.
+type trackedBody struct {
+	r    io.Reader
+	rc   *RequestContext
+	done bool
+}
+
+func (t *trackedBody) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if err == io.EOF && !t.done {
+		t.done = true
+		t.rc.openBodies.Add(-1)
+	}
+	return n, err
 }
 
 // TokenIDsJSON returns TokenIDs encoded once and cached (they go into several legs).
@@ -176,10 +200,11 @@ func (rc *RequestContext) SetTokenIDs(ids []int) {
 // (or phase, for legs without a profile). At trace level the body is logged, redacted.
 func (rc *RequestContext) Leg(profile, path string, obj *body.Object) gateway.Leg {
 	r, n := obj.Reader()
+	rc.openBodies.Add(1)
 	if l := rc.Log.V(5); l.Enabled() {
 		l.Info("leg request", "profile", profile, "path", path, "body", logging.RedactJSON(obj.Bytes()))
 	}
-	return gateway.Leg{Path: path, Profile: profile, Phase: profile, Header: rc.Forwarded, RequestID: rc.ID, Body: r, Size: n}
+	return gateway.Leg{Path: path, Profile: profile, Phase: profile, Header: rc.Forwarded, RequestID: rc.ID, Body: &trackedBody{r: r, rc: rc}, Size: n}
 }
 
 // TimingSummary formats the step timings as step=duration pairs for a log line.

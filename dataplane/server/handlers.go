@@ -69,11 +69,19 @@ func (s *Server) handleInference(c echo.Context) error {
 		}
 		req := c.Request()
 		id, _ := c.Get(ctxRequestID).(string)
-		raw, err := readBody(req, p.Config().Server.MaxRequestBodyBytes())
+		raw, release, err := readBody(req, p.Config().Server.MaxRequestBodyBytes())
 		*reqBytes = len(raw)
 		if err != nil {
 			return err
 		}
+		var rc *pipeline.RequestContext
+		defer func() {
+			// The buffer goes back to the pool only when every leg finished reading its body: a
+			// transport may still be sending one after the response arrived.
+			if rc == nil || rc.BodiesSettled() {
+				release()
+			}
+		}()
 		obj, model, stream, err := parseBody(raw, api)
 		*modelOut = model
 		if err != nil {
@@ -84,7 +92,7 @@ func (s *Server) handleInference(c echo.Context) error {
 			_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Time{})
 		}
 		log := s.log.WithValues("request_id", id)
-		rc := &pipeline.RequestContext{
+		rc = &pipeline.RequestContext{
 			ID:        id,
 			API:       api,
 			Path:      req.URL.Path,

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net/http"
 	"regexp"
+	"strings"
+	"sync"
 
 	"github.com/google/uuid"
 
@@ -37,30 +40,69 @@ func errTooLarge(limit int64) *apierror.Error {
 }
 
 // readBody reads the whole request body, refusing more than limit bytes. A declared length over
-// the limit is refused before reading anything.
-func readBody(r *http.Request, limit int64) ([]byte, error) {
+// the limit is refused before reading anything. The buffer comes from a pool; release returns it
+// once the request is done with it (see bodyPool).
+func readBody(r *http.Request, limit int64) (raw []byte, release func(), err error) {
 	if r.ContentLength > limit {
-		return nil, errTooLarge(limit)
+		return nil, noop, errTooLarge(limit)
 	}
 	if r.ContentLength >= 0 {
-		buf := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, buf); err != nil {
-			return nil, apierror.BadRequest("unreadable_body", "failed to read request body")
+		buf := bodyPool.get(int(r.ContentLength))
+		raw = (*buf)[:r.ContentLength]
+		if _, err := io.ReadFull(r.Body, raw); err != nil {
+			bodyPool.put(buf)
+			return nil, noop, apierror.BadRequest("unreadable_body", "failed to read request body")
 		}
 		// Read to EOF: only then does net/http watch the connection, so that a client that goes
 		// away cancels the request context (and every upstream leg with it).
 		var probe [1]byte
 		_, _ = r.Body.Read(probe[:])
-		return buf, nil
+		return raw, func() { bodyPool.put(buf) }, nil
 	}
-	buf, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	raw, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return nil, apierror.BadRequest("unreadable_body", "failed to read request body")
+		return nil, noop, apierror.BadRequest("unreadable_body", "failed to read request body")
 	}
-	if int64(len(buf)) > limit {
-		return nil, errTooLarge(limit)
+	if int64(len(raw)) > limit {
+		return nil, noop, errTooLarge(limit)
 	}
-	return buf, nil
+	return raw, noop, nil
+}
+
+func noop() {}
+
+// bodyPool recycles request-body buffers by power-of-two size class (4 KiB to 64 MiB), so a
+// stream of megabyte requests does not allocate and zero a megabyte each.
+var bodyPool sizedPool
+
+type sizedPool struct{ classes [15]sync.Pool }
+
+const minBodyClass = 12 // 4 KiB
+
+func classOf(n int) int {
+	c := bits.Len(uint(max(n, 1) - 1))
+	return max(c, minBodyClass) - minBodyClass
+}
+
+func (p *sizedPool) get(n int) *[]byte {
+	c := classOf(n)
+	if c >= len(p.classes) {
+		b := make([]byte, n)
+		return &b
+	}
+	if b, ok := p.classes[c].Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 1<<(c+minBodyClass))
+	return &b
+}
+
+func (p *sizedPool) put(b *[]byte) {
+	c := classOf(cap(*b))
+	if c < len(p.classes) && cap(*b) == 1<<(c+minBodyClass) {
+		*b = (*b)[:cap(*b)]
+		p.classes[c].Put(b)
+	}
 }
 
 // parseBody parses the body once and checks the fields every format relies on, so that a wrong
@@ -78,6 +120,8 @@ func parseBody(raw []byte, api pipeline.API) (obj *body.Object, model string, st
 	if model, _, err = obj.String("model"); err != nil {
 		return nil, "", false, apierror.InvalidField("model", "%v", err)
 	}
+	// The model outlives the request (metric labels, exported spans): do not share the body's memory.
+	model = strings.Clone(model)
 	if stream, _, err = obj.Bool("stream"); err != nil {
 		return nil, "", false, apierror.InvalidField("stream", "%v", err)
 	}

@@ -51,7 +51,7 @@ func (s *decode) body(rc *pipeline.RequestContext) (*body.Object, error) {
 	obj := rc.Body.Clone()
 	var kvRaw json.RawMessage
 	if rc.Prefilled {
-		kvRaw = mustJSON(rc.KVParams)
+		kvRaw = rc.KVParams
 	}
 	switch rc.API {
 	case pipeline.APIChat:

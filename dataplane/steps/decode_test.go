@@ -2,6 +2,7 @@ package steps
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -28,7 +29,7 @@ func TestDecodeLegBodies(t *testing.T) {
 			path: "/v1/chat/completions", body: `{"model":"m","messages":[],"min_tokens":2}`,
 			prepare: func(rc *pipeline.RequestContext) {
 				rc.Prefilled = true
-				rc.KVParams = map[string]any{"do_remote_decode": false, "do_remote_prefill": true, "remote_engine_id": "e"}
+				rc.KVParams = json.RawMessage(nixlKV)
 			},
 			want: `{"model":"m","messages":[],"min_tokens":2,"kv_transfer_params":` + nixlKV + `}`,
 		},
@@ -38,7 +39,7 @@ func TestDecodeLegBodies(t *testing.T) {
 			prepare: func(rc *pipeline.RequestContext) {
 				rendered(rc)
 				rc.Prefilled = true
-				rc.KVParams = map[string]any{"do_remote_decode": false, "do_remote_prefill": true, "remote_engine_id": "e"}
+				rc.KVParams = json.RawMessage(nixlKV)
 			},
 			want: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"},"uuid":"h1"}]}],
 			        "tokens":{"token_ids":[1,4,32000,32000,32000,777],"features":{"mm_hashes":{"image":["h1"]},"mm_placeholders":{"image":[{"offset":2,"length":3}]}}},
@@ -50,7 +51,7 @@ func TestDecodeLegBodies(t *testing.T) {
 				rc.Rendered = true
 				rc.SetTokenIDs([]int{1, 5, 6})
 				rc.Prefilled = true
-				rc.KVParams = map[string]any{"do_remote_decode": false, "do_remote_prefill": true}
+				rc.KVParams = json.RawMessage(`{"do_remote_decode":false,"do_remote_prefill":true}`)
 			},
 			want: `{"model":"m","prompt":[1,5,6],"max_tokens":4,"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true}}`,
 		},
@@ -58,7 +59,7 @@ func TestDecodeLegBodies(t *testing.T) {
 			path: "/inference/v1/generate", body: `{"model":"m","token_ids":[1,2],"sampling_params":{"max_tokens":8,"extra_args":{"keep":true}}}`,
 			prepare: func(rc *pipeline.RequestContext) {
 				rc.Prefilled = true
-				rc.KVParams = map[string]any{"do_remote_decode": false, "do_remote_prefill": true}
+				rc.KVParams = json.RawMessage(`{"do_remote_decode":false,"do_remote_prefill":true}`)
 			},
 			want: `{"model":"m","token_ids":[1,2],"sampling_params":{"max_tokens":8,"extra_args":{"keep":true,"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true}}}}`,
 		},

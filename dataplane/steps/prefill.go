@@ -50,13 +50,11 @@ func (s *prefill) Execute(ctx context.Context, rc *pipeline.RequestContext) erro
 	if err := json.Unmarshal(out, &answer); err != nil {
 		return &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Body: head(out), Err: fmt.Errorf("decoding answer: %w", err)}
 	}
-	var fromPrefill map[string]any
-	if body.KindOf(answer.KV) == 'o' {
-		if err := json.Unmarshal(answer.KV, &fromPrefill); err != nil {
-			return &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Err: fmt.Errorf("decoding kv_transfer_params: %w", err)}
-		}
+	kvParams, err := s.kv.DecodeParams(answer.KV)
+	if err != nil {
+		return &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Err: err}
 	}
-	rc.KVParams = s.kv.DecodeParams(fromPrefill)
+	rc.KVParams = kvParams
 	rc.Prefilled = true
 	return nil
 }
@@ -71,7 +69,7 @@ func (s *prefill) Execute(ctx context.Context, rc *pipeline.RequestContext) erro
 //
 // Unlike upstream, completions and generate keep the client's sampling fields.
 func (s *prefill) body(rc *pipeline.RequestContext, format pipeline.API) (*body.Object, error) {
-	kvRaw := mustJSON(s.kv.PrefillParams())
+	kvRaw := s.kv.PrefillParams()
 	var ecRaw json.RawMessage
 	if len(rc.ECParams) > 0 && s.ec.Name() != ec.SharedStorage {
 		ecRaw = mustJSON(rc.ECParams)

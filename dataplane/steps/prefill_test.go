@@ -2,6 +2,7 @@ package steps
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
@@ -155,7 +156,11 @@ func TestPrefillAnswer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			jsonEq(t, "decode kv params", rc.KVParams, tc.wantKV)
+			var got any
+			if err := json.Unmarshal(rc.KVParams, &got); err != nil {
+				t.Fatalf("decode kv params are not JSON: %s", rc.KVParams)
+			}
+			jsonEq(t, "decode kv params", got, tc.wantKV)
 		})
 	}
 }

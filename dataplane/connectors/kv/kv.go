@@ -4,14 +4,16 @@
 package kv
 
 import (
+	"encoding/json"
 	"fmt"
-	"maps"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
+
+	"github.com/epd-dev/coordinator/dataplane/body"
 )
 
 // Connector names.
@@ -27,15 +29,17 @@ const SGLangBootstrapPortEnv = "SGLANG_BOOTSTRAP_PORT"
 // DefaultSGLangBootstrapPort is SGLang's own default.
 const DefaultSGLangBootstrapPort = 8998
 
-// Connector is one KV transfer protocol.
+// Connector is one KV transfer protocol. Params are raw JSON objects: the prefill worker's answer
+// (for NIXL, thousands of block ids on a long prompt) is passed to decode without being decoded
+// into maps and encoded again; only the two flags are rewritten.
 type Connector interface {
 	// Name is the configuration name, e.g. kv-nixl.
 	Name() string
-	// PrefillParams returns the kv_transfer_params of a prefill leg (a fresh map per call).
-	PrefillParams() map[string]any
+	// PrefillParams returns the kv_transfer_params of a prefill leg (fresh bytes per call).
+	PrefillParams() json.RawMessage
 	// DecodeParams returns the kv_transfer_params of the decode leg that follows a prefill whose
-	// answer carried fromPrefill (nil when it carried none).
-	DecodeParams(fromPrefill map[string]any) map[string]any
+	// answer carried fromPrefill (nil when it carried no object).
+	DecodeParams(fromPrefill json.RawMessage) (json.RawMessage, error)
 }
 
 // Names lists the known connectors.
@@ -77,13 +81,26 @@ func bootstrapPort(v string) (int, error) {
 	return p, nil
 }
 
-// decodeFrom copies the prefill worker's params and marks them for a remote-prefilled decode.
-func decodeFrom(fromPrefill map[string]any) map[string]any {
-	out := make(map[string]any, len(fromPrefill)+2)
-	maps.Copy(out, fromPrefill)
-	out["do_remote_decode"] = false
-	out["do_remote_prefill"] = true
-	return out
+var (
+	jsonTrue  = json.RawMessage("true")
+	jsonFalse = json.RawMessage("false")
+	// decodeFlags are the params of a decode leg whose prefill answered none.
+	decodeFlags = `{"do_remote_decode":false,"do_remote_prefill":true}`
+)
+
+// decodeFrom copies the prefill worker's params and marks them for a remote-prefilled decode:
+// do_remote_decode=false and do_remote_prefill=true overwritten (appended when absent).
+func decodeFrom(fromPrefill json.RawMessage) (json.RawMessage, error) {
+	if body.KindOf(fromPrefill) != 'o' {
+		return json.RawMessage(decodeFlags), nil
+	}
+	o, err := body.Parse(fromPrefill)
+	if err != nil {
+		return nil, fmt.Errorf("kv_transfer_params: %w", err)
+	}
+	o.Set("do_remote_decode", jsonFalse)
+	o.Set("do_remote_prefill", jsonTrue)
+	return o.Bytes(), nil
 }
 
 // nixl is vLLM's NixlConnector: prefill keeps the KV blocks for a remote decode, which pulls them
@@ -92,14 +109,13 @@ type nixl struct{}
 
 func (nixl) Name() string { return NIXL }
 
-func (nixl) PrefillParams() map[string]any {
-	return map[string]any{
-		"do_remote_decode": true, "do_remote_prefill": false,
-		"remote_engine_id": nil, "remote_block_ids": nil, "remote_host": nil, "remote_port": nil,
-	}
+func (nixl) PrefillParams() json.RawMessage {
+	return json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_block_ids":null,"remote_engine_id":null,"remote_host":null,"remote_port":null}`)
 }
 
-func (nixl) DecodeParams(fromPrefill map[string]any) map[string]any { return decodeFrom(fromPrefill) }
+func (nixl) DecodeParams(fromPrefill json.RawMessage) (json.RawMessage, error) {
+	return decodeFrom(fromPrefill)
+}
 
 // sglang is SGLang's bootstrap protocol: prefill gets a bootstrap port and a fresh room; the
 // worker's answer names the bootstrap host the decode side connects to.
@@ -107,14 +123,14 @@ type sglang struct{ port int }
 
 func (sglang) Name() string { return SGLang }
 
-func (s sglang) PrefillParams() map[string]any {
-	return map[string]any{
-		"do_remote_decode": true, "do_remote_prefill": false,
-		"bootstrap_port": s.port, "bootstrap_room": uuid.NewString(),
-	}
+func (s sglang) PrefillParams() json.RawMessage {
+	return json.RawMessage(`{"bootstrap_port":` + strconv.Itoa(s.port) + `,"bootstrap_room":"` + uuid.NewString() +
+		`","do_remote_decode":true,"do_remote_prefill":false}`)
 }
 
-func (sglang) DecodeParams(fromPrefill map[string]any) map[string]any { return decodeFrom(fromPrefill) }
+func (sglang) DecodeParams(fromPrefill json.RawMessage) (json.RawMessage, error) {
+	return decodeFrom(fromPrefill)
+}
 
 // sharedStorage is a shared filesystem or object store: prefill writes the KV, decode reads it;
 // nothing but the two flags is on the wire and the prefill answer is ignored.
@@ -122,10 +138,10 @@ type sharedStorage struct{}
 
 func (sharedStorage) Name() string { return SharedStorage }
 
-func (sharedStorage) PrefillParams() map[string]any {
-	return map[string]any{"do_remote_decode": true, "do_remote_prefill": false}
+func (sharedStorage) PrefillParams() json.RawMessage {
+	return json.RawMessage(`{"do_remote_decode":true,"do_remote_prefill":false}`)
 }
 
-func (sharedStorage) DecodeParams(map[string]any) map[string]any {
-	return map[string]any{"do_remote_decode": false, "do_remote_prefill": true}
+func (sharedStorage) DecodeParams(json.RawMessage) (json.RawMessage, error) {
+	return json.RawMessage(decodeFlags), nil
 }

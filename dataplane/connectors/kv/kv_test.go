@@ -8,31 +8,35 @@ import (
 	"github.com/google/uuid"
 )
 
-func wire(t *testing.T, v any) string {
+// same compares JSON texts by meaning (key order aside).
+func same(t *testing.T, what string, got json.RawMessage, want string) {
 	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("%s is not JSON: %s", what, got)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
 		t.Fatal(err)
 	}
-	return string(b)
+	gb, _ := json.Marshal(g)
+	wb, _ := json.Marshal(w)
+	if string(gb) != string(wb) {
+		t.Fatalf("%s = %s\nwant      %s", what, gb, wb)
+	}
 }
 
 func TestPrefillAndDecodeShapes(t *testing.T) {
-	nixlAnswer := map[string]any{
-		"do_remote_prefill": true, "do_remote_decode": false, "remote_block_ids": []any{[]any{1.0, 2.0, 4.0}},
-		"remote_engine_id": "e1", "remote_request_id": "r1", "remote_host": "10.0.0.42", "remote_port": 5600.0,
-		"tp_size": 1.0, "remote_num_tokens": 318.0,
-	}
+	nixlAnswer := `{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[1,2,4]],"remote_engine_id":"e1","remote_request_id":"r1","remote_host":"10.0.0.42","remote_port":5600,"tp_size":1,"remote_num_tokens":318}`
 	tests := map[string]struct {
 		name        string
 		prefill     string
-		fromPrefill map[string]any
+		fromPrefill string
 		decode      string
 	}{
 		"shared storage": {
 			name:        SharedStorage,
 			prefill:     `{"do_remote_decode":true,"do_remote_prefill":false}`,
-			fromPrefill: map[string]any{"ignored": true},
+			fromPrefill: `{"ignored":true}`,
 			decode:      `{"do_remote_decode":false,"do_remote_prefill":true}`,
 		},
 		"nixl": {
@@ -45,9 +49,13 @@ func TestPrefillAndDecodeShapes(t *testing.T) {
 			name:   NIXL,
 			decode: `{"do_remote_decode":false,"do_remote_prefill":true}`,
 		},
+		"nixl non-object answer": {
+			name: NIXL, fromPrefill: `"weird"`,
+			decode: `{"do_remote_decode":false,"do_remote_prefill":true}`,
+		},
 		"sglang": {
 			name:        SGLang,
-			fromPrefill: map[string]any{"bootstrap_host": "10.0.0.7", "bootstrap_port": 8998.0, "bootstrap_room": "room"},
+			fromPrefill: `{"bootstrap_host":"10.0.0.7","bootstrap_port":8998,"bootstrap_room":"room"}`,
 			decode:      `{"bootstrap_host":"10.0.0.7","bootstrap_port":8998,"bootstrap_room":"room","do_remote_decode":false,"do_remote_prefill":true}`,
 		},
 	}
@@ -61,19 +69,28 @@ func TestPrefillAndDecodeShapes(t *testing.T) {
 				t.Fatal(c.Name())
 			}
 			if tc.prefill != "" {
-				if got := wire(t, c.PrefillParams()); got != tc.prefill {
-					t.Fatalf("prefill = %s\nwant      %s", got, tc.prefill)
-				}
+				same(t, "prefill", c.PrefillParams(), tc.prefill)
 			}
-			if got := wire(t, c.DecodeParams(tc.fromPrefill)); got != tc.decode {
-				t.Fatalf("decode = %s\nwant     %s", got, tc.decode)
+			var from json.RawMessage
+			if tc.fromPrefill != "" {
+				from = json.RawMessage(tc.fromPrefill)
 			}
-			if tc.fromPrefill != nil {
-				if _, touched := tc.fromPrefill["do_remote_decode"]; touched && tc.name == SGLang {
-					t.Fatal("prefill answer mutated")
-				}
+			got, err := c.DecodeParams(from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			same(t, "decode", got, tc.decode)
+			if tc.fromPrefill != "" && string(from) != tc.fromPrefill {
+				t.Fatal("prefill answer mutated")
 			}
 		})
+	}
+}
+
+func TestDecodeParamsRejectsMalformedAnswer(t *testing.T) {
+	c, _ := New(NIXL, nil)
+	if _, err := c.DecodeParams(json.RawMessage(`{"a":`)); err == nil {
+		t.Fatal("accepted")
 	}
 }
 
@@ -87,8 +104,10 @@ func TestSGLangPrefill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := c.PrefillParams(), c.PrefillParams()
-	if a["bootstrap_port"] != 9001 || a["do_remote_decode"] != true || a["do_remote_prefill"] != false {
+	var a, b map[string]any
+	_ = json.Unmarshal(c.PrefillParams(), &a)
+	_ = json.Unmarshal(c.PrefillParams(), &b)
+	if a["bootstrap_port"] != 9001.0 || a["do_remote_decode"] != true || a["do_remote_prefill"] != false {
 		t.Fatalf("params = %v", a)
 	}
 	if _, hasHost := a["bootstrap_host"]; hasHost {
