@@ -213,6 +213,13 @@ func (o *Object) MarshalJSON() ([]byte, error) { return o.Bytes(), nil }
 // Reader returns the encoded object as a reader over the shared value slices (no copy of the
 // values) together with its exact length, ready to be an HTTP request body.
 func (o *Object) Reader() (io.Reader, int64) {
+	bufs, n := o.Buffers()
+	return &bufs, n
+}
+
+// Buffers returns the encoded object as the pieces it is made of — glue bytes and the shared
+// values — and its exact length. Written with net.Buffers.WriteTo it becomes one vectored write.
+func (o *Object) Buffers() (net.Buffers, int64) {
 	// Small glue (braces, keys, commas) goes into one buffer; values are referenced, not copied.
 	glue := make([]byte, 0, 16*len(o.fields)+2)
 	nbufs := 2*len(o.fields) + 1
@@ -238,7 +245,7 @@ func (o *Object) Reader() (io.Reader, int64) {
 	}
 	glue = append(glue, '}')
 	bufs = append(bufs, glue[start:])
-	return &bufs, int64(o.Size())
+	return bufs, int64(o.Size())
 }
 
 // String returns the value of key when it is a JSON string.

@@ -77,7 +77,7 @@ func NewClient(address string, t *http.Transport, timeout time.Duration, tel obs
 func NewTransport(cfg config.Gateway) *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           dialer(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}),
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          0,
 		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerHost,

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -158,21 +159,50 @@ type RequestContext struct {
 // share may be reused).
 func (rc *RequestContext) BodiesSettled() bool { return rc.openBodies.Load() == 0 }
 
-// trackedBody counts a leg body as open until it has been read to EOF.
+// trackedBody is a leg body (the pieces of a body.Object) that counts as open until it has been
+// read or written to its end. It implements gateway.WholeBody, so the leg goes out in one
+// vectored write.
 type trackedBody struct {
-	r    io.Reader
+	bufs net.Buffers
 	rc   *RequestContext
 	done bool
 }
 
-func (t *trackedBody) Read(p []byte) (int, error) {
-	n, err := t.r.Read(p)
-	if err == io.EOF && !t.done {
+func (t *trackedBody) finish() {
+	if !t.done {
 		t.done = true
 		t.rc.openBodies.Add(-1)
 	}
+}
+
+func (t *trackedBody) Read(p []byte) (int, error) {
+	n, err := t.bufs.Read(p)
+	if err == io.EOF {
+		t.finish()
+	}
 	return n, err
 }
+
+// WriteTo writes the remaining pieces to w (a writev on a TCP connection).
+func (t *trackedBody) WriteTo(w io.Writer) (int64, error) {
+	n, err := t.bufs.WriteTo(w)
+	if err == nil {
+		t.finish()
+	}
+	return n, err
+}
+
+// Len is the number of bytes left.
+func (t *trackedBody) Len() int64 {
+	var n int64
+	for _, b := range t.bufs {
+		n += int64(len(b))
+	}
+	return n
+}
+
+// Close is a no-op: the body is in memory. (Being a ReadCloser keeps net/http from wrapping it.)
+func (t *trackedBody) Close() error { return nil }
 
 // TokenIDsJSON returns TokenIDs encoded once and cached (they go into several legs).
 func (rc *RequestContext) TokenIDsJSON() json.RawMessage {
@@ -199,12 +229,12 @@ func (rc *RequestContext) SetTokenIDs(ids []int) {
 // Leg returns a gateway leg with this request's forwarded headers and id, named after its profile
 // (or phase, for legs without a profile). At trace level the body is logged, redacted.
 func (rc *RequestContext) Leg(profile, path string, obj *body.Object) gateway.Leg {
-	r, n := obj.Reader()
+	bufs, n := obj.Buffers()
 	rc.openBodies.Add(1)
 	if l := rc.Log.V(5); l.Enabled() {
 		l.Info("leg request", "profile", profile, "path", path, "body", logging.RedactJSON(obj.Bytes()))
 	}
-	return gateway.Leg{Path: path, Profile: profile, Phase: profile, Header: rc.Forwarded, RequestID: rc.ID, Body: &trackedBody{r: r, rc: rc}, Size: n}
+	return gateway.Leg{Path: path, Profile: profile, Phase: profile, Header: rc.Forwarded, RequestID: rc.ID, Body: &trackedBody{bufs: bufs, rc: rc}, Size: n}
 }
 
 // TimingSummary formats the step timings as step=duration pairs for a log line.

@@ -129,9 +129,12 @@ func (s *Step) envelope(rc *pipeline.RequestContext, tenant string, timeout time
 func (s *Step) submit(ctx context.Context, client *redis.Client, q *queued) (string, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.redisTimeout)
 	defer cancel()
-	ttl := q.deadline.Sub(s.now()) + expiredGrace
+	// An absolute expiry (PXAT): a relative TTL would start when Redis runs the script, a little
+	// after the deadline was computed, and a lookup right at the deadline would still see the
+	// request as pending.
+	expireAt := q.deadline.Add(expiredGrace).UnixMilli()
 	vals, err := submitScript.Run(sctx, client, []string{q.active, q.result, q.cancel, q.queue},
-		q.token, ttl.Milliseconds(), q.member, q.score, expiredGrace.Milliseconds()).StringSlice()
+		q.token, expireAt, q.member, q.score, expiredGrace.Milliseconds()).StringSlice()
 	if err != nil {
 		return "", err
 	}

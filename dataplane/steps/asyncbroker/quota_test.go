@@ -2,6 +2,7 @@ package asyncbroker
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,7 +77,9 @@ func quotaParams(url string) map[string]any {
 			"default": map[string]any{"reserved": "std-reserved", "overflow": "std-overflow"},
 		},
 		"routes": []any{map[string]any{"model": "m1", "tier": "gold"}},
-		"quota":  map[string]any{"limits": map[string]any{"teamA": 1, "teamZero": 0}},
+		// A generous quota timeout: these tests check reservations, not fail-open on a slow Redis
+		// (which a loaded test machine would otherwise trigger).
+		"quota": map[string]any{"limits": map[string]any{"teamA": 1, "teamZero": 0}, "timeout": "5s"},
 	}
 }
 
@@ -85,10 +88,12 @@ func TestPassthroughReservedThenOverflow(t *testing.T) {
 	rdb := redisClient(t, srv)
 	c := startCoord(t, quotaParams(srv.URL()), fastHooks)
 
-	// The first teamA request holds the only reserved slot while it runs.
+	// The first teamA request holds the only reserved slot while it runs. The gate's name is
+	// unique per run (go test -count=N reuses test names).
+	gate := fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
 	first := async(func() (reply, error) {
 		return c.do(context.Background(), "POST", "/v1/chat/completions", chatBody,
-			hdr("X-AP-Mode", "passthrough", "X-Team", "teamA", "X-Test-Hold", t.Name()))
+			hdr("X-AP-Mode", "passthrough", "X-Team", "teamA", "X-Test-Hold", gate))
 	})
 	eventually(t, 5*time.Second, "the first request to take the slot", func() bool {
 		return rdb.Get(context.Background(), "quota:userid:teamA").Val() == "1"
@@ -102,7 +107,7 @@ func TestPassthroughReservedThenOverflow(t *testing.T) {
 	if got := sinkHeaders(t, other)["x-gateway-inference-objective"]; got != "gold-reserved" {
 		t.Fatalf("unlimited tenant objective = %q, want gold-reserved", got)
 	}
-	close(holdGate(t.Name()))
+	close(holdGate(gate))
 	r := awaitReply(t, first, 5*time.Second)
 	if got := sinkHeaders(t, r)["x-gateway-inference-objective"]; got != "gold-reserved" {
 		t.Fatalf("first request objective = %q, want gold-reserved", got)

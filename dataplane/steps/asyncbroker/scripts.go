@@ -11,7 +11,7 @@ import "github.com/redis/go-redis/v9"
 // re-submitting after Redis lost its data) or a reusable result is stored.
 //
 //	KEYS: active, mailbox, cancel, queue
-//	ARGV: token, active TTL (ms), member, score, expired grace (ms)
+//	ARGV: token, active marker expiry (Unix ms), member, score, expired grace (ms)
 //	returns {"live", token} | {"done", ""} | {"enqueued", token}
 //
 // A live marker whose remaining TTL is within the expired grace belongs to a request whose
@@ -35,7 +35,7 @@ if stored then
   redis.call('DEL', KEYS[2])
 end
 redis.call('DEL', KEYS[3])
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])
 redis.call('ZADD', KEYS[4], ARGV[4], ARGV[3])
 return {'enqueued', ARGV[1]}
 `)
