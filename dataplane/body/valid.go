@@ -143,18 +143,31 @@ const (
 	msb = 0x8080808080808080
 )
 
-// special reports (possibly with false positives above a true hit) whether any byte of the word
-// is a quote, a backslash or below 0x20.
-func special(x uint64) bool {
+// specialMask has a high bit set (possibly with false positives above a true hit) for every
+// byte of the word that is a quote, a backslash or below 0x20.
+func specialMask(x uint64) uint64 {
 	q := x ^ (lsb * '"')
 	b := x ^ (lsb * '\\')
-	return ((q-lsb)&^q|(b-lsb)&^b|(x-lsb*0x20)&^x)&msb != 0
+	return ((q - lsb) &^ q) | ((b - lsb) &^ b) | ((x - lsb*0x20) &^ x)
 }
+
+// special reports whether any byte of the word may need attention (see specialMask).
+func special(x uint64) bool { return specialMask(x)&msb != 0 }
 
 func (v *validator) str() bool {
 	v.pos++ // opening quote
 	d := v.data
 	for {
+		// 32 bytes per round while nothing special shows up, then 8, then byte by byte.
+		for v.pos+32 <= len(d) {
+			w := d[v.pos : v.pos+32 : v.pos+32]
+			m := specialMask(binary.LittleEndian.Uint64(w)) | specialMask(binary.LittleEndian.Uint64(w[8:])) |
+				specialMask(binary.LittleEndian.Uint64(w[16:])) | specialMask(binary.LittleEndian.Uint64(w[24:]))
+			if m&msb != 0 {
+				break
+			}
+			v.pos += 32
+		}
 		for v.pos+8 <= len(d) && !special(binary.LittleEndian.Uint64(d[v.pos:])) {
 			v.pos += 8
 		}
