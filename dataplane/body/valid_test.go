@@ -67,3 +67,18 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// TestValidLongStrings puts each special byte at every position of strings long enough to go
+// through the word-at-a-time paths, and compares with encoding/json.
+func TestValidLongStrings(t *testing.T) {
+	for _, special := range []string{`"`, `\"`, `\\`, `\n`, `\u0041`, `\x`, "\x01", "\x1f", "\n", "\t", `\`, "\x7f", "é"} {
+		for n := 0; n < 80; n++ {
+			s := `"` + strings.Repeat("a", n) + special + strings.Repeat("b", 80-n) + `"`
+			for _, doc := range []string{s, `{"k":` + s + `}`, `[` + s + `,1]`} {
+				if got, want := Valid([]byte(doc)), json.Valid([]byte(doc)); got != want {
+					t.Fatalf("Valid(%q) = %v, encoding/json says %v", doc, got, want)
+				}
+			}
+		}
+	}
+}

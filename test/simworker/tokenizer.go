@@ -2,11 +2,8 @@ package simworker
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
-	"hash/fnv"
 	"strings"
 )
 
@@ -32,24 +29,33 @@ const (
 	wordTokenRange = 30000
 )
 
-// kwargsBlobBase is the fixed part of the size of an image's kwargs blob.
-const kwargsBlobBase = 4096
+// FNV-1a (32-bit) parameters of WordTokenID.
+const (
+	fnvOffset32 = 2166136261
+	fnvPrime32  = 16777619
+)
 
 // WordTokenID returns the token id of one whitespace-free word:
 // 100 + fnv32a(word) % 30000.
 func WordTokenID(word string) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(word))
-	return wordTokenBase + int(h.Sum32()%wordTokenRange)
+	h := uint32(fnvOffset32)
+	for i := 0; i < len(word); i++ {
+		h ^= uint32(word[i])
+		h *= fnvPrime32
+	}
+	return wordTokenBase + int(h%wordTokenRange)
 }
 
 // TokenizeText splits text on whitespace and returns one token id per word,
 // without BOS.
 func TokenizeText(text string) []int {
-	words := strings.Fields(text)
-	ids := make([]int, len(words))
-	for i, w := range words {
-		ids[i] = WordTokenID(w)
+	return appendTextTokens([]int{}, text)
+}
+
+// appendTextTokens appends the token ids of the words of text to ids.
+func appendTextTokens(ids []int, text string) []int {
+	for w := range strings.FieldsSeq(text) {
+		ids = append(ids, WordTokenID(w))
 	}
 	return ids
 }
@@ -57,7 +63,7 @@ func TokenizeText(text string) []int {
 // TokenizePrompt returns the token ids of a completions prompt: BOS followed
 // by one token per word.
 func TokenizePrompt(prompt string) []int {
-	return append([]int{BOSTokenID}, TokenizeText(prompt)...)
+	return appendTextTokens([]int{BOSTokenID}, prompt)
 }
 
 // RoleTokenID returns the token id that precedes a chat message of role.
@@ -79,61 +85,14 @@ func RoleTokenID(role string) int {
 // little-endian unsigned integer.
 func PromptKey(tokenIDs []int) string {
 	h := sha256.New()
-	var buf [4]byte
-	for _, id := range tokenIDs {
-		binary.LittleEndian.PutUint32(buf[:], uint32(id))
-		_, _ = h.Write(buf[:])
+	var buf [4 << 10]byte
+	for len(tokenIDs) > 0 {
+		n := min(len(tokenIDs), len(buf)/4)
+		for i, id := range tokenIDs[:n] {
+			binary.LittleEndian.PutUint32(buf[4*i:], uint32(id))
+		}
+		_, _ = h.Write(buf[:4*n])
+		tokenIDs = tokenIDs[n:]
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// ImageBytes returns the bytes B that stand for the image at url: the decoded
-// payload of a "data:<mime>;base64,<b64>" URL, or the URL's own bytes for any
-// other URL. It fails only on a base64 data URL with an invalid payload.
-func ImageBytes(url string) ([]byte, error) {
-	if !strings.HasPrefix(url, "data:") {
-		return []byte(url), nil
-	}
-	meta, payload, ok := strings.Cut(url[len("data:"):], ",")
-	if !ok || !strings.HasSuffix(meta, ";base64") {
-		return []byte(url), nil
-	}
-	b, err := base64.StdEncoding.DecodeString(payload)
-	if err != nil {
-		if b2, err2 := base64.RawStdEncoding.DecodeString(payload); err2 == nil {
-			return b2, nil
-		}
-		return nil, errors.New("invalid base64 payload in image data URL")
-	}
-	return b, nil
-}
-
-// ImageTokenCount returns the number of placeholder tokens of an image whose
-// bytes are b: 4 + len(b) % 61.
-func ImageTokenCount(b []byte) int {
-	return 4 + len(b)%61
-}
-
-// ImageHash returns the mm_hash of an image whose bytes are b: hex SHA-256.
-func ImageHash(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
-
-// ImageKwargsSize returns the size in bytes of ImageKwargsBlob for an image of
-// n bytes: 4096 + 3*n. It is also the size_bytes of the image's EC descriptor.
-func ImageKwargsSize(n int) int {
-	return kwargsBlobBase + 3*n
-}
-
-// ImageKwargsBlob returns the deterministic stand-in for the processed
-// multimodal kwargs (pixel values) of an image whose bytes are b. Its size is
-// ImageKwargsSize(len(b)).
-func ImageKwargsBlob(b []byte) []byte {
-	seed := sha256.Sum256(b)
-	out := make([]byte, ImageKwargsSize(len(b)))
-	for i := range out {
-		out[i] = seed[i%len(seed)] ^ byte(i*131>>3)
-	}
-	return out
 }
