@@ -115,6 +115,9 @@ type Leg struct {
 	Size int64
 	// ContentType defaults to application/json when there is a body.
 	ContentType string
+	// GetBody, when set, returns a fresh copy of Body, so the transport may replay the leg where
+	// net/http allows it (e.g. an HTTP/2 gateway answering GOAWAY or REFUSED_STREAM).
+	GetBody func() (io.ReadCloser, error)
 }
 
 // Do sends the leg and returns the raw response; the caller closes its body. Each leg is a
@@ -137,8 +140,9 @@ func (c *Client) Do(ctx context.Context, leg Leg) (*http.Response, error) {
 		return nil, err
 	}
 	req.ContentLength = leg.Size
+	req.GetBody = leg.GetBody
 	if leg.Body == nil || leg.Size == 0 {
-		req.Body = http.NoBody
+		req.Body, req.GetBody = http.NoBody, nil
 		req.ContentLength = 0
 	}
 	h := make(http.Header, len(leg.Header)+6)

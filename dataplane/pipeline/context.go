@@ -230,11 +230,15 @@ func (rc *RequestContext) SetTokenIDs(ids []int) {
 // (or phase, for legs without a profile). At trace level the body is logged, redacted.
 func (rc *RequestContext) Leg(profile, path string, obj *body.Object) gateway.Leg {
 	bufs, n := obj.Buffers()
-	rc.openBodies.Add(1)
+	body := func() *trackedBody {
+		rc.openBodies.Add(1)
+		return &trackedBody{bufs: append(net.Buffers(nil), bufs...), rc: rc}
+	}
 	if l := rc.Log.V(5); l.Enabled() {
 		l.Info("leg request", "profile", profile, "path", path, "body", logging.RedactJSON(obj.Bytes()))
 	}
-	return gateway.Leg{Path: path, Profile: profile, Phase: profile, Header: rc.Forwarded, RequestID: rc.ID, Body: &trackedBody{bufs: bufs, rc: rc}, Size: n}
+	return gateway.Leg{Path: path, Profile: profile, Phase: profile, Header: rc.Forwarded, RequestID: rc.ID, Body: body(), Size: n,
+		GetBody: func() (io.ReadCloser, error) { return body(), nil }}
 }
 
 // TimingSummary formats the step timings as step=duration pairs for a log line.

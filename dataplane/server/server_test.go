@@ -365,3 +365,44 @@ func TestUpstreamBodiesAreLoggedNotEchoed(t *testing.T) {
 		t.Fatalf("log line: %s", line)
 	}
 }
+
+// TestStaleGatewayConnections: pooled connections the gateway closed while idle must not fail the
+// next requests.
+func TestStaleGatewayConnections(t *testing.T) {
+	var idle sync.Map
+	gw := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		jsonAnswer(w, r)
+	}))
+	gw.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		if s == http.StateIdle {
+			idle.Store(c, true)
+		}
+	}
+	gw.Start()
+	defer gw.Close()
+	cfg := config.Default()
+	cfg.Gateway.Address = gw.URL
+	cfg.Pipeline.Steps = []config.Step{{Type: "prefill"}, {Type: "decode"}}
+	p, err := pipeline.Build(cfg, pipeline.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := &pipeline.Holder{}
+	holder.Swap(p)
+	h := server.New(server.Options{Server: cfg.Server, Pipelines: holder, Log: logr.Discard()}).Handler()
+	for i := 0; i < 5; i++ {
+		// Close every idle gateway connection behind the coordinator's back.
+		idle.Range(func(k, _ any) bool {
+			_ = k.(net.Conn).Close()
+			idle.Delete(k)
+			return true
+		})
+		time.Sleep(10 * time.Millisecond) // the close reaches the client side
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"messages":[{"role":"user","content":"x"}]}`)))
+		if rec.Code != 200 {
+			t.Fatalf("request %d over stale connections: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+}
