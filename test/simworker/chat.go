@@ -3,8 +3,11 @@ package simworker
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/epd-dev/coordinator/dataplane/body"
 )
 
 // RenderedImage is one image found while rendering chat messages.
@@ -30,19 +33,8 @@ type ChatRendering struct {
 	LastUserText string
 }
 
-// chatMessage is the part of an OpenAI chat message the tokenizer reads.
-type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-// contentPart is one element of an array message content. Fields such as
-// "uuid" are deliberately ignored.
-type contentPart struct {
-	Type     string          `json:"type"`
-	Text     *string         `json:"text"`
-	ImageURL json.RawMessage `json:"image_url"`
-}
+// errNoMessages reports a chat request without messages.
+var errNoMessages = errors.New("messages is required")
 
 // RenderChat tokenizes the JSON array of OpenAI chat messages the way the
 // worker's render service and prompt keys do: BOS, then for each message its
@@ -50,106 +42,203 @@ type contentPart struct {
 // text parts are tokenized with TokenizeText; an image_url part becomes
 // ImageTokenCount(B) ImageTokenID tokens, where B is ImageBytes(url).
 func RenderChat(messages json.RawMessage) (*ChatRendering, error) {
-	if len(bytes.TrimSpace(messages)) == 0 || bytes.Equal(bytes.TrimSpace(messages), []byte("null")) {
-		return nil, fmt.Errorf("messages is required")
+	messages = bytes.TrimSpace(messages)
+	if absent(messages) {
+		return nil, errNoMessages
 	}
-	var msgs []chatMessage
-	if err := json.Unmarshal(messages, &msgs); err != nil {
-		return nil, fmt.Errorf("messages must be an array of messages: %v", err)
+	if !body.Valid(messages) {
+		var v any
+		return nil, fmt.Errorf("messages must be an array of messages: %v", json.Unmarshal(messages, &v))
 	}
-	if len(msgs) == 0 {
-		return nil, fmt.Errorf("messages must not be empty")
+	r := renderer{detail: imageData}
+	if err := r.render(messages); err != nil {
+		return nil, err
 	}
-	out := &ChatRendering{TokenIDs: []int{BOSTokenID}}
-	for i, m := range msgs {
-		out.TokenIDs = append(out.TokenIDs, RoleTokenID(m.Role))
-		text, err := out.appendContent(m.Content)
-		if err != nil {
-			return nil, fmt.Errorf("messages[%d].content: %v", i, err)
-		}
-		if m.Role == "user" {
-			out.LastUserText = text
-		}
+	// The texts share messages' memory: the caller's, which it may reuse.
+	out := &ChatRendering{TokenIDs: r.ids, LastUserText: strings.Clone(strings.Join(r.lastUser, " "))}
+	for _, im := range r.images {
+		out.Images = append(out.Images, RenderedImage{Hash: im.hash(), Offset: im.offset, Length: imageTokens(im.size), Bytes: im.data})
 	}
 	return out, nil
 }
 
-// appendContent tokenizes one message content and returns its text.
-func (c *ChatRendering) appendContent(content json.RawMessage) (string, error) {
-	trimmed := bytes.TrimSpace(content)
-	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
-		return "", nil
+// renderer tokenizes chat messages (see RenderChat).
+type renderer struct {
+	detail   imageDetail // what to compute of each image
+	ids      []int
+	images   []chatImage
+	lastUser []string // the texts of the last user message
+}
+
+// chatMessage is the part of an OpenAI chat message the tokenizer reads.
+type chatMessage struct {
+	role    string
+	content []byte // raw
+}
+
+// contentPart is one element of an array message content. Members such as
+// "uuid" are deliberately ignored.
+type contentPart struct {
+	typ      string
+	text     *string
+	imageURL []byte // raw
+}
+
+// render tokenizes messages, a validated JSON value.
+func (r *renderer) render(messages []byte) error {
+	if absent(messages) {
+		return errNoMessages
 	}
-	switch trimmed[0] {
-	case '"':
-		var s string
-		if err := json.Unmarshal(trimmed, &s); err != nil {
-			return "", err
+	if messages[0] != '[' {
+		return errors.New("messages must be an array of messages")
+	}
+	msgs, err := decodeMessages(messages)
+	if err != nil {
+		return fmt.Errorf("messages must be an array of messages: %v", err)
+	}
+	if len(msgs) == 0 {
+		return errors.New("messages must not be empty")
+	}
+	r.ids = append(make([]int, 0, 2*len(msgs)+estimateTokens(messages)), BOSTokenID)
+	for i, m := range msgs {
+		r.ids = append(r.ids, RoleTokenID(m.role))
+		texts, err := r.content(m.content)
+		if err != nil {
+			return fmt.Errorf("messages[%d].content: %v", i, err)
 		}
-		c.TokenIDs = append(c.TokenIDs, TokenizeText(s)...)
-		return s, nil
-	case '[':
-		var parts []contentPart
-		if err := json.Unmarshal(trimmed, &parts); err != nil {
-			return "", err
+		if m.role == "user" {
+			r.lastUser = texts
+		}
+	}
+	return nil
+}
+
+// decodeMessages decodes every message of a validated array (a null message
+// is an empty one).
+func decodeMessages(raw []byte) ([]chatMessage, error) {
+	items, err := body.Array(raw)
+	if err != nil {
+		return nil, err
+	}
+	msgs := make([]chatMessage, len(items))
+	var ferr error
+	for i, it := range items {
+		path := fmt.Sprintf("messages[%d]", i)
+		m, err := nestedObject(it, path)
+		if err != nil {
+			return nil, err
+		}
+		f := fields{obj: m, path: path, err: &ferr}
+		msgs[i] = chatMessage{role: f.str("role"), content: f.raw("content")}
+		if ferr != nil {
+			return nil, ferr
+		}
+	}
+	return msgs, nil
+}
+
+// content tokenizes one message content and returns its texts.
+func (r *renderer) content(raw []byte) ([]string, error) {
+	switch {
+	case absent(raw):
+		return nil, nil
+	case raw[0] == '"':
+		s, err := jsonString(raw, "content")
+		r.ids = appendTextTokens(r.ids, s)
+		return []string{s}, err
+	case raw[0] == '[':
+		parts, err := decodeParts(raw)
+		if err != nil {
+			return nil, err
 		}
 		var texts []string
 		for j, p := range parts {
-			text, err := c.appendPart(p)
+			text, err := r.part(p)
 			if err != nil {
-				return "", fmt.Errorf("part %d: %v", j, err)
+				return nil, fmt.Errorf("part %d: %v", j, err)
 			}
-			if p.Type == "text" {
+			if p.typ == "text" {
 				texts = append(texts, text)
 			}
 		}
-		return strings.Join(texts, " "), nil
-	default:
-		return "", fmt.Errorf("must be a string, an array of parts or null")
+		return texts, nil
 	}
+	return nil, errors.New("must be a string, an array of parts or null")
 }
 
-// appendPart tokenizes one content part and returns its text, if any.
-func (c *ChatRendering) appendPart(p contentPart) (string, error) {
-	switch p.Type {
-	case "text":
-		if p.Text == nil {
-			return "", fmt.Errorf("text part without text")
-		}
-		c.TokenIDs = append(c.TokenIDs, TokenizeText(*p.Text)...)
-		return *p.Text, nil
-	case "image_url":
-		url, err := partImageURL(p.ImageURL)
-		if err != nil {
-			return "", err
-		}
-		b, err := ImageBytes(url)
-		if err != nil {
-			return "", err
-		}
-		img := RenderedImage{Hash: ImageHash(b), Offset: len(c.TokenIDs), Length: ImageTokenCount(b), Bytes: b}
-		for range img.Length {
-			c.TokenIDs = append(c.TokenIDs, ImageTokenID)
-		}
-		c.Images = append(c.Images, img)
-		return "", nil
-	default:
-		return "", fmt.Errorf("unsupported content part type %q", p.Type)
+// decodeParts decodes every part of a validated array content (a null part
+// is an empty one).
+func decodeParts(raw []byte) ([]contentPart, error) {
+	items, err := body.Array(raw)
+	if err != nil {
+		return nil, err
 	}
+	parts := make([]contentPart, len(items))
+	var ferr error
+	for j, it := range items {
+		path := fmt.Sprintf("content[%d]", j)
+		o, err := nestedObject(it, path)
+		if err != nil {
+			return nil, err
+		}
+		f := fields{obj: o, path: path, err: &ferr}
+		parts[j] = contentPart{typ: f.str("type"), imageURL: f.raw("image_url")}
+		if text := f.raw("text"); text != nil {
+			s := f.str("text")
+			parts[j].text = &s
+		}
+		if ferr != nil {
+			return nil, ferr
+		}
+	}
+	return parts, nil
+}
+
+// part tokenizes one content part and returns its text, if any.
+func (r *renderer) part(p contentPart) (string, error) {
+	switch p.typ {
+	case "text":
+		if p.text == nil {
+			return "", errors.New("text part without text")
+		}
+		r.ids = appendTextTokens(r.ids, *p.text)
+		return *p.text, nil
+	case "image_url":
+		url, err := partImageURL(p.imageURL)
+		if err != nil {
+			return "", err
+		}
+		im, err := loadImage(url, r.detail)
+		if err != nil {
+			return "", err
+		}
+		im.offset = len(r.ids)
+		for range imageTokens(im.size) {
+			r.ids = append(r.ids, ImageTokenID)
+		}
+		r.images = append(r.images, im)
+		return "", nil
+	}
+	return "", fmt.Errorf("unsupported content part type %q", p.typ)
 }
 
 // partImageURL extracts the URL of an image_url part, which is either
 // {"url": "..."} or, leniently, a bare string.
-func partImageURL(raw json.RawMessage) (string, error) {
-	var obj struct {
-		URL string `json:"url"`
+func partImageURL(raw []byte) (string, error) {
+	var url string
+	var err error
+	switch {
+	case absent(raw):
+	case raw[0] == '{':
+		var o *body.Object
+		if o, err = body.ParseNested(raw); err == nil {
+			url, err = jsonString(member(o, "url"), "url")
+		}
+	case raw[0] == '"':
+		url, err = jsonString(raw, "image_url")
 	}
-	if err := json.Unmarshal(raw, &obj); err == nil && obj.URL != "" {
-		return obj.URL, nil
+	if err != nil || url == "" {
+		return "", errors.New("image_url part without image_url.url")
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil && s != "" {
-		return s, nil
-	}
-	return "", fmt.Errorf("image_url part without image_url.url")
+	return url, nil
 }

@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // encodeItem is one image an encode leg computes.
 type encodeItem struct {
-	hash string
-	data []byte // the simulated encoder output
+	hash   string
+	size   int           // of the simulated encoder output
+	output func() []byte // the simulated encoder output, built when it is stored
 }
 
 // serveEncode serves a request on an encode worker.
@@ -32,7 +34,7 @@ func (w *Worker) serveEncode(rw http.ResponseWriter, r *http.Request, in *infere
 	switch w.cfg.ECConnector {
 	case ECSharedStorage:
 		for _, it := range items {
-			if err := writeFileAtomic(filepath.Join(w.cfg.ECDir, it.hash), it.data); err != nil {
+			if err := writeFileAtomic(filepath.Join(w.cfg.ECDir, it.hash), it.output()); err != nil {
 				writeError(rw, http.StatusInternalServerError, "EC store failed: "+err.Error())
 				return
 			}
@@ -44,12 +46,13 @@ func (w *Worker) serveEncode(rw http.ResponseWriter, r *http.Request, in *infere
 			d := ECDescriptor{
 				PeerHost:  host,
 				PeerPort:  port,
-				SizeBytes: len(it.data),
+				SizeBytes: it.size,
 				NixlAgentMetadataB64: base64.StdEncoding.EncodeToString(
-					fmt.Appendf(nil, "nixl-agent/%s/%s/%d", w.engineID, it.hash, len(it.data))),
+					fmt.Appendf(nil, "nixl-agent/%s/%s/%d", w.engineID, it.hash, it.size)),
 			}
-			w.ecDescs.put(it.hash, d)
-			params[it.hash] = d
+			hash := strings.Clone(it.hash) // it.hash shares the request body
+			w.ecDescs.put(hash, d)
+			params[hash] = d
 		}
 	}
 	w.respond(rw, r, in, nil, params)
@@ -57,7 +60,7 @@ func (w *Worker) serveEncode(rw http.ResponseWriter, r *http.Request, in *infere
 
 // encodeItems validates the shape of an encode leg and returns its images.
 func encodeItems(in *inference) ([]encodeItem, *apiError) {
-	hashes := in.features.imageHashes()
+	hashes := in.features.hashes()
 	switch in.kind {
 	case kindChat:
 		if len(in.chatImages) != 1 {
@@ -69,12 +72,17 @@ func encodeItems(in *inference) ([]encodeItem, *apiError) {
 		if !validHash(hashes[0]) {
 			return nil, badRequest("invalid mm_hash %q", hashes[0])
 		}
-		return []encodeItem{{hash: hashes[0], data: ImageKwargsBlob(in.chatImages[0].Bytes)}}, nil
+		img := in.chatImages[0]
+		return []encodeItem{{
+			hash:   hashes[0],
+			size:   ImageKwargsSize(img.size),
+			output: func() []byte { return kwargsBlob(img.sum, img.size) },
+		}}, nil
 	case kindGenerate:
 		if len(hashes) == 0 {
 			return nil, badRequest("encode request requires features.mm_hashes.image")
 		}
-		kwargs := in.features.KwargsData["image"]
+		kwargs := in.features.imageKwargs
 		if len(kwargs) != len(hashes) {
 			return nil, badRequest("encode request requires features.kwargs_data.image for every mm_hash (%d hashes, %d items)", len(hashes), len(kwargs))
 		}
@@ -90,7 +98,7 @@ func encodeItems(in *inference) ([]encodeItem, *apiError) {
 			if err != nil {
 				data = []byte(*kwargs[i])
 			}
-			items[i] = encodeItem{hash: h, data: data}
+			items[i] = encodeItem{hash: h, size: len(data), output: func() []byte { return data }}
 		}
 		return items, nil
 	default:
@@ -109,8 +117,8 @@ func (w *Worker) verifyEC(ctx context.Context, in *inference, strict bool) *apiE
 		return nil
 	}
 	var hashes []string
-	kwargs := in.features.KwargsData["image"]
-	for i, h := range in.features.imageHashes() {
+	kwargs := in.features.imageKwargs
+	for i, h := range in.features.imageHashes {
 		if i < len(kwargs) && kwargs[i] != nil {
 			continue
 		}
@@ -165,7 +173,8 @@ func (w *Worker) verifyECNixl(ctx context.Context, in *inference, hashes []strin
 			return fmt.Errorf("%s[%s] needs peer_host and a valid peer_port", in.ecName, h)
 		}
 		var peer ECDescriptor
-		if err := w.lookup(ctx, d.PeerHost, d.PeerPort, "ec", h, &peer); err != nil {
+		decode := func(b []byte) error { return json.Unmarshal(b, &peer) }
+		if err := w.lookup(ctx, d.PeerHost, d.PeerPort, "ec", h, decode); err != nil {
 			if errors.Is(err, errNotFound) {
 				return fmt.Errorf("mm_hash %s unknown to %s:%d", h, d.PeerHost, d.PeerPort)
 			}

@@ -71,7 +71,19 @@ func writeJSON(rw http.ResponseWriter, status int, v any) {
 		status = http.StatusInternalServerError
 		b = []byte(`{"error":{"message":"cannot encode response","type":"InternalServerError","param":null,"code":500}}`)
 	}
+	writeBody(rw, status, b)
+}
+
+// writeBody answers status with b, a JSON document.
+func writeBody(rw http.ResponseWriter, status int, b []byte) {
 	rw.Header().Set("Content-Type", "application/json")
 	rw.WriteHeader(status)
 	_, _ = rw.Write(b)
+}
+
+// appendMarshaled appends v encoded by encoding/json (small values only:
+// strings, maps of raw values, which always encode).
+func appendMarshaled(dst []byte, v any) []byte {
+	b, _ := json.Marshal(v)
+	return append(dst, b...)
 }

@@ -1,7 +1,6 @@
 package simworker
 
 import (
-	"io"
 	"net/http"
 	"strings"
 )
@@ -13,8 +12,11 @@ func (w *Worker) handleInference(kind apiKind) http.HandlerFunc {
 			writeError(rw, http.StatusInternalServerError, "simworker misconfigured: "+w.cfgErr.Error())
 			return
 		}
-		body, _ := io.ReadAll(r.Body) // already buffered by ServeHTTP
-		in, err := parseInference(kind, body)
+		detail := imageSize
+		if w.cfg.Role == RoleEncode {
+			detail = imageDigest // for the encoder output
+		}
+		in, err := parseInferenceImages(kind, requestBody(r), detail)
 		if err != nil {
 			writeAPIError(rw, err)
 			return

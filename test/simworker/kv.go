@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 )
 
 // kvBlockSize is the number of tokens per simulated KV block.
@@ -45,30 +46,65 @@ func (w *Worker) producePrefillKV(r *http.Request, in *inference) (any, *apiErro
 		return nil, nil
 	default:
 		n := max((len(in.promptIDs)+kvBlockSize-1)/kvBlockSize, 1)
-		first := w.blockSeq.Add(int64(n)) - int64(n)
-		blocks := make([]int, n)
-		for i := range blocks {
-			blocks[i] = int(first) + i
+		h := kvHandle{
+			firstBlock: int(w.blockSeq.Add(int64(n))) - n,
+			numBlocks:  n,
+			promptKey:  in.promptKey,
+			numTokens:  len(in.promptIDs),
 		}
-		h := KVHandle{
-			RemoteRequestID: w.newID(w.cfg.Name + "-kv-"),
-			RemoteEngineID:  w.engineID,
-			RemoteBlockIDs:  [][]int{blocks},
-			PromptKey:       in.promptKey,
-			NumTokens:       len(in.promptIDs),
-		}
-		w.kvHandles.put(h.RemoteRequestID, h)
+		id := w.newID(w.cfg.Name + "-kv-")
+		w.kvHandles.put(id, h)
 		return NixlKVParams{
 			DoRemotePrefill: true,
-			RemoteBlockIDs:  h.RemoteBlockIDs,
-			RemoteEngineID:  h.RemoteEngineID,
-			RemoteRequestID: h.RemoteRequestID,
+			RemoteBlockIDs:  [][]int{h.blockIDs()},
+			RemoteEngineID:  w.engineID,
+			RemoteRequestID: id,
 			RemoteHost:      host,
 			RemotePort:      port,
 			TPSize:          1,
-			RemoteNumTokens: h.NumTokens,
+			RemoteNumTokens: h.numTokens,
 		}, nil
 	}
+}
+
+// kvHandle is a published KV cache as a kv-nixl prefill worker keeps it:
+// its blocks are consecutive, so it takes a few words however long the
+// prompt.
+type kvHandle struct {
+	firstBlock, numBlocks int
+	promptKey             string
+	numTokens             int
+}
+
+// blockIDs returns the handle's block ids.
+func (h kvHandle) blockIDs() []int {
+	ids := make([]int, h.numBlocks)
+	for i := range ids {
+		ids[i] = h.firstBlock + i
+	}
+	return ids
+}
+
+// appendJSON appends the handle as GET /kv/{id} serves it: the encoding/json
+// encoding of the KVHandle, written directly (a long prompt has thousands of
+// blocks, which encoding/json would encode one reflective call at a time).
+func (h kvHandle) appendJSON(dst []byte, id, engineID string) []byte {
+	dst = append(dst, `{"remote_request_id":`...)
+	dst = appendMarshaled(dst, id)
+	dst = append(dst, `,"remote_engine_id":`...)
+	dst = appendMarshaled(dst, engineID)
+	dst = append(dst, `,"remote_block_ids":[[`...)
+	for i := range h.numBlocks {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = strconv.AppendInt(dst, int64(h.firstBlock+i), 10)
+	}
+	dst = append(dst, `]],"prompt_key":`...)
+	dst = appendMarshaled(dst, h.promptKey)
+	dst = append(dst, `,"num_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(h.numTokens), 10)
+	return append(dst, '}')
 }
 
 // kvProtocol is the configured connector, or with KVAuto the one the request's params speak.
@@ -151,14 +187,20 @@ func (w *Worker) verifyNixl(ctx context.Context, in *inference) error {
 	if err != nil {
 		return err
 	}
-	var blocks [][]int
-	if raw, ok := in.kv["remote_block_ids"]; !ok || isNull(raw) {
+	raw, ok := in.kv["remote_block_ids"]
+	if !ok || isNull(raw) {
 		return fmt.Errorf("missing %s.remote_block_ids", in.kvName)
-	} else if json.Unmarshal(raw, &blocks) != nil {
+	}
+	blocks, err := blockIDs(raw)
+	if err != nil {
 		return fmt.Errorf("%s.remote_block_ids must be a list of lists of integers", in.kvName)
 	}
 	var h KVHandle
-	if err := w.lookup(ctx, host, port, "kv", id, &h); err != nil {
+	decode := func(b []byte) (err error) {
+		h, err = parseKVHandle(b)
+		return err
+	}
+	if err := w.lookup(ctx, host, port, "kv", id, decode); err != nil {
 		if errors.Is(err, errNotFound) {
 			return fmt.Errorf("remote_request_id %q unknown to %s:%d", id, host, port)
 		}
@@ -173,6 +215,44 @@ func (w *Worker) verifyNixl(ctx context.Context, in *inference) error {
 		return fmt.Errorf("prompt mismatch: KV was computed for prompt %s, decode request is prompt %s", h.PromptKey, in.promptKey)
 	}
 	return nil
+}
+
+// parseKVHandle decodes a KVHandle served by a peer's side channel. Its
+// block ids can run to thousands: encoding/json would take longer to decode
+// them than the worker takes to tokenize the prompt.
+func parseKVHandle(answer []byte) (KVHandle, error) {
+	o, err := parseObject(answer)
+	if err != nil {
+		return KVHandle{}, err
+	}
+	f := topFields(o, &err)
+	h := KVHandle{
+		RemoteRequestID: f.str("remote_request_id"),
+		RemoteEngineID:  f.str("remote_engine_id"),
+		PromptKey:       f.str("prompt_key"),
+	}
+	if n := f.integer("num_tokens"); n != nil {
+		h.NumTokens = *n
+	}
+	if raw := f.raw("remote_block_ids"); raw != nil {
+		h.RemoteBlockIDs, err = blockIDs(raw)
+	}
+	return h, err
+}
+
+// blockIDs decodes remote_block_ids, a validated list of lists of integers.
+func blockIDs(raw []byte) ([][]int, error) {
+	lists, err := nestedArray(raw, "remote_block_ids")
+	if err != nil {
+		return nil, err
+	}
+	blocks := make([][]int, len(lists))
+	for i, l := range lists {
+		if blocks[i], err = jsonInts(l, "remote_block_ids"); err != nil {
+			return nil, err
+		}
+	}
+	return blocks, nil
 }
 
 // writeFileAtomic writes b to path through a temporary file and a rename.

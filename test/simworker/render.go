@@ -1,10 +1,11 @@
 package simworker
 
 import (
-	"encoding/base64"
-	"encoding/json"
-	"io"
+	"bufio"
 	"net/http"
+	"strconv"
+
+	"github.com/epd-dev/coordinator/dataplane/body"
 )
 
 // RenderFeatures is the multimodal part of a render answer (vLLM
@@ -42,96 +43,80 @@ var samplingFields = []string{
 
 // handleChatRender answers POST /v1/chat/completions/render.
 func (w *Worker) handleChatRender(rw http.ResponseWriter, r *http.Request) {
-	body, fields, ok := w.readRenderBody(rw, r)
+	f, ok := w.renderFields(rw, r)
 	if !ok {
 		return
 	}
-	var req struct {
-		Model    string          `json:"model"`
-		Messages json.RawMessage `json:"messages"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(rw, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+	model, messages := f.str("model"), f.raw("messages")
+	if err := typeError(f); err != nil {
+		writeAPIError(rw, err)
 		return
 	}
-	rendering, err := RenderChat(req.Messages)
-	if err != nil {
+	rd := renderer{detail: imageDigest}
+	if err := rd.render(messages); err != nil {
 		writeError(rw, http.StatusBadRequest, err.Error())
 		return
 	}
-	feats := &RenderFeatures{
-		MMHashes:       map[string][]string{"image": {}},
-		MMPlaceholders: map[string][]RenderPlaceholder{"image": {}},
-		KwargsData:     map[string][]string{"image": {}},
-	}
-	for _, img := range rendering.Images {
-		feats.MMHashes["image"] = append(feats.MMHashes["image"], img.Hash)
-		feats.MMPlaceholders["image"] = append(feats.MMPlaceholders["image"], RenderPlaceholder{Offset: img.Offset, Length: img.Length})
-		feats.KwargsData["image"] = append(feats.KwargsData["image"], base64.StdEncoding.EncodeToString(ImageKwargsBlob(img.Bytes)))
-	}
-	writeJSON(rw, http.StatusOK, RenderResult{
-		RequestID:      w.newID("render-"),
-		Model:          w.modelOr(req.Model),
-		TokenIDs:       rendering.TokenIDs,
-		Features:       feats,
-		SamplingParams: samplingParams(fields, "max_completion_tokens", "max_tokens"),
+	writeRender(rw, false, renderAnswer{
+		requestID: w.newID("render-"),
+		model:     w.modelOr(model),
+		tokenIDs:  rd.ids,
+		images:    rd.images,
+		features:  true,
+		sampling:  samplingParams(f.obj, "max_completion_tokens", "max_tokens"),
 	})
 }
 
 // handleCompletionRender answers POST /v1/completions/render.
 func (w *Worker) handleCompletionRender(rw http.ResponseWriter, r *http.Request) {
-	body, fields, ok := w.readRenderBody(rw, r)
+	f, ok := w.renderFields(rw, r)
 	if !ok {
 		return
 	}
-	var req struct {
-		Model  string          `json:"model"`
-		Prompt json.RawMessage `json:"prompt"`
-	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(rw, http.StatusBadRequest, "invalid JSON body: "+err.Error())
+	model, prompt := f.str("model"), f.raw("prompt")
+	if err := typeError(f); err != nil {
+		writeAPIError(rw, err)
 		return
 	}
-	var prompt string
-	if isNull(req.Prompt) || json.Unmarshal(req.Prompt, &prompt) != nil {
+	if prompt == nil || prompt[0] != '"' {
 		writeError(rw, http.StatusBadRequest, "prompt must be a string")
 		return
 	}
-	writeJSON(rw, http.StatusOK, []RenderResult{{
-		RequestID:      w.newID("render-"),
-		Model:          w.modelOr(req.Model),
-		TokenIDs:       TokenizePrompt(prompt),
-		SamplingParams: samplingParams(fields, "max_tokens"),
-	}})
+	text, _ := jsonString(prompt, "prompt")
+	writeRender(rw, true, renderAnswer{
+		requestID: w.newID("render-"),
+		model:     w.modelOr(model),
+		tokenIDs:  TokenizePrompt(text),
+		sampling:  samplingParams(f.obj, "max_tokens"),
+	})
 }
 
-// readRenderBody reads a render request and decodes its top-level fields.
-func (w *Worker) readRenderBody(rw http.ResponseWriter, r *http.Request) ([]byte, map[string]json.RawMessage, bool) {
+// renderFields parses the body of a render request.
+func (w *Worker) renderFields(rw http.ResponseWriter, r *http.Request) (fields, bool) {
 	if w.cfgErr != nil {
 		writeError(rw, http.StatusInternalServerError, "simworker misconfigured: "+w.cfgErr.Error())
-		return nil, nil, false
+		return fields{}, false
 	}
-	body, _ := io.ReadAll(r.Body) // already buffered by ServeHTTP
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(body, &fields); err != nil {
+	o, err := parseObject(requestBody(r))
+	if err != nil {
 		writeError(rw, http.StatusBadRequest, "invalid JSON body: "+err.Error())
-		return nil, nil, false
+		return fields{}, false
 	}
-	return body, fields, true
+	return topFields(o, new(error)), true
 }
 
-// samplingParams builds render sampling_params from the request fields:
+// samplingParams builds render sampling_params from the request members:
 // max_tokens from the first present of maxFields, plus samplingFields.
-func samplingParams(fields map[string]json.RawMessage, maxFields ...string) map[string]any {
+func samplingParams(o *body.Object, maxFields ...string) map[string]any {
 	out := map[string]any{}
 	for _, f := range maxFields {
-		if raw, ok := fields[f]; ok && !isNull(raw) {
+		if raw, ok := o.Get(f); ok && !isNull(raw) {
 			out["max_tokens"] = raw
 			break
 		}
 	}
 	for _, f := range samplingFields {
-		if raw, ok := fields[f]; ok && !isNull(raw) {
+		if raw, ok := o.Get(f); ok && !isNull(raw) {
 			out[f] = raw
 		}
 	}
@@ -144,4 +129,96 @@ func (w *Worker) modelOr(model string) string {
 		return w.cfg.ModelName
 	}
 	return model
+}
+
+// renderAnswer is the content of one RenderResult.
+type renderAnswer struct {
+	requestID string
+	model     string
+	tokenIDs  []int
+	images    []chatImage // their features, with imageDigest detail
+	features  bool        // whether there are features (chat) or null (completions)
+	sampling  map[string]any
+}
+
+// writeRender answers a RenderResult (in a one-element array when list is
+// set) exactly as encoding/json would, but streams the large parts, token
+// ids and kwargs blobs, instead of building them in memory.
+func writeRender(rw http.ResponseWriter, list bool, a renderAnswer) {
+	rw.Header().Set("Content-Type", "application/json")
+	rw.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriter(rw) // larger writes (kwargs periods) go straight through
+	if list {
+		bw.WriteByte('[')
+	}
+	bw.WriteString(`{"request_id":`)
+	writeMarshaled(bw, a.requestID)
+	bw.WriteString(`,"model":`)
+	writeMarshaled(bw, a.model)
+	bw.WriteString(`,"token_ids":`)
+	writeInts(bw, a.tokenIDs)
+	bw.WriteString(`,"features":`)
+	if a.features {
+		writeFeatures(bw, a.images)
+	} else {
+		bw.WriteString("null")
+	}
+	bw.WriteString(`,"sampling_params":`)
+	writeMarshaled(bw, a.sampling)
+	bw.WriteString(`,"stream":false}`)
+	if list {
+		bw.WriteByte(']')
+	}
+	_ = bw.Flush()
+}
+
+// writeFeatures writes the RenderFeatures of images.
+func writeFeatures(bw *bufio.Writer, images []chatImage) {
+	var num [20]byte
+	bw.WriteString(`{"mm_hashes":{"image":[`)
+	for i := range images {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		bw.WriteString(`"` + images[i].hash() + `"`)
+	}
+	bw.WriteString(`]},"mm_placeholders":{"image":[`)
+	for i, im := range images {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		bw.WriteString(`{"offset":`)
+		bw.Write(strconv.AppendInt(num[:0], int64(im.offset), 10))
+		bw.WriteString(`,"length":`)
+		bw.Write(strconv.AppendInt(num[:0], int64(imageTokens(im.size)), 10))
+		bw.WriteByte('}')
+	}
+	bw.WriteString(`]},"kwargs_data":{"image":[`)
+	for i, im := range images {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		bw.WriteByte('"')
+		_ = writeKwargsBase64(bw, im.sum, im.size)
+		bw.WriteByte('"')
+	}
+	bw.WriteString(`]}}`)
+}
+
+// writeInts writes a JSON array of integers.
+func writeInts(bw *bufio.Writer, ids []int) {
+	var num [20]byte
+	bw.WriteByte('[')
+	for i, id := range ids {
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		bw.Write(strconv.AppendInt(num[:0], int64(id), 10))
+	}
+	bw.WriteByte(']')
+}
+
+// writeMarshaled writes v encoded by encoding/json (see appendMarshaled).
+func writeMarshaled(bw *bufio.Writer, v any) {
+	bw.Write(appendMarshaled(nil, v))
 }

@@ -1,7 +1,6 @@
 package simworker
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -34,84 +33,20 @@ const maxGeneratedTokens = 1 << 20
 // fallbackWord is echoed when a request has no words to echo.
 const fallbackWord = "sim"
 
-// streamOptions mirrors OpenAI's stream_options.
-type streamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
-}
-
-// placeholder is one mm_placeholders range.
-type placeholder struct {
-	Offset int `json:"offset"`
-	Length int `json:"length"`
-}
-
-// mmFeatures mirrors vLLM's MultiModalFeatures (render output, generate input).
+// mmFeatures is the part of vLLM's MultiModalFeatures (render output,
+// generate input) a Worker reads: the image items. The other modalities and
+// mm_placeholders are only checked to be well-typed.
 type mmFeatures struct {
-	MMHashes       map[string][]string      `json:"mm_hashes"`
-	MMPlaceholders map[string][]placeholder `json:"mm_placeholders"`
-	KwargsData     map[string][]*string     `json:"kwargs_data,omitempty"`
+	imageHashes []string  // mm_hashes.image
+	imageKwargs []*string // kwargs_data.image; nil items have none
 }
 
-// imageHashes returns the image mm_hashes, if any.
-func (f *mmFeatures) imageHashes() []string {
+// hashes returns the image mm_hashes, if any.
+func (f *mmFeatures) hashes() []string {
 	if f == nil {
 		return nil
 	}
-	return f.MMHashes["image"]
-}
-
-// promptTokens is the "tokens" extension of a chat request: the rendered
-// prompt the coordinator already computed.
-type promptTokens struct {
-	TokenIDs []int       `json:"token_ids"`
-	Features *mmFeatures `json:"features"`
-}
-
-// chatRequest is the part of a chat completion request a Worker reads.
-type chatRequest struct {
-	Model               string          `json:"model"`
-	Messages            json.RawMessage `json:"messages"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Stream              *bool           `json:"stream"`
-	StreamOptions       *streamOptions  `json:"stream_options"`
-	KVTransferParams    rawParams       `json:"kv_transfer_params"`
-	ECTransferParams    rawParams       `json:"ec_transfer_params"`
-	Tokens              *promptTokens   `json:"tokens"`
-}
-
-// completionRequest is the part of a text completion request a Worker reads.
-type completionRequest struct {
-	Model            string          `json:"model"`
-	Prompt           json.RawMessage `json:"prompt"`
-	MaxTokens        *int            `json:"max_tokens"`
-	Stream           *bool           `json:"stream"`
-	StreamOptions    *streamOptions  `json:"stream_options"`
-	KVTransferParams rawParams       `json:"kv_transfer_params"`
-	ECTransferParams rawParams       `json:"ec_transfer_params"`
-	Features         *mmFeatures     `json:"features"`
-}
-
-// generateRequest is the part of a vLLM GenerateRequest a Worker reads.
-type generateRequest struct {
-	RequestID        string            `json:"request_id"`
-	Model            string            `json:"model"`
-	TokenIDs         []int             `json:"token_ids"`
-	Features         *mmFeatures       `json:"features"`
-	SamplingParams   *generateSampling `json:"sampling_params"`
-	Stream           *bool             `json:"stream"`
-	StreamOptions    *streamOptions    `json:"stream_options"`
-	KVTransferParams rawParams         `json:"kv_transfer_params"`
-	ECTransferParams rawParams         `json:"ec_transfer_params"`
-}
-
-// generateSampling is the part of vLLM SamplingParams a Worker reads.
-type generateSampling struct {
-	MaxTokens *int `json:"max_tokens"`
-	ExtraArgs *struct {
-		KVTransferParams rawParams `json:"kv_transfer_params"`
-		ECTransferParams rawParams `json:"ec_transfer_params"`
-	} `json:"extra_args"`
+	return f.imageHashes
 }
 
 // inference is an inference request normalized across the three formats.
@@ -125,13 +60,14 @@ type inference struct {
 	maxTokensName string // the field maxTokens came from, for messages
 	promptIDs     []int
 	promptKey     string
-	words         []string // echo source for text formats
+	words         []string // echo source for text formats, when known up front
+	echo          []string // otherwise: texts whose words are the echo source
 	kv            rawParams
 	ec            rawParams
 	kvName        string // field path of kv, for messages
 	ecName        string // field path of ec, for messages
 	features      *mmFeatures
-	chatImages    []RenderedImage // chat only: images found in the messages
+	chatImages    []chatImage // chat only: images found in the messages
 }
 
 // kindForPath maps an inference endpoint path to its format.
@@ -163,22 +99,35 @@ func RequestPromptKey(path string, body []byte) (string, error) {
 	return in.promptKey, nil
 }
 
-// parseInference decodes and normalizes an inference request body.
+// parseInference decodes and normalizes an inference request body, measuring
+// chat images only (see parseInferenceImages).
 func parseInference(kind apiKind, body []byte) (*inference, *apiError) {
+	return parseInferenceImages(kind, body, imageSize)
+}
+
+// parseInferenceImages decodes and normalizes an inference request body in
+// one pass, computing detail of each chat image.
+func parseInferenceImages(kind apiKind, body []byte, detail imageDetail) (*inference, *apiError) {
+	o, err := parseObject(body)
+	if err != nil {
+		return nil, badRequest("invalid JSON body: %v", err)
+	}
 	var (
-		in  *inference
-		err *apiError
+		in    *inference
+		aerr  *apiError
+		typed error
 	)
+	f := topFields(o, &typed)
 	switch kind {
 	case kindChat:
-		in, err = parseChat(body)
+		in, aerr = parseChat(f, detail)
 	case kindCompletion:
-		in, err = parseCompletion(body)
+		in, aerr = parseCompletion(f)
 	default:
-		in, err = parseGenerate(body)
+		in, aerr = parseGenerate(f)
 	}
-	if err != nil {
-		return nil, err
+	if aerr != nil {
+		return nil, aerr
 	}
 	in.kind = kind
 	in.promptKey = PromptKey(in.promptIDs)
@@ -188,114 +137,158 @@ func parseInference(kind apiKind, body []byte) (*inference, *apiError) {
 	return in, nil
 }
 
-// parseChat normalizes a chat completion request.
-func parseChat(body []byte) (*inference, *apiError) {
-	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, badRequest("invalid JSON body: %v", err)
-	}
-	rendering, err := RenderChat(req.Messages)
-	if err != nil {
-		return nil, badRequest("%v", err)
-	}
-	in := &inference{
-		model:        req.Model,
-		stream:       req.Stream != nil && *req.Stream,
-		includeUsage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
-		promptIDs:    rendering.TokenIDs,
-		words:        strings.Fields(rendering.LastUserText),
-		kv:           req.KVTransferParams,
-		ec:           req.ECTransferParams,
+// common reads the members the three formats share.
+func common(f fields) *inference {
+	return &inference{
+		model:        f.str("model"),
+		stream:       f.boolean("stream"),
+		includeUsage: f.object("stream_options").boolean("include_usage"),
+		kv:           f.params("kv_transfer_params"),
+		ec:           f.params("ec_transfer_params"),
 		kvName:       "kv_transfer_params",
 		ecName:       "ec_transfer_params",
-		chatImages:   rendering.Images,
 	}
-	switch {
-	case req.MaxCompletionTokens != nil:
-		in.maxTokens, in.maxTokensName = req.MaxCompletionTokens, "max_completion_tokens"
-	default:
-		in.maxTokens, in.maxTokensName = req.MaxTokens, "max_tokens"
+}
+
+// parseChat normalizes a chat completion request; its messages are rendered
+// only when every other member is well-typed.
+func parseChat(f fields, detail imageDetail) (*inference, *apiError) {
+	in := common(f)
+	in.maxTokens, in.maxTokensName = f.integer("max_tokens"), "max_tokens"
+	if n := f.integer("max_completion_tokens"); n != nil {
+		in.maxTokens, in.maxTokensName = n, "max_completion_tokens"
 	}
-	if req.Tokens != nil {
-		if len(req.Tokens.TokenIDs) > 0 {
-			in.promptIDs = req.Tokens.TokenIDs
-		}
-		in.features = req.Tokens.Features
+	messages := f.raw("messages")
+	tokens := f.object("tokens")
+	ids := tokens.ints("token_ids")
+	in.features = parseFeatures(tokens.object("features"))
+	if err := typeError(f); err != nil {
+		return nil, err
+	}
+	r := renderer{detail: detail}
+	if err := r.render(messages); err != nil {
+		return nil, badRequest("%v", err)
+	}
+	in.promptIDs, in.echo, in.chatImages = r.ids, r.lastUser, r.images
+	if len(ids) > 0 {
+		in.promptIDs = ids
 	}
 	return in, nil
 }
 
 // parseCompletion normalizes a text completion request.
-func parseCompletion(body []byte) (*inference, *apiError) {
-	var req completionRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, badRequest("invalid JSON body: %v", err)
+func parseCompletion(f fields) (*inference, *apiError) {
+	in := common(f)
+	in.maxTokens, in.maxTokensName = f.integer("max_tokens"), "max_tokens"
+	in.features = parseFeatures(f.object("features"))
+	prompt := f.raw("prompt")
+	if err := typeError(f); err != nil {
+		return nil, err
 	}
-	in := &inference{
-		model:         req.Model,
-		stream:        req.Stream != nil && *req.Stream,
-		includeUsage:  req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
-		maxTokens:     req.MaxTokens,
-		maxTokensName: "max_tokens",
-		kv:            req.KVTransferParams,
-		ec:            req.ECTransferParams,
-		kvName:        "kv_transfer_params",
-		ecName:        "ec_transfer_params",
-		features:      req.Features,
-	}
-	var text string
-	var ids []int
 	switch {
-	case isNull(req.Prompt):
+	case prompt == nil:
 		return nil, badRequest("prompt is required")
-	case json.Unmarshal(req.Prompt, &text) == nil:
+	case prompt[0] == '"':
+		text, _ := jsonString(prompt, "prompt")
 		in.promptIDs = TokenizePrompt(text)
-		in.words = strings.Fields(text)
-	case json.Unmarshal(req.Prompt, &ids) == nil && len(ids) > 0:
+		in.echo = []string{text}
+		return in, nil
+	}
+	if ids, err := jsonInts(prompt, "prompt"); err == nil && len(ids) > 0 {
 		in.promptIDs = ids
 		in.words = tokenWords(ids)
-	default:
-		return nil, badRequest("prompt must be a string or a non-empty array of token ids")
+		return in, nil
+	}
+	return nil, badRequest("prompt must be a string or a non-empty array of token ids")
+}
+
+// parseGenerate normalizes a vLLM generate (tokens-in, tokens-out) request.
+func parseGenerate(f fields) (*inference, *apiError) {
+	in := common(f)
+	in.requestID = f.str("request_id")
+	in.promptIDs = f.ints("token_ids")
+	in.features = parseFeatures(f.object("features"))
+	sampling := f.object("sampling_params")
+	in.maxTokens, in.maxTokensName = sampling.integer("max_tokens"), "sampling_params.max_tokens"
+	extra := sampling.object("extra_args")
+	if kv := extra.params("kv_transfer_params"); kv != nil {
+		in.kv, in.kvName = kv, "sampling_params.extra_args.kv_transfer_params"
+	}
+	if ec := extra.params("ec_transfer_params"); ec != nil {
+		in.ec, in.ecName = ec, "sampling_params.extra_args.ec_transfer_params"
+	}
+	if err := typeError(f); err != nil {
+		return nil, err
+	}
+	switch {
+	case len(in.promptIDs) == 0:
+		return nil, badRequest("token_ids is required and must not be empty")
+	case sampling.obj == nil:
+		return nil, badRequest("sampling_params is required")
 	}
 	return in, nil
 }
 
-// parseGenerate normalizes a vLLM generate (tokens-in, tokens-out) request.
-func parseGenerate(body []byte) (*inference, *apiError) {
-	var req generateRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, badRequest("invalid JSON body: %v", err)
+// typeError returns the answer to the type error kept by f, if any.
+func typeError(f fields) *apiError {
+	if *f.err == nil {
+		return nil
 	}
-	if len(req.TokenIDs) == 0 {
-		return nil, badRequest("token_ids is required and must not be empty")
+	return badRequest("invalid JSON body: %v", *f.err)
+}
+
+// parseFeatures reads a features object (nil when it is absent).
+func parseFeatures(f fields) *mmFeatures {
+	if f.obj == nil {
+		return nil
 	}
-	if req.SamplingParams == nil {
-		return nil, badRequest("sampling_params is required")
+	placeholder := func(raw []byte, path string) (struct{}, error) {
+		var err error
+		o, oerr := nestedObject(raw, path)
+		p := fields{obj: o, path: path, err: &err}
+		p.keep(oerr)
+		p.integer("offset")
+		p.integer("length")
+		return struct{}{}, err
 	}
-	in := &inference{
-		model:         req.Model,
-		requestID:     req.RequestID,
-		stream:        req.Stream != nil && *req.Stream,
-		includeUsage:  req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
-		maxTokens:     req.SamplingParams.MaxTokens,
-		maxTokensName: "sampling_params.max_tokens",
-		promptIDs:     req.TokenIDs,
-		words:         tokenWords(req.TokenIDs),
-		kv:            req.KVTransferParams,
-		ec:            req.ECTransferParams,
-		kvName:        "kv_transfer_params",
-		ecName:        "ec_transfer_params",
-		features:      req.Features,
-	}
-	if extra := req.SamplingParams.ExtraArgs; extra != nil {
-		if extra.KVTransferParams != nil {
-			in.kv, in.kvName = extra.KVTransferParams, "sampling_params.extra_args.kv_transfer_params"
+	kwargs := func(raw []byte, path string) (*string, error) {
+		if absent(raw) {
+			return nil, nil
 		}
-		if extra.ECTransferParams != nil {
-			in.ec, in.ecName = extra.ECTransferParams, "sampling_params.extra_args.ec_transfer_params"
+		s, err := jsonString(raw, path)
+		return &s, err
+	}
+	feats := &mmFeatures{
+		imageHashes: imageItems(f, "mm_hashes", jsonString),
+		imageKwargs: imageItems(f, "kwargs_data", kwargs),
+	}
+	imageItems(f, "mm_placeholders", placeholder)
+	return feats
+}
+
+// imageItems reads member name of a features object, a map from modality to
+// a list of items each decoded by item, and returns the image items.
+func imageItems[T any](f fields, name string, item func(raw []byte, path string) (T, error)) []T {
+	m := f.object(name)
+	if m.obj == nil {
+		return nil
+	}
+	var image []T
+	for _, mod := range m.obj.Fields() {
+		path := m.at(mod.Key)
+		items, err := nestedArray(mod.Value, path)
+		m.keep(err)
+		list := make([]T, len(items))
+		for i, it := range items {
+			v, err := item(it, fmt.Sprintf("%s[%d]", path, i))
+			m.keep(err)
+			list[i] = v
+		}
+		if mod.Key == "image" {
+			image = list
 		}
 	}
-	return in, nil
+	return image
 }
 
 // tokenWords names prompt tokens as words ("t<id>") for echoing, skipping BOS
@@ -321,6 +314,9 @@ func (in *inference) completionTokens(def int) int {
 // outputWords returns n words cycled from the echo source.
 func (in *inference) outputWords(n int) []string {
 	src := in.words
+	if src == nil {
+		src = firstWords(in.echo, n)
+	}
 	if len(src) == 0 {
 		src = []string{fallbackWord}
 	}
@@ -331,11 +327,29 @@ func (in *inference) outputWords(n int) []string {
 	return out
 }
 
+// firstWords returns the first n words of texts, or all of them when there
+// are fewer.
+func firstWords(texts []string, n int) []string {
+	var words []string
+	for _, t := range texts {
+		for w := range strings.FieldsSeq(t) {
+			if len(words) == n {
+				return words
+			}
+			words = append(words, w)
+		}
+	}
+	return words
+}
+
 // outputTokenIDs returns n token ids cycled from the prompt (without BOS and
 // image placeholders).
 func (in *inference) outputTokenIDs(n int) []int {
 	var src []int
 	for _, id := range in.promptIDs {
+		if len(src) == n {
+			break
+		}
 		if id != BOSTokenID && id != ImageTokenID {
 			src = append(src, id)
 		}

@@ -2,7 +2,6 @@ package simworker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,12 +16,13 @@ var errNotFound = errors.New("unknown to peer")
 
 // handleKVLookup answers GET /kv/{id} with the registered KVHandle.
 func (w *Worker) handleKVLookup(rw http.ResponseWriter, r *http.Request) {
-	h, ok := w.kvHandles.get(r.PathValue("id"))
+	id := r.PathValue("id")
+	h, ok := w.kvHandles.get(id)
 	if !ok {
-		writeError(rw, http.StatusNotFound, fmt.Sprintf("unknown remote_request_id %q", r.PathValue("id")))
+		writeError(rw, http.StatusNotFound, fmt.Sprintf("unknown remote_request_id %q", id))
 		return
 	}
-	writeJSON(rw, http.StatusOK, h)
+	writeBody(rw, http.StatusOK, h.appendJSON(nil, id, w.engineID))
 }
 
 // handleECLookup answers GET /ec/{hash} with the registered ECDescriptor.
@@ -35,8 +35,9 @@ func (w *Worker) handleECLookup(rw http.ResponseWriter, r *http.Request) {
 	writeJSON(rw, http.StatusOK, d)
 }
 
-// lookup fetches http://host:port/kind/id from a peer worker into v.
-func (w *Worker) lookup(ctx context.Context, host string, port int, kind, id string, v any) error {
+// lookup fetches http://host:port/kind/id from a peer worker and decodes the
+// answer with decode.
+func (w *Worker) lookup(ctx context.Context, host string, port int, kind, id string, decode func([]byte) error) error {
 	u := "http://" + net.JoinHostPort(host, strconv.Itoa(port)) + "/" + kind + "/" + url.PathEscape(id)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -57,7 +58,7 @@ func (w *Worker) lookup(ctx context.Context, host string, port int, kind, id str
 	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("peer answered %d", resp.StatusCode)
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	if err := decode(body); err != nil {
 		return fmt.Errorf("peer answer is not valid JSON: %v", err)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package simworker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -43,12 +44,17 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 	rw.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(rw)
 	_ = rc.Flush()
+	var buf bytes.Buffer // one event: stamp, "data: ", JSON, blank line
+	enc := json.NewEncoder(&buf)
 	send := func(v any) bool {
-		b, err := json.Marshal(v)
-		if err != nil {
+		buf.Reset()
+		buf.WriteString(w.stamp())
+		buf.WriteString("data: ")
+		if enc.Encode(v) != nil { // the JSON and a newline
 			return false
 		}
-		if _, err := io.WriteString(rw, w.stamp()+"data: "+string(b)+"\n\n"); err != nil {
+		buf.WriteByte('\n')
+		if _, err := rw.Write(buf.Bytes()); err != nil {
 			return false
 		}
 		return rc.Flush() == nil

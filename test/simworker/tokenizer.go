@@ -1,10 +1,12 @@
 package simworker
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Token ids with a fixed meaning in the deterministic tokenizer.
@@ -40,9 +42,13 @@ const (
 func WordTokenID(word string) int {
 	h := uint32(fnvOffset32)
 	for i := 0; i < len(word); i++ {
-		h ^= uint32(word[i])
-		h *= fnvPrime32
+		h = (h ^ uint32(word[i])) * fnvPrime32
 	}
+	return wordToken(h)
+}
+
+// wordToken returns the token id of a word whose FNV-1a hash is h.
+func wordToken(h uint32) int {
 	return wordTokenBase + int(h%wordTokenRange)
 }
 
@@ -52,18 +58,54 @@ func TokenizeText(text string) []int {
 	return appendTextTokens([]int{}, text)
 }
 
-// appendTextTokens appends the token ids of the words of text to ids.
+// appendTextTokens appends the token ids of the words of text to ids. It
+// splits text as strings.Fields does, hashing each word as it goes.
 func appendTextTokens(ids []int, text string) []int {
-	for w := range strings.FieldsSeq(text) {
-		ids = append(ids, WordTokenID(w))
+	h, inWord := uint32(fnvOffset32), false
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		if c < utf8.RuneSelf && !asciiSpace[c] {
+			h, inWord = (h^uint32(c))*fnvPrime32, true
+			continue
+		}
+		space := c < utf8.RuneSelf
+		if !space {
+			r, size := utf8.DecodeRuneInString(text[i:])
+			if space = unicode.IsSpace(r); !space {
+				for _, b := range []byte(text[i : i+size]) {
+					h = (h ^ uint32(b)) * fnvPrime32
+				}
+				inWord = true
+			}
+			i += size - 1
+		}
+		if space && inWord {
+			ids = append(ids, wordToken(h))
+			h, inWord = fnvOffset32, false
+		}
+	}
+	if inWord {
+		ids = append(ids, wordToken(h))
 	}
 	return ids
 }
 
+// asciiSpace marks the ASCII bytes unicode.IsSpace reports.
+var asciiSpace = [256]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
+
 // TokenizePrompt returns the token ids of a completions prompt: BOS followed
 // by one token per word.
 func TokenizePrompt(prompt string) []int {
-	return appendTextTokens([]int{BOSTokenID}, prompt)
+	ids := make([]int, 1, 1+estimateTokens(bytesOf(prompt)))
+	ids[0] = BOSTokenID
+	return appendTextTokens(ids, prompt)
+}
+
+// estimateTokens guesses how many tokens text (or JSON holding it) makes:
+// one per space, so that prose needs no regrowth of the token slice. Growing
+// a slice of tens of thousands of ids costs as much as tokenizing them.
+func estimateTokens(text []byte) int {
+	return bytes.Count(text, []byte{' '}) + 1
 }
 
 // RoleTokenID returns the token id that precedes a chat message of role.

@@ -35,7 +35,7 @@ type Worker struct {
 	client   *http.Client
 
 	cache     *lru[string, struct{}]
-	kvHandles *lru[string, KVHandle]
+	kvHandles *lru[string, kvHandle]
 	ecDescs   *lru[string, ECDescriptor]
 	blockSeq  atomic.Int64
 	idSeq     atomic.Uint64
@@ -80,7 +80,7 @@ func New(cfg Config) *Worker {
 			Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second},
 		},
 		cache:     newLRU[string, struct{}](cfg.CacheSize),
-		kvHandles: newLRU[string, KVHandle](handleCapacity),
+		kvHandles: newLRU[string, kvHandle](handleCapacity),
 		ecDescs:   newLRU[string, ECDescriptor](handleCapacity),
 	}
 	w.mux = w.routes()
@@ -199,18 +199,21 @@ func (w *Worker) FailNext(n int, status int, body string) {
 
 // ServeHTTP records the request, applies injected failures and dispatches it.
 func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	body, readErr := io.ReadAll(http.MaxBytesReader(rw, r.Body, maxBodyBytes))
-	rec := &Request{
-		Method: r.Method,
-		Path:   r.URL.Path,
-		Query:  r.URL.RawQuery,
-		Header: r.Header.Clone(),
-		Body:   body,
-		Time:   time.Now(),
-	}
+	body, readErr := readBody(rw, r)
 	sw := &statusWriter{ResponseWriter: rw}
-	w.mu.Lock()
+	var rec *Request
 	if !w.cfg.DisableRecording {
+		rec = &Request{
+			Method: r.Method,
+			Path:   r.URL.Path,
+			Query:  r.URL.RawQuery,
+			Header: r.Header.Clone(),
+			Body:   body,
+			Time:   time.Now(),
+		}
+	}
+	w.mu.Lock()
+	if rec != nil {
 		w.requests = append(w.requests, rec)
 	}
 	fail := r.Method == http.MethodPost && w.failLeft > 0
@@ -219,11 +222,13 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	status, failBody := w.failStatus, w.failBody
 	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		rec.Status = sw.code()
-		w.mu.Unlock()
-	}()
+	if rec != nil {
+		defer func() {
+			w.mu.Lock()
+			rec.Status = sw.code()
+			w.mu.Unlock()
+		}()
+	}
 
 	if id := r.Header.Get("X-Request-Id"); id != "" {
 		rw.Header().Set("X-Request-Id", id)
@@ -234,10 +239,34 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	case fail:
 		writeInjected(sw, status, failBody)
 	default:
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.Body = &bufferedBody{Reader: bytes.NewReader(body), data: body}
 		w.mux.ServeHTTP(sw, r)
 	}
 }
+
+// readBody reads the request body (at most maxBodyBytes) into a buffer sized
+// by Content-Length when the client sent one.
+func readBody(rw http.ResponseWriter, r *http.Request) ([]byte, error) {
+	var buf bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= maxBodyBytes {
+		buf.Grow(int(n) + bytes.MinRead) // room for the final read that sees EOF
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(rw, r.Body, maxBodyBytes))
+	return buf.Bytes(), err
+}
+
+// bufferedBody is a request body ServeHTTP has read: the handlers take its
+// bytes without another copy (see requestBody).
+type bufferedBody struct {
+	*bytes.Reader
+	data []byte
+}
+
+// Close implements io.Closer.
+func (*bufferedBody) Close() error { return nil }
+
+// requestBody returns the body of a request dispatched by ServeHTTP.
+func requestBody(r *http.Request) []byte { return r.Body.(*bufferedBody).data }
 
 // writeInjected answers an injected failure.
 func writeInjected(rw http.ResponseWriter, status int, body string) {
