@@ -158,7 +158,9 @@ func (v *validator) str() bool {
 	v.pos++ // opening quote
 	d := v.data
 	for {
-		// 32 bytes per round while nothing special shows up, then 8, then byte by byte.
+		// 32-byte vector blocks where the CPU has them, then 32 bytes per round of words while
+		// nothing special shows up, then 8, then byte by byte.
+		v.pos += skipPlain(d[v.pos:])
 		for v.pos+32 <= len(d) {
 			w := d[v.pos : v.pos+32 : v.pos+32]
 			m := specialMask(binary.LittleEndian.Uint64(w)) | specialMask(binary.LittleEndian.Uint64(w[8:])) |
