@@ -365,7 +365,10 @@ func (o *Object) index(key string) int {
 
 func decodeKey(raw []byte) (string, error) {
 	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw[1 : len(raw)-1]), nil
+		if len(raw) == 2 {
+			return "", nil
+		}
+		return unsafe.String(&raw[1], len(raw)-2), nil // shares the (never modified) body
 	}
 	var k string
 	err := json.Unmarshal(raw, &k)

@@ -19,14 +19,15 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/observe"
 )
 
-// Header names and EPP profiles.
+// Header names (in Go's canonical spelling, so setting them allocates nothing; header names are
+// case-insensitive on the wire) and EPP profiles.
 const (
-	// ProfileHeader tells the endpoint picker which scheduling profile (pod role) to use.
-	ProfileHeader = "EPP-Profile"
-	// ProfileHeaderNew is the newer upstream spelling; never accepted from clients either.
-	ProfileHeaderNew = "x-llm-d-epp-profile"
-	// RequestIDHeader carries the request id on every leg and in every response.
-	RequestIDHeader = "x-request-id"
+	// ProfileHeader (EPP-Profile) tells the endpoint picker which scheduling profile (pod role) to use.
+	ProfileHeader = "Epp-Profile"
+	// ProfileHeaderNew (x-llm-d-epp-profile) is the newer upstream spelling; never accepted from clients either.
+	ProfileHeaderNew = "X-Llm-D-Epp-Profile"
+	// RequestIDHeader (x-request-id) carries the request id on every leg and in every response.
+	RequestIDHeader = "X-Request-Id"
 	// PreferHeader carries the conditional-decode precondition.
 	PreferHeader = "Prefer"
 	// PreferIfAvailable asks the decode worker to serve only if it can without prefill.

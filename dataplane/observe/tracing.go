@@ -12,7 +12,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // TracerName names the coordinator's instrumentation scope.
@@ -29,19 +28,14 @@ type Telemetry struct {
 	Tracer  trace.Tracer
 }
 
-var noopTracer = noop.NewTracerProvider().Tracer(TracerName)
-
-func (t Telemetry) tracer() trace.Tracer {
-	if t.Tracer == nil {
-		return noopTracer
-	}
-	return t.Tracer
-}
-
 // Start opens a span; with tracing off it is a non-recording span that keeps the parent's
 // trace context.
 func (t Telemetry) Start(ctx context.Context, name string, kind trace.SpanKind, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	return t.tracer().Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	if t.Tracer == nil {
+		// Tracing off: no span, no allocation; the context keeps the client's trace for Inject.
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return t.Tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
 }
 
 // Extract reads the client's trace context from inbound headers.
@@ -56,6 +50,9 @@ func Inject(ctx context.Context, h http.Header) {
 
 // End finishes a span with an HTTP status (0 for none) and error.
 func End(span trace.Span, status int, err error) {
+	if !span.IsRecording() {
+		return // tracing off (the span is the client's, or none): nothing to finish
+	}
 	if status != 0 {
 		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
 	}

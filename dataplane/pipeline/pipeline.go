@@ -275,6 +275,9 @@ func checkTokensIn(pc config.Pipeline, types []string) error {
 // ErrDone (success), or when ctx is cancelled between steps. Each step is timed (RequestContext
 // Timings, the step-duration metric) and traced as a child span of ctx.
 func (p *Pipeline) Execute(ctx context.Context, rc *RequestContext) error {
+	if rc.Timings == nil {
+		rc.Timings = make([]StepTiming, 0, len(p.steps))
+	}
 	for _, s := range p.steps {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("pipeline cancelled before %s: %w", s.Name(), err)
@@ -293,7 +296,9 @@ func (p *Pipeline) Execute(ctx context.Context, rc *RequestContext) error {
 		}
 		rc.Timings = append(rc.Timings, t)
 		p.tel.Metrics.Step(name, t.Outcome, t.Duration)
-		span.SetAttributes(attribute.String("coordinator.outcome", t.Outcome))
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("coordinator.outcome", t.Outcome))
+		}
 		observe.End(span, 0, err)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)

@@ -47,7 +47,9 @@ func (s *Server) observed(c echo.Context, route string, run func(ctx context.Con
 		status = apierror.From(echoToAPI(err)).Status
 	}
 	finish(model, status, reqBytes, int(c.Response().Size))
-	span.SetAttributes(observe.AttrModel.String(model))
+	if span.IsRecording() {
+		span.SetAttributes(observe.AttrModel.String(model))
+	}
 	var spanErr error
 	if status >= 500 {
 		spanErr = err
