@@ -67,3 +67,25 @@ func TestLevels(t *testing.T) {
 		t.Fatalf("lines %v", lines)
 	}
 }
+
+func TestWithValuesLazily(t *testing.T) {
+	var buf bytes.Buffer
+	base := New(Info, &buf)
+	log := WithValuesLazily(base, "request_id", "r1").WithValues("step", "decode")
+	log.V(Debug).Info("hidden")
+	log.V(Info).Info("shown", "n", 1)
+	log.Error(nil, "failed")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("lines: %q", lines)
+	}
+	for _, l := range lines {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil || m["request_id"] != "r1" || m["step"] != "decode" {
+			t.Fatalf("line %s", l)
+		}
+	}
+	if allocs := testing.AllocsPerRun(100, func() { _ = WithValuesLazily(base, "request_id", "r1").V(Debug).Enabled() }); allocs > 2 {
+		t.Fatalf("%v allocations for a logger that writes nothing", allocs)
+	}
+}

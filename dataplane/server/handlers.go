@@ -93,7 +93,7 @@ func (s *Server) handleInference(c echo.Context) error {
 			// Streams may legitimately outlive write_timeout; the timeout stays for non-stream answers.
 			_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Time{})
 		}
-		log := s.log.WithValues("request_id", id)
+		log := logging.WithValuesLazily(s.log, "request_id", id)
 		rc = &pipeline.RequestContext{
 			ID:        id,
 			API:       api,
