@@ -11,17 +11,16 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/epd-dev/coordinator/test/internal/loopback"
 )
 
 // Request headers that select the pool, in order of precedence.
@@ -78,10 +77,7 @@ type Gateway struct {
 	pools map[string]*pool
 	legs  []*Leg
 
-	srv       *http.Server
-	url       string
-	cancel    context.CancelFunc
-	serveDone chan struct{}
+	srv       *loopback.Server
 	closeOnce sync.Once
 }
 
@@ -118,31 +114,19 @@ func Start(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	addr := cfg.Addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
+	if g.srv, err = loopback.Serve(cfg.Addr, g); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	g.cancel, g.serveDone = cancel, make(chan struct{})
-	g.url = "http://" + dialableAddr(ln.Addr())
-	g.srv = &http.Server{
-		Handler:           g,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-	go func() {
-		defer close(g.serveDone)
-		_ = g.srv.Serve(ln)
-	}()
 	return g, nil
 }
 
 // URL returns the base URL of a started Gateway, or "" for one made by New.
-func (g *Gateway) URL() string { return g.url }
+func (g *Gateway) URL() string {
+	if g.srv == nil {
+		return ""
+	}
+	return g.srv.URL()
+}
 
 // Close stops a started Gateway, cancelling in-flight requests, and closes
 // idle backend connections. It is safe to call more than once.
@@ -150,13 +134,7 @@ func (g *Gateway) Close() error {
 	var err error
 	g.closeOnce.Do(func() {
 		if g.srv != nil {
-			g.cancel()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err = g.srv.Shutdown(ctx); err != nil {
-				err = errors.Join(err, g.srv.Close())
-			}
-			<-g.serveDone
+			err = g.srv.Close()
 		}
 		g.transport.CloseIdleConnections()
 	})
@@ -309,18 +287,6 @@ func writeError(rw http.ResponseWriter, status int, typ, msg string) {
 
 // normalize canonicalizes a profile name.
 func normalize(profile string) string { return strings.ToLower(strings.TrimSpace(profile)) }
-
-// dialableAddr turns a listen address into one a client can dial.
-func dialableAddr(a net.Addr) string {
-	ta, ok := a.(*net.TCPAddr)
-	if !ok {
-		return a.String()
-	}
-	if ta.IP == nil || ta.IP.IsUnspecified() {
-		return net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
-	}
-	return ta.String()
-}
 
 // statusWriter records the status of a response and forwards flushes.
 type statusWriter struct {

@@ -21,9 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/epd-dev/coordinator/hack/packaging"
+	"github.com/epd-dev/coordinator/test/cluster"
 )
 
 const (
@@ -172,7 +172,7 @@ func TestMakeBuildInstaller(t *testing.T) {
 	g.Expect(rollout[len(rollout)-1]).To(Equal("deployment/" + dep.GetName()))
 
 	// And a real API server accepts every object.
-	applyAll(t, apiServer(t), got)
+	applyAll(t, cluster.APIServer(t), got)
 }
 
 // snapshot maps every file under dir to its content.
@@ -193,40 +193,10 @@ func snapshot(t *testing.T, dir string) map[string]string {
 	return files
 }
 
-// apiServer starts an envtest kube-apiserver (KUBEBUILDER_ASSETS, set by `make test`). Without
-// it the test is skipped, except in CI.
-func apiServer(t *testing.T) client.Client {
-	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("KUBEBUILDER_ASSETS is not set; run `make test`")
-		}
-		t.Skip("KUBEBUILDER_ASSETS is not set: KUBEBUILDER_ASSETS=$(hack/setup-envtest-assets.sh) go test ./test/installer/...")
-	}
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("envtest: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// applyAll applies objs in order like `kubectl apply --server-side`: Namespaces and
-// CustomResourceDefinitions for real, the rest as a dry run (nothing runs them in envtest).
+// applyAll applies objs (see cluster.ApplyManifests).
 func applyAll(t *testing.T, c client.Client, objs []*unstructured.Unstructured) {
 	t.Helper()
-	for _, obj := range objs {
-		opts := []client.ApplyOption{client.FieldOwner("installer-test"), client.ForceOwnership}
-		if k := obj.GetKind(); k != "CustomResourceDefinition" && k != "Namespace" {
-			opts = append(opts, client.DryRunAll)
-		}
-		if err := c.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(obj), opts...); err != nil {
-			t.Errorf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
-		}
+	for _, err := range cluster.ApplyManifests(context.Background(), c, "installer-test", objs) {
+		t.Error(err)
 	}
 }

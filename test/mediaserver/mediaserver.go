@@ -17,13 +17,12 @@
 package mediaserver
 
 import (
-	"context"
-	"errors"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/epd-dev/coordinator/test/internal/loopback"
 )
 
 // Request is one request the server received.
@@ -44,11 +43,7 @@ type Server struct {
 	mu       sync.Mutex
 	requests []Request
 
-	srv       *http.Server
-	url       string
-	cancel    context.CancelFunc
-	serveDone chan struct{}
-	closeOnce sync.Once
+	srv *loopback.Server
 }
 
 // New returns a Server that is not listening; mount it on any http.Server.
@@ -64,46 +59,30 @@ func New() *Server {
 
 // Start returns a Server listening on 127.0.0.1 on a free port until Close.
 func Start() (*Server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	s := New()
+	srv, err := loopback.Serve("", s)
 	if err != nil {
 		return nil, err
 	}
-	s := New()
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel, s.serveDone = cancel, make(chan struct{})
-	s.url = "http://" + ln.Addr().String()
-	s.srv = &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-	go func() {
-		defer close(s.serveDone)
-		_ = s.srv.Serve(ln)
-	}()
+	s.srv = srv
 	return s, nil
 }
 
 // URL returns the base URL of a started Server, or "" for one made by New.
-func (s *Server) URL() string { return s.url }
+func (s *Server) URL() string {
+	if s.srv == nil {
+		return ""
+	}
+	return s.srv.URL()
+}
 
 // Close stops a started Server, cancelling in-flight requests. It is safe to
 // call more than once.
 func (s *Server) Close() error {
-	var err error
-	s.closeOnce.Do(func() {
-		if s.srv == nil {
-			return
-		}
-		s.cancel()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err = s.srv.Shutdown(ctx); err != nil {
-			err = errors.Join(err, s.srv.Close())
-		}
-		<-s.serveDone
-	})
-	return err
+	if s.srv == nil {
+		return nil
+	}
+	return s.srv.Close()
 }
 
 // Requests returns copies of the requests received so far, oldest first.

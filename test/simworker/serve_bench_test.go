@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"syscall"
 	"testing"
@@ -61,7 +62,15 @@ func newBenchServer(b *testing.B) *benchServer {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = w.Close() })
-	return &benchServer{w: w, addr: w.ln.Addr()}
+	u, err := url.Parse(w.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr, err := net.ResolveTCPAddr("tcp", u.Host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &benchServer{w: w, addr: addr}
 }
 
 // serve sends one POST to the worker and returns the recorded answer,

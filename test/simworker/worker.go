@@ -2,10 +2,8 @@ package simworker
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/epd-dev/coordinator/test/internal/loopback"
 )
 
 // maxBodyBytes bounds request bodies (base64 images make them large).
@@ -46,11 +46,7 @@ type Worker struct {
 	failStatus int
 	failBody   string
 
-	srv       *http.Server
-	ln        net.Listener
-	url       string
-	cancel    context.CancelFunc
-	serveDone chan struct{}
+	srv       *loopback.Server
 	closeOnce sync.Once
 }
 
@@ -93,33 +89,23 @@ func Start(cfg Config) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	addr := cfg.Addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	ln, err := net.Listen("tcp", addr)
+	w := New(cfg)
+	srv, err := loopback.Serve(cfg.Addr, w)
 	if err != nil {
 		return nil, err
 	}
-	w := New(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	w.ln, w.cancel, w.serveDone = ln, cancel, make(chan struct{})
-	w.url = "http://" + dialableAddr(ln.Addr())
-	w.srv = &http.Server{
-		Handler:           w,
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
-	go func() {
-		defer close(w.serveDone)
-		_ = w.srv.Serve(ln)
-	}()
+	w.srv = srv
 	return w, nil
 }
 
 // URL returns the base URL of a started Worker ("http://127.0.0.1:port"), or
 // "" for a Worker made by New.
-func (w *Worker) URL() string { return w.url }
+func (w *Worker) URL() string {
+	if w.srv == nil {
+		return ""
+	}
+	return w.srv.URL()
+}
 
 // Close stops a started Worker, cancelling in-flight requests, and releases
 // idle side-channel connections. It is safe to call more than once.
@@ -127,13 +113,7 @@ func (w *Worker) Close() error {
 	var err error
 	w.closeOnce.Do(func() {
 		if w.srv != nil {
-			w.cancel()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err = w.srv.Shutdown(ctx); err != nil {
-				err = errors.Join(err, w.srv.Close())
-			}
-			<-w.serveDone
+			err = w.srv.Close()
 		}
 		w.client.CloseIdleConnections()
 	})
@@ -342,19 +322,6 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// dialableAddr turns a listen address into one a client can dial: an
-// unspecified IP becomes 127.0.0.1.
-func dialableAddr(a net.Addr) string {
-	ta, ok := a.(*net.TCPAddr)
-	if !ok {
-		return a.String()
-	}
-	if ta.IP == nil || ta.IP.IsUnspecified() {
-		return net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
-	}
-	return ta.String()
 }
 
 // statusWriter records the status of a response and forwards flushes.

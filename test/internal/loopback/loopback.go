@@ -1,0 +1,81 @@
+// Package loopback runs the HTTP servers of the test doubles (simworker, gateway, media server):
+// listen, serve, report a dialable URL, and stop cancelling whatever is in flight.
+package loopback
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Server is a running HTTP server.
+type Server struct {
+	url       string
+	srv       *http.Server
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Serve listens on addr ("" means 127.0.0.1:0) and serves h until Close. Request contexts derive
+// from a context Close cancels, so streams in flight end at once.
+func Serve(addr string, h http.Handler) (*Server, error) {
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		url:    "http://" + dialable(ln.Addr()),
+		cancel: cancel,
+		done:   make(chan struct{}),
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 10 * time.Second,
+			BaseContext:       func(net.Listener) context.Context { return ctx },
+		},
+	}
+	go func() {
+		defer close(s.done)
+		_ = s.srv.Serve(ln)
+	}()
+	return s, nil
+}
+
+// URL is the base URL ("http://127.0.0.1:port").
+func (s *Server) URL() string { return s.url }
+
+// Close cancels in-flight requests and shuts the server down; it is safe to call more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.srv.Shutdown(ctx); err != nil {
+			s.closeErr = errors.Join(err, s.srv.Close())
+		}
+		<-s.done
+	})
+	return s.closeErr
+}
+
+// dialable turns a listen address into one a client can dial (an unspecified host becomes
+// 127.0.0.1).
+func dialable(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	if ta.IP == nil || ta.IP.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(ta.Port))
+	}
+	return ta.String()
+}
