@@ -377,7 +377,7 @@ func TestGatewayRefAddressFromStatus(t *testing.T) {
 		}).Should(Succeed())
 	}
 	setAddress("10.1.2.3")
-	cp = e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
+	e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
 		expectCondition(g, cp, coordinatorv1alpha1.ConditionGatewayResolved, metav1.ConditionTrue, coordinatorv1alpha1.ReasonResolved)
 		g.Expect(cp.Status.GatewayAddress).To(Equal("http://10.1.2.3:80"))
 	})

@@ -75,12 +75,12 @@ func desiredHTTPRoute(cp *coordinatorv1alpha1.CoordinatorPipeline) *gatewayv1.HT
 	var legMatches []gatewayv1.HTTPRouteMatch
 	if spec.EPPProfileMatch == coordinatorv1alpha1.EPPProfileMatchRegularExpression {
 		legMatches = []gatewayv1.HTTPRouteMatch{{Path: everyPath, Headers: []gatewayv1.HTTPHeaderMatch{{
-			Type: ptr.To(gatewayv1.HeaderMatchRegularExpression), Name: gateway.ProfileHeader, Value: ".+",
+			Type: ptr.To(gatewayv1.HeaderMatchRegularExpression), Name: gateway.ProfileHeaderName, Value: ".+",
 		}}}}
 	} else {
 		for _, profile := range eppProfiles {
 			legMatches = append(legMatches, gatewayv1.HTTPRouteMatch{Path: everyPath, Headers: []gatewayv1.HTTPHeaderMatch{{
-				Type: ptr.To(gatewayv1.HeaderMatchExact), Name: gateway.ProfileHeader, Value: profile,
+				Type: ptr.To(gatewayv1.HeaderMatchExact), Name: gateway.ProfileHeaderName, Value: profile,
 			}}})
 		}
 	}

@@ -24,6 +24,9 @@ import (
 const (
 	// ProfileHeader (EPP-Profile) tells the endpoint picker which scheduling profile (pod role) to use.
 	ProfileHeader = "Epp-Profile"
+	// ProfileHeaderName is the header's documented spelling, for configuration written for people
+	// (an HTTPRoute's header match).
+	ProfileHeaderName = "EPP-Profile"
 	// ProfileHeaderNew (x-llm-d-epp-profile) is the newer upstream spelling; never accepted from clients either.
 	ProfileHeaderNew = "X-Llm-D-Epp-Profile"
 	// RequestIDHeader (x-request-id) carries the request id on every leg and in every response.
