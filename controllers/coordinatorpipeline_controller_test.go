@@ -16,7 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 
@@ -349,14 +348,7 @@ func TestGatewayRefAddressFromStatus(t *testing.T) {
 	ctx := context.Background()
 	ns := e.namespace(t)
 	e.createPool(t, ns, "pool")
-	gw := &gatewayv1.Gateway{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "inference-gateway"},
-		Spec: gatewayv1.GatewaySpec{
-			GatewayClassName: "test",
-			Listeners:        []gatewayv1.Listener{{Name: "http", Protocol: gatewayv1.HTTPProtocolType, Port: 80}},
-		},
-	}
-	g.Expect(e.client.Create(ctx, gw)).To(Succeed())
+	gw := e.createGateway(g, ns, "inference-gateway")
 	e.createPipeline(t, ns, "epd", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 		cp.Spec.Gateway = coordinatorv1alpha1.GatewaySpec{GatewayRef: &coordinatorv1alpha1.GatewayReference{Name: "inference-gateway"}}
 	})
@@ -369,14 +361,7 @@ func TestGatewayRefAddressFromStatus(t *testing.T) {
 	g.Expect(e.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "epd-config"}, &corev1.ConfigMap{})).NotTo(Succeed(),
 		"no configuration without a gateway address")
 
-	setAddress := func(addr string) {
-		g.Eventually(func(g Gomega) {
-			g.Expect(e.client.Get(ctx, client.ObjectKeyFromObject(gw), gw)).To(Succeed())
-			gw.Status.Addresses = []gatewayv1.GatewayStatusAddress{{Type: ptr.To(gatewayv1.IPAddressType), Value: addr}}
-			g.Expect(e.client.Status().Update(ctx, gw)).To(Succeed())
-		}).Should(Succeed())
-	}
-	setAddress("10.1.2.3")
+	e.setGatewayAddress(g, gw, "10.1.2.3")
 	e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
 		expectCondition(g, cp, coordinatorv1alpha1.ConditionGatewayResolved, metav1.ConditionTrue, coordinatorv1alpha1.ReasonResolved)
 		g.Expect(cp.Status.GatewayAddress).To(Equal("http://10.1.2.3:80"))
@@ -387,7 +372,7 @@ func TestGatewayRefAddressFromStatus(t *testing.T) {
 	g.Expect(cfg.Gateway.Address).To(Equal("http://10.1.2.3:80"))
 
 	// A new Gateway address is a reloadable change: ConfigMap only.
-	setAddress("10.1.2.4")
+	e.setGatewayAddress(g, gw, "10.1.2.4")
 	e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
 		g.Expect(cp.Status.GatewayAddress).To(Equal("http://10.1.2.4:80"))
 	})

@@ -39,6 +39,29 @@ func (e *testEnv) setRouteStatus(g *WithT, namespace, name string, parent gatewa
 	}).Should(Succeed())
 }
 
+// createGateway creates a Gateway named name with one HTTP listener "http" on port 80.
+func (e *testEnv) createGateway(g *WithT, namespace, name string) *gatewayv1.Gateway {
+	gw := &gatewayv1.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: gatewayv1.GatewaySpec{
+			GatewayClassName: "test",
+			Listeners:        []gatewayv1.Listener{{Name: "http", Protocol: gatewayv1.HTTPProtocolType, Port: 80}},
+		},
+	}
+	g.Expect(e.client.Create(context.Background(), gw)).To(Succeed())
+	return gw
+}
+
+// setGatewayAddress plays the gateway controller: it publishes addr as the Gateway's address.
+func (e *testEnv) setGatewayAddress(g *WithT, gw *gatewayv1.Gateway, addr string) {
+	ctx := context.Background()
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.client.Get(ctx, client.ObjectKeyFromObject(gw), gw)).To(Succeed())
+		gw.Status.Addresses = []gatewayv1.GatewayStatusAddress{{Type: ptr.To(gatewayv1.IPAddressType), Value: addr}}
+		g.Expect(e.client.Status().Update(ctx, gw)).To(Succeed())
+	}).Should(Succeed())
+}
+
 func routeCondition(t gatewayv1.RouteConditionType, status metav1.ConditionStatus, reason, message string) metav1.Condition {
 	return metav1.Condition{Type: string(t), Status: status, Reason: reason, Message: message}
 }
@@ -125,19 +148,7 @@ func TestRouteAttachesToTheReferencedGateway(t *testing.T) {
 	ctx := context.Background()
 	ns := e.namespace(t)
 	e.createPool(t, ns, "pool")
-	gw := &gatewayv1.Gateway{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "inference-gateway"},
-		Spec: gatewayv1.GatewaySpec{
-			GatewayClassName: "test",
-			Listeners:        []gatewayv1.Listener{{Name: "http", Protocol: gatewayv1.HTTPProtocolType, Port: 80}},
-		},
-	}
-	g.Expect(e.client.Create(ctx, gw)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		g.Expect(e.client.Get(ctx, client.ObjectKeyFromObject(gw), gw)).To(Succeed())
-		gw.Status.Addresses = []gatewayv1.GatewayStatusAddress{{Type: ptr.To(gatewayv1.IPAddressType), Value: "10.1.2.3"}}
-		g.Expect(e.client.Status().Update(ctx, gw)).To(Succeed())
-	}).Should(Succeed())
+	e.setGatewayAddress(g, e.createGateway(g, ns, "inference-gateway"), "10.1.2.3")
 	e.createPipeline(t, ns, "epd", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 		cp.Spec.Gateway = coordinatorv1alpha1.GatewaySpec{GatewayRef: &coordinatorv1alpha1.GatewayReference{Name: "inference-gateway", SectionName: "http"}}
 		cp.Spec.Route = &coordinatorv1alpha1.RouteSpec{}

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"unsafe"
@@ -148,16 +147,6 @@ func (o *Object) SetSegments(key string, segs ...[]byte) {
 	o.fields = append(o.fields, f)
 }
 
-// SetValue marshals v and sets it as key. It is meant for small values (flags, transfer params).
-func (o *Object) SetValue(key string, v any) error {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encoding %q: %w", key, err)
-	}
-	o.Set(key, raw)
-	return nil
-}
-
 // Delete removes key when present.
 func (o *Object) Delete(key string) {
 	if i := o.index(key); i >= 0 {
@@ -172,7 +161,7 @@ func (o *Object) Clone() *Object {
 	return c
 }
 
-// Size is the number of bytes Bytes and Reader produce.
+// Size is the number of bytes Bytes and Buffers produce.
 func (o *Object) Size() int {
 	n := 2 // {}
 	for i, f := range o.fields {
@@ -209,13 +198,6 @@ func (o *Object) Bytes() []byte { return o.AppendTo(make([]byte, 0, o.Size())) }
 
 // MarshalJSON implements json.Marshaler.
 func (o *Object) MarshalJSON() ([]byte, error) { return o.Bytes(), nil }
-
-// Reader returns the encoded object as a reader over the shared value slices (no copy of the
-// values) together with its exact length, ready to be an HTTP request body.
-func (o *Object) Reader() (io.Reader, int64) {
-	bufs, n := o.Buffers()
-	return &bufs, n
-}
 
 // Buffers returns the encoded object as the pieces it is made of — glue bytes and the shared
 // values — and its exact length. Written with net.Buffers.WriteTo it becomes one vectored write.

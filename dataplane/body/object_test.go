@@ -73,9 +73,7 @@ func TestEditAndEncode(t *testing.T) {
 	c.Set("stream", json.RawMessage("false"))
 	c.Delete("min_tokens")
 	c.Set("max_tokens", json.RawMessage("1"))
-	if err := c.SetValue("kv_transfer_params", map[string]any{"do_remote_decode": true}); err != nil {
-		t.Fatal(err)
-	}
+	c.Set("kv_transfer_params", json.RawMessage(`{"do_remote_decode":true}`))
 	want := `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":false,"max_tokens":1,"kv_transfer_params":{"do_remote_decode":true}}`
 	if got := string(c.Bytes()); got != want {
 		t.Fatalf("clone = %s\nwant    %s", got, want)
@@ -83,8 +81,8 @@ func TestEditAndEncode(t *testing.T) {
 	if got := string(o.Bytes()); !strings.Contains(got, `"min_tokens":3`) || !strings.Contains(got, `"stream":true`) {
 		t.Fatalf("original modified: %s", got)
 	}
-	r, n := c.Reader()
-	b, err := io.ReadAll(r)
+	bufs, n := c.Buffers()
+	b, err := io.ReadAll(&bufs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,27 +91,27 @@ func TestEditAndEncode(t *testing.T) {
 	}
 }
 
-func TestReaderSharesValues(t *testing.T) {
+func TestBuffersShareValues(t *testing.T) {
 	big := strings.Repeat("A", 1<<20)
 	o, err := Parse([]byte(`{"messages":"` + big + `"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	allocs := testing.AllocsPerRun(10, func() {
-		r, _ := o.Reader()
-		_, _ = io.Copy(io.Discard, r)
+		bufs, _ := o.Buffers()
+		_, _ = io.Copy(io.Discard, &bufs)
 	})
 	if allocs > 6 {
-		t.Fatalf("Reader allocates %v times per use", allocs)
+		t.Fatalf("Buffers allocates %v times per use", allocs)
 	}
 	if n := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			r, _ := o.Reader()
-			_, _ = io.Copy(io.Discard, r)
+			bufs, _ := o.Buffers()
+			_, _ = io.Copy(io.Discard, &bufs)
 		}
 	}).AllocedBytesPerOp(); n > 4096 {
-		t.Fatalf("Reader copies the values: %d B/op", n)
+		t.Fatalf("Buffers copies the values: %d B/op", n)
 	}
 }
 
@@ -244,8 +242,8 @@ func TestSegmentsAndOffset(t *testing.T) {
 	c := o.Clone()
 	c.SetSegments("messages", msgs[:end], []byte(`,"uuid":"h"`), msgs[end:])
 	want := `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:x"},"uuid":"h"}]}],"n":1}`
-	r, n := c.Reader()
-	streamed, _ := io.ReadAll(r)
+	bufs, n := c.Buffers()
+	streamed, _ := io.ReadAll(&bufs)
 	if string(c.Bytes()) != want || string(streamed) != want || int(n) != len(want) || c.Size() != len(want) {
 		t.Fatalf("bytes %s\nstream %s", c.Bytes(), streamed)
 	}

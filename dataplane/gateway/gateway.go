@@ -220,11 +220,11 @@ func (c *Client) Call(ctx context.Context, phase string, leg Leg) ([]byte, error
 	if err != nil {
 		return nil, &apierror.UpstreamError{Phase: phase, Err: err}
 	}
-	return ReadOK(phase, resp)
+	return readOK(phase, resp)
 }
 
-// ReadOK reads a response that must be 200 and closes it.
-func ReadOK(phase string, resp *http.Response) ([]byte, error) {
+// readOK reads a response that must be 200 and closes it.
+func readOK(phase string, resp *http.Response) ([]byte, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))

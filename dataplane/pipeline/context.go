@@ -132,8 +132,9 @@ type RequestContext struct {
 	MediaScanned bool
 	// ECParams are the merged ec_transfer_params for prefill (keyed by mm_hash).
 	ECParams map[string]any
-	// KVParams are the decode leg's kv_transfer_params (raw JSON), set once a prefill ran.
-	KVParams json.RawMessage
+	// PrefillKV is the kv_transfer_params object the prefill worker answered (raw JSON; nil when
+	// it sent none). Decode derives its own params from it through its KV connector.
+	PrefillKV json.RawMessage
 	// Prefilled is true once a prefill leg succeeded.
 	Prefilled bool
 

@@ -45,13 +45,17 @@ func (s *decode) Execute(ctx context.Context, rc *pipeline.RequestContext) error
 
 // body is the client body plus what earlier phases produced: the rendered tokens (chat:
 // tokens{token_ids, features}, with each media part's uuid; completions: prompt as token ids) and,
-// only after a prefill, kv_transfer_params (generate: in sampling_params.extra_args). With neither
+// only after a prefill, the KV connector's kv_transfer_params derived from the prefill worker's
+// answer (generate: in sampling_params.extra_args). With neither
 // render nor prefill it is the client body unchanged.
 func (s *decode) body(rc *pipeline.RequestContext) (*body.Object, error) {
 	obj := rc.Body.Clone()
 	var kvRaw json.RawMessage
 	if rc.Prefilled {
-		kvRaw = rc.KVParams
+		var err error
+		if kvRaw, err = s.kv.DecodeParams(rc.PrefillKV); err != nil {
+			return nil, &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Err: err}
+		}
 	}
 	switch rc.API {
 	case pipeline.APIChat:

@@ -15,9 +15,11 @@ import (
 )
 
 func TestDecodeLegBodies(t *testing.T) {
+	const nixlAnswer = `{"do_remote_prefill":true,"do_remote_decode":false,"remote_engine_id":"e"}`
 	const nixlKV = `{"do_remote_decode":false,"do_remote_prefill":true,"remote_engine_id":"e"}`
 	tests := map[string]struct {
 		path, body string
+		kv         string // the decode step's kv_connector (default kv-shared-storage)
 		prepare    func(rc *pipeline.RequestContext)
 		want       string
 	}{
@@ -26,20 +28,21 @@ func TestDecodeLegBodies(t *testing.T) {
 			want: `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":7,"stream":true,"stream_options":{"include_usage":true}}`,
 		},
 		"chat after prefill": {
-			path: "/v1/chat/completions", body: `{"model":"m","messages":[],"min_tokens":2}`,
+			path: "/v1/chat/completions", body: `{"model":"m","messages":[],"min_tokens":2}`, kv: "kv-nixl",
 			prepare: func(rc *pipeline.RequestContext) {
 				rc.Prefilled = true
-				rc.KVParams = json.RawMessage(nixlKV)
+				rc.PrefillKV = json.RawMessage(nixlAnswer)
 			},
 			want: `{"model":"m","messages":[],"min_tokens":2,"kv_transfer_params":` + nixlKV + `}`,
 		},
 		"chat rendered: tokens and uuids": {
 			path: "/v1/chat/completions",
 			body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"},"uuid":"client"}]}]}`,
+			kv:   "kv-nixl",
 			prepare: func(rc *pipeline.RequestContext) {
 				rendered(rc)
 				rc.Prefilled = true
-				rc.KVParams = json.RawMessage(nixlKV)
+				rc.PrefillKV = json.RawMessage(nixlAnswer)
 			},
 			want: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"},"uuid":"h1"}]}],
 			        "tokens":{"token_ids":[1,4,32000,32000,32000,777],"features":{"mm_hashes":{"image":["h1"]},"mm_placeholders":{"image":[{"offset":2,"length":3}]}}},
@@ -51,7 +54,7 @@ func TestDecodeLegBodies(t *testing.T) {
 				rc.Rendered = true
 				rc.SetTokenIDs([]int{1, 5, 6})
 				rc.Prefilled = true
-				rc.KVParams = json.RawMessage(`{"do_remote_decode":false,"do_remote_prefill":true}`)
+				rc.PrefillKV = nil // shared storage: the prefill worker answers no params
 			},
 			want: `{"model":"m","prompt":[1,5,6],"max_tokens":4,"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true}}`,
 		},
@@ -59,7 +62,7 @@ func TestDecodeLegBodies(t *testing.T) {
 			path: "/inference/v1/generate", body: `{"model":"m","token_ids":[1,2],"sampling_params":{"max_tokens":8,"extra_args":{"keep":true}}}`,
 			prepare: func(rc *pipeline.RequestContext) {
 				rc.Prefilled = true
-				rc.KVParams = json.RawMessage(`{"do_remote_decode":false,"do_remote_prefill":true}`)
+				rc.PrefillKV = nil // shared storage: the prefill worker answers no params
 			},
 			want: `{"model":"m","token_ids":[1,2],"sampling_params":{"max_tokens":8,"extra_args":{"keep":true,"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true}}}}`,
 		},
@@ -71,7 +74,11 @@ func TestDecodeLegBodies(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			gw := newFakeGateway(t, okJSON(`{"id":"d"}`))
-			s := newStep(t, DecodeStep, gw, nil)
+			var params map[string]any
+			if tc.kv != "" {
+				params = map[string]any{"kv_connector": tc.kv}
+			}
+			s := newStep(t, DecodeStep, gw, params)
 			rc, rec := newRC(t, tc.path, tc.body, nil)
 			if tc.prepare != nil {
 				tc.prepare(rc)

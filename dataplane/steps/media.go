@@ -35,16 +35,26 @@ func kindOf(partType string) *mediaKind {
 	return nil
 }
 
+// chatMessages returns the raw messages value of a chat body and its elements; both are nil when
+// the body has no messages array (the worker reports a malformed one).
+func chatMessages(obj *body.Object) (json.RawMessage, []json.RawMessage, error) {
+	raw, ok := obj.Get("messages")
+	if !ok || body.KindOf(raw) != 'a' {
+		return nil, nil, nil
+	}
+	msgs, err := body.Array(raw)
+	if err != nil {
+		return nil, nil, apierror.InvalidField("messages", "\"messages\" must be an array")
+	}
+	return raw, msgs, nil
+}
+
 // scanMedia walks messages[*].content[*] of a chat body and returns one entry per enabled media
 // part, in document order, with its URL. Parts of other shapes are left alone.
 func scanMedia(obj *body.Object) ([]pipeline.MediaEntry, error) {
-	rawMsgs, ok := obj.Get("messages")
-	if !ok || body.KindOf(rawMsgs) != 'a' {
-		return nil, nil
-	}
-	msgs, err := body.Array(rawMsgs)
+	_, msgs, err := chatMessages(obj)
 	if err != nil {
-		return nil, apierror.InvalidField("messages", "\"messages\" must be an array")
+		return nil, err
 	}
 	var out []pipeline.MediaEntry
 	for mi, rawMsg := range msgs {
@@ -98,13 +108,9 @@ func setMediaUUIDs(rc *pipeline.RequestContext, obj *body.Object) error {
 	if len(rc.Media) == 0 {
 		return nil
 	}
-	rawMsgs, ok := obj.Get("messages")
-	if !ok {
-		return nil
-	}
-	msgs, err := body.Array(rawMsgs)
-	if err != nil {
-		return apierror.InvalidField("messages", "\"messages\" must be an array")
+	rawMsgs, msgs, err := chatMessages(obj)
+	if err != nil || msgs == nil {
+		return err
 	}
 	segs := make([][]byte, 0, 2*len(rc.Media)+1)
 	last := 0
@@ -198,13 +204,9 @@ var errMediaMissing = apierror.BadRequest("invalid_media", "media part not found
 // editParts applies fn to messages[m.Message].content[m.Part] for each entry and writes the edited
 // messages back into obj.
 func editParts(obj *body.Object, media []pipeline.MediaEntry, fn func(part *body.Object, m *pipeline.MediaEntry) error) error {
-	rawMsgs, ok := obj.Get("messages")
-	if !ok {
-		return nil
-	}
-	msgs, err := body.Array(rawMsgs)
-	if err != nil {
-		return apierror.InvalidField("messages", "\"messages\" must be an array")
+	_, msgs, err := chatMessages(obj)
+	if err != nil || msgs == nil {
+		return err
 	}
 	byMsg := map[int][]int{}
 	for i := range media {

@@ -19,7 +19,8 @@ const PrefillStep = "prefill"
 func init() { pipeline.Register(PrefillStep, newPrefill) }
 
 // prefill sends one single-token leg (EPP-Profile: prefill) carrying the KV connector's
-// kv_transfer_params and the merged ec_transfer_params, and keeps the worker's answer for decode.
+// kv_transfer_params and the merged ec_transfer_params, and keeps the worker's kv_transfer_params
+// answer for decode.
 type prefill struct {
 	gw        *gateway.Client
 	kv        kv.Connector
@@ -50,11 +51,9 @@ func (s *prefill) Execute(ctx context.Context, rc *pipeline.RequestContext) erro
 	if err := json.Unmarshal(out, &answer); err != nil {
 		return &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Body: head(out), Err: fmt.Errorf("decoding answer: %w", err)}
 	}
-	kvParams, err := s.kv.DecodeParams(answer.KV)
-	if err != nil {
-		return &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Err: err}
+	if body.KindOf(answer.KV) == 'o' {
+		rc.PrefillKV = answer.KV
 	}
-	rc.KVParams = kvParams
 	rc.Prefilled = true
 	return nil
 }

@@ -2,7 +2,6 @@ package steps
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
@@ -139,7 +138,13 @@ func TestPrefillAnswer(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			gw := newFakeGateway(t, tc.answer)
+			gw := newFakeGateway(t, func(w http.ResponseWriter, c captured) {
+				if c.Header.Get("EPP-Profile") == "decode" {
+					okJSON(`{"id":"d"}`)(w, c)
+					return
+				}
+				tc.answer(w, c)
+			})
 			s := newStep(t, PrefillStep, gw, map[string]any{"kv_connector": tc.kv})
 			rc, _ := newRC(t, "/v1/chat/completions", `{"model":"m","messages":[]}`, nil)
 			err := s.Execute(context.Background(), rc)
@@ -156,11 +161,13 @@ func TestPrefillAnswer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var got any
-			if err := json.Unmarshal(rc.KVParams, &got); err != nil {
-				t.Fatalf("decode kv params are not JSON: %s", rc.KVParams)
+			// The decode leg that follows (same connector) carries the params derived from the answer.
+			d := newStep(t, DecodeStep, gw, map[string]any{"kv_connector": tc.kv})
+			if err := d.Execute(context.Background(), rc); err != nil {
+				t.Fatal(err)
 			}
-			jsonEq(t, "decode kv params", got, tc.wantKV)
+			legs := gw.requests()
+			jsonEq(t, "decode kv params", legs[len(legs)-1].Body["kv_transfer_params"], tc.wantKV)
 		})
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
 	"github.com/epd-dev/coordinator/hack/packaging"
+	"github.com/epd-dev/coordinator/test/internal/makefile"
 )
 
 const root = "../.."
@@ -135,13 +136,13 @@ func TestBundleFollowsTheMakefile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	version := makefileVar(t, "OPERATOR_VERSION")
+	version := makefile.Var(t, root, "OPERATOR_VERSION")
 	g := NewWithT(t)
 	g.Expect(opts.Version).To(Equal(version))
-	g.Expect(opts.OperatorImage).To(Equal(strings.ReplaceAll(makefileVar(t, "IMG"), "$(OPERATOR_VERSION)", version)))
-	g.Expect(opts.CoordinatorImage).To(Equal(strings.ReplaceAll(makefileVar(t, "COORDINATOR_IMG"), "$(OPERATOR_VERSION)", version)))
-	g.Expect(opts.Channels).To(Equal([]string{makefileVar(t, "BUNDLE_CHANNELS")}))
-	g.Expect(opts.DefaultChannel).To(Equal(makefileVar(t, "BUNDLE_DEFAULT_CHANNEL")))
+	g.Expect(opts.OperatorImage).To(Equal(strings.ReplaceAll(makefile.Var(t, root, "IMG"), "$(OPERATOR_VERSION)", version)))
+	g.Expect(opts.CoordinatorImage).To(Equal(strings.ReplaceAll(makefile.Var(t, root, "COORDINATOR_IMG"), "$(OPERATOR_VERSION)", version)))
+	g.Expect(opts.Channels).To(Equal([]string{makefile.Var(t, root, "BUNDLE_CHANNELS")}))
+	g.Expect(opts.DefaultChannel).To(Equal(makefile.Var(t, root, "BUNDLE_DEFAULT_CHANNEL")))
 }
 
 func TestBundleContents(t *testing.T) {
@@ -249,20 +250,4 @@ func TestBundleContents(t *testing.T) {
 	g.Expect(labels).To(Equal(meta.Annotations))
 	g.Expect(meta.Annotations).To(HaveKeyWithValue("operators.operatorframework.io.bundle.mediatype.v1", "registry+v1"))
 	g.Expect(string(dockerfile)).To(ContainSubstring("COPY bundle/manifests /manifests/"))
-}
-
-// makefileVar returns the default of a `NAME ?= value` line of the Makefile.
-func makefileVar(t *testing.T, name string) string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "Makefile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, "?="); ok && strings.TrimSpace(k) == name {
-			return strings.TrimSpace(v)
-		}
-	}
-	t.Fatalf("Makefile: no %s ?= line", name)
-	return ""
 }

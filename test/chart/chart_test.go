@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/epd-dev/coordinator/hack/packaging"
+	"github.com/epd-dev/coordinator/test/internal/makefile"
 )
 
 // `helm lint --strict` equivalent: no message of any severity, with default and non-default
@@ -363,7 +364,7 @@ func TestChartGeneratedTemplatesAreFresh(t *testing.T) {
 // The chart installs the operator version the Makefile releases.
 func TestChartVersionFollowsTheMakefile(t *testing.T) {
 	c := loadChart(t)
-	want := makefileVar(t, "OPERATOR_VERSION")
+	want := makefile.Var(t, root, "OPERATOR_VERSION")
 	if c.Metadata.AppVersion != want || c.Metadata.Version != want {
 		t.Fatalf("Chart.yaml version %s, appVersion %s; the Makefile's OPERATOR_VERSION is %s", c.Metadata.Version, c.Metadata.AppVersion, want)
 	}
@@ -371,7 +372,7 @@ func TestChartVersionFollowsTheMakefile(t *testing.T) {
 		{"IMG", "ghcr.io/epd-dev/coordinator-operator:v$(OPERATOR_VERSION)"},
 		{"COORDINATOR_IMG", "ghcr.io/epd-dev/coordinator:v$(OPERATOR_VERSION)"},
 	} {
-		if got := makefileVar(t, v.name); got != v.want {
+		if got := makefile.Var(t, root, v.name); got != v.want {
 			t.Errorf("Makefile %s ?= %s; the chart's default image is %s", v.name, got, v.want)
 		}
 	}

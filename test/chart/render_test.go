@@ -1,9 +1,7 @@
 package chart_test
 
 import (
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/action"
@@ -117,20 +115,4 @@ func fromUnstructured[T any](t *testing.T, u *unstructured.Unstructured) *T {
 func appVersion(t *testing.T) string {
 	t.Helper()
 	return loadChart(t).Metadata.AppVersion
-}
-
-// makefileVar returns the default of a `NAME ?= value` line of the Makefile.
-func makefileVar(t *testing.T, name string) string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(root, "Makefile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if k, v, ok := strings.Cut(line, "?="); ok && strings.TrimSpace(k) == name {
-			return strings.TrimSpace(v)
-		}
-	}
-	t.Fatalf("Makefile: no %s ?= line", name)
-	return ""
 }

@@ -219,13 +219,13 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	// duplex, net/http closes an unfinished request body when the answer starts, which breaks
 	// the upstream connection mid-response.
 	_ = http.NewResponseController(rw).EnableFullDuplex()
-	sw := &statusWriter{ResponseWriter: rw}
+	sw := loopback.NewStatusWriter(rw)
 	defer func() {
 		// ReverseProxy aborts (panics with http.ErrAbortHandler) when the client goes away
 		// mid-response; record the leg either way.
 		r := recover()
 		g.mu.Lock()
-		leg.Status, leg.Duration, leg.Aborted = sw.code(), time.Since(leg.Start), r != nil
+		leg.Status, leg.Duration, leg.Aborted = answered(sw), time.Since(leg.Start), r != nil
 		g.mu.Unlock()
 		if r != nil {
 			panic(r)
@@ -288,46 +288,11 @@ func writeError(rw http.ResponseWriter, status int, typ, msg string) {
 // normalize canonicalizes a profile name.
 func normalize(profile string) string { return strings.ToLower(strings.TrimSpace(profile)) }
 
-// statusWriter records the status of a response and forwards flushes.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-// WriteHeader implements http.ResponseWriter.
-func (s *statusWriter) WriteHeader(code int) {
-	if s.status == 0 && code >= 200 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-// Write implements http.ResponseWriter.
-func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// Flush implements http.Flusher.
-func (s *statusWriter) Flush() {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-// code returns the recorded status; a request abandoned before any answer
-// (client gone) is recorded as 499, like nginx and Envoy logs do.
-func (s *statusWriter) code() int {
-	if s.status == 0 {
+// answered is the status a leg got; one abandoned before any answer (client gone) is recorded as
+// 499, like nginx and Envoy logs do.
+func answered(sw *loopback.StatusWriter) int {
+	if sw.Status() == 0 {
 		return 499
 	}
-	return s.status
+	return sw.Status()
 }

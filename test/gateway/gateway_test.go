@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epd-dev/coordinator/test/internal/loopback"
 	"github.com/epd-dev/coordinator/test/simworker"
 	"go.uber.org/goleak"
 )
@@ -70,16 +71,7 @@ func send(t *testing.T, g *Gateway, method, path, body string, header ...string)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Add(header[i], header[i+1])
 	}
-	resp, err := testClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
+	return loopback.Fetch(t, testClient, req)
 }
 
 func TestRouting(t *testing.T) {

@@ -180,7 +180,7 @@ func (w *Worker) FailNext(n int, status int, body string) {
 // ServeHTTP records the request, applies injected failures and dispatches it.
 func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	body, readErr := readBody(rw, r)
-	sw := &statusWriter{ResponseWriter: rw}
+	sw := loopback.NewStatusWriter(rw)
 	var rec *Request
 	if !w.cfg.DisableRecording {
 		rec = &Request{
@@ -205,7 +205,7 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if rec != nil {
 		defer func() {
 			w.mu.Lock()
-			rec.Status = sw.code()
+			rec.Status = max(sw.Status(), http.StatusOK) // 200 if the handler wrote nothing
 			w.mu.Unlock()
 		}()
 	}
@@ -322,47 +322,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// statusWriter records the status of a response and forwards flushes.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-// WriteHeader implements http.ResponseWriter.
-func (s *statusWriter) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-// Write implements http.ResponseWriter.
-func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-// Flush implements http.Flusher.
-func (s *statusWriter) Flush() {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
-
-// code returns the recorded status (200 if the handler wrote nothing).
-func (s *statusWriter) code() int {
-	if s.status == 0 {
-		return http.StatusOK
-	}
-	return s.status
 }
