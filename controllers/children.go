@@ -29,7 +29,7 @@ const (
 	ManagedBy = "coordinator-operator"
 
 	// AnnotationRestartHash on the pod template fingerprints the settings the data plane cannot
-	// reload (the listener's address and timeouts); a change rolls the Deployment.
+	// reload (config.RestartSettings); a change rolls the Deployment.
 	AnnotationRestartHash = "coordinator.epd.dev/restart-hash"
 	// AnnotationConfigRevision on the ConfigMap is the rendered configuration's revision.
 	AnnotationConfigRevision = "coordinator.epd.dev/config-revision"

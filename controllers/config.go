@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers the built-in steps pipeline.Build validates
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
@@ -94,7 +95,7 @@ func setDuration(dst *config.Duration, d *metav1.Duration) {
 // validatePipeline builds every step of cfg with the data plane's own code (no network I/O, no
 // process environment) and returns its error, a *config.FieldError naming the failing key.
 func validatePipeline(cfg config.Config) error {
-	p, err := pipeline.Build(cfg, pipeline.Options{Getenv: func(string) string { return "" }})
+	p, err := builder.Build(cfg, builder.Options{Getenv: func(string) string { return "" }})
 	if err != nil {
 		return err
 	}
@@ -120,25 +121,33 @@ func parseConfig(data string) (config.Config, error) {
 	return config.Parse([]byte(data), nil)
 }
 
-// restartHash fingerprints the settings a running coordinator cannot take from a reloaded file
-// (the data plane's reload.RestartRequired): the listener's address and timeouts, the metrics
-// port and tracing. It is stamped on the pod template, so a change there rolls the Deployment,
-// while everything else (pipeline, gateway, log level, body limit, drain timeout...), which the
-// coordinators hot-reload from the mounted ConfigMap, leaves the pod template alone. The drain
-// timeout still reaches the template through terminationGracePeriodSeconds.
-// TestRestartHashFollowsTheDataPlaneReload keeps this in step with reload.RestartRequired.
+// restartHash fingerprints cfg.RestartSettings(), the settings a running coordinator cannot take
+// from a reloaded file. It is stamped on the pod template, so a change there rolls the
+// Deployment, while everything else (pipeline, gateway, log level, body limit, drain timeout...),
+// which the coordinators hot-reload from the mounted ConfigMap, leaves the pod template alone. The
+// drain timeout still reaches the template through terminationGracePeriodSeconds.
+//
+// The hashed document is a JSON object with each setting under the last element of its key
+// ({"listen_addr":...,"tracing":{...}}), the shape of earlier releases: the same settings give
+// the same hash, so upgrading the operator does not roll the coordinators.
 func restartHash(cfg config.Config) string {
-	b, err := json.Marshal(struct {
-		ListenAddr   string          `json:"listen_addr"`
-		ReadTimeout  config.Duration `json:"read_timeout"`
-		WriteTimeout config.Duration `json:"write_timeout"`
-		MetricsPort  int             `json:"metrics_port"`
-		Tracing      config.Tracing  `json:"tracing"`
-	}{cfg.Server.ListenAddr, cfg.Server.ReadTimeout, cfg.Server.WriteTimeout, cfg.Server.MetricsPort, cfg.Tracing})
-	if err != nil {
-		panic(fmt.Sprintf("restartHash: %v", err)) // plain struct of scalars: cannot fail
+	var doc bytes.Buffer
+	doc.WriteByte('{')
+	for i, s := range cfg.RestartSettings() {
+		value, err := json.Marshal(s.Value)
+		if err != nil {
+			panic(fmt.Sprintf("restartHash: %s: %v", s.Key, err)) // strings, numbers, durations, a plain struct: cannot fail
+		}
+		if i > 0 {
+			doc.WriteByte(',')
+		}
+		name, _ := json.Marshal(s.Key[strings.LastIndexByte(s.Key, '.')+1:]) // a string always marshals
+		doc.Write(name)
+		doc.WriteByte(':')
+		doc.Write(value)
 	}
-	sum := sha256.Sum256(b)
+	doc.WriteByte('}')
+	sum := sha256.Sum256(doc.Bytes())
 	return hex.EncodeToString(sum[:8])
 }
 

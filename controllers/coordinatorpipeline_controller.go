@@ -1,7 +1,8 @@
 // Package controllers holds the CoordinatorPipeline reconciler. It renders a CoordinatorPipeline
 // into the data plane's configuration (validated with the data plane's own pipeline builder) and
 // runs it as a ConfigMap, a Deployment, a Service and a ServiceAccount, plus, on request, an
-// HTTPRoute, a PodDisruptionBudget and a NetworkPolicy, all owned by the CoordinatorPipeline. Children are built by pure desiredX functions (children.go), status by pure
+// HTTPRoute, a PodDisruptionBudget and a NetworkPolicy, all owned by the CoordinatorPipeline.
+// Children are built by pure desiredX functions (children.go, exposure.go), status by pure
 // setters (coordinatorpipeline_status.go); Reconcile only sequences reads and writes.
 package controllers
 
@@ -79,8 +80,31 @@ type scope struct {
 }
 
 // phase is one step of a reconcile. Every input is watched, so phases never ask for a timed
-// requeue: they return an error (retried with backoff) or nil.
-type phase func(ctx context.Context, s *scope) error
+// requeue: they return an error (retried with backoff) or nil. A phase that runs records what it
+// found in the scope's observed results.
+type phase struct {
+	// name says what the phase reconciles; its errors read "failed to reconcile <name>: ...".
+	name string
+	run  func(ctx context.Context, s *scope) error
+}
+
+// phases are the reconcile's phases, in order. References are resolved and the configuration
+// rendered first; the NetworkPolicy is applied before the Deployment so that new coordinator pods
+// start behind it.
+func (r *CoordinatorPipelineReconciler) phases() []phase {
+	return []phase{
+		{"InferencePool reference", r.resolveInferencePool},
+		{"gateway address", r.resolveGateway},
+		{"pipeline configuration", r.renderAndValidate},
+		{"ServiceAccount", r.reconcileServiceAccount},
+		{"ConfigMap", r.reconcileConfigMap},
+		{"Service", r.reconcileService},
+		{"NetworkPolicy", r.reconcileNetworkPolicy},
+		{"PodDisruptionBudget", r.reconcilePodDisruptionBudget},
+		{"Deployment", r.reconcileDeployment},
+		{"HTTPRoute", r.reconcileRoute},
+	}
+}
 
 // +kubebuilder:rbac:groups=coordinator.epd.dev,resources=coordinatorpipelines,verbs=get;list;watch
 // +kubebuilder:rbac:groups=coordinator.epd.dev,resources=coordinatorpipelines/status,verbs=get;update;patch
@@ -110,20 +134,9 @@ func (r *CoordinatorPipelineReconciler) Reconcile(ctx context.Context, req ctrl.
 		reterr = r.patchStatus(ctx, s, reterr)
 	}()
 
-	for _, p := range []phase{
-		r.resolveInferencePool,
-		r.resolveGateway,
-		r.renderAndValidate,
-		r.reconcileServiceAccount,
-		r.reconcileConfigMap,
-		r.reconcileService,
-		r.reconcileNetworkPolicy,
-		r.reconcilePodDisruptionBudget,
-		r.reconcileDeployment,
-		r.reconcileRoute,
-	} {
-		if err := p(ctx, s); err != nil {
-			return ctrl.Result{}, err
+	for _, p := range r.phases() {
+		if err := p.run(ctx, s); err != nil {
+			return ctrl.Result{}, fmt.Errorf("failed to reconcile %s: %w", p.name, err)
 		}
 	}
 	return ctrl.Result{}, nil
@@ -147,7 +160,7 @@ func (r *CoordinatorPipelineReconciler) resolveInferencePool(ctx context.Context
 			res = summarizePool(pool)
 		}
 	}
-	s.obs.pool = &res
+	s.obs.pool = found(res)
 	return nil
 }
 
@@ -174,7 +187,7 @@ func (r *CoordinatorPipelineReconciler) resolveGateway(ctx context.Context, s *s
 			res = resolveGatewayAddress(gw, *spec.GatewayRef)
 		}
 	}
-	s.obs.gateway = &res
+	s.obs.gateway = found(res)
 	return nil
 }
 
@@ -182,16 +195,17 @@ func (r *CoordinatorPipelineReconciler) resolveGateway(ctx context.Context, s *s
 // pipeline with the data plane's builder. An unresolved gateway does not stop validation (a
 // placeholder address stands in), but such a configuration is not applied.
 func (r *CoordinatorPipelineReconciler) renderAndValidate(_ context.Context, s *scope) error {
+	gw := s.obs.gateway.value
 	address := validationGatewayAddress
-	if s.obs.gateway.ok {
-		address = s.obs.gateway.address
+	if gw.ok {
+		address = gw.address
 	}
 	cfg, err := renderConfig(s.cp, address)
 	if err == nil {
 		err = validatePipeline(cfg)
 	}
-	s.obs.pipelineErr = &err
-	if err == nil && s.obs.gateway.ok {
+	s.obs.pipeline = found(err)
+	if err == nil && gw.ok {
 		s.rendered = &cfg
 	}
 	return nil
@@ -203,16 +217,20 @@ func (r *CoordinatorPipelineReconciler) reconcileServiceAccount(ctx context.Cont
 }
 
 // reconcileConfigMap writes a valid rendered configuration. Without one it leaves the ConfigMap
-// alone, and the configuration already in it (the last good one) stays the applied one.
+// alone, and the configuration already in it (the last good one, if any) stays the applied one.
 func (r *CoordinatorPipelineReconciler) reconcileConfigMap(ctx context.Context, s *scope) error {
 	if s.rendered == nil {
 		live, err := getChild[corev1.ConfigMap](ctx, r, s.cp, configMapName(s.cp))
-		if err != nil || live == nil {
+		if err != nil {
 			return err
 		}
-		if cfg, err := parseConfig(live.Data[ConfigKey]); err == nil {
-			s.obs.applied = &cfg
+		var applied *config.Config
+		if live != nil {
+			if cfg, err := parseConfig(live.Data[ConfigKey]); err == nil {
+				applied = &cfg
+			}
 		}
+		s.obs.applied = found(applied)
 		return nil
 	}
 	rendered, err := marshalConfig(s.cp, *s.rendered)
@@ -228,7 +246,7 @@ func (r *CoordinatorPipelineReconciler) reconcileConfigMap(ctx context.Context, 
 		r.Recorder.Eventf(s.cp, nil, corev1.EventTypeNormal, "ConfigApplied", "ApplyConfig",
 			"configuration revision %s %s in ConfigMap %s (steps: %s)", revision, res, configMapName(s.cp), stepSummary(*s.rendered))
 	}
-	s.obs.applied = s.rendered
+	s.obs.applied = found(s.rendered)
 	return nil
 }
 
@@ -242,25 +260,24 @@ func (r *CoordinatorPipelineReconciler) reconcileService(ctx context.Context, s 
 func (r *CoordinatorPipelineReconciler) reconcileDeployment(ctx context.Context, s *scope) error {
 	var dep *appsv1.Deployment
 	var err error
-	if s.obs.applied == nil {
+	if applied := s.obs.applied.value; applied == nil {
 		dep, err = getChild[appsv1.Deployment](ctx, r, s.cp, s.cp.Name)
 	} else {
-		dep, _, err = ensureChild(ctx, r, s.cp, deploymentKind, desiredDeployment(s.cp, *s.obs.applied, r.DefaultImage))
+		dep, _, err = ensureChild(ctx, r, s.cp, deploymentKind, desiredDeployment(s.cp, *applied, r.DefaultImage))
 	}
 	if err != nil {
 		return err
 	}
-	s.obs.deployment, s.obs.deploymentChecked = dep, true
+	s.obs.deployment = found(dep)
 	return nil
 }
 
 // reconcileNetworkPolicy creates, updates or deletes the NetworkPolicy of spec.networkPolicy.
-// It runs before the Deployment so that new coordinator pods start behind it.
 func (r *CoordinatorPipelineReconciler) reconcileNetworkPolicy(ctx context.Context, s *scope) error {
 	if !networkPolicyEnabled(s.cp) {
 		return deleteChild[networkingv1.NetworkPolicy](ctx, r, s.cp, s.cp.Name)
 	}
-	_, _, err := ensureChild(ctx, r, s.cp, networkPolicyKind, desiredNetworkPolicy(s.cp, s.obs.applied))
+	_, _, err := ensureChild(ctx, r, s.cp, networkPolicyKind, desiredNetworkPolicy(s.cp, s.obs.applied.value))
 	return err
 }
 
@@ -277,32 +294,30 @@ func (r *CoordinatorPipelineReconciler) reconcilePodDisruptionBudget(ctx context
 // reconcileRoute creates, updates or deletes the HTTPRoute of spec.route and reads back what the
 // gateway controller reported about it.
 func (r *CoordinatorPipelineReconciler) reconcileRoute(ctx context.Context, s *scope) error {
-	if s.cp.Spec.Route == nil {
+	var a *acceptance
+	parent, ok := routeParent(s.cp)
+	switch {
+	case s.cp.Spec.Route == nil:
 		if r.routeAPI {
 			if err := deleteChild[gatewayv1.HTTPRoute](ctx, r, s.cp, s.cp.Name); err != nil {
 				return err
 			}
 		}
-		s.obs.routeChecked = true
-		return nil
-	}
-	parent, ok := routeParent(s.cp)
-	switch {
 	case !r.routeAPI:
 		res := apiUnavailable("HTTPRoute", gatewayv1.GroupVersion.String())
-		s.obs.route = &acceptance{status: metav1.ConditionFalse, reason: res.reason, message: res.message}
+		a = &acceptance{status: metav1.ConditionFalse, reason: res.reason, message: res.message}
 	case !ok:
-		s.obs.route = &acceptance{status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonNotAccepted,
+		a = &acceptance{status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonNotAccepted,
 			message: "spec.route needs a Gateway to attach to: set spec.route.parentRef or spec.gateway.gatewayRef"}
 	default:
 		live, _, err := ensureChild(ctx, r, s.cp, httpRouteKind, desiredHTTPRoute(s.cp))
 		if err != nil {
 			return err
 		}
-		a := routeAcceptance(live, parent)
-		s.obs.route = &a
+		accepted := routeAcceptance(live, parent)
+		a = &accepted
 	}
-	s.obs.routeChecked = true
+	s.obs.route = found(a)
 	return nil
 }
 

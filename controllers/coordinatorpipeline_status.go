@@ -14,22 +14,30 @@ import (
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
 )
 
-// observed is what one reconcile learned. A nil field means the phase that fills it did not run
-// (an earlier phase failed): the matching condition keeps its previous value.
+// result is what one reconcile phase found. The zero value means the phase did not run (an
+// earlier one failed): the conditions it feeds keep their previous values.
+type result[T any] struct {
+	ran   bool
+	value T
+}
+
+// found is the result of a phase that ran and found v.
+func found[T any](v T) result[T] { return result[T]{ran: true, value: v} }
+
+// observed is what one reconcile learned, one result per phase that reports something.
 type observed struct {
 	// pool and gateway are the resolutions of spec.inferencePoolRef and spec.gateway.
-	pool, gateway *resolution
-	// pipelineErr is the result of validating the spec's pipeline (nil pointer: not validated).
-	pipelineErr *error
-	// applied is the configuration in the ConfigMap: just rendered, or the last good one.
-	applied *config.Config
-	// deploymentChecked is set once the Deployment phase ran; deployment is nil when there is
-	// none (no valid configuration yet).
-	deploymentChecked bool
-	deployment        *appsv1.Deployment
-	// routeChecked is set once the route phase ran; route is nil when spec.route is unset.
-	routeChecked bool
-	route        *acceptance
+	pool, gateway result[resolution]
+	// pipeline is the error of validating the spec's pipeline; nil when it is valid.
+	pipeline result[error]
+	// applied is the configuration in the ConfigMap: just rendered, or the last good one; nil
+	// when there is none.
+	applied result[*config.Config]
+	// deployment is the coordinator Deployment; nil when there is none (no valid configuration
+	// yet).
+	deployment result[*appsv1.Deployment]
+	// route is the gateway's verdict on the HTTPRoute; nil when spec.route is unset.
+	route result[*acceptance]
 	// err is the error that ended the reconcile early, if any.
 	err error
 }
@@ -38,26 +46,26 @@ type observed struct {
 // observation give the same status, and unchanged conditions keep their lastTransitionTime.
 func computeStatus(cp *coordinatorv1alpha1.CoordinatorPipeline, o observed) {
 	cp.Status.ObservedGeneration = cp.Generation
-	if o.pipelineErr != nil {
-		setPipelineValidCondition(cp, *o.pipelineErr)
+	if o.pipeline.ran {
+		setPipelineValidCondition(cp, o.pipeline.value)
 	}
-	if o.pool != nil {
-		setResolvedCondition(cp, coordinatorv1alpha1.ConditionInferencePoolResolved, *o.pool)
+	if o.pool.ran {
+		setResolvedCondition(cp, coordinatorv1alpha1.ConditionInferencePoolResolved, o.pool.value)
 	}
-	if o.gateway != nil {
-		setResolvedCondition(cp, coordinatorv1alpha1.ConditionGatewayResolved, *o.gateway)
+	if o.gateway.ran {
+		setResolvedCondition(cp, coordinatorv1alpha1.ConditionGatewayResolved, o.gateway.value)
 	}
-	if o.applied != nil {
-		setConfigStatus(cp, *o.applied)
+	if o.applied.value != nil {
+		setConfigStatus(cp, *o.applied.value)
 	}
-	if o.routeChecked {
-		setRouteAcceptedCondition(cp, o.route)
+	if o.route.ran {
+		setRouteAcceptedCondition(cp, o.route.value)
 	}
 	var r *rollout
-	if o.deploymentChecked {
-		ro := rolloutOf(o.deployment)
+	if o.deployment.ran {
+		ro := rolloutOf(o.deployment.value)
 		r = &ro
-		setReplicas(cp, o.deployment)
+		setReplicas(cp, o.deployment.value)
 		setProgressingCondition(cp, ro)
 	}
 	setDegradedCondition(cp, o.err, r)

@@ -92,18 +92,18 @@ func TestComputeStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var noErr error
+	valid := found[error](nil)
 	invalid := error(&config.FieldError{Key: "pipeline.steps[1].params.bogus", Reason: "unknown parameter"})
-	okPool := &resolution{ok: true, reason: coordinatorv1alpha1.ReasonResolved, message: "found"}
-	okGateway := &resolution{ok: true, reason: coordinatorv1alpha1.ReasonAddressSet, address: testGateway, message: "set"}
+	okPool := found(resolution{ok: true, reason: coordinatorv1alpha1.ReasonResolved, message: "found"})
+	okGateway := found(resolution{ok: true, reason: coordinatorv1alpha1.ReasonAddressSet, address: testGateway, message: "set"})
 	T, F := metav1.ConditionTrue, metav1.ConditionFalse
 
 	U := metav1.ConditionUnknown
 	withRoute := func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 		cp.Spec.Route = &coordinatorv1alpha1.RouteSpec{ParentRef: &coordinatorv1alpha1.RouteParentReference{Name: "gw"}}
 	}
-	routeReady := observed{pool: okPool, gateway: okGateway, pipelineErr: &noErr, applied: &validCfg,
-		deploymentChecked: true, deployment: deployment(2, nil), routeChecked: true}
+	routeReady := observed{pool: okPool, gateway: okGateway, pipeline: valid, applied: found(&validCfg),
+		deployment: found(deployment(2, nil)), route: found[*acceptance](nil)}
 
 	tests := map[string]struct {
 		// mutate changes the pipeline (spec, or status before the computation).
@@ -116,8 +116,8 @@ func TestComputeStatus(t *testing.T) {
 		check func(g Gomega, st coordinatorv1alpha1.CoordinatorPipelineStatus)
 	}{
 		"ready": {
-			obs: observed{pool: okPool, gateway: okGateway, pipelineErr: &noErr, applied: &validCfg,
-				deploymentChecked: true, deployment: deployment(2, nil)},
+			obs: observed{pool: okPool, gateway: okGateway, pipeline: valid, applied: found(&validCfg),
+				deployment: found(deployment(2, nil))},
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
 				coordinatorv1alpha1.ConditionReady:                 {T, coordinatorv1alpha1.ReasonReady},
 				coordinatorv1alpha1.ConditionProgressing:           {F, coordinatorv1alpha1.ReasonRolloutComplete},
@@ -136,8 +136,8 @@ func TestComputeStatus(t *testing.T) {
 			},
 		},
 		"rolling out": {
-			obs: observed{pool: okPool, gateway: okGateway, pipelineErr: &noErr, applied: &validCfg,
-				deploymentChecked: true, deployment: deployment(2, func(s *appsv1.DeploymentStatus) { s.UpdatedReplicas = 1 })},
+			obs: observed{pool: okPool, gateway: okGateway, pipeline: valid, applied: found(&validCfg),
+				deployment: found(deployment(2, func(s *appsv1.DeploymentStatus) { s.UpdatedReplicas = 1 }))},
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
 				coordinatorv1alpha1.ConditionReady:       {F, coordinatorv1alpha1.ReasonDeploymentNotReady},
 				coordinatorv1alpha1.ConditionProgressing: {T, coordinatorv1alpha1.ReasonRollingOut},
@@ -145,10 +145,10 @@ func TestComputeStatus(t *testing.T) {
 			},
 		},
 		"rollout stalled": {
-			obs: observed{pool: okPool, gateway: okGateway, pipelineErr: &noErr, applied: &validCfg, deploymentChecked: true,
-				deployment: deployment(2, func(s *appsv1.DeploymentStatus) {
+			obs: observed{pool: okPool, gateway: okGateway, pipeline: valid, applied: found(&validCfg),
+				deployment: found(deployment(2, func(s *appsv1.DeploymentStatus) {
 					s.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}
-				})},
+				}))},
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
 				coordinatorv1alpha1.ConditionReady:       {F, coordinatorv1alpha1.ReasonDeploymentNotReady},
 				coordinatorv1alpha1.ConditionProgressing: {F, coordinatorv1alpha1.ReasonProgressDeadlineExceeded},
@@ -156,8 +156,8 @@ func TestComputeStatus(t *testing.T) {
 			},
 		},
 		"invalid pipeline keeps serving the last good config": {
-			obs: observed{pool: okPool, gateway: okGateway, pipelineErr: &invalid, applied: &validCfg,
-				deploymentChecked: true, deployment: deployment(1, nil)},
+			obs: observed{pool: okPool, gateway: okGateway, pipeline: found(invalid), applied: found(&validCfg),
+				deployment: found(deployment(1, nil))},
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
 				coordinatorv1alpha1.ConditionReady:         {F, coordinatorv1alpha1.ReasonInvalidPipeline},
 				coordinatorv1alpha1.ConditionPipelineValid: {F, coordinatorv1alpha1.ReasonInvalidPipeline},
@@ -173,7 +173,7 @@ func TestComputeStatus(t *testing.T) {
 			},
 		},
 		"invalid from the start": {
-			obs: observed{pool: okPool, gateway: okGateway, pipelineErr: &invalid, deploymentChecked: true},
+			obs: observed{pool: okPool, gateway: okGateway, pipeline: found(invalid), deployment: found[*appsv1.Deployment](nil)},
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
 				coordinatorv1alpha1.ConditionReady:       {F, coordinatorv1alpha1.ReasonInvalidPipeline},
 				coordinatorv1alpha1.ConditionProgressing: {F, coordinatorv1alpha1.ReasonNoValidConfig},
@@ -185,8 +185,8 @@ func TestComputeStatus(t *testing.T) {
 			},
 		},
 		"pool missing": {
-			obs: observed{pool: &resolution{reason: coordinatorv1alpha1.ReasonNotFound, message: "InferencePool pool not found"},
-				gateway: okGateway, pipelineErr: &noErr, applied: &validCfg, deploymentChecked: true, deployment: deployment(1, nil)},
+			obs: observed{pool: found(resolution{reason: coordinatorv1alpha1.ReasonNotFound, message: "InferencePool pool not found"}),
+				gateway: okGateway, pipeline: valid, applied: found(&validCfg), deployment: found(deployment(1, nil))},
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
 				coordinatorv1alpha1.ConditionReady:                 {F, coordinatorv1alpha1.ReasonInferencePoolNotResolved},
 				coordinatorv1alpha1.ConditionInferencePoolResolved: {F, coordinatorv1alpha1.ReasonNotFound},
@@ -194,8 +194,8 @@ func TestComputeStatus(t *testing.T) {
 			},
 		},
 		"gateway address pending": {
-			obs: observed{pool: okPool, gateway: &resolution{reason: coordinatorv1alpha1.ReasonAddressPending, message: "no address"},
-				pipelineErr: &noErr, deploymentChecked: true},
+			obs: observed{pool: okPool, gateway: found(resolution{reason: coordinatorv1alpha1.ReasonAddressPending, message: "no address"}),
+				pipeline: valid, deployment: found[*appsv1.Deployment](nil)},
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
 				coordinatorv1alpha1.ConditionReady:           {F, coordinatorv1alpha1.ReasonGatewayNotResolved},
 				coordinatorv1alpha1.ConditionGatewayResolved: {F, coordinatorv1alpha1.ReasonAddressPending},
@@ -215,7 +215,7 @@ func TestComputeStatus(t *testing.T) {
 		"route pending: no gateway controller reported yet": {
 			mutate: withRoute,
 			obs: with(routeReady, func(o *observed) {
-				o.route = &acceptance{U, coordinatorv1alpha1.ReasonPending, "HTTPRoute cp: no gateway controller has reported on Gateway gw yet"}
+				o.route = found(&acceptance{U, coordinatorv1alpha1.ReasonPending, "HTTPRoute cp: no gateway controller has reported on Gateway gw yet"})
 			}),
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
 				coordinatorv1alpha1.ConditionRouteAccepted: {U, coordinatorv1alpha1.ReasonPending},
@@ -229,7 +229,7 @@ func TestComputeStatus(t *testing.T) {
 		},
 		"route accepted": {
 			mutate: withRoute,
-			obs:    with(routeReady, func(o *observed) { o.route = &acceptance{T, coordinatorv1alpha1.ReasonAccepted, "accepted"} }),
+			obs:    with(routeReady, func(o *observed) { o.route = found(&acceptance{T, coordinatorv1alpha1.ReasonAccepted, "accepted"}) }),
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
 				coordinatorv1alpha1.ConditionRouteAccepted: {T, coordinatorv1alpha1.ReasonAccepted},
 				coordinatorv1alpha1.ConditionReady:         {T, coordinatorv1alpha1.ReasonReady},
@@ -238,7 +238,7 @@ func TestComputeStatus(t *testing.T) {
 		"route rejected by the gateway": {
 			mutate: withRoute,
 			obs: with(routeReady, func(o *observed) {
-				o.route = &acceptance{F, coordinatorv1alpha1.ReasonNotAccepted, "NotAllowedByListeners"}
+				o.route = found(&acceptance{F, coordinatorv1alpha1.ReasonNotAccepted, "NotAllowedByListeners"})
 			}),
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
 				coordinatorv1alpha1.ConditionRouteAccepted: {F, coordinatorv1alpha1.ReasonNotAccepted},
@@ -247,7 +247,7 @@ func TestComputeStatus(t *testing.T) {
 		},
 		"route requested, route phase did not run": {
 			mutate: withRoute,
-			obs:    with(routeReady, func(o *observed) { o.routeChecked = false }),
+			obs:    with(routeReady, func(o *observed) { o.route = result[*acceptance]{} }),
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
 				coordinatorv1alpha1.ConditionReady: {F, coordinatorv1alpha1.ReasonRouteNotAccepted},
 			},
@@ -264,7 +264,7 @@ func TestComputeStatus(t *testing.T) {
 			absent: []coordinatorv1alpha1.ConditionType{coordinatorv1alpha1.ConditionRouteAccepted},
 		},
 		"child conflict": {
-			obs: observed{pool: okPool, gateway: okGateway, pipelineErr: &noErr, err: &conflictError{kind: "Service", name: "cp"}},
+			obs: observed{pool: okPool, gateway: okGateway, pipeline: valid, err: &conflictError{kind: "Service", name: "cp"}},
 			want: map[coordinatorv1alpha1.ConditionType]wantCondition{
 				coordinatorv1alpha1.ConditionReady:    {F, coordinatorv1alpha1.ReasonChildConflict},
 				coordinatorv1alpha1.ConditionDegraded: {T, coordinatorv1alpha1.ReasonChildConflict},
@@ -312,10 +312,10 @@ func TestComputeStatusIsStable(t *testing.T) {
 	g := NewWithT(t)
 	cfg, err := renderConfig(newPipeline("ns", "cp"), testGateway)
 	g.Expect(err).NotTo(HaveOccurred())
-	var noErr error
 	obs := observed{
-		pool: &resolution{ok: true, reason: coordinatorv1alpha1.ReasonResolved, message: "found"}, gateway: &resolution{ok: true, reason: coordinatorv1alpha1.ReasonAddressSet, message: "set"},
-		pipelineErr: &noErr, applied: &cfg, deploymentChecked: true, deployment: deployment(1, nil),
+		pool:     found(resolution{ok: true, reason: coordinatorv1alpha1.ReasonResolved, message: "found"}),
+		gateway:  found(resolution{ok: true, reason: coordinatorv1alpha1.ReasonAddressSet, message: "set"}),
+		pipeline: found[error](nil), applied: found(&cfg), deployment: found(deployment(1, nil)),
 	}
 	cp := newPipeline("ns", "cp")
 	computeStatus(cp, obs)
@@ -327,7 +327,7 @@ func TestComputeStatusIsStable(t *testing.T) {
 	g.Expect(cp.Status).To(Equal(*first))
 
 	// A real transition moves only the changed condition's time.
-	obs.deployment = deployment(1, func(s *appsv1.DeploymentStatus) { s.AvailableReplicas = 0 })
+	obs.deployment = found(deployment(1, func(s *appsv1.DeploymentStatus) { s.AvailableReplicas = 0 }))
 	computeStatus(cp, obs)
 	ready := meta.FindStatusCondition(cp.Status.Conditions, string(coordinatorv1alpha1.ConditionReady))
 	g.Expect(ready.LastTransitionTime.Unix()).NotTo(BeEquivalentTo(1000))

@@ -16,7 +16,9 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,15 +28,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+
+	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+	"github.com/epd-dev/coordinator/test/prereq"
 )
 
 // The envtest suite: one kube-apiserver + etcd (from KUBEBUILDER_ASSETS) with our CRDs, the GAIE
 // InferencePool CRD and the Gateway API Gateway and HTTPRoute CRDs (standard channel, from the
 // module cache), and one manager running the reconciler.
 // It starts lazily, on the first test that needs it, so the pure unit tests of this package run
-// without it; TestMain stops it. Every test works in its own namespace.
+// without it; TestMain stops it, so `go test -count=N` runs every test N times against one API
+// server. Every test works in its own namespace, whose CoordinatorPipelines and Services are
+// deleted when the test ends.
 
 // testEnv is the running suite.
 type testEnv struct {
@@ -43,7 +51,35 @@ type testEnv struct {
 	client client.Client
 	// reconciler is the manager's reconciler, for forcing a reconcile.
 	reconciler *CoordinatorPipelineReconciler
-	stop       func()
+	// events counts the events the reconciler emits, when it emits them.
+	events *countingRecorder
+	stop   func()
+}
+
+// countingRecorder counts the events emitted per regarding object (namespace/name) before
+// handing them to the manager's recorder, which writes them asynchronously: a test that must see
+// no event reads the count, not the API.
+type countingRecorder struct {
+	events.EventRecorder
+	mu sync.Mutex
+	n  map[client.ObjectKey]int
+}
+
+// Eventf implements events.EventRecorder.
+func (r *countingRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	if obj, ok := regarding.(client.Object); ok {
+		r.mu.Lock()
+		r.n[client.ObjectKeyFromObject(obj)]++
+		r.mu.Unlock()
+	}
+	r.EventRecorder.Eventf(regarding, related, eventtype, reason, action, note, args...)
+}
+
+// count is how many events were emitted about the object namespace/name so far.
+func (r *countingRecorder) count(namespace, name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[client.ObjectKey{Namespace: namespace, Name: name}]
 }
 
 var (
@@ -60,14 +96,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// envSuite returns the running envtest suite, starting it on first use. It fails the test with
-// instructions when KUBEBUILDER_ASSETS is not set.
+// envSuite returns the running envtest suite, starting it on first use. Without
+// KUBEBUILDER_ASSETS the test fails under CI and is skipped otherwise (package prereq).
 func envSuite(t *testing.T) *testEnv {
 	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: the controller integration tests need a kube-apiserver and etcd. " +
-			"Run `make test`, or `KUBEBUILDER_ASSETS=$(hack/setup-envtest-assets.sh) go test ./controllers/...` from the repository root.")
-	}
+	prereq.KubebuilderAssets(t)
 	suiteOnce.Do(func() { suite, suiteErr = startSuite() })
 	if suiteErr != nil {
 		t.Fatalf("starting the envtest suite: %v", suiteErr)
@@ -106,6 +139,9 @@ func startSuite() (*testEnv, error) {
 		},
 		ErrorIfCRDPathMissing: true,
 	}
+	// Every coordinator Service takes a cluster IP and envtest has no namespace controller to
+	// free them: envtest's default range (a /24) does not last a -count=3 run of the suite.
+	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.0.0.0/16")
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("envtest: %w", err)
@@ -131,7 +167,8 @@ func startSuite() (*testEnv, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &CoordinatorPipelineReconciler{Client: mgr.GetClient(), DefaultImage: "registry.test/coordinator:test"}
+	recorder := &countingRecorder{EventRecorder: mgr.GetEventRecorder(ControllerName), n: map[client.ObjectKey]int{}}
+	r := &CoordinatorPipelineReconciler{Client: mgr.GetClient(), Recorder: recorder, DefaultImage: "registry.test/coordinator:test"}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		cancel()
 		_ = env.Stop()
@@ -148,6 +185,7 @@ func startSuite() (*testEnv, error) {
 		env:        env,
 		client:     direct,
 		reconciler: r,
+		events:     recorder,
 		stop: func() {
 			cancel()
 			if err := <-done; err != nil {
@@ -160,14 +198,55 @@ func startSuite() (*testEnv, error) {
 	}, nil
 }
 
-// namespace creates a fresh namespace for one test.
+// namespace creates a fresh namespace for one test. When the test ends, its CoordinatorPipelines
+// are deleted and, once the manager no longer sees them (so that none recreates a child), its
+// Services, which frees their cluster IPs. Envtest runs no namespace controller or garbage
+// collector: the namespace and the other children stay.
 func (e *testEnv) namespace(t *testing.T) string {
 	t.Helper()
+	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "cpl-"}}
-	if err := e.client.Create(context.Background(), ns); err != nil {
+	if err := e.client.Create(ctx, ns); err != nil {
 		t.Fatalf("creating a namespace: %v", err)
 	}
+	t.Cleanup(func() {
+		g := gomega(t)
+		in := client.InNamespace(ns.Name)
+		g.Expect(e.client.DeleteAllOf(ctx, &coordinatorv1alpha1.CoordinatorPipeline{}, in)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			var cached coordinatorv1alpha1.CoordinatorPipelineList
+			g.Expect(e.reconciler.List(ctx, &cached, in)).To(Succeed())
+			g.Expect(cached.Items).To(BeEmpty())
+		}).Should(Succeed(), "the manager's cache still has CoordinatorPipelines of namespace %s", ns.Name)
+		var services corev1.ServiceList
+		g.Expect(e.client.List(ctx, &services, in)).To(Succeed())
+		for i := range services.Items {
+			g.Expect(client.IgnoreNotFound(e.client.Delete(ctx, &services.Items[i]))).To(Succeed())
+		}
+	})
 	return ns.Name
+}
+
+// reconcileTotal is how many reconciles the manager's controller has finished, whatever their
+// result (controller-runtime's controller_runtime_reconcile_total). Reconciles a test forces by
+// calling the reconciler directly are not counted.
+func reconcileTotal(g Gomega) float64 {
+	families, err := ctrlmetrics.Registry.Gather()
+	g.Expect(err).NotTo(HaveOccurred())
+	var n float64
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == ControllerName {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
 }
 
 // gomega returns a Gomega with timeouts suited to a reconcile loop on a shared 2-core machine.
@@ -175,8 +254,6 @@ func gomega(t *testing.T) *WithT {
 	g := NewWithT(t)
 	g.SetDefaultEventuallyTimeout(30 * time.Second)
 	g.SetDefaultEventuallyPollingInterval(50 * time.Millisecond)
-	g.SetDefaultConsistentlyDuration(time.Second)
-	g.SetDefaultConsistentlyPollingInterval(100 * time.Millisecond)
 	return g
 }
 

@@ -6,7 +6,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// KVConnector names a KV-cache transfer protocol between prefill and decode workers.
+// KVConnector names a KV-cache transfer protocol between prefill and decode workers. The enum
+// marker lists KVConnectors; a test keeps both equal to the data plane's KV connectors.
 // +kubebuilder:validation:Enum=kv-nixl;kv-sglang;kv-shared-storage
 type KVConnector string
 
@@ -20,7 +21,11 @@ const (
 	KVConnectorSharedStorage KVConnector = "kv-shared-storage"
 )
 
+// KVConnectors lists every KV connector accepted by the API.
+var KVConnectors = []KVConnector{KVConnectorNIXL, KVConnectorSGLang, KVConnectorSharedStorage}
+
 // ECConnector names an encoder-cache transfer protocol between encode and prefill/decode workers.
+// The enum marker lists ECConnectors; a test keeps both equal to the data plane's EC connectors.
 // +kubebuilder:validation:Enum=ec-nixl;ec-shared-storage
 type ECConnector string
 
@@ -32,11 +37,15 @@ const (
 	ECConnectorSharedStorage ECConnector = "ec-shared-storage"
 )
 
-// StepType is the registered name of a pipeline step.
+// ECConnectors lists every EC connector accepted by the API.
+var ECConnectors = []ECConnector{ECConnectorNIXL, ECConnectorSharedStorage}
+
+// StepType is the registered name of a pipeline step. The enum marker lists StepTypes; a test
+// keeps both equal to the step types the data plane registers.
 // +kubebuilder:validation:Enum=async-broker;replace-media-urls;render;conditional-decode;encode;prefill;decode
 type StepType string
 
-// Step types of the data plane. The enum marker on StepType must list exactly these.
+// Step types of the data plane.
 const (
 	// StepAsyncBroker bridges to an asynchronous request broker (llm-d-async over Redis): it
 	// queues or holds requests by mode header and must be the first step.
@@ -183,7 +192,7 @@ type PipelineSpec struct {
 	// +kubebuilder:validation:XValidation:rule="size(self) > 0",message="at least one step is required; a pipeline ends with decode"
 	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self[size(self) - 1].type == 'decode'",message="the last step must be decode"
 	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || !self.exists(s, s.type == 'async-broker') || self[0].type == 'async-broker'",message="async-broker must be the first step"
-	// +kubebuilder:validation:XValidation:rule="['async-broker', 'replace-media-urls', 'render', 'conditional-decode', 'encode', 'prefill', 'decode'].all(t, self.filter(s, s.type == t).size() <= 1)",messageExpression="'step type ' + ['async-broker', 'replace-media-urls', 'render', 'conditional-decode', 'encode', 'prefill', 'decode'].filter(t, self.filter(s, s.type == t).size() > 1)[0] + ' appears more than once; each step type may appear at most once'"
+	// +kubebuilder:validation:XValidation:rule="self.all(s, self.exists_one(o, o.type == s.type))",messageExpression="'step type ' + self.map(s, s.type).filter(t, !self.exists_one(o, o.type == t))[0] + ' appears more than once; each step type may appear at most once'"
 	// +listType=atomic
 	Steps []PipelineStep `json:"steps"`
 }

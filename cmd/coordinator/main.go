@@ -22,6 +22,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/reload"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers the built-in steps
@@ -85,7 +86,7 @@ func run(args []string) int {
 		tel.Tracer = tp.Tracer(observe.TracerName)
 	}
 	build := func(c config.Config, revision string) (*pipeline.Pipeline, error) {
-		return pipeline.Build(c, pipeline.Options{Log: log, Telemetry: tel, Revision: revision})
+		return builder.Build(c, builder.Options{Log: log, Telemetry: tel, Revision: revision})
 	}
 	p, err := build(cfg, config.FileRevision(data))
 	if err != nil {

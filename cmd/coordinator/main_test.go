@@ -17,7 +17,8 @@ import (
 	"time"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/test/simworker"
 )
 
@@ -43,7 +44,7 @@ func TestAnnotatedConfigBuilds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pipeline.Build(cfg, pipeline.Options{}); err != nil {
+	if _, err := builder.Build(cfg, builder.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	annotated, _ := os.ReadFile(path)
@@ -60,7 +61,7 @@ func TestAnnotatedConfigBuilds(t *testing.T) {
 			t.Errorf("docs/configuration.md does not document %s (%s)", key, config.EnvName(key))
 		}
 	}
-	for _, step := range pipeline.Registered() {
+	for _, step := range registry.Names() {
 		if !bytes.Contains(annotated, []byte("type: "+step)) || !bytes.Contains(reference, []byte("`"+step+"`")) {
 			t.Errorf("step %s is not documented in both files", step)
 		}
@@ -155,7 +156,7 @@ func streamWords(t *testing.T, url string, words int) (<-chan [2]int, <-chan str
 	res := make(chan [2]int, 1)
 	started := make(chan struct{})
 	go func() {
-		body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"drain"}],"max_tokens":%d,"stream":true}`, words)
+		body := fmt.Sprintf(`{"model":"sim-model","messages":[{"role":"user","content":"drain"}],"max_tokens":%d,"stream":true}`, words)
 		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
 		if err != nil {
 			close(started)

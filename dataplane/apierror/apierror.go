@@ -50,6 +50,12 @@ func BadRequest(code, format string, args ...any) *Error {
 	return &Error{Status: http.StatusBadRequest, Type: TypeInvalidRequest, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// TooLarge is the 413 for a request body over limit bytes.
+func TooLarge(limit int64) *Error {
+	return &Error{Status: http.StatusRequestEntityTooLarge, Type: TypeInvalidRequest, Code: "request_too_large",
+		Message: fmt.Sprintf("request body too large: the limit is %d bytes", limit)}
+}
+
 // InvalidField is a 400 naming the request field at fault.
 func InvalidField(param, format string, args ...any) *Error {
 	e := BadRequest("invalid_field", format, args...)

@@ -292,34 +292,47 @@ func (o *Object) Object(key string) (obj *Object, present bool, err error) {
 	return obj, true, err
 }
 
-// Kind returns the JSON kind of key's value: 'o' object, 'a' array, 's' string, 'n' number,
-// 'b' boolean, 'z' null, or 0 when absent.
-func (o *Object) Kind(key string) byte {
+// Kind is the JSON kind of a value.
+type Kind byte
+
+// JSON kinds (KindNone: absent).
+const (
+	KindNone Kind = iota
+	KindObject
+	KindArray
+	KindString
+	KindNumber
+	KindBool
+	KindNull
+)
+
+// Kind returns the JSON kind of key's value (KindNone when absent).
+func (o *Object) Kind(key string) Kind {
 	raw, ok := o.Get(key)
 	if !ok {
-		return 0
+		return KindNone
 	}
 	return KindOf(raw)
 }
 
-// KindOf returns the JSON kind of a raw value (see Object.Kind).
-func KindOf(raw []byte) byte {
+// KindOf returns the JSON kind of a raw value (KindNone when empty).
+func KindOf(raw []byte) Kind {
 	if len(raw) == 0 {
-		return 0
+		return KindNone
 	}
 	switch raw[0] {
 	case '{':
-		return 'o'
+		return KindObject
 	case '[':
-		return 'a'
+		return KindArray
 	case '"':
-		return 's'
+		return KindString
 	case 't', 'f':
-		return 'b'
+		return KindBool
 	case 'n':
-		return 'z'
+		return KindNull
 	}
-	return 'n'
+	return KindNumber
 }
 
 // ParseInt parses a raw JSON number that holds an integral value.

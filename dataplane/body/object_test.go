@@ -152,10 +152,10 @@ func TestTypedAccessors(t *testing.T) {
 	if _, _, err := o.Object("a"); err == nil {
 		t.Error("Object(a) should fail")
 	}
-	kinds := map[string]byte{"s": 's', "b": 'b', "i": 'n', "n": 'z', "o": 'o', "a": 'a', "missing": 0}
+	kinds := map[string]Kind{"s": KindString, "b": KindBool, "i": KindNumber, "n": KindNull, "o": KindObject, "a": KindArray, "missing": KindNone}
 	for k, want := range kinds {
 		if got := o.Kind(k); got != want {
-			t.Errorf("Kind(%s) = %q, want %q", k, got, want)
+			t.Errorf("Kind(%s) = %d, want %d", k, got, want)
 		}
 	}
 }

@@ -11,6 +11,9 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
+	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 )
 
 // Defaults of the schema; docs/configuration.md lists them with their environment names.
@@ -27,8 +30,8 @@ const (
 	DefaultMetricsPort         = 9090
 	DefaultSampleRatio         = 0.1
 	DefaultServiceName         = "coordinator"
-	DefaultKVConnector         = "kv-shared-storage"
-	DefaultECConnector         = "ec-shared-storage"
+	DefaultKVConnector         = kv.SharedStorage
+	DefaultECConnector         = ec.SharedStorage
 	// EnvPrefix prefixes every environment override: server.listen_addr is COORDINATOR_SERVER_LISTEN_ADDR.
 	EnvPrefix = "COORDINATOR_"
 	// MiB is the unit of server.max_request_body_size.
@@ -96,15 +99,32 @@ type Gateway struct {
 
 // Pipeline is the ordered step list and the defaults injected into every step's params.
 type Pipeline struct {
-	// KVConnector is the default KV transfer protocol: kv-nixl, kv-sglang or kv-shared-storage.
+	// KVConnector is the default KV transfer protocol, one of kv.Names() (e.g. kv-nixl).
 	KVConnector string `yaml:"kv_connector" json:"kv_connector"`
-	// ECConnector is the default encoder-cache transfer protocol: ec-nixl or ec-shared-storage.
+	// ECConnector is the default encoder-cache transfer protocol, one of ec.Names() (e.g. ec-nixl).
 	ECConnector string `yaml:"ec_connector" json:"ec_connector"`
 	// UseOpenAIFormat selects the OpenAI wire format (true) or tokens-in /inference/v1/generate
 	// (false, needs a render step) for the encode and prefill legs.
 	UseOpenAIFormat bool `yaml:"use_openai_format" json:"use_openai_format"`
 	// Steps run in this order.
 	Steps []Step `yaml:"steps" json:"steps"`
+}
+
+// Names of the pipeline-level settings every step inherits as a param of the same name.
+const (
+	ParamKVConnector     = "kv_connector"
+	ParamECConnector     = "ec_connector"
+	ParamUseOpenAIFormat = "use_openai_format"
+)
+
+// StepDefaults are the pipeline-level settings each step inherits as params of the same names,
+// unless the step sets them itself.
+func (p Pipeline) StepDefaults() map[string]any {
+	return map[string]any{
+		ParamKVConnector:     p.KVConnector,
+		ParamECConnector:     p.ECConnector,
+		ParamUseOpenAIFormat: p.UseOpenAIFormat,
+	}
 }
 
 // Step is one pipeline entry.

@@ -1,6 +1,8 @@
-// Package pipeline runs a request through an ordered list of steps. It defines the Step
-// interface, the registry steps add themselves to, the RequestContext they share, and Pipeline:
-// an immutable, built set of steps that can be swapped atomically on reload.
+// Package pipeline runs a request through an ordered list of built steps. It defines the Step
+// interface and the optional interfaces a step may implement, Pipeline (an immutable list of
+// steps with the configuration it came from, whose Execute is the executor) and Holder, which
+// swaps pipelines atomically on reload. It knows no step by name: step types live in the
+// registry, and the builder turns a configuration into a Pipeline.
 package pipeline
 
 import (
@@ -8,19 +10,17 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/observe"
+	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
 // ErrDone stops the pipeline early with success: the step has written the whole response.
@@ -32,13 +32,19 @@ type Step interface {
 	Name() string
 	// Execute reads and enriches rc. It returns nil to continue, ErrDone when it served the
 	// response, or an error to abort the request.
-	Execute(ctx context.Context, rc *RequestContext) error
+	Execute(ctx context.Context, rc *request.Context) error
 }
 
 // Terminal is implemented by steps that always write the response (decode). The last step of a
 // pipeline must be terminal, and only the last.
 type Terminal interface {
 	Terminal() bool
+}
+
+// IsTerminal reports whether s writes the response.
+func IsTerminal(s Step) bool {
+	t, ok := s.(Terminal)
+	return ok && t.Terminal()
 }
 
 // Closer is implemented by steps that hold resources (connection pools) to release when a
@@ -60,250 +66,89 @@ type RouteProvider interface {
 	Routes() []Route
 }
 
-// Deps are the dependencies every factory receives besides its params.
-type Deps struct {
-	// Gateway is nil when gateway.address is empty; gateway steps call RequireGateway.
-	Gateway *gateway.Client
-	// Log is the process logger.
-	Log logr.Logger
-	// Getenv reads process environment (SGLANG_BOOTSTRAP_PORT); tests substitute it.
-	Getenv func(string) string
-	// Index is the step's position in pipeline.steps.
-	Index int
-	// Steps lists the configured step types, for steps whose validity depends on others.
-	Steps []string
-	// Hooks carries embedder-provided, non-configuration dependencies keyed by step type.
-	Hooks map[string]any
-	// Telemetry records metrics and spans.
-	Telemetry observe.Telemetry
-}
-
-// RequireGateway records an error on p when there is no gateway client.
-func (d Deps) RequireGateway(p *Params, step string) {
-	if d.Gateway == nil && p.err == nil {
-		p.err = &config.FieldError{Key: "gateway.address", Reason: fmt.Sprintf("is required by step %s (pipeline.steps[%d])", step, d.Index)}
-	}
-}
-
-// Factory builds a step from its params. It must not do network I/O: the operator calls it to
-// validate pipelines.
-type Factory func(deps Deps, p *Params) (Step, error)
-
-var (
-	registryMu sync.RWMutex
-	registry   = map[string]Factory{}
-)
-
-// Register adds a step type. It panics on a duplicate name (a programming error).
-func Register(name string, f Factory) {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	if _, dup := registry[name]; dup {
-		panic("pipeline: step type registered twice: " + name)
-	}
-	registry[name] = f
-}
-
-// Registered lists the registered step types.
-func Registered() []string {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	names := make([]string, 0, len(registry))
-	for n := range registry {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-func lookup(name string) (Factory, bool) {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	f, ok := registry[name]
-	return f, ok
-}
-
-// Options tune Build.
-type Options struct {
-	// Log is handed to steps (logr.Discard() when zero).
-	Log logr.Logger
-	// Getenv defaults to os.Getenv.
-	Getenv func(string) string
-	// Hooks are passed to factories as Deps.Hooks.
-	Hooks map[string]any
-	// Now stamps LoadedAt (time.Now when nil).
-	Now func() time.Time
-	// Telemetry records metrics and spans (none when zero).
-	Telemetry observe.Telemetry
-	// Revision overrides the reported revision (default cfg.Revision()); the coordinator passes
-	// config.FileRevision of the file it loaded.
-	Revision string
-}
-
 // StepInfo describes a built step for introspection (/debug/pipeline).
 type StepInfo struct {
 	Type   string         `json:"type"`
 	Params map[string]any `json:"params"`
 }
 
+// Spec is what a Pipeline is made of (the builder fills it in).
+type Spec struct {
+	// Steps and Info are the built steps and their descriptions, in order.
+	Steps []Step
+	Info  []StepInfo
+	// Config and Revision are the configuration the steps were built from and its revision.
+	Config   config.Config
+	Revision string
+	// LoadedAt is when the pipeline was built.
+	LoadedAt time.Time
+	// Gateway is the pipeline's gateway client (nil without gateway.address); the pipeline closes it.
+	Gateway *gateway.Client
+	// Telemetry records the steps' metrics and spans.
+	Telemetry observe.Telemetry
+}
+
 // Pipeline is a built, immutable list of steps with the configuration it came from.
 type Pipeline struct {
-	steps    []Step
-	info     []StepInfo
-	cfg      config.Config
-	revision string
-	loadedAt time.Time
-	gw       *gateway.Client
-	routes   *http.ServeMux
-	nroutes  int
-	tel      observe.Telemetry
+	spec   Spec
+	routes *http.ServeMux
 
 	inflight  atomic.Int64
 	retired   atomic.Bool
 	closeOnce sync.Once
 }
 
-// Build constructs every step of cfg.Pipeline. It checks the pipeline's shape (known types, a
-// terminal step last, a render step for tokens-in) and each step's params, without network I/O.
-func Build(cfg config.Config, opts Options) (*Pipeline, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if opts.Log.GetSink() == nil {
-		opts.Log = logr.Discard()
-	}
-	var gw *gateway.Client
-	if cfg.Gateway.Address != "" {
-		var err error
-		if gw, err = gateway.New(cfg.Gateway, opts.Telemetry); err != nil {
-			return nil, &config.FieldError{Key: "gateway.address", Reason: err.Error()}
-		}
-	}
-	types := make([]string, len(cfg.Pipeline.Steps))
-	for i, s := range cfg.Pipeline.Steps {
-		types[i] = s.Type
-	}
-	if err := checkTokensIn(cfg.Pipeline, types); err != nil {
-		return nil, err
-	}
-	inherited := map[string]any{
-		"kv_connector":      cfg.Pipeline.KVConnector,
-		"ec_connector":      cfg.Pipeline.ECConnector,
-		"use_openai_format": cfg.Pipeline.UseOpenAIFormat,
-	}
-	p := &Pipeline{cfg: cfg, revision: opts.Revision, gw: gw, tel: opts.Telemetry}
-	if p.revision == "" {
-		p.revision = cfg.Revision()
-	}
-	for i, sc := range cfg.Pipeline.Steps {
-		f, ok := lookup(sc.Type)
+// New assembles a pipeline from built steps; the routes of RouteProvider steps are registered.
+func New(spec Spec) *Pipeline {
+	p := &Pipeline{spec: spec}
+	for _, s := range spec.Steps {
+		rp, ok := s.(RouteProvider)
 		if !ok {
-			return nil, &config.FieldError{
-				Key:    fmt.Sprintf("pipeline.steps[%d].type", i),
-				Reason: fmt.Sprintf("unknown step type %q (known: %s)", sc.Type, strings.Join(Registered(), ", ")),
+			continue
+		}
+		for _, r := range rp.Routes() {
+			if p.routes == nil {
+				p.routes = http.NewServeMux()
 			}
-		}
-		params := NewParams(fmt.Sprintf("pipeline.steps[%d].params", i), sc.Params, inherited)
-		deps := Deps{Gateway: gw, Log: opts.Log.WithValues("step", sc.Type), Getenv: opts.Getenv, Index: i, Steps: types, Hooks: opts.Hooks, Telemetry: opts.Telemetry}
-		step, err := f(deps, params)
-		if err == nil {
-			err = params.Err()
-		}
-		if err != nil {
-			p.Close()
-			var fe *config.FieldError
-			if errors.As(err, &fe) {
-				return nil, err
-			}
-			return nil, &config.FieldError{Key: params.Path(), Reason: err.Error()}
-		}
-		terminal := isTerminal(step)
-		last := i == len(cfg.Pipeline.Steps)-1
-		if terminal && !last {
-			p.Close()
-			return nil, &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].type", i), Reason: fmt.Sprintf("%s writes the response and must be the last step", sc.Type)}
-		}
-		if !terminal && last {
-			p.Close()
-			return nil, &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].type", i), Reason: fmt.Sprintf("the last step must write the response (decode), got %s", sc.Type)}
-		}
-		p.steps = append(p.steps, step)
-		p.info = append(p.info, StepInfo{Type: sc.Type, Params: params.Effective()})
-		if rp, ok := step.(RouteProvider); ok {
-			for _, r := range rp.Routes() {
-				if p.routes == nil {
-					p.routes = http.NewServeMux()
-				}
-				p.routes.Handle(r.Pattern, r.Handler)
-				p.nroutes++
-			}
+			p.routes.Handle(r.Pattern, r.Handler)
 		}
 	}
-	now := time.Now
-	if opts.Now != nil {
-		now = opts.Now
-	}
-	p.loadedAt = now()
-	return p, nil
-}
-
-func isTerminal(s Step) bool {
-	t, ok := s.(Terminal)
-	return ok && t.Terminal()
-}
-
-// checkTokensIn rejects use_openai_format=false (globally or on a step) without a render step:
-// tokens-in legs need the token ids render produces.
-func checkTokensIn(pc config.Pipeline, types []string) error {
-	for _, t := range types {
-		if t == "render" {
-			return nil
-		}
-	}
-	if !pc.UseOpenAIFormat {
-		return &config.FieldError{Key: "pipeline.use_openai_format", Reason: "false (tokens-in) requires a render step in pipeline.steps"}
-	}
-	for i, s := range pc.Steps {
-		if v, ok := s.Params["use_openai_format"].(bool); ok && !v {
-			return &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].params.use_openai_format", i), Reason: "false (tokens-in) requires a render step in pipeline.steps"}
-		}
-	}
-	return nil
+	return p
 }
 
 // Execute runs the steps in order. It stops at the first error (wrapped with the step name), at
-// ErrDone (success), or when ctx is cancelled between steps. Each step is timed (RequestContext
-// Timings, the step-duration metric) and traced as a child span of ctx.
-func (p *Pipeline) Execute(ctx context.Context, rc *RequestContext) error {
+// ErrDone (success), or when ctx is cancelled between steps. Each step is timed (rc.Timings, the
+// step-duration metric) and traced as a child span of ctx.
+func (p *Pipeline) Execute(ctx context.Context, rc *request.Context) error {
 	if rc.Timings == nil {
-		rc.Timings = make([]StepTiming, 0, len(p.steps))
+		rc.Timings = make([]request.StepTiming, 0, len(p.spec.Steps))
 	}
-	for _, s := range p.steps {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("pipeline cancelled before %s: %w", s.Name(), err)
-		}
+	tel := p.spec.Telemetry
+	for _, s := range p.spec.Steps {
 		name := s.Name()
-		sctx, span := p.tel.Start(ctx, "step "+name, trace.SpanKindInternal, observe.AttrStep.String(name))
-		rc.stepStart, rc.step = time.Now(), name
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("pipeline cancelled before %s: %w", name, err)
+		}
+		sctx, span := tel.Start(ctx, "step "+name, trace.SpanKindInternal, observe.AttrStep.String(name))
+		rc.StartStep(name)
 		err := s.Execute(sctx, rc)
-		t := StepTiming{Step: name, Duration: time.Since(rc.stepStart), Outcome: "ok"}
-		rc.step = ""
+		outcome := "ok"
 		switch {
 		case errors.Is(err, ErrDone):
-			t.Outcome, err = "done", nil
+			outcome, err = "done", nil
 		case err != nil:
-			t.Outcome = "error"
+			outcome = "error"
 		}
-		rc.Timings = append(rc.Timings, t)
-		p.tel.Metrics.Step(name, t.Outcome, t.Duration)
+		t := rc.EndStep(outcome)
+		tel.Metrics.Step(name, outcome, t.Duration)
 		if span.IsRecording() {
-			span.SetAttributes(attribute.String("coordinator.outcome", t.Outcome))
+			span.SetAttributes(attribute.String("coordinator.outcome", outcome))
 		}
 		observe.End(span, 0, err)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		if t.Outcome == "done" {
+		if outcome == "done" {
 			return nil
 		}
 	}
@@ -311,16 +156,16 @@ func (p *Pipeline) Execute(ctx context.Context, rc *RequestContext) error {
 }
 
 // Config is the configuration the pipeline was built from.
-func (p *Pipeline) Config() config.Config { return p.cfg }
+func (p *Pipeline) Config() config.Config { return p.spec.Config }
 
-// Revision is the configuration's fingerprint (config.Config.Revision, or Options.Revision).
-func (p *Pipeline) Revision() string { return p.revision }
+// Revision is the configuration's fingerprint.
+func (p *Pipeline) Revision() string { return p.spec.Revision }
 
 // LoadedAt is when the pipeline was built.
-func (p *Pipeline) LoadedAt() time.Time { return p.loadedAt }
+func (p *Pipeline) LoadedAt() time.Time { return p.spec.LoadedAt }
 
 // Steps describes the steps with their effective params.
-func (p *Pipeline) Steps() []StepInfo { return p.info }
+func (p *Pipeline) Steps() []StepInfo { return p.spec.Info }
 
 // Handler returns the step-provided handler for r, if a step of this pipeline serves it.
 func (p *Pipeline) Handler(r *http.Request) (http.Handler, bool) {
@@ -333,18 +178,18 @@ func (p *Pipeline) Handler(r *http.Request) (http.Handler, bool) {
 }
 
 // Gateway is the pipeline's gateway client (nil without gateway.address).
-func (p *Pipeline) Gateway() *gateway.Client { return p.gw }
+func (p *Pipeline) Gateway() *gateway.Client { return p.spec.Gateway }
 
 // Close releases the steps' and the gateway client's idle connections. In-flight requests on
 // this pipeline are unaffected.
 func (p *Pipeline) Close() {
-	for _, s := range p.steps {
+	for _, s := range p.spec.Steps {
 		if c, ok := s.(Closer); ok {
 			c.Close()
 		}
 	}
-	if p.gw != nil {
-		p.gw.Close()
+	if p.spec.Gateway != nil {
+		p.spec.Gateway.Close()
 	}
 }
 

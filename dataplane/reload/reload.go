@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"time"
 
@@ -226,26 +227,15 @@ func (w *Watcher) fail(err error) error {
 	return err
 }
 
-// RestartRequired lists the settings of next that differ from running and that a running process
-// cannot apply: the listeners' addresses and timeouts and the tracing setup. Everything else (the
-// pipeline, the gateway, the body limit, the drain timeout, Server-Timing, the log level) is
-// applied by a reload.
+// RestartRequired lists the keys of next's config.RestartSettings that differ from running's:
+// settings a running process cannot apply. Everything else is applied by a reload.
 func RestartRequired(running, next config.Config) []string {
 	var keys []string
-	if running.Server.ListenAddr != next.Server.ListenAddr {
-		keys = append(keys, "server.listen_addr")
-	}
-	if running.Server.ReadTimeout != next.Server.ReadTimeout {
-		keys = append(keys, "server.read_timeout")
-	}
-	if running.Server.WriteTimeout != next.Server.WriteTimeout {
-		keys = append(keys, "server.write_timeout")
-	}
-	if running.Server.MetricsPort != next.Server.MetricsPort {
-		keys = append(keys, "server.metrics_port")
-	}
-	if running.Tracing != next.Tracing {
-		keys = append(keys, "tracing")
+	was := running.RestartSettings()
+	for i, s := range next.RestartSettings() {
+		if !reflect.DeepEqual(was[i].Value, s.Value) {
+			keys = append(keys, s.Key)
+		}
 	}
 	return keys
 }

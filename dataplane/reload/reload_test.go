@@ -15,6 +15,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/reload"
 	_ "github.com/epd-dev/coordinator/dataplane/steps"
 	"github.com/epd-dev/coordinator/test/atomicdir"
@@ -50,7 +51,7 @@ func start(t *testing.T, kubelet bool) *fixture {
 		t.Fatal(err)
 	}
 	build := func(c config.Config, rev string) (*pipeline.Pipeline, error) {
-		return pipeline.Build(c, pipeline.Options{Revision: rev})
+		return builder.Build(c, builder.Options{Revision: rev})
 	}
 	p, err := build(cfg, config.FileRevision(data))
 	if err != nil {

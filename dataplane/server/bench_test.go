@@ -15,6 +15,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/server"
 )
 
@@ -79,7 +80,7 @@ func BenchmarkRequestPath(b *testing.B) {
 		cfg := config.Default()
 		cfg.Gateway.Address = worker.URL
 		cfg.Pipeline.Steps = pipelines[pname]
-		p, err := pipeline.Build(cfg, pipeline.Options{})
+		p, err := builder.Build(cfg, builder.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -18,11 +18,12 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/reload"
+	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
 // Options configure a Server.
@@ -52,20 +53,15 @@ type Server struct {
 	draining atomic.Bool
 }
 
-// Context keys set by the middleware.
-const (
-	ctxRequestID = "request_id"
-)
-
 // New builds the server and its routes.
 func New(opts Options) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	s := &Server{echo: e, holder: opts.Pipelines, reloader: opts.Reloader, tel: opts.Telemetry, log: opts.Log}
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.requestID, s.recover, s.accessLog)
+	e.Use(s.serve)
 
-	for _, path := range []string{gateway.PathChat, gateway.PathCompletions, gateway.PathGenerate} {
+	for _, path := range request.Paths {
 		e.POST(path, s.handleInference)
 		// Other methods on an inference path are a client error, not something to pass through.
 		e.Match(otherMethods, path, methodNotAllowed)
@@ -129,77 +125,45 @@ func (s *Server) handleReady(c echo.Context) error {
 	return c.String(http.StatusOK, "ok")
 }
 
-// requestID keeps a valid client x-request-id or generates one, and echoes it on the response.
-func (s *Server) requestID(next echo.HandlerFunc) echo.HandlerFunc {
+// serve is the server's one middleware. It gives the request its id (a valid client
+// x-request-id, or a generated one) and echoes it, turns a panic into a 500, then settles how
+// the request ended once and reports it (see exchange).
+func (s *Server) serve(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		client := c.Request().Header.Get(gateway.RequestIDHeader)
-		id, replaced := requestID(client)
-		if replaced {
-			s.log.V(logging.Verbose).Info("replaced an invalid client x-request-id", "length", len(client), "request_id", id)
+		x := &exchange{start: time.Now()}
+		client := c.Request().Header.Get(upstream.RequestIDHeader)
+		var replaced bool
+		if x.id, replaced = requestID(client); replaced {
+			s.log.V(logging.Verbose).Info("replaced an invalid client x-request-id", "length", len(client), "request_id", x.id)
 		}
-		c.Set(ctxRequestID, id)
-		c.Response().Header().Set(gateway.RequestIDHeader, id)
-		return next(c)
+		c.Set(ctxExchange, x)
+		c.Response().Header().Set(upstream.RequestIDHeader, x.id)
+		x.settle(c, s.recovered(c, x, next))
+		s.report(c, x)
+		return nil
 	}
 }
 
-// recover turns a panic into a 500 and a logged stack.
-func (s *Server) recover(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				if r == http.ErrAbortHandler {
-					panic(r)
-				}
-				s.log.Error(nil, "panic serving request", "panic", r, "request_id", c.Get(ctxRequestID), "path", c.Request().URL.Path)
-				err = &apierror.Error{Status: http.StatusInternalServerError, Type: apierror.TypeAPI, Code: "internal_error", Message: "internal error"}
+// recovered runs next, turning a panic into a 500 and a logged stack.
+func (s *Server) recovered(c echo.Context, x *exchange, next echo.HandlerFunc) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r == http.ErrAbortHandler {
+				panic(r)
 			}
-		}()
-		return next(c)
-	}
-}
-
-// accessLog logs one line per request at debug level.
-func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		start := time.Now()
-		err := next(c)
-		if log := s.log.V(logging.Debug); log.Enabled() {
-			req := c.Request()
-			status := c.Response().Status
-			if err != nil && !c.Response().Committed {
-				status = apierror.From(echoToAPI(err)).Status
-			}
-			log.Info("request", "method", req.Method, "path", req.URL.Path, "status", status,
-				"duration", time.Since(start).String(), "request_id", c.Get(ctxRequestID),
-				"content_type", req.Header.Get("Content-Type"), "epp_profile", req.Header.Get(gateway.ProfileHeader),
-				"prefer", req.Header.Get(gateway.PreferHeader))
+			s.log.Error(nil, "panic serving request", "panic", r, "request_id", x.id, "path", c.Request().URL.Path)
+			err = &apierror.Error{Status: http.StatusInternalServerError, Type: apierror.TypeAPI, Code: "internal_error", Message: "internal error"}
 		}
-		return err
-	}
+	}()
+	return next(c)
 }
 
-// handleError writes any error a handler returned as OpenAI-style JSON, unless the response has
-// already started (then only the log can tell).
+// handleError is echo's error handler, for errors that do not pass through serve (none of the
+// registered routes): it writes them as OpenAI-style JSON unless the response has started.
 func (s *Server) handleError(err error, c echo.Context) {
-	id, _ := c.Get(ctxRequestID).(string)
-	if c.Response().Committed {
-		return
+	if !c.Response().Committed {
+		apierror.Write(c.Response(), apierror.From(echoToAPI(err)), c.Response().Header().Get(upstream.RequestIDHeader))
 	}
-	e := apierror.From(echoToAPI(err))
-	kv := []any{"request_id", id, "status", e.Status}
-	var up *apierror.UpstreamError
-	if errors.As(err, &up) && len(up.Body) > 0 {
-		// Upstream bodies are for the logs only; the client gets a sanitised message.
-		kv = append(kv, "upstream_status", up.Status, "upstream_body", logging.RedactJSON(up.Body))
-	}
-	switch {
-	case e.Status >= 500:
-		s.log.Error(err, "request failed", kv...)
-	case up != nil:
-		s.log.V(logging.Warn).Info("upstream rejected the request", append(kv, "error", err.Error())...)
-	}
-	apierror.Write(c.Response(), e, id)
 }
 
 // echoToAPI converts echo's own errors (404, 405, 413...) to API errors.

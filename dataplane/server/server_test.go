@@ -17,6 +17,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	_ "github.com/epd-dev/coordinator/dataplane/steps"
 )
@@ -78,7 +79,7 @@ func start(t *testing.T, answer http.HandlerFunc, mutate func(*config.Config)) *
 	}
 	h := &harness{holder: &pipeline.Holder{}, up: up}
 	if len(cfg.Pipeline.Steps) > 0 {
-		p, err := pipeline.Build(cfg, pipeline.Options{})
+		p, err := builder.Build(cfg, builder.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,7 +349,7 @@ func TestUpstreamBodiesAreLoggedNotEchoed(t *testing.T) {
 	cfg := config.Default()
 	cfg.Gateway.Address = up.srv.URL
 	cfg.Pipeline.Steps = []config.Step{{Type: "prefill"}, {Type: "decode"}}
-	p, err := pipeline.Build(cfg, pipeline.Options{})
+	p, err := builder.Build(cfg, builder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +385,7 @@ func TestStaleGatewayConnections(t *testing.T) {
 	cfg := config.Default()
 	cfg.Gateway.Address = gw.URL
 	cfg.Pipeline.Steps = []config.Step{{Type: "prefill"}, {Type: "decode"}}
-	p, err := pipeline.Build(cfg, pipeline.Options{})
+	p, err := builder.Build(cfg, builder.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,16 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
 // ConditionalDecodeStep is the type name of the decode-first fast path.
 const ConditionalDecodeStep = "conditional-decode"
 
-func init() { pipeline.Register(ConditionalDecodeStep, newConditionalDecode) }
+func init() { registry.Register(registry.Type{Name: ConditionalDecodeStep, New: newConditionalDecode}) }
 
 // conditionalDecode tries decode alone first with "Prefer: if-available". A 412 means the decode
 // worker cannot serve without the earlier phases: the pipeline continues. Any other answer is the
@@ -25,7 +29,7 @@ type conditionalDecode struct {
 	metrics *observe.Metrics
 }
 
-func newConditionalDecode(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
+func newConditionalDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, ConditionalDecodeStep)
 	// Accepted for compatibility with upstream configs; the leg always keeps the client's format.
 	p.Bool(ParamUseOpenAIFormat, true)
@@ -34,7 +38,7 @@ func newConditionalDecode(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step
 
 func (*conditionalDecode) Name() string { return ConditionalDecodeStep }
 
-func (s *conditionalDecode) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
+func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) error {
 	leg := rc.Leg(gateway.ProfileDecode, rc.Path, s.body(rc))
 	leg.Prefer = gateway.PreferIfAvailable
 	leg.Phase = ConditionalDecodeStep
@@ -50,7 +54,7 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *pipeline.RequestCon
 	}
 	if resp.StatusCode == http.StatusPreconditionFailed {
 		s.metrics.ConditionalDecode(observe.CondFellBack)
-		gateway.Discard(resp)
+		upstream.Discard(resp)
 		rc.Log.V(logging.Verbose).Info("conditional decode: decode cannot serve directly (412); running the full pipeline")
 		return nil
 	}
@@ -67,15 +71,15 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *pipeline.RequestCon
 
 // body is the client body with the rendered tokens (chat: tokens{token_ids, features}; completions:
 // the prompt as token ids); no transfer params and no capping: it may be the final answer.
-func (s *conditionalDecode) body(rc *pipeline.RequestContext) *body.Object {
+func (s *conditionalDecode) body(rc *request.Context) *body.Object {
 	if !rc.Rendered || len(rc.TokenIDs) == 0 {
 		return rc.Body
 	}
 	obj := rc.Body.Clone()
 	switch rc.API {
-	case pipeline.APIChat:
+	case request.APIChat:
 		obj.Set("tokens", tokensJSON(rc))
-	case pipeline.APICompletions:
+	case request.APICompletions:
 		obj.Set("prompt", rc.TokenIDsJSON())
 	}
 	return obj

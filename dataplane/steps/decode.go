@@ -9,12 +9,15 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
 // DecodeStep is the type name of the terminal decode step.
 const DecodeStep = "decode"
 
-func init() { pipeline.Register(DecodeStep, newDecode) }
+func init() { registry.Register(registry.Type{Name: DecodeStep, New: newDecode}) }
 
 // decode sends the final leg on the client's own path and format (EPP-Profile: decode) and
 // streams the worker's answer, whatever its status, back to the client byte for byte.
@@ -23,7 +26,7 @@ type decode struct {
 	kv kv.Connector
 }
 
-func newDecode(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
+func newDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, DecodeStep)
 	return &decode{gw: deps.Gateway, kv: kvConnector(deps, p)}, nil
 }
@@ -31,7 +34,7 @@ func newDecode(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
 func (*decode) Name() string   { return DecodeStep }
 func (*decode) Terminal() bool { return true }
 
-func (s *decode) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
+func (s *decode) Execute(ctx context.Context, rc *request.Context) error {
 	obj, err := s.body(rc)
 	if err != nil {
 		return err
@@ -48,7 +51,7 @@ func (s *decode) Execute(ctx context.Context, rc *pipeline.RequestContext) error
 // only after a prefill, the KV connector's kv_transfer_params derived from the prefill worker's
 // answer (generate: in sampling_params.extra_args). With neither
 // render nor prefill it is the client body unchanged.
-func (s *decode) body(rc *pipeline.RequestContext) (*body.Object, error) {
+func (s *decode) body(rc *request.Context) (*body.Object, error) {
 	obj := rc.Body.Clone()
 	var kvRaw json.RawMessage
 	if rc.Prefilled {
@@ -58,7 +61,7 @@ func (s *decode) body(rc *pipeline.RequestContext) (*body.Object, error) {
 		}
 	}
 	switch rc.API {
-	case pipeline.APIChat:
+	case request.APIChat:
 		if rc.Rendered {
 			if err := setMediaUUIDs(rc, obj); err != nil {
 				return nil, err
@@ -68,14 +71,14 @@ func (s *decode) body(rc *pipeline.RequestContext) (*body.Object, error) {
 		if kvRaw != nil {
 			obj.Set("kv_transfer_params", kvRaw)
 		}
-	case pipeline.APICompletions:
+	case request.APICompletions:
 		if rc.Rendered && len(rc.TokenIDs) > 0 {
 			obj.Set("prompt", rc.TokenIDsJSON())
 		}
 		if kvRaw != nil {
 			obj.Set("kv_transfer_params", kvRaw)
 		}
-	case pipeline.APIGenerate:
+	case request.APIGenerate:
 		if kvRaw != nil {
 			if err := setExtraArgs(obj, map[string]json.RawMessage{"kv_transfer_params": kvRaw}); err != nil {
 				return nil, err

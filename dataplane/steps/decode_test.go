@@ -12,6 +12,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
 func TestDecodeLegBodies(t *testing.T) {
@@ -20,7 +21,7 @@ func TestDecodeLegBodies(t *testing.T) {
 	tests := map[string]struct {
 		path, body string
 		kv         string // the decode step's kv_connector (default kv-shared-storage)
-		prepare    func(rc *pipeline.RequestContext)
+		prepare    func(rc *request.Context)
 		want       string
 	}{
 		"decode-only chat is the client body unchanged": {
@@ -29,7 +30,7 @@ func TestDecodeLegBodies(t *testing.T) {
 		},
 		"chat after prefill": {
 			path: "/v1/chat/completions", body: `{"model":"m","messages":[],"min_tokens":2}`, kv: "kv-nixl",
-			prepare: func(rc *pipeline.RequestContext) {
+			prepare: func(rc *request.Context) {
 				rc.Prefilled = true
 				rc.PrefillKV = json.RawMessage(nixlAnswer)
 			},
@@ -39,7 +40,7 @@ func TestDecodeLegBodies(t *testing.T) {
 			path: "/v1/chat/completions",
 			body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"},"uuid":"client"}]}]}`,
 			kv:   "kv-nixl",
-			prepare: func(rc *pipeline.RequestContext) {
+			prepare: func(rc *request.Context) {
 				rendered(rc)
 				rc.Prefilled = true
 				rc.PrefillKV = json.RawMessage(nixlAnswer)
@@ -50,7 +51,7 @@ func TestDecodeLegBodies(t *testing.T) {
 		},
 		"completions rendered": {
 			path: "/v1/completions", body: `{"model":"m","prompt":"a b","max_tokens":4}`,
-			prepare: func(rc *pipeline.RequestContext) {
+			prepare: func(rc *request.Context) {
 				rc.Rendered = true
 				rc.SetTokenIDs([]int{1, 5, 6})
 				rc.Prefilled = true
@@ -60,7 +61,7 @@ func TestDecodeLegBodies(t *testing.T) {
 		},
 		"generate nests kv params": {
 			path: "/inference/v1/generate", body: `{"model":"m","token_ids":[1,2],"sampling_params":{"max_tokens":8,"extra_args":{"keep":true}}}`,
-			prepare: func(rc *pipeline.RequestContext) {
+			prepare: func(rc *request.Context) {
 				rc.Prefilled = true
 				rc.PrefillKV = nil // shared storage: the prefill worker answers no params
 			},
@@ -74,11 +75,11 @@ func TestDecodeLegBodies(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			gw := newFakeGateway(t, okJSON(`{"id":"d"}`))
-			var params map[string]any
+			var own map[string]any
 			if tc.kv != "" {
-				params = map[string]any{"kv_connector": tc.kv}
+				own = map[string]any{"kv_connector": tc.kv}
 			}
-			s := newStep(t, DecodeStep, gw, params)
+			s := newStep(t, DecodeStep, gw, own)
 			rc, rec := newRC(t, tc.path, tc.body, nil)
 			if tc.prepare != nil {
 				tc.prepare(rc)

@@ -3,6 +3,7 @@ package steps
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -15,12 +16,18 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
 // EncodeStep is the type name of the encoder fan-out.
 const EncodeStep = "encode"
 
-func init() { pipeline.Register(EncodeStep, newEncode) }
+func init() {
+	registry.Register(registry.Type{Name: EncodeStep, New: newEncode,
+		Needs: []registry.Need{{Capability: registry.Tokens, Why: "it sends each item's mm_hash and placeholder"}}})
+}
 
 // encode sends one single-token leg per media item (EPP-Profile: encode), at most maxParallel at
 // once; the first failure cancels the others. The encoders' ec_transfer_params are merged, in
@@ -33,26 +40,19 @@ type encode struct {
 	metrics     *observe.Metrics
 }
 
-func newEncode(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
+func newEncode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, EncodeStep)
 	s := &encode{gw: deps.Gateway, ec: ecConnector(p), useOpenAI: p.Bool(ParamUseOpenAIFormat, true), maxParallel: p.Int("max_parallel", 8, 1), metrics: deps.Telemetry.Metrics}
-	renderBefore := false
-	for _, t := range deps.Steps[:deps.Index] {
-		renderBefore = renderBefore || t == RenderStep
-	}
-	if !renderBefore {
-		p.FailStep("encode needs a render step before it (it sends each item's mm_hash and placeholder)")
-	}
 	return s, nil
 }
 
 func (*encode) Name() string { return EncodeStep }
 
-func (s *encode) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
+func (s *encode) Execute(ctx context.Context, rc *request.Context) error {
 	if len(rc.Media) == 0 {
 		return nil
 	}
-	if rc.API == pipeline.APIGenerate {
+	if rc.API == request.APIGenerate {
 		// The prefill worker encodes tokens-in requests inline (vllm-project/vllm#46722).
 		rc.Log.V(logging.Debug).Info("skipping encode for a generate request")
 		return nil
@@ -60,7 +60,7 @@ func (s *encode) Execute(ctx context.Context, rc *pipeline.RequestContext) error
 	format := rc.API.Format(s.useOpenAI)
 	s.metrics.EncodeFanout(len(rc.Media))
 	var msgs []json.RawMessage
-	if format == pipeline.APIChat {
+	if format == request.APIChat {
 		raw, _ := rc.Body.Get("messages")
 		msgs, _ = body.Array(raw)
 	}
@@ -75,7 +75,10 @@ func (s *encode) Execute(ctx context.Context, rc *pipeline.RequestContext) error
 		phase := "encode[" + strconv.Itoa(i) + "]"
 		leg := rc.Leg(gateway.ProfileEncode, format.Path(), obj)
 		g.Go(func() error {
-			out, err := s.gw.Call(gctx, phase, leg)
+			out, err := s.gw.Call(gctx, leg)
+			if up := (*apierror.UpstreamError)(nil); errors.As(err, &up) {
+				up.Phase = phase // metrics and spans say encode; the error names the item
+			}
 			if err != nil {
 				return err
 			}
@@ -85,7 +88,7 @@ func (s *encode) Execute(ctx context.Context, rc *pipeline.RequestContext) error
 			if err := json.Unmarshal(out, &answer); err != nil {
 				return &apierror.UpstreamError{Phase: phase, Status: 200, Body: head(out), Err: fmt.Errorf("decoding answer: %w", err)}
 			}
-			if body.KindOf(answer.EC) == 'o' {
+			if body.KindOf(answer.EC) == body.KindObject {
 				if err := json.Unmarshal(answer.EC, &answers[i]); err != nil {
 					return &apierror.UpstreamError{Phase: phase, Status: 200, Err: err}
 				}
@@ -113,7 +116,7 @@ func (s *encode) Execute(ctx context.Context, rc *pipeline.RequestContext) error
 
 // body builds the leg of item i: one media part plus its tokens, [BOS] + [P]*length with the
 // placeholder at offset 1 (chat), or token_ids and features with kwargs_data (generate).
-func (s *encode) body(rc *pipeline.RequestContext, format pipeline.API, msgs []json.RawMessage, i int) (*body.Object, error) {
+func (s *encode) body(rc *request.Context, format request.API, msgs []json.RawMessage, i int) (*body.Object, error) {
 	m := rc.Media[i]
 	bos, ph := 1, 0
 	if len(rc.TokenIDs) > 0 {
@@ -130,13 +133,13 @@ func (s *encode) body(rc *pipeline.RequestContext, format pipeline.API, msgs []j
 		ids = strconv.AppendInt(ids, int64(ph), 10)
 	}
 	ids = append(ids, ']')
-	single := []pipeline.MediaEntry{{Kind: m.Kind, Hash: m.Hash, Placeholder: pipeline.Placeholder{Offset: 1, Length: m.Placeholder.Length}, Kwargs: m.Kwargs}}
+	single := []request.MediaEntry{{Kind: m.Kind, Hash: m.Hash, Placeholder: request.Placeholder{Offset: 1, Length: m.Placeholder.Length}, Kwargs: m.Kwargs}}
 
 	obj := &body.Object{}
 	if raw, ok := rc.Body.Get("model"); ok {
 		obj.Set("model", raw)
 	}
-	if format == pipeline.APIGenerate {
+	if format == request.APIGenerate {
 		obj.Set("token_ids", ids)
 		obj.Set("features", featuresJSON(single, true))
 		obj.Set("sampling_params", json.RawMessage(`{"max_tokens":1}`))

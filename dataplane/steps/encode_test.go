@@ -12,13 +12,18 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
-func newEncodeStep(t *testing.T, gw *fakeGateway, params map[string]any) pipeline.Step {
+func newEncodeStep(t *testing.T, gw *fakeGateway, own map[string]any) pipeline.Step {
 	t.Helper()
-	p := pipeline.NewParams("pipeline.steps[1].params", params, map[string]any{"ec_connector": "ec-nixl", "use_openai_format": true})
-	s, err := newEncode(pipeline.Deps{Gateway: gw.client(), Log: logr.Discard(), Steps: []string{"render", "encode", "decode"}, Index: 1}, p)
+	p := params.New("pipeline.steps[1].params", own, map[string]any{"ec_connector": "ec-nixl", "use_openai_format": true})
+	s, err := newEncode(registry.Deps{Gateway: gw.client(), Log: logr.Discard(), Index: 1}, p)
 	if err == nil {
 		err = p.Err()
 	}
@@ -28,13 +33,13 @@ func newEncodeStep(t *testing.T, gw *fakeGateway, params map[string]any) pipelin
 	return s
 }
 
-func twoImageRC(t *testing.T, path string) *pipeline.RequestContext {
+func twoImageRC(t *testing.T, path string) *request.Context {
 	rc, _ := newRC(t, path, chatWithImages("data:image/png;base64,AAAA", "data:image/png;base64,BBBB"), nil)
 	rc.Rendered = true
 	rc.SetTokenIDs([]int{1, 4, 9, 32000, 32000, 32000, 32000, 32000, 7})
-	rc.Media = []pipeline.MediaEntry{
-		{Message: 1, Part: 1, Kind: "image_url", Hash: "ha", Placeholder: pipeline.Placeholder{Offset: 3, Length: 2}, Kwargs: []byte(`"a3dh"`)},
-		{Message: 1, Part: 2, Kind: "image_url", Hash: "hb", Placeholder: pipeline.Placeholder{Offset: 5, Length: 3}},
+	rc.Media = []request.MediaEntry{
+		{Message: 1, Part: 1, Kind: "image_url", Hash: "ha", Placeholder: request.Placeholder{Offset: 3, Length: 2}, Kwargs: []byte(`"a3dh"`)},
+		{Message: 1, Part: 2, Kind: "image_url", Hash: "hb", Placeholder: request.Placeholder{Offset: 5, Length: 3}},
 	}
 	return rc
 }
@@ -114,7 +119,7 @@ func TestEncodeSkips(t *testing.T) {
 		t.Fatal(err)
 	}
 	gen, _ := newRC(t, "/inference/v1/generate", `{"token_ids":[1,9,9]}`, nil)
-	gen.Media = []pipeline.MediaEntry{{Kind: "image_url", Hash: "h", Placeholder: pipeline.Placeholder{Offset: 1, Length: 2}}}
+	gen.Media = []request.MediaEntry{{Kind: "image_url", Hash: "h", Placeholder: request.Placeholder{Offset: 1, Length: 2}}}
 	if err := s.Execute(context.Background(), gen); err != nil {
 		t.Fatal(err)
 	}
@@ -165,10 +170,11 @@ func TestEncodeFailures(t *testing.T) {
 }
 
 func TestEncodeNeedsRender(t *testing.T) {
-	gw := newFakeGateway(t, okJSON(`{}`))
-	p := pipeline.NewParams("pipeline.steps[0].params", nil, nil)
-	_, _ = newEncode(pipeline.Deps{Gateway: gw.client(), Steps: []string{"encode", "render", "decode"}, Index: 0}, p)
-	if err := p.Err(); err == nil || !strings.Contains(err.Error(), "pipeline.steps[0]: encode needs a render step before it") {
+	cfg := config.Default()
+	cfg.Gateway.Address = "http://gw:80"
+	cfg.Pipeline.Steps = []config.Step{{Type: EncodeStep}, {Type: RenderStep, Params: map[string]any{"address": "http://r"}}, {Type: DecodeStep}}
+	_, err := builder.Build(cfg, builder.Options{})
+	if err == nil || !strings.Contains(err.Error(), "pipeline.steps[0]: encode needs a render step before it (it sends each item's mm_hash and placeholder)") {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -16,6 +16,9 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
 // captured is one request the fake gateway received.
@@ -79,19 +82,19 @@ func (g *fakeGateway) only() captured {
 }
 
 // newStep builds a registered step from params with the fake gateway.
-func newStep(t *testing.T, typ string, gw *fakeGateway, params map[string]any) pipeline.Step {
+func newStep(t *testing.T, typ string, gw *fakeGateway, own map[string]any) pipeline.Step {
 	t.Helper()
-	f := map[string]pipeline.Factory{
+	f := map[string]registry.Factory{
 		DecodeStep: newDecode, PrefillStep: newPrefill, ConditionalDecodeStep: newConditionalDecode,
 	}[typ]
 	if f == nil {
 		t.Fatalf("no factory %s", typ)
 	}
-	deps := pipeline.Deps{Log: logr.Discard(), Getenv: func(string) string { return "" }}
+	deps := registry.Deps{Log: logr.Discard(), Getenv: func(string) string { return "" }}
 	if gw != nil {
 		deps.Gateway = gw.client()
 	}
-	p := pipeline.NewParams("params", params, map[string]any{"kv_connector": "kv-shared-storage", "ec_connector": "ec-shared-storage", "use_openai_format": true})
+	p := params.New("params", own, map[string]any{"kv_connector": "kv-shared-storage", "ec_connector": "ec-shared-storage", "use_openai_format": true})
 	s, err := f(deps, p)
 	if err == nil {
 		err = p.Err()
@@ -103,7 +106,7 @@ func newStep(t *testing.T, typ string, gw *fakeGateway, params map[string]any) p
 }
 
 // newRC parses a client body for path like the server does.
-func newRC(t *testing.T, path, raw string, hdr http.Header) (*pipeline.RequestContext, *httptest.ResponseRecorder) {
+func newRC(t *testing.T, path, raw string, hdr http.Header) (*request.Context, *httptest.ResponseRecorder) {
 	t.Helper()
 	obj, err := body.Parse([]byte(raw))
 	if err != nil {
@@ -115,8 +118,8 @@ func newRC(t *testing.T, path, raw string, hdr http.Header) (*pipeline.RequestCo
 		hdr = http.Header{}
 	}
 	rec := httptest.NewRecorder()
-	return &pipeline.RequestContext{
-		ID: "req-1", API: pipeline.APIForPath(path), Path: path, Header: hdr, Forwarded: gateway.Forwarded(hdr),
+	return &request.Context{
+		ID: "req-1", API: request.APIForPath(path), Path: path, Header: hdr, Forwarded: gateway.Forwarded(hdr),
 		Body: obj, Model: model, Stream: stream, Writer: rec, Log: logr.Discard(),
 	}, rec
 }

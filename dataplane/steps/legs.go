@@ -14,7 +14,9 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/body"
 	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
-	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
 // Param names shared by several steps.
@@ -31,7 +33,7 @@ var (
 	jsonNull  = json.RawMessage("null")
 )
 
-func kvConnector(deps pipeline.Deps, p *pipeline.Params) kv.Connector {
+func kvConnector(deps registry.Deps, p *params.Params) kv.Connector {
 	name := p.String(ParamKVConnector, kv.SharedStorage)
 	c, err := kv.New(name, deps.Getenv)
 	if err != nil {
@@ -40,7 +42,7 @@ func kvConnector(deps pipeline.Deps, p *pipeline.Params) kv.Connector {
 	return c
 }
 
-func ecConnector(p *pipeline.Params) ec.Connector {
+func ecConnector(p *params.Params) ec.Connector {
 	name := p.String(ParamECConnector, ec.SharedStorage)
 	c, err := ec.New(name)
 	if err != nil {
@@ -53,8 +55,8 @@ func ecConnector(p *pipeline.Params) ec.Connector {
 // max_tokens 1, no min_tokens, max_completion_tokens / max_output_tokens 1 when present, and
 // stream false without stream_options. In generate format the token limits live in
 // sampling_params.
-func capSingleToken(o *body.Object, format pipeline.API) error {
-	if format == pipeline.APIGenerate {
+func capSingleToken(o *body.Object, format request.API) error {
+	if format == request.APIGenerate {
 		if err := editObject(o, "sampling_params", func(sp *body.Object) error {
 			capTokens(sp)
 			return nil
@@ -132,7 +134,7 @@ func modality(kind string) string {
 
 // featuresJSON builds {"mm_hashes":{m:[..]},"mm_placeholders":{m:[{offset,length}..]}} (plus
 // "kwargs_data":{m:[..]} when withKwargs) from the rendered media entries, or nil without media.
-func featuresJSON(media []pipeline.MediaEntry, withKwargs bool) json.RawMessage {
+func featuresJSON(media []request.MediaEntry, withKwargs bool) json.RawMessage {
 	if len(media) == 0 {
 		return nil
 	}
@@ -150,7 +152,7 @@ func featuresJSON(media []pipeline.MediaEntry, withKwargs bool) json.RawMessage 
 		size += len(m.Hash) + 48 + len(m.Kwargs)
 	}
 	b := make([]byte, 0, size)
-	section := func(name string, item func(b []byte, m *pipeline.MediaEntry) []byte) {
+	section := func(name string, item func(b []byte, m *request.MediaEntry) []byte) {
 		b = append(b, '"')
 		b = append(b, name...)
 		b = append(b, `":{`...)
@@ -171,9 +173,9 @@ func featuresJSON(media []pipeline.MediaEntry, withKwargs bool) json.RawMessage 
 		b = append(b, '}')
 	}
 	b = append(b, '{')
-	section("mm_hashes", func(b []byte, m *pipeline.MediaEntry) []byte { return strconv.AppendQuote(b, m.Hash) })
+	section("mm_hashes", func(b []byte, m *request.MediaEntry) []byte { return strconv.AppendQuote(b, m.Hash) })
 	b = append(b, ',')
-	section("mm_placeholders", func(b []byte, m *pipeline.MediaEntry) []byte {
+	section("mm_placeholders", func(b []byte, m *request.MediaEntry) []byte {
 		b = append(b, `{"offset":`...)
 		b = strconv.AppendInt(b, int64(m.Placeholder.Offset), 10)
 		b = append(b, `,"length":`...)
@@ -182,7 +184,7 @@ func featuresJSON(media []pipeline.MediaEntry, withKwargs bool) json.RawMessage 
 	})
 	if withKwargs {
 		b = append(b, ',')
-		section("kwargs_data", func(b []byte, m *pipeline.MediaEntry) []byte {
+		section("kwargs_data", func(b []byte, m *request.MediaEntry) []byte {
 			if len(m.Kwargs) == 0 {
 				return append(b, jsonNull...)
 			}
@@ -194,7 +196,7 @@ func featuresJSON(media []pipeline.MediaEntry, withKwargs bool) json.RawMessage 
 
 // tokensJSON builds the chat-format tokens field {"token_ids":[..],"features":{..}} (features
 // without kwargs, omitted without media) that lets workers and the EPP skip tokenizing.
-func tokensJSON(rc *pipeline.RequestContext) json.RawMessage {
+func tokensJSON(rc *request.Context) json.RawMessage {
 	ids := rc.TokenIDsJSON()
 	feats := featuresJSON(rc.Media, false)
 	b := make([]byte, 0, len(ids)+len(feats)+32)

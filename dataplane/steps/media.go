@@ -5,7 +5,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/body"
-	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
 // mediaKind describes one multimodal content-part type of the chat format.
@@ -39,7 +39,7 @@ func kindOf(partType string) *mediaKind {
 // the body has no messages array (the worker reports a malformed one).
 func chatMessages(obj *body.Object) (json.RawMessage, []json.RawMessage, error) {
 	raw, ok := obj.Get("messages")
-	if !ok || body.KindOf(raw) != 'a' {
+	if !ok || body.KindOf(raw) != body.KindArray {
 		return nil, nil, nil
 	}
 	msgs, err := body.Array(raw)
@@ -51,14 +51,14 @@ func chatMessages(obj *body.Object) (json.RawMessage, []json.RawMessage, error) 
 
 // scanMedia walks messages[*].content[*] of a chat body and returns one entry per enabled media
 // part, in document order, with its URL. Parts of other shapes are left alone.
-func scanMedia(obj *body.Object) ([]pipeline.MediaEntry, error) {
+func scanMedia(obj *body.Object) ([]request.MediaEntry, error) {
 	_, msgs, err := chatMessages(obj)
 	if err != nil {
 		return nil, err
 	}
-	var out []pipeline.MediaEntry
+	var out []request.MediaEntry
 	for mi, rawMsg := range msgs {
-		if body.KindOf(rawMsg) != 'o' {
+		if body.KindOf(rawMsg) != body.KindObject {
 			return nil, apierror.InvalidField("messages", "messages[%d] must be an object", mi)
 		}
 		msg, err := body.ParseNested(rawMsg)
@@ -66,7 +66,7 @@ func scanMedia(obj *body.Object) ([]pipeline.MediaEntry, error) {
 			return nil, apierror.InvalidField("messages", "messages[%d]: %v", mi, err)
 		}
 		rawContent, ok := msg.Get("content")
-		if !ok || body.KindOf(rawContent) != 'a' {
+		if !ok || body.KindOf(rawContent) != body.KindArray {
 			continue // plain string content carries no media
 		}
 		parts, err := body.Array(rawContent)
@@ -74,7 +74,7 @@ func scanMedia(obj *body.Object) ([]pipeline.MediaEntry, error) {
 			return nil, apierror.InvalidField("messages", "messages[%d].content must be an array", mi)
 		}
 		for pi, rawPart := range parts {
-			if body.KindOf(rawPart) != 'o' {
+			if body.KindOf(rawPart) != body.KindObject {
 				continue
 			}
 			part, err := body.ParseNested(rawPart)
@@ -94,7 +94,7 @@ func scanMedia(obj *body.Object) ([]pipeline.MediaEntry, error) {
 			if err != nil || url == "" {
 				continue
 			}
-			out = append(out, pipeline.MediaEntry{Message: mi, Part: pi, Kind: typ, URL: url})
+			out = append(out, request.MediaEntry{Message: mi, Part: pi, Kind: typ, URL: url})
 		}
 	}
 	return out, nil
@@ -104,7 +104,7 @@ func scanMedia(obj *body.Object) ([]pipeline.MediaEntry, error) {
 // multimodal item id). The few inserted bytes are spliced between segments of the original
 // messages value, so a megabyte image is not copied; a part that already has a uuid (the client's)
 // is rewritten instead, replacing it.
-func setMediaUUIDs(rc *pipeline.RequestContext, obj *body.Object) error {
+func setMediaUUIDs(rc *request.Context, obj *body.Object) error {
 	if len(rc.Media) == 0 {
 		return nil
 	}
@@ -145,8 +145,8 @@ func setMediaUUIDs(rc *pipeline.RequestContext, obj *body.Object) error {
 
 // setMediaUUIDsByRewrite is setMediaUUIDs for parts that already carry a uuid: they are decoded
 // and re-assembled.
-func setMediaUUIDsByRewrite(rc *pipeline.RequestContext, obj *body.Object) error {
-	return editParts(obj, rc.Media, func(part *body.Object, m *pipeline.MediaEntry) error {
+func setMediaUUIDsByRewrite(rc *request.Context, obj *body.Object) error {
+	return editParts(obj, rc.Media, func(part *body.Object, m *request.MediaEntry) error {
 		if m.Hash != "" {
 			part.Set("uuid", mustJSON(m.Hash))
 		}
@@ -155,8 +155,8 @@ func setMediaUUIDsByRewrite(rc *pipeline.RequestContext, obj *body.Object) error
 }
 
 // setMediaURLs writes each entry's URL (after inlining) back into its part.
-func setMediaURLs(obj *body.Object, media []pipeline.MediaEntry) error {
-	return editParts(obj, media, func(part *body.Object, m *pipeline.MediaEntry) error {
+func setMediaURLs(obj *body.Object, media []request.MediaEntry) error {
+	return editParts(obj, media, func(part *body.Object, m *request.MediaEntry) error {
 		k := kindOf(m.Kind)
 		return editObject(part, k.field, func(inner *body.Object) error {
 			inner.Set("url", mustJSON(m.URL))
@@ -166,7 +166,7 @@ func setMediaURLs(obj *body.Object, media []pipeline.MediaEntry) error {
 }
 
 // partRaw returns the raw content part of an entry (a subslice of msgs' values).
-func partRaw(msgs []json.RawMessage, m *pipeline.MediaEntry) (json.RawMessage, error) {
+func partRaw(msgs []json.RawMessage, m *request.MediaEntry) (json.RawMessage, error) {
 	if m.Message < 0 || m.Message >= len(msgs) {
 		return nil, errMediaMissing
 	}
@@ -183,7 +183,7 @@ func partRaw(msgs []json.RawMessage, m *pipeline.MediaEntry) (json.RawMessage, e
 }
 
 // mediaPart returns the raw value of an entry's part member (e.g. the image_url object).
-func mediaPart(msgs []json.RawMessage, m *pipeline.MediaEntry) (json.RawMessage, error) {
+func mediaPart(msgs []json.RawMessage, m *request.MediaEntry) (json.RawMessage, error) {
 	part, err := partRaw(msgs, m)
 	if err != nil {
 		return nil, err
@@ -203,7 +203,7 @@ var errMediaMissing = apierror.BadRequest("invalid_media", "media part not found
 
 // editParts applies fn to messages[m.Message].content[m.Part] for each entry and writes the edited
 // messages back into obj.
-func editParts(obj *body.Object, media []pipeline.MediaEntry, fn func(part *body.Object, m *pipeline.MediaEntry) error) error {
+func editParts(obj *body.Object, media []request.MediaEntry, fn func(part *body.Object, m *request.MediaEntry) error) error {
 	_, msgs, err := chatMessages(obj)
 	if err != nil || msgs == nil {
 		return err

@@ -11,12 +11,15 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
 // PrefillStep is the type name of the prefill step.
 const PrefillStep = "prefill"
 
-func init() { pipeline.Register(PrefillStep, newPrefill) }
+func init() { registry.Register(registry.Type{Name: PrefillStep, New: newPrefill}) }
 
 // prefill sends one single-token leg (EPP-Profile: prefill) carrying the KV connector's
 // kv_transfer_params and the merged ec_transfer_params, and keeps the worker's kv_transfer_params
@@ -28,20 +31,20 @@ type prefill struct {
 	useOpenAI bool
 }
 
-func newPrefill(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
+func newPrefill(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, PrefillStep)
 	return &prefill{gw: deps.Gateway, kv: kvConnector(deps, p), ec: ecConnector(p), useOpenAI: p.Bool(ParamUseOpenAIFormat, true)}, nil
 }
 
 func (*prefill) Name() string { return PrefillStep }
 
-func (s *prefill) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
+func (s *prefill) Execute(ctx context.Context, rc *request.Context) error {
 	format := rc.API.Format(s.useOpenAI)
 	obj, err := s.body(rc, format)
 	if err != nil {
 		return err
 	}
-	out, err := s.gw.Call(ctx, PrefillStep, rc.Leg(gateway.ProfilePrefill, format.Path(), obj))
+	out, err := s.gw.Call(ctx, rc.Leg(gateway.ProfilePrefill, format.Path(), obj))
 	if err != nil {
 		return err
 	}
@@ -51,7 +54,7 @@ func (s *prefill) Execute(ctx context.Context, rc *pipeline.RequestContext) erro
 	if err := json.Unmarshal(out, &answer); err != nil {
 		return &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Body: head(out), Err: fmt.Errorf("decoding answer: %w", err)}
 	}
-	if body.KindOf(answer.KV) == 'o' {
+	if body.KindOf(answer.KV) == body.KindObject {
 		rc.PrefillKV = answer.KV
 	}
 	rc.Prefilled = true
@@ -67,7 +70,7 @@ func (s *prefill) Execute(ctx context.Context, rc *pipeline.RequestContext) erro
 //     the client itself spoke generate, capped, transfer params in sampling_params.extra_args.
 //
 // Unlike upstream, completions and generate keep the client's sampling fields.
-func (s *prefill) body(rc *pipeline.RequestContext, format pipeline.API) (*body.Object, error) {
+func (s *prefill) body(rc *request.Context, format request.API) (*body.Object, error) {
 	kvRaw := s.kv.PrefillParams()
 	var ecRaw json.RawMessage
 	if len(rc.ECParams) > 0 && s.ec.Name() != ec.SharedStorage {
@@ -75,7 +78,7 @@ func (s *prefill) body(rc *pipeline.RequestContext, format pipeline.API) (*body.
 	}
 	var obj *body.Object
 	switch format {
-	case pipeline.APIChat:
+	case request.APIChat:
 		obj = rc.Body.Clone()
 		if rc.Rendered {
 			obj.Set("tokens", tokensJSON(rc))
@@ -84,7 +87,7 @@ func (s *prefill) body(rc *pipeline.RequestContext, format pipeline.API) (*body.
 		if ecRaw != nil {
 			obj.Set("ec_transfer_params", ecRaw)
 		}
-	case pipeline.APICompletions:
+	case request.APICompletions:
 		obj = rc.Body.Clone()
 		obj.Set("request_id", mustJSON(rc.ID))
 		if rc.Rendered && len(rc.TokenIDs) > 0 {
@@ -97,7 +100,7 @@ func (s *prefill) body(rc *pipeline.RequestContext, format pipeline.API) (*body.
 		if ecRaw != nil {
 			obj.Set("ec_transfer_params", ecRaw)
 		}
-	case pipeline.APIGenerate:
+	case request.APIGenerate:
 		obj = generateBody(rc)
 		extra := map[string]json.RawMessage{"kv_transfer_params": kvRaw}
 		if ecRaw != nil {
@@ -116,9 +119,9 @@ func (s *prefill) body(rc *pipeline.RequestContext, format pipeline.API) (*body.
 // generateBody is the tokens-in body of a leg: {request_id, model, token_ids, features (with
 // kwargs_data), sampling_params}. A generate client's own body is the base (its sampling_params
 // are kept); a chat client's is translated.
-func generateBody(rc *pipeline.RequestContext) *body.Object {
+func generateBody(rc *request.Context) *body.Object {
 	var obj *body.Object
-	if rc.API == pipeline.APIGenerate {
+	if rc.API == request.APIGenerate {
 		obj = rc.Body.Clone() // already tokens-in: token_ids and features are the client's
 	} else {
 		obj = &body.Object{}

@@ -7,13 +7,13 @@ import (
 	"testing"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
-func rendered(rc *pipeline.RequestContext) {
+func rendered(rc *request.Context) {
 	rc.Rendered = true
 	rc.SetTokenIDs([]int{1, 4, 32000, 32000, 32000, 777})
-	rc.Media = []pipeline.MediaEntry{{Message: 0, Part: 1, Kind: "image_url", Hash: "h1", Placeholder: pipeline.Placeholder{Offset: 2, Length: 3}, Kwargs: []byte(`"a3dhcmdz"`)}}
+	rc.Media = []request.MediaEntry{{Message: 0, Part: 1, Kind: "image_url", Hash: "h1", Placeholder: request.Placeholder{Offset: 2, Length: 3}, Kwargs: []byte(`"a3dhcmdz"`)}}
 }
 
 func TestPrefillLegBodies(t *testing.T) {
@@ -21,7 +21,7 @@ func TestPrefillLegBodies(t *testing.T) {
 	tests := map[string]struct {
 		path, body string
 		params     map[string]any
-		prepare    func(rc *pipeline.RequestContext)
+		prepare    func(rc *request.Context)
 		wantPath   string
 		want       string
 	}{
@@ -32,7 +32,7 @@ func TestPrefillLegBodies(t *testing.T) {
 		},
 		"chat rendered with EC descriptors": {
 			path: "/v1/chat/completions", body: chat, params: map[string]any{"ec_connector": "ec-nixl", "kv_connector": "kv-nixl"},
-			prepare: func(rc *pipeline.RequestContext) {
+			prepare: func(rc *request.Context) {
 				rendered(rc)
 				rc.ECParams = map[string]any{"h1": map[string]any{"peer_host": "10.0.0.1", "peer_port": 5501}}
 			},
@@ -44,13 +44,13 @@ func TestPrefillLegBodies(t *testing.T) {
 		},
 		"shared-storage EC sends no descriptors": {
 			path: "/v1/chat/completions", body: `{"model":"m","messages":[]}`,
-			prepare:  func(rc *pipeline.RequestContext) { rc.ECParams = map[string]any{"h1": map[string]any{}} },
+			prepare:  func(rc *request.Context) { rc.ECParams = map[string]any{"h1": map[string]any{}} },
 			wantPath: "/v1/chat/completions",
 			want:     `{"model":"m","messages":[],"max_tokens":1,"stream":false,"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false}}`,
 		},
 		"completions keeps sampling fields": {
 			path: "/v1/completions", body: `{"model":"m","prompt":"a b","max_tokens":20,"min_tokens":5,"temperature":0.1,"stream":true}`,
-			prepare:  func(rc *pipeline.RequestContext) { rc.Rendered = true; rc.SetTokenIDs([]int{1, 2, 3}) },
+			prepare:  func(rc *request.Context) { rc.Rendered = true; rc.SetTokenIDs([]int{1, 2, 3}) },
 			wantPath: "/v1/completions",
 			want:     `{"model":"m","prompt":[1,2,3],"max_tokens":1,"temperature":0.1,"stream":false,"request_id":"req-1","kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false}}`,
 		},
@@ -61,7 +61,7 @@ func TestPrefillLegBodies(t *testing.T) {
 		},
 		"chat client in tokens-in format": {
 			path: "/v1/chat/completions", body: chat, params: map[string]any{"use_openai_format": false, "ec_connector": "ec-nixl"},
-			prepare: func(rc *pipeline.RequestContext) {
+			prepare: func(rc *request.Context) {
 				rendered(rc)
 				rc.ECParams = map[string]any{"h1": map[string]any{"peer_port": 1}}
 			},

@@ -10,9 +10,11 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/body"
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
 // RenderStep is the type name of the tokenize-once step.
@@ -24,19 +26,21 @@ const (
 	renderCompletionsPath = "/v1/completions/render"
 )
 
-func init() { pipeline.Register(RenderStep, newRender) }
+func init() {
+	registry.Register(registry.Type{Name: RenderStep, New: newRender, Provides: []registry.Capability{registry.Tokens}})
+}
 
 // render tokenizes the request once, through the render service, and records the token ids and
 // each media item's hash, placeholder and preprocessor output (kwargs_data) for the later legs.
 // Requests that already carry tokens (a token-array prompt, the generate format) are validated
 // instead of sent.
 type render struct {
-	client          *gateway.Client
+	client          *upstream.Client
 	maxTokens       int
 	maxPlaceholders int
 }
 
-func newRender(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
+func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	addr := p.String("address", "")
 	timeout := p.Duration("timeout", 30*time.Second)
 	idle := p.Int("max_idle_conns_per_host", 100, 0)
@@ -46,8 +50,8 @@ func newRender(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
 		p.Fail("address", "is required: the base URL of the render service, e.g. http://render:8000")
 		return s, nil
 	}
-	t := gateway.NewTransport(config.Gateway{MaxIdleConnsPerHost: idle, IdleConnTimeout: config.Duration(idleTimeout)})
-	c, err := gateway.NewClient(addr, t, timeout, deps.Telemetry)
+	t := upstream.NewTransport(upstream.TransportOptions{MaxIdleConnsPerHost: idle, IdleConnTimeout: idleTimeout})
+	c, err := upstream.NewClient(addr, t, timeout, deps.Telemetry)
 	if err != nil {
 		p.Fail("address", "%v", err)
 		return s, nil
@@ -65,14 +69,14 @@ func (s *render) Close() {
 	}
 }
 
-func (s *render) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
+func (s *render) Execute(ctx context.Context, rc *request.Context) error {
 	var err error
 	switch rc.API {
-	case pipeline.APIGenerate:
+	case request.APIGenerate:
 		err = s.generate(rc)
-	case pipeline.APICompletions:
+	case request.APICompletions:
 		err = s.completions(ctx, rc)
-	case pipeline.APIChat:
+	case request.APIChat:
 		err = s.chat(ctx, rc)
 	}
 	if err != nil {
@@ -90,7 +94,7 @@ func (s *render) checkTokens(n int) error {
 }
 
 // checkPlaceholders enforces bounds (inside the prompt) and the placeholder-token limit.
-func (s *render) checkPlaceholders(rc *pipeline.RequestContext, fromClient bool) error {
+func (s *render) checkPlaceholders(rc *request.Context, fromClient bool) error {
 	total := 0
 	for i, m := range rc.Media {
 		ph := m.Placeholder
@@ -110,7 +114,7 @@ func (s *render) checkPlaceholders(rc *pipeline.RequestContext, fromClient bool)
 }
 
 // generate validates a tokens-in client body; nothing is sent and the body is not changed.
-func (s *render) generate(rc *pipeline.RequestContext) error {
+func (s *render) generate(rc *request.Context) error {
 	raw, _ := rc.Body.Get("token_ids")
 	ids, err := parseTokenIDs(raw)
 	if err != nil {
@@ -133,7 +137,7 @@ func (s *render) generate(rc *pipeline.RequestContext) error {
 	}
 	rc.SetTokenIDs(ids)
 	rc.Media = nil
-	if rawF, ok := rc.Body.Get("features"); ok && body.KindOf(rawF) != 'z' {
+	if rawF, ok := rc.Body.Get("features"); ok && body.KindOf(rawF) != body.KindNull {
 		var f clientFeatures
 		if err := json.Unmarshal(rawF, &f); err != nil {
 			return apierror.InvalidField("features", "\"features\" must be an object of mm_hashes, mm_placeholders and kwargs_data: %v", err)
@@ -147,11 +151,11 @@ func (s *render) generate(rc *pipeline.RequestContext) error {
 	return s.checkPlaceholders(rc, true)
 }
 
-func (s *render) completions(ctx context.Context, rc *pipeline.RequestContext) error {
+func (s *render) completions(ctx context.Context, rc *request.Context) error {
 	raw, _ := rc.Body.Get("prompt")
 	switch body.KindOf(raw) {
-	case 's':
-		out, err := s.client.Call(ctx, RenderStep, renderLeg(rc, renderCompletionsPath))
+	case body.KindString:
+		out, err := s.client.Call(ctx, renderLeg(rc, renderCompletionsPath))
 		if err != nil {
 			return err
 		}
@@ -167,12 +171,12 @@ func (s *render) completions(ctx context.Context, rc *pipeline.RequestContext) e
 		rc.SetTokenIDs(answer[0].TokenIDs)
 		rc.Body.Set("prompt", rc.TokenIDsJSON())
 		return nil
-	case 'a':
+	case body.KindArray:
 		items, _ := body.Array(raw)
 		if err := s.checkTokens(len(items)); err != nil {
 			return err
 		}
-		if len(items) > 0 && body.KindOf(items[0]) != 'n' {
+		if len(items) > 0 && body.KindOf(items[0]) != body.KindNumber {
 			return apierror.InvalidField("prompt", "batched prompts (a list of strings or token lists) are not supported; send one prompt per request")
 		}
 		ids, err := parseTokenIDs(raw)
@@ -191,7 +195,7 @@ type renderAnswer struct {
 	Features *clientFeatures `json:"features"`
 }
 
-func (s *render) chat(ctx context.Context, rc *pipeline.RequestContext) error {
+func (s *render) chat(ctx context.Context, rc *request.Context) error {
 	if !rc.MediaScanned {
 		media, err := scanMedia(rc.Body)
 		if err != nil {
@@ -199,7 +203,7 @@ func (s *render) chat(ctx context.Context, rc *pipeline.RequestContext) error {
 		}
 		rc.Media, rc.MediaScanned = media, true
 	}
-	out, err := s.client.Call(ctx, RenderStep, renderLeg(rc, renderChatPath))
+	out, err := s.client.Call(ctx, renderLeg(rc, renderChatPath))
 	if err != nil {
 		return err
 	}
@@ -211,7 +215,7 @@ func (s *render) chat(ctx context.Context, rc *pipeline.RequestContext) error {
 		return err
 	}
 	rc.SetTokenIDs(answer.TokenIDs)
-	var rendered []pipeline.MediaEntry
+	var rendered []request.MediaEntry
 	if answer.Features != nil {
 		if rendered, err = answer.Features.entries(); err != nil {
 			return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Err: fmt.Errorf("features.%w", err)}
@@ -225,7 +229,7 @@ func (s *render) chat(ctx context.Context, rc *pipeline.RequestContext) error {
 
 // alignMedia copies the render service's per-item hash, placeholder and kwargs onto the request's
 // items, modality by modality in document order; the counts must agree.
-func alignMedia(items, rendered []pipeline.MediaEntry) error {
+func alignMedia(items, rendered []request.MediaEntry) error {
 	next := map[string]int{}
 	byMod := map[string][]int{}
 	for i := range rendered {
@@ -259,16 +263,16 @@ type clientFeatures struct {
 
 // entries validates the features and returns one media entry per item, modality by modality.
 // Errors name the offending path below features.
-func (f *clientFeatures) entries() ([]pipeline.MediaEntry, error) {
+func (f *clientFeatures) entries() ([]request.MediaEntry, error) {
 	mods := make([]string, 0, len(f.MMHashes))
 	for m := range f.MMHashes {
 		mods = append(mods, m)
 	}
 	sort.Strings(mods)
-	var out []pipeline.MediaEntry
+	var out []request.MediaEntry
 	for _, m := range mods {
 		var hashes []json.RawMessage
-		if err := json.Unmarshal(f.MMHashes[m], &hashes); err != nil && body.KindOf(f.MMHashes[m]) != 'z' {
+		if err := json.Unmarshal(f.MMHashes[m], &hashes); err != nil && body.KindOf(f.MMHashes[m]) != body.KindNull {
 			return nil, fmt.Errorf("mm_hashes.%s must be an array", m)
 		}
 		if len(hashes) == 0 {
@@ -279,7 +283,7 @@ func (f *clientFeatures) entries() ([]pipeline.MediaEntry, error) {
 			return nil, fmt.Errorf("mm_placeholders.%s must be an array with one placeholder per hash (%d)", m, len(hashes))
 		}
 		var kwargs []json.RawMessage
-		if raw, ok := f.KwargsData[m]; ok && body.KindOf(raw) != 'z' {
+		if raw, ok := f.KwargsData[m]; ok && body.KindOf(raw) != body.KindNull {
 			if err := json.Unmarshal(raw, &kwargs); err != nil || len(kwargs) != len(hashes) {
 				return nil, fmt.Errorf("kwargs_data.%s must be an array with one item per hash (%d)", m, len(hashes))
 			}
@@ -301,12 +305,12 @@ func (f *clientFeatures) entries() ([]pipeline.MediaEntry, error) {
 			if err1 != nil || err2 != nil || off < 0 || length < 0 {
 				return nil, fmt.Errorf("mm_placeholders.%s[%d] offset and length must be non-negative integers", m, i)
 			}
-			e := pipeline.MediaEntry{Message: -1, Part: -1, Kind: partTypeOf(m), Hash: h, Placeholder: pipeline.Placeholder{Offset: int(off), Length: int(length)}}
+			e := request.MediaEntry{Message: -1, Part: -1, Kind: partTypeOf(m), Hash: h, Placeholder: request.Placeholder{Offset: int(off), Length: int(length)}}
 			if kwargs != nil {
-				if k := body.KindOf(kwargs[i]); k != 's' && k != 'z' {
+				if k := body.KindOf(kwargs[i]); k != body.KindString && k != body.KindNull {
 					return nil, fmt.Errorf("kwargs_data.%s[%d] must be a string or null", m, i)
 				}
-				if body.KindOf(kwargs[i]) == 's' {
+				if body.KindOf(kwargs[i]) == body.KindString {
 					e.Kwargs = kwargs[i]
 				}
 			}
@@ -345,8 +349,6 @@ func parseTokenIDs(raw json.RawMessage) ([]int, error) {
 }
 
 // renderLeg is a render-service call: forwarded headers and the request id, no EPP profile.
-func renderLeg(rc *pipeline.RequestContext, path string) gateway.Leg {
-	leg := rc.Leg("", path, rc.Body)
-	leg.Phase = RenderStep
-	return leg
+func renderLeg(rc *request.Context, path string) upstream.Request {
+	return rc.Outbound(RenderStep, path, rc.Body)
 }

@@ -3,7 +3,6 @@ package steps
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,17 +10,20 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 )
 
-func newRenderStep(t *testing.T, addr string, params map[string]any) pipeline.Step {
+func newRenderStep(t *testing.T, addr string, own map[string]any) pipeline.Step {
 	t.Helper()
 	all := map[string]any{"address": addr}
-	for k, v := range params {
+	for k, v := range own {
 		all[k] = v
 	}
-	p := pipeline.NewParams("params", all, nil)
-	s, err := newRender(pipeline.Deps{Log: logr.Discard()}, p)
+	p := params.New("params", all, nil)
+	s, err := newRender(registry.Deps{Log: logr.Discard()}, p)
 	if err == nil {
 		err = p.Err()
 	}
@@ -223,23 +225,24 @@ func TestRenderGenerateValidation(t *testing.T) {
 }
 
 func TestRenderParams(t *testing.T) {
-	for name, params := range map[string]map[string]any{
-		"no address":       {},
-		"bad address":      {"address": "render:8000"},
-		"negative tokens":  {"address": "http://r", "max_total_tokens": -1},
-		"timeout no unit":  {"address": "http://r", "timeout": "30"},
-		"negative idle":    {"address": "http://r", "max_idle_conns_per_host": -1},
-		"unknown param":    {"address": "http://r", "adress": "http://r"},
-		"placeholder type": {"address": "http://r", "max_total_placeholder_tokens": "10"},
+	for name, tc := range map[string]struct {
+		own map[string]any
+		key string
+	}{
+		"no address":       {map[string]any{}, "params.address"},
+		"bad address":      {map[string]any{"address": "render:8000"}, "params.address"},
+		"negative tokens":  {map[string]any{"address": "http://r", "max_total_tokens": -1}, "params.max_total_tokens"},
+		"timeout no unit":  {map[string]any{"address": "http://r", "timeout": "30"}, "params.timeout"},
+		"negative idle":    {map[string]any{"address": "http://r", "max_idle_conns_per_host": -1}, "params.max_idle_conns_per_host"},
+		"unknown param":    {map[string]any{"address": "http://r", "adress": "http://r"}, "params.adress"},
+		"placeholder type": {map[string]any{"address": "http://r", "max_total_placeholder_tokens": "10"}, "params.max_total_placeholder_tokens"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			p := pipeline.NewParams("params", params, nil)
-			_, _ = newRender(pipeline.Deps{}, p)
-			if p.Err() == nil {
-				t.Fatal("accepted")
+			p := params.New("params", tc.own, nil)
+			_, _ = newRender(registry.Deps{}, p)
+			if key := config.KeyOf(p.Err()); key != tc.key {
+				t.Fatalf("err = %v, want one naming %s", p.Err(), tc.key)
 			}
 		})
 	}
 }
-
-var _ = io.EOF

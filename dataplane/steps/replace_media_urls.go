@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -20,19 +18,16 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
 // ReplaceMediaURLsStep is the type name of the media inlining step.
 const ReplaceMediaURLsStep = "replace-media-urls"
 
-// ReplaceMediaURLsHooks are non-configuration dependencies of replace-media-urls, passed through
-// pipeline.Options.Hooks under ReplaceMediaURLsStep.
-type ReplaceMediaURLsHooks struct {
-	// AllowAddr exempts addresses from the SSRF guard (tests with a loopback media server).
-	AllowAddr func(netip.Addr) bool
-}
-
-func init() { pipeline.Register(ReplaceMediaURLsStep, newReplaceMediaURLs) }
+func init() { registry.Register(registry.Type{Name: ReplaceMediaURLsStep, New: newReplaceMediaURLs}) }
 
 // replaceMediaURLs downloads the remote media of a chat request (concurrently, bounded, behind
 // an SSRF guard) and inlines it as base64 data: URLs, so that render, encode and every worker see
@@ -47,7 +42,7 @@ type replaceMediaURLs struct {
 	metrics    *observe.Metrics
 }
 
-func newReplaceMediaURLs(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
+func newReplaceMediaURLs(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	s := &replaceMediaURLs{
 		maxConc:    p.Int("max_concurrent_downloads", 10, 1),
 		maxEntries: p.Int("max_multimodal_entries", 0, 0),
@@ -63,21 +58,18 @@ func newReplaceMediaURLs(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step,
 		}
 		s.guard.domains = append(s.guard.domains, d)
 	}
-	if h, ok := deps.Hooks[ReplaceMediaURLsStep].(ReplaceMediaURLsHooks); ok {
-		s.guard.allowAddr = h.AllowAddr
-	}
-	dialer := &net.Dialer{Timeout: timeout, Control: s.guard.control}
+	s.guard.allowAddr = deps.Overrides.MediaAllowAddr
 	s.client = &http.Client{
 		Timeout: timeout,
-		Transport: &http.Transport{
-			// No proxy: the guard must see the address actually dialled.
-			Proxy:                 nil,
-			DialContext:           dialer.DialContext,
+		// No proxy (upstream.NewTransport): the guard must see the address actually dialled.
+		Transport: upstream.NewTransport(upstream.TransportOptions{
 			MaxIdleConnsPerHost:   s.maxConc,
 			IdleConnTimeout:       30 * time.Second,
-			TLSHandshakeTimeout:   timeout,
 			ResponseHeaderTimeout: timeout,
-		},
+			DialTimeout:           timeout,
+			TLSHandshakeTimeout:   timeout,
+			Control:               s.guard.control,
+		}),
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 5 {
 				return &blockedError{errors.New("too many redirects")}
@@ -99,8 +91,8 @@ func (*replaceMediaURLs) Name() string { return ReplaceMediaURLsStep }
 // Close drops pooled connections to media hosts.
 func (s *replaceMediaURLs) Close() { s.client.CloseIdleConnections() }
 
-func (s *replaceMediaURLs) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
-	if rc.API != pipeline.APIChat {
+func (s *replaceMediaURLs) Execute(ctx context.Context, rc *request.Context) error {
+	if rc.API != request.APIChat {
 		return nil
 	}
 	entries, err := scanMedia(rc.Body)
@@ -161,7 +153,7 @@ func (s *replaceMediaURLs) Execute(ctx context.Context, rc *pipeline.RequestCont
 
 // fetch downloads one media item with a fresh request: no client header (Authorization, cookies)
 // ever reaches a media host.
-func (s *replaceMediaURLs) fetch(ctx context.Context, u *url.URL, e *pipeline.MediaEntry) ([]byte, string, error) {
+func (s *replaceMediaURLs) fetch(ctx context.Context, u *url.URL, e *request.MediaEntry) ([]byte, string, error) {
 	where := partName(e)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
@@ -287,6 +279,6 @@ func hasPrefixFold(s, prefix string) bool {
 }
 
 // partName locates a media item for error messages.
-func partName(e *pipeline.MediaEntry) string {
+func partName(e *request.MediaEntry) string {
 	return fmt.Sprintf("messages[%d].content[%d] (%s)", e.Message, e.Part, e.Kind)
 }

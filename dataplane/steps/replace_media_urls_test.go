@@ -21,7 +21,10 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 )
 
 func pngBytes(t *testing.T, w int) []byte {
@@ -87,13 +90,13 @@ func newMediaHost(t *testing.T) *mediaHost {
 	return m
 }
 
-func newMediaStep(t *testing.T, params map[string]any, allowLoopback bool) pipeline.Step {
+func newMediaStep(t *testing.T, own map[string]any, allowLoopback bool) pipeline.Step {
 	t.Helper()
-	deps := pipeline.Deps{Log: logr.Discard(), Hooks: map[string]any{}}
+	deps := registry.Deps{Log: logr.Discard()}
 	if allowLoopback {
-		deps.Hooks[ReplaceMediaURLsStep] = ReplaceMediaURLsHooks{AllowAddr: func(a netip.Addr) bool { return a.IsLoopback() }}
+		deps.Overrides.MediaAllowAddr = netip.Addr.IsLoopback
 	}
-	p := pipeline.NewParams("params", params, nil)
+	p := params.New("params", own, nil)
 	s, err := newReplaceMediaURLs(deps, p)
 	if err == nil {
 		err = p.Err()
@@ -217,21 +220,24 @@ func TestReplaceMediaURLsSkips(t *testing.T) {
 }
 
 func TestReplaceMediaURLsParams(t *testing.T) {
-	for name, params := range map[string]map[string]any{
-		"zero concurrency":  {"max_concurrent_downloads": 0},
-		"negative entries":  {"max_multimodal_entries": -1},
-		"zero size":         {"max_download_size": 0},
-		"timeout no unit":   {"download_timeout": "10"},
-		"domains not list":  {"allowed_domains": "example.com"},
-		"domain with path":  {"allowed_domains": []any{"example.com/x"}},
-		"private not bool":  {"allow_private_networks": "yes"},
-		"unknown parameter": {"max_downloads": 1},
+	for name, tc := range map[string]struct {
+		own map[string]any
+		key string
+	}{
+		"zero concurrency":  {map[string]any{"max_concurrent_downloads": 0}, "params.max_concurrent_downloads"},
+		"negative entries":  {map[string]any{"max_multimodal_entries": -1}, "params.max_multimodal_entries"},
+		"zero size":         {map[string]any{"max_download_size": 0}, "params.max_download_size"},
+		"timeout no unit":   {map[string]any{"download_timeout": "10"}, "params.download_timeout"},
+		"domains not list":  {map[string]any{"allowed_domains": "example.com"}, "params.allowed_domains"},
+		"domain with path":  {map[string]any{"allowed_domains": []any{"example.com/x"}}, "params.allowed_domains"},
+		"private not bool":  {map[string]any{"allow_private_networks": "yes"}, "params.allow_private_networks"},
+		"unknown parameter": {map[string]any{"max_downloads": 1}, "params.max_downloads"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			p := pipeline.NewParams("params", params, nil)
-			_, _ = newReplaceMediaURLs(pipeline.Deps{Log: logr.Discard()}, p)
-			if p.Err() == nil {
-				t.Fatal("accepted")
+			p := params.New("params", tc.own, nil)
+			_, _ = newReplaceMediaURLs(registry.Deps{Log: logr.Discard()}, p)
+			if key := config.KeyOf(p.Err()); key != tc.key {
+				t.Fatalf("err = %v, want one naming %s", p.Err(), tc.key)
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
 	"github.com/epd-dev/coordinator/test/asyncworker"
 	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
@@ -74,7 +75,7 @@ pipeline:
 	if err != nil {
 		t.Fatalf("%v\n%s", err, doc)
 	}
-	hooks := map[string]any{asyncbroker.StepType: asyncbroker.Hooks{PollInterval: 20 * time.Millisecond, BackupPollInterval: 200 * time.Millisecond}}
+	hooks := registry.Overrides{BrokerPollInterval: 20 * time.Millisecond, BrokerBackupPollInterval: 200 * time.Millisecond}
 	coord, err := stack.StartCoordinator(cfg, testLogger(), hooks)
 	if err != nil {
 		t.Fatal(err)

@@ -74,7 +74,7 @@ func TestRampFor(t *testing.T) {
 
 func TestSSELoadAgainstStampingWorker(t *testing.T) {
 	w := startWorker(t, simworker.Config{StampEvents: true, ITL: time.Millisecond})
-	payload := []byte(`{"model":"m","messages":[{"role":"user","content":"a b c"}],"max_tokens":4,"stream":true}`)
+	payload := []byte(`{"model":"sim-model","messages":[{"role":"user","content":"a b c"}],"max_tokens":4,"stream":true}`)
 	l := NewSSELoad(TargetDirect, w.URL(), SSEOptions{Concurrency: 2, Payload: payload, Timeout: 5 * time.Second})
 	defer l.Close()
 	l.Run(context.Background(), 20*time.Millisecond, false)

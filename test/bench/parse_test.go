@@ -11,7 +11,7 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers the steps CoordinatorConfig names
 )
 
@@ -212,7 +212,7 @@ func TestCoordinatorConfig(t *testing.T) {
 				t.Errorf("%s: step %d is %q, want %q", target, i, cfg.Pipeline.Steps[i].Type, s)
 			}
 		}
-		if _, err := pipeline.Build(cfg, pipeline.Options{}); err != nil {
+		if _, err := builder.Build(cfg, builder.Options{}); err != nil {
 			t.Errorf("%s: %v", target, err)
 		}
 	}

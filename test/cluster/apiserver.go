@@ -3,24 +3,21 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/epd-dev/coordinator/test/prereq"
 )
 
 // APIServer starts a bare kube-apiserver + etcd (KUBEBUILDER_ASSETS, set by `make test`) for the
-// test and stops it at the end. Without assets the test is skipped, except in CI (CI set).
+// test and stops it at the end. Without assets the test fails under CI and is skipped otherwise
+// (package prereq).
 func APIServer(t testing.TB) client.Client {
 	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("KUBEBUILDER_ASSETS is not set; run `make test`")
-		}
-		t.Skip("KUBEBUILDER_ASSETS is not set: KUBEBUILDER_ASSETS=$(hack/setup-envtest-assets.sh) go test ...")
-	}
+	prereq.KubebuilderAssets(t)
 	env := &envtest.Environment{}
 	cfg, err := env.Start()
 	if err != nil {

@@ -259,6 +259,7 @@ type Mount struct {
 	mu      sync.Mutex
 	version string
 	updates int
+	syncs   int
 	stop    context.CancelFunc
 	done    chan struct{}
 }
@@ -274,6 +275,7 @@ func (c *Cluster) MountConfigMap(ctx context.Context, ns, name, dir string, inte
 		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		m.syncs++
 		if cm.ResourceVersion == m.version {
 			return nil
 		}
@@ -321,6 +323,15 @@ func (m *Mount) Updates() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.updates
+}
+
+// Syncs is how many times the ConfigMap was read and compared with the payload, whether or not
+// it had changed (the first mount included): a test waits for it to grow to know that the mount
+// has seen the ConfigMap as it is now.
+func (m *Mount) Syncs() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.syncs
 }
 
 // Stop ends the sync loop.

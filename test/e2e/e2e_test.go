@@ -5,12 +5,19 @@
 package e2e
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
-	"os"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,8 +35,11 @@ import (
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+	"github.com/epd-dev/coordinator/controllers"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	"github.com/epd-dev/coordinator/test/cluster"
+	"github.com/epd-dev/coordinator/test/prereq"
 	"github.com/epd-dev/coordinator/test/stack"
 )
 
@@ -41,15 +51,15 @@ type env struct {
 	ctx     context.Context
 	cluster *cluster.Cluster
 	stack   *stack.Stack
+	// gateway records the coordinator's legs on their way to the stack's gateway.
+	gateway *legRecorder
 	coord   *cluster.Coordinator
 	bin     string
 }
 
 func setUp(t *testing.T) *env {
 	t.Helper()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run `make test`, or `KUBEBUILDER_ASSETS=$(hack/setup-envtest-assets.sh) go test ./test/e2e/`")
-	}
+	prereq.KubebuilderAssets(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	root, err := cluster.Root()
@@ -66,12 +76,92 @@ func setUp(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
+	rec := newLegRecorder(t, st.Gateway.URL())
 	c, err := cluster.Start(ctx, cluster.Options{Root: root, Bin: bin})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Stop)
-	return &env{t: t, ctx: ctx, cluster: c, stack: st, bin: bin}
+	return &env{t: t, ctx: ctx, cluster: c, stack: st, gateway: rec, bin: bin}
+}
+
+// recordedLeg is one leg the coordinator sent.
+type recordedLeg struct {
+	// profile is the EPP-Profile header.
+	profile string
+	// kv is the leg body's top-level kv_transfer_params (nil when absent).
+	kv map[string]json.RawMessage
+}
+
+// legRecorder is a reverse proxy in front of the gateway double that records each leg's profile
+// and kv_transfer_params by request id before forwarding it. A leg is recorded before it is
+// answered, so once the client has the response every leg of its request is here.
+type legRecorder struct {
+	url   string
+	proxy *httputil.ReverseProxy
+	mu    sync.Mutex
+	legs  map[string][]recordedLeg
+}
+
+func newLegRecorder(t *testing.T, gatewayURL string) *legRecorder {
+	t.Helper()
+	target, err := url.Parse(gatewayURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &legRecorder{proxy: httputil.NewSingleHostReverseProxy(target), legs: map[string][]recordedLeg{}}
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	r.url = srv.URL
+	return r
+}
+
+func (r *legRecorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	var leg struct {
+		KV map[string]json.RawMessage `json:"kv_transfer_params"`
+	}
+	_ = json.Unmarshal(body, &leg) // a body without the member (or not JSON) records nil
+	r.mu.Lock()
+	id := req.Header.Get("X-Request-Id")
+	r.legs[id] = append(r.legs[id], recordedLeg{profile: req.Header.Get(gateway.ProfileHeaderName), kv: leg.KV})
+	r.mu.Unlock()
+	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	r.proxy.ServeHTTP(w, req)
+}
+
+// lastDecodeKV is the kv_transfer_params of the last decode leg of request id.
+func (r *legRecorder) lastDecodeKV(t *testing.T, id string) map[string]json.RawMessage {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	legs := r.legs[id]
+	for i := len(legs) - 1; i >= 0; i-- {
+		if legs[i].profile == gateway.ProfileDecode {
+			return legs[i].kv
+		}
+	}
+	t.Fatalf("request %s sent no decode leg: %+v", id, legs)
+	return nil
+}
+
+// expectKV checks kv_transfer_params: every key of want is there, with the value want gives
+// ("" for any non-null value); with exact, no other key is.
+func expectKV(t *testing.T, what string, kv map[string]json.RawMessage, want map[string]string, exact bool) {
+	t.Helper()
+	for k, v := range want {
+		got, ok := kv[k]
+		if !ok || string(got) == "null" || (v != "" && string(got) != v) {
+			t.Fatalf("%s: kv_transfer_params.%s = %s, want %s (all: %s)", what, k, got, cmp.Or(v, "a value"), kv)
+		}
+	}
+	if keys, wantKeys := slices.Sorted(maps.Keys(kv)), slices.Sorted(maps.Keys(want)); exact && !slices.Equal(keys, wantKeys) {
+		t.Fatalf("%s: kv_transfer_params keys %q, want exactly %q", what, keys, wantKeys)
+	}
 }
 
 func params(t *testing.T, v map[string]any) *apiextensionsv1.JSON {
@@ -180,7 +270,7 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "epd"},
 		Spec: coordinatorv1alpha1.CoordinatorPipelineSpec{
 			InferencePoolRef: coordinatorv1alpha1.InferencePoolReference{Name: pool.Name},
-			Gateway:          coordinatorv1alpha1.GatewaySpec{Address: e.stack.Gateway.URL()},
+			Gateway:          coordinatorv1alpha1.GatewaySpec{Address: e.gateway.url},
 			Pipeline: coordinatorv1alpha1.PipelineSpec{
 				KVConnector: "kv-nixl",
 				Steps:       []coordinatorv1alpha1.PipelineStep{{Type: "prefill"}, {Type: "decode"}},
@@ -226,6 +316,11 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 	if got := legs(e.stack, httpResp.Header.Get("X-Request-Id")); got != "prefill:200,decode:200" {
 		t.Fatalf("legs %s", got)
 	}
+	// kv-nixl: decode pulls the KV cache with what the prefill worker answered.
+	expectKV(t, "kv-nixl decode leg", e.gateway.lastDecodeKV(t, httpResp.Header.Get("X-Request-Id")), map[string]string{
+		"do_remote_decode": "false", "do_remote_prefill": "true",
+		"remote_engine_id": "", "remote_block_ids": "", "remote_host": "", "remote_port": "",
+	}, false)
 	stream := sdk.Chat.Completions.NewStreaming(e.ctx, chat("streamed words"))
 	var acc openai.ChatCompletionAccumulator
 	for stream.Next() {
@@ -310,15 +405,23 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 	if e.coord.PID() != pid || !e.coord.Running() {
 		t.Fatal("the coordinator restarted")
 	}
-	time.Sleep(300 * time.Millisecond) // requests on the new pipeline
 	if _, err := sdk.Chat.Completions.New(e.ctx, chat("after the change"), option.WithResponseInto(&httpResp)); err != nil {
 		t.Fatal(err)
 	}
 	if got := legs(e.stack, httpResp.Header.Get("X-Request-Id")); got != "decode:412,prefill:200,decode:200" {
 		t.Fatalf("legs after the change %s", got)
 	}
+	// kv-shared-storage: decode reads the KV cache from the store; only the two flags travel.
+	expectKV(t, "kv-shared-storage decode leg", e.gateway.lastDecodeKV(t, httpResp.Header.Get("X-Request-Id")),
+		map[string]string{"do_remote_decode": "false", "do_remote_prefill": "true"}, true)
+	// The load keeps running on the new pipeline.
+	servedBefore := served.Load()
+	e.waitFor("requests of the load on the new pipeline", 20*time.Second, func() (bool, error) {
+		return served.Load() >= servedBefore+8, nil
+	})
 
 	// An invalid update is rejected at the CR; the coordinator keeps serving the last good one.
+	updates := mount.Updates()
 	bad := e.update(func(s *coordinatorv1alpha1.CoordinatorPipelineSpec) {
 		s.Pipeline.Steps = []coordinatorv1alpha1.PipelineStep{
 			{Type: "render", Params: params(t, map[string]any{"address": e.stack.Render.URL()})},
@@ -342,7 +445,20 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 	if got := e.get().Status.ConfigRevision; got != newRevision {
 		t.Fatalf("status.configRevision moved to %s on an invalid spec", got)
 	}
-	time.Sleep(500 * time.Millisecond) // several kubelet sync periods
+	// The reconcile that reported PipelineValid=False has left the ConfigMap alone, and the
+	// kubelet stand-in, having read it twice since, has not touched the mounted file.
+	var cm corev1.ConfigMap
+	if err := k.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "epd-config"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if got := cm.Annotations[controllers.AnnotationConfigRevision]; got != newRevision {
+		t.Fatalf("the ConfigMap moved to revision %s on an invalid spec", got)
+	}
+	syncs := mount.Syncs()
+	e.waitFor("two kubelet syncs", 20*time.Second, func() (bool, error) { return mount.Syncs() >= syncs+2, nil })
+	if got := mount.Updates(); got != updates {
+		t.Fatalf("the mounted configuration was rewritten %d times on an invalid spec", got-updates)
+	}
 	if got := e.debugPipeline().Revision; got != newRevision {
 		t.Fatalf("the coordinator left the last good revision: %s", got)
 	}

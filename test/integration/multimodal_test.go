@@ -157,8 +157,9 @@ func TestMultimodalCases(t *testing.T) {
 			var msgs []struct {
 				Content []map[string]any `json:"content"`
 			}
-			b, _ := json.Marshal(final["messages"])
-			_ = json.Unmarshal(b, &msgs)
+			if err := json.Unmarshal([]byte(mustJSON(t, final["messages"])), &msgs); err != nil || len(msgs) == 0 {
+				t.Fatalf("decode messages %v: %.300s", err, mustJSON(t, final["messages"]))
+			}
 			var uuids []string
 			for _, p := range msgs[0].Content {
 				if p["type"] == "image_url" {
@@ -221,9 +222,14 @@ func TestTokensInFormat(t *testing.T) {
 		t.Fatalf("paths: encode %s prefill %s decode %s", encReq.Path, preReq.Path, decReq.Path)
 	}
 	var enc, pre, dec map[string]any
-	_ = json.Unmarshal(encReq.Body, &enc)
-	_ = json.Unmarshal(preReq.Body, &pre)
-	_ = json.Unmarshal(decReq.Body, &dec)
+	for _, leg := range []struct {
+		body []byte
+		into *map[string]any
+	}{{encReq.Body, &enc}, {preReq.Body, &pre}, {decReq.Body, &dec}} {
+		if err := json.Unmarshal(leg.body, leg.into); err != nil {
+			t.Fatalf("leg body is not JSON (%v): %.300s", err, leg.body)
+		}
+	}
 	hash := simworker.ImageHash(mediaserver.PNG("t"))
 	kw := pre["features"].(map[string]any)["kwargs_data"].(map[string]any)["image"].([]any)
 	if hashes(t, enc, "features", "mm_hashes", "image")[0] != hash || kw[0] == nil || pre["token_ids"] == nil || pre["messages"] != nil {
@@ -259,8 +265,7 @@ func TestGenerateClientSkipsEncode(t *testing.T) {
 	if len(s.stack.Render.Requests()) != 0 {
 		t.Fatal("render service called for a tokens-in request")
 	}
-	var pre map[string]any
-	_ = json.Unmarshal(s.stack.Prefill[0].Requests()[0].Body, &pre)
+	pre := received(t, s.stack.Prefill[0])[0]
 	if pre["features"] == nil || pre["sampling_params"].(map[string]any)["max_tokens"] != 1.0 {
 		t.Fatalf("prefill %.300s", mustJSON(t, pre))
 	}
@@ -294,11 +299,26 @@ func TestEveryConnectorCombination(t *testing.T) {
 						t.Fatalf("answer %q", text)
 					}
 				}
-				var pre map[string]any
-				_ = json.Unmarshal(s.stack.Prefill[0].Requests()[0].Body, &pre)
-				_, hasEC := pre["ec_transfer_params"]
-				if hasEC != (ec == "ec-nixl") {
-					t.Fatalf("prefill ec_transfer_params present=%v with %s", hasEC, ec)
+				// Both prefill legs (one per answer) carry the image's hash, the KV hand-off and,
+				// with ec-nixl only, the encoder's descriptor.
+				hash := simworker.ImageHash(img)
+				pres := received(t, s.stack.Prefill[0])
+				if len(pres) != 2 {
+					t.Fatalf("%d prefill legs, want 2", len(pres))
+				}
+				for _, pre := range pres {
+					kvp, _ := pre["kv_transfer_params"].(map[string]any)
+					if got := hashes(t, pre, "tokens", "features", "mm_hashes", "image"); len(got) != 1 || got[0] != hash ||
+						pre["max_tokens"] != 1.0 || pre["stream"] != false || kvp["do_remote_decode"] != true {
+						t.Fatalf("prefill leg %.400s", mustJSON(t, pre))
+					}
+					ecp, hasEC := pre["ec_transfer_params"]
+					if hasEC != (ec == "ec-nixl") {
+						t.Fatalf("prefill ec_transfer_params present=%v with %s", hasEC, ec)
+					}
+					if m, _ := ecp.(map[string]any); hasEC && (len(m) != 1 || m[hash] == nil) {
+						t.Fatalf("prefill ec_transfer_params %v, want one for %s", ecp, hash)
+					}
 				}
 			})
 		}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/reload"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	"github.com/epd-dev/coordinator/test/atomicdir"
@@ -57,9 +59,9 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	build := func(c config.Config, rev string) (*pipeline.Pipeline, error) {
-		return pipeline.Build(c, pipeline.Options{Revision: rev})
+		return builder.Build(c, builder.Options{Revision: rev})
 	}
-	coord, err := stack.StartCoordinator(cfg, testLogger(t), nil)
+	coord, err := stack.StartCoordinator(cfg, testLogger(t), registry.Overrides{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,19 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	watchDone := make(chan struct{})
 	go func() { _ = w.Run(ctx); close(watchDone) }()
 	defer func() { cancel(); <-watchDone }()
-	time.Sleep(50 * time.Millisecond)
+	// The watcher watches once it has seen a write: rewrite the file (a comment changes its
+	// content, not its pipeline) until a reload counts it. Those reloads are not the test's.
+	for probe := 1; w.Status().Succeeded == 0; probe++ {
+		if probe > 10 {
+			t.Fatal("the watcher saw none of 10 config writes")
+		}
+		if err := atomicdir.Write(dir, map[string][]byte{"coordinator.yaml": fmt.Appendf(nil, "%s# probe %d\n", docs[0], probe)}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(time.Second); w.Status().Succeeded == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		}
+	}
+	probes := w.Status().Succeeded
 
 	client := openai.NewClient(option.WithBaseURL(coord.URL()+"/v1/"), option.WithAPIKey("k"), option.WithMaxRetries(0))
 	var (
@@ -86,6 +100,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		failed.Add(1)
 		firstErr.CompareAndSwap(nil, err)
 	}
+	defer func() { stop.Store(true); wg.Wait() }() // also when the test fails early
 	for g := 0; g < 6; g++ {
 		wg.Add(1)
 		go func(g int) {
@@ -176,7 +191,9 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		}
 		waitFor("revision "+c.Revision(), func() bool { return debug().Revision == c.Revision() })
 		current = doc
-		time.Sleep(15 * time.Millisecond)
+		// Let requests run under this pipeline before the next swap.
+		ran := served.Load() + failed.Load()
+		waitFor("requests under revision "+c.Revision(), func() bool { return served.Load()+failed.Load() >= ran+3 })
 	}
 	stop.Store(true)
 	wg.Wait()
@@ -212,8 +229,8 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		}
 	}
 	s := w.Status()
-	if s.Failed != uint64(invalidCount) || s.Succeeded != uint64(50-invalidCount) {
-		t.Fatalf("reload status %+v (invalid %d)", s, invalidCount)
+	if s.Failed != uint64(invalidCount) || s.Succeeded-probes != uint64(50-invalidCount) {
+		t.Fatalf("reload status %+v (invalid %d, %d probe reloads)", s, invalidCount, probes)
 	}
-	t.Logf("%d requests (streaming and not) served across %d reloads and %d rejected configs, 0 failed", served.Load(), s.Succeeded, s.Failed)
+	t.Logf("%d requests (streaming and not) served across %d reloads and %d rejected configs, 0 failed", served.Load(), s.Succeeded-probes, s.Failed)
 }

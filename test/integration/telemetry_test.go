@@ -47,7 +47,7 @@ func startObserved(t *testing.T, tracing bool) (*system, *prometheus.Registry, *
 		t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 		tel.Tracer = tp.Tracer(observe.TracerName)
 	}
-	coord, err := stack.StartCoordinatorWith(cfg, stack.CoordinatorOptions{Hooks: stack.LoopbackMedia, Telemetry: tel})
+	coord, err := stack.StartCoordinatorWith(cfg, stack.CoordinatorOptions{Overrides: stack.LoopbackMedia, Telemetry: tel})
 	if err != nil {
 		t.Fatal(err)
 	}

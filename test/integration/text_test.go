@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/test/simworker"
 	"github.com/epd-dev/coordinator/test/stack"
 )
@@ -30,18 +30,34 @@ func chatParams(text string, maxTokens int64) openai.ChatCompletionNewParams {
 // streamChat collects a streamed chat answer through the SDK.
 func streamChat(t *testing.T, c openai.Client, p openai.ChatCompletionNewParams, opts ...option.RequestOption) (string, int) {
 	t.Helper()
+	text, chunks, err := readStream(c, p, nil, opts...)
+	if err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	return text, chunks
+}
+
+// readStream streams a chat (with usage) through the SDK and returns its text, its number of
+// chunks and the stream's error; first, when set, is called once the first chunk arrived. It
+// does not touch the test, so a goroutine may call it.
+func readStream(c openai.Client, p openai.ChatCompletionNewParams, first func(), opts ...option.RequestOption) (string, int, error) {
 	p.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
 	s := c.Chat.Completions.NewStreaming(context.Background(), p, opts...)
 	var acc openai.ChatCompletionAccumulator
 	chunks := 0
 	for s.Next() {
 		acc.AddChunk(s.Current())
-		chunks++
+		if chunks++; chunks == 1 && first != nil {
+			first()
+		}
 	}
 	if err := s.Err(); err != nil {
-		t.Fatalf("stream: %v", err)
+		return "", chunks, err
 	}
-	return acc.Choices[0].Message.Content, chunks
+	if len(acc.Choices) == 0 {
+		return "", chunks, fmt.Errorf("a stream of %d chunks without a choice", chunks)
+	}
+	return acc.Choices[0].Message.Content, chunks, nil
 }
 
 func TestDecodeOnly(t *testing.T) {
@@ -241,7 +257,7 @@ func TestUpstreamErrors(t *testing.T) {
 
 	// The decode worker's own error answer reaches the client as the worker sent it.
 	s.stack.Decode[0].FailNext(1, http.StatusServiceUnavailable, `{"error":{"message":"decode overloaded","type":"ServiceUnavailableError","param":null,"code":503}}`)
-	resp, b := s.post("/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"x"}]}`, nil)
+	resp, b := s.post("/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":"x"}]}`, nil)
 	if resp.StatusCode != 503 || !strings.Contains(string(b), "decode overloaded") {
 		t.Fatalf("decode error not passed through: %d %s", resp.StatusCode, b)
 	}
@@ -285,22 +301,31 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 
 func TestGracefulShutdownDrainsStreams(t *testing.T) {
 	s := start(t, stack.Options{ITL: 20 * time.Millisecond}, "kv-nixl", "ec-nixl", true, steps("decode"))
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var text string
+	type result struct {
+		text string
+		err  error
+	}
+	started, done := make(chan struct{}), make(chan result, 1)
 	go func() {
-		defer wg.Done()
-		text, _ = streamChat(t, s.client, chatParams("drain me", 30))
+		text, _, err := readStream(s.client, chatParams("drain me", 30), func() { close(started) })
+		done <- result{text, err}
 	}()
-	time.Sleep(100 * time.Millisecond) // the stream is under way
+	select {
+	case <-started: // the stream is under way
+	case r := <-done:
+		t.Fatalf("the stream ended before its first chunk: %q, %v", r.text, r.err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.coord.Server.Shutdown(ctx); err != nil {
 		t.Fatalf("drain: %v", err)
 	}
-	wg.Wait()
-	if len(strings.Fields(text)) != 30 {
-		t.Fatalf("stream cut during drain: %d words", len(strings.Fields(text)))
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("stream during drain: %v", r.err)
+	}
+	if len(strings.Fields(r.text)) != 30 {
+		t.Fatalf("stream cut during drain: %d words", len(strings.Fields(r.text)))
 	}
 }
 
@@ -315,7 +340,7 @@ func TestAutoConnectorPoolFollowsEveryCoordinatorConnector(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		coord, err := stack.StartCoordinator(cfg, testLogger(t), nil)
+		coord, err := stack.StartCoordinator(cfg, testLogger(t), registry.Overrides{})
 		if err != nil {
 			t.Fatal(err)
 		}

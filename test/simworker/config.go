@@ -88,8 +88,9 @@ type Config struct {
 	// CacheSize is the capacity of the LRU prefix cache, in prompts.
 	// Default: 1024.
 	CacheSize int
-	// ModelName is listed by /v1/models and echoed when a request names no
-	// model. Requests may name any model. Default: "sim-model".
+	// ModelName is the model served: listed by /v1/models and named in every
+	// inference answer. An inference request naming another model is answered 404, as
+	// vLLM does. Default: "sim-model".
 	ModelName string
 	// Addr is the listen address used by Start. Default: "127.0.0.1:0".
 	Addr string

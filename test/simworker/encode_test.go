@@ -27,7 +27,7 @@ func encodeChat(t *testing.T, w *Worker, img []byte, extra obj) obj {
 	t.Helper()
 	msgs := []obj{{"role": "user", "content": []obj{imagePart(img)}}}
 	res := rendered(t, w, msgs)
-	b := obj{"model": "m", "messages": msgs, "max_tokens": 1, "tokens": obj{
+	b := obj{"model": DefaultModelName, "messages": msgs, "max_tokens": 1, "tokens": obj{
 		"token_ids": res.TokenIDs,
 		"features":  obj{"mm_hashes": res.Features.MMHashes, "mm_placeholders": res.Features.MMPlaceholders},
 	}}

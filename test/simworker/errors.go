@@ -10,6 +10,7 @@ import (
 type apiError struct {
 	status int
 	msg    string
+	param  string // the request field at fault, when vLLM names one
 }
 
 // Error implements error.
@@ -56,12 +57,16 @@ type ErrorInfo struct {
 
 // writeError answers status with a vLLM-style error body.
 func writeError(rw http.ResponseWriter, status int, msg string) {
-	writeJSON(rw, status, ErrorBody{Error: ErrorInfo{Message: msg, Type: errorType(status), Code: status}})
+	writeAPIError(rw, &apiError{status: status, msg: msg})
 }
 
 // writeAPIError answers err.
 func writeAPIError(rw http.ResponseWriter, err *apiError) {
-	writeError(rw, err.status, err.msg)
+	info := ErrorInfo{Message: err.msg, Type: errorType(err.status), Code: err.status}
+	if err.param != "" {
+		info.Param = &err.param
+	}
+	writeJSON(rw, err.status, ErrorBody{Error: info})
 }
 
 // writeJSON answers status with v encoded as JSON.

@@ -10,7 +10,7 @@ import (
 func TestEchoGeneration(t *testing.T) {
 	w := startWorker(t, Config{DefaultMaxTokens: 4})
 	t.Run("chat cycles last user message", func(t *testing.T) {
-		body := obj{"model": "any-model", "max_tokens": 5, "messages": []obj{
+		body := obj{"model": DefaultModelName, "max_tokens": 5, "messages": []obj{
 			{"role": "system", "content": "be brief"},
 			{"role": "user", "content": "first question"},
 			{"role": "assistant", "content": "answer"},
@@ -20,7 +20,7 @@ func TestEchoGeneration(t *testing.T) {
 		mustStatus(t, r, 200)
 		c := decode[ChatCompletion](t, r.body)
 		wantPrompt := len(TokenizeText("be brief first question answer red green blue")) + 5
-		if c.Object != "chat.completion" || c.Model != "any-model" || !strings.HasPrefix(c.ID, "chatcmpl-") ||
+		if c.Object != "chat.completion" || c.Model != DefaultModelName || !strings.HasPrefix(c.ID, "chatcmpl-") ||
 			c.Choices[0].Message.Content != "red green blue red green" || c.Choices[0].Message.Role != "assistant" ||
 			c.Choices[0].FinishReason != "length" || c.Usage != (Usage{wantPrompt, 5, wantPrompt + 5}) {
 			t.Errorf("chat completion = %+v", c)

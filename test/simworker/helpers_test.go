@@ -113,7 +113,7 @@ type obj = map[string]any
 
 // userChat returns a chat request with one user message and extra fields.
 func userChat(text string, extra obj) obj {
-	b := obj{"model": "m", "messages": []obj{{"role": "user", "content": text}}}
+	b := obj{"model": DefaultModelName, "messages": []obj{{"role": "user", "content": text}}}
 	for k, v := range extra {
 		b[k] = v
 	}
@@ -122,7 +122,7 @@ func userChat(text string, extra obj) obj {
 
 // completion returns a completions request with extra fields.
 func completion(prompt any, extra obj) obj {
-	b := obj{"model": "m", "prompt": prompt}
+	b := obj{"model": DefaultModelName, "prompt": prompt}
 	for k, v := range extra {
 		b[k] = v
 	}
@@ -131,7 +131,7 @@ func completion(prompt any, extra obj) obj {
 
 // generate returns a generate request with sampling params and extra fields.
 func generate(ids []int, sampling obj, extra obj) obj {
-	b := obj{"model": "m", "token_ids": ids, "sampling_params": sampling}
+	b := obj{"model": DefaultModelName, "token_ids": ids, "sampling_params": sampling}
 	for k, v := range extra {
 		b[k] = v
 	}

@@ -17,6 +17,9 @@ func (w *Worker) handleInference(kind apiKind) http.HandlerFunc {
 			detail = imageDigest // for the encoder output
 		}
 		in, err := parseInferenceImages(kind, requestBody(r), detail)
+		if err == nil {
+			err = in.checkModel(w.cfg.ModelName)
+		}
 		if err != nil {
 			writeAPIError(rw, err)
 			return

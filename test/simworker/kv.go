@@ -168,8 +168,9 @@ func verifySGLang(in *inference) error {
 	return err
 }
 
-// verifyNixl looks the KV handle up on the prefill worker and compares it with
-// what the decode request carries.
+// verifyNixl looks the KV handle up on the prefill worker, compares it with
+// what the decode request carries and then releases it, as a vLLM decode frees
+// the remote blocks it has read: the same handle cannot be pulled twice.
 func (w *Worker) verifyNixl(ctx context.Context, in *inference) error {
 	id, err := in.kv.requireString(in.kvName, "remote_request_id")
 	if err != nil {
@@ -200,11 +201,17 @@ func (w *Worker) verifyNixl(ctx context.Context, in *inference) error {
 		h, err = parseKVHandle(b)
 		return err
 	}
-	if err := w.lookup(ctx, host, port, "kv", id, decode); err != nil {
-		if errors.Is(err, errNotFound) {
+	peerErr := func(err error) error {
+		switch {
+		case errors.Is(err, errNotFound):
 			return fmt.Errorf("remote_request_id %q unknown to %s:%d", id, host, port)
+		case errors.Is(err, errFreed):
+			return fmt.Errorf("remote_request_id %q was already pulled from %s:%d (a prefill worker frees the blocks once a decode has read them)", id, host, port)
 		}
 		return err
+	}
+	if err := w.lookup(ctx, host, port, "kv", id, decode); err != nil {
+		return peerErr(err)
 	}
 	switch {
 	case h.RemoteEngineID != engine:
@@ -214,7 +221,8 @@ func (w *Worker) verifyNixl(ctx context.Context, in *inference) error {
 	case h.PromptKey != in.promptKey:
 		return fmt.Errorf("prompt mismatch: KV was computed for prompt %s, decode request is prompt %s", h.PromptKey, in.promptKey)
 	}
-	return nil
+	// The blocks are read: the prefill worker frees them, and a second pull of the handle fails.
+	return peerErr(w.release(ctx, host, port, id))
 }
 
 // parseKVHandle decodes a KVHandle served by a peer's side channel. Its

@@ -54,6 +54,20 @@ func (c *lru[K, V]) get(key K) (V, bool) {
 	return el.Value.(*lruEntry[K, V]).val, true
 }
 
+// take removes key and returns its value.
+func (c *lru[K, V]) take(key K) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.items[key]
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	c.order.Remove(el)
+	delete(c.items, key)
+	return el.Value.(*lruEntry[K, V]).val, true
+}
+
 // contains reports whether key is present, marking it recently used.
 func (c *lru[K, V]) contains(key K) bool {
 	_, ok := c.get(key)

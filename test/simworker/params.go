@@ -28,7 +28,8 @@ type SGLangKVParams struct {
 	BootstrapRoom string `json:"bootstrap_room"`
 }
 
-// KVHandle is what a kv-nixl prefill worker serves at GET /kv/{remote_request_id}.
+// KVHandle is what a kv-nixl prefill worker serves at GET /kv/{remote_request_id}
+// until a decode has pulled it (then 410 Gone).
 type KVHandle struct {
 	RemoteRequestID string  `json:"remote_request_id"`
 	RemoteEngineID  string  `json:"remote_engine_id"`

@@ -12,7 +12,7 @@ func TestChatRenderEndpoint(t *testing.T) {
 		t.Run(string(role), func(t *testing.T) {
 			w := startWorker(t, Config{Role: role})
 
-			text := post(t, w, PathChatRender, userChat("hello world", obj{"max_completion_tokens": 5, "temperature": 0.5, "stream": true}))
+			text := post(t, w, PathChatRender, userChat("hello world", obj{"model": "m", "max_completion_tokens": 5, "temperature": 0.5, "stream": true}))
 			mustStatus(t, text, 200)
 			for _, want := range []string{`"mm_hashes":{"image":[]}`, `"mm_placeholders":{"image":[]}`, `"kwargs_data":{"image":[]}`, `"stream":false`, `"request_id":"render-`} {
 				if !strings.Contains(string(text.body), want) {

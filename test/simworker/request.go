@@ -2,6 +2,7 @@ package simworker
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 )
 
@@ -56,6 +57,7 @@ type inference struct {
 	requestID     string // from the body (generate only); may be empty
 	stream        bool
 	includeUsage  bool
+	streamOptions bool // stream_options is a non-empty object
 	maxTokens     *int
 	maxTokensName string // the field maxTokens came from, for messages
 	promptIDs     []int
@@ -139,15 +141,35 @@ func parseInferenceImages(kind apiKind, body []byte, detail imageDetail) (*infer
 
 // common reads the members the three formats share.
 func common(f fields) *inference {
+	opts := f.object("stream_options")
 	return &inference{
-		model:        f.str("model"),
-		stream:       f.boolean("stream"),
-		includeUsage: f.object("stream_options").boolean("include_usage"),
-		kv:           f.params("kv_transfer_params"),
-		ec:           f.params("ec_transfer_params"),
-		kvName:       "kv_transfer_params",
-		ecName:       "ec_transfer_params",
+		model:         f.str("model"),
+		stream:        f.boolean("stream"),
+		includeUsage:  opts.boolean("include_usage"),
+		streamOptions: opts.obj != nil && len(opts.obj.Fields()) > 0,
+		kv:            f.params("kv_transfer_params"),
+		ec:            f.params("ec_transfer_params"),
+		kvName:        "kv_transfer_params",
+		ecName:        "ec_transfer_params",
 	}
+}
+
+// checkStreamOptions refuses stream_options without streaming, as vLLM's chat and completion
+// request validators do (an empty or null stream_options passes there too).
+func (in *inference) checkStreamOptions() *apiError {
+	if in.streamOptions && !in.stream {
+		return &apiError{status: http.StatusBadRequest, msg: "Stream options can only be defined when `stream=True`.", param: "stream_options"}
+	}
+	return nil
+}
+
+// checkModel refuses a request naming another model than the one served, as vLLM does (no
+// model means the served one).
+func (in *inference) checkModel(served string) *apiError {
+	if in.model == "" || in.model == served {
+		return nil
+	}
+	return &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("The model `%s` does not exist.", in.model), param: "model"}
 }
 
 // parseChat normalizes a chat completion request; its messages are rendered
@@ -163,6 +185,9 @@ func parseChat(f fields, detail imageDetail) (*inference, *apiError) {
 	ids := tokens.ints("token_ids")
 	in.features = parseFeatures(tokens.object("features"))
 	if err := typeError(f); err != nil {
+		return nil, err
+	}
+	if err := in.checkStreamOptions(); err != nil {
 		return nil, err
 	}
 	r := renderer{detail: detail}
@@ -183,6 +208,9 @@ func parseCompletion(f fields) (*inference, *apiError) {
 	in.features = parseFeatures(f.object("features"))
 	prompt := f.raw("prompt")
 	if err := typeError(f); err != nil {
+		return nil, err
+	}
+	if err := in.checkStreamOptions(); err != nil {
 		return nil, err
 	}
 	switch {

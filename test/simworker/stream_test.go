@@ -24,7 +24,7 @@ func sdkClient(w *Worker) openai.Client {
 }
 
 func TestSDKChat(t *testing.T) {
-	w := startWorker(t, Config{ITL: time.Millisecond})
+	w := startWorker(t, Config{ITL: time.Millisecond, ModelName: "my-model"})
 	client := sdkClient(w)
 	ctx := context.Background()
 	params := openai.ChatCompletionNewParams{
@@ -80,7 +80,7 @@ func TestSDKCompletions(t *testing.T) {
 	client := sdkClient(w)
 	ctx := context.Background()
 	params := openai.CompletionNewParams{
-		Model:     "m",
+		Model:     DefaultModelName,
 		Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String("once upon a time")},
 		MaxTokens: openai.Int(5),
 	}
@@ -279,7 +279,7 @@ func TestJSONErrorsParseWithSDK(t *testing.T) {
 	w := startWorker(t, Config{Role: RolePrefill})
 	client := sdkClient(w)
 	_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
-		Model:    "m",
+		Model:    DefaultModelName,
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
 	})
 	var apiErr *openai.Error

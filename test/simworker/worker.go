@@ -36,6 +36,7 @@ type Worker struct {
 
 	cache     *lru[string, struct{}]
 	kvHandles *lru[string, kvHandle]
+	kvFreed   *lru[string, struct{}] // handles a decode has pulled: their blocks are freed
 	ecDescs   *lru[string, ECDescriptor]
 	blockSeq  atomic.Int64
 	idSeq     atomic.Uint64
@@ -77,6 +78,7 @@ func New(cfg Config) *Worker {
 		},
 		cache:     newLRU[string, struct{}](cfg.CacheSize),
 		kvHandles: newLRU[string, kvHandle](handleCapacity),
+		kvFreed:   newLRU[string, struct{}](handleCapacity),
 		ecDescs:   newLRU[string, ECDescriptor](handleCapacity),
 	}
 	w.mux = w.routes()
@@ -274,6 +276,7 @@ func (w *Worker) routes() *http.ServeMux {
 	mux.HandleFunc("GET "+PathModels, w.handleModels)
 	mux.HandleFunc("GET "+PathHealth, func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /kv/{id}", w.handleKVLookup)
+	mux.HandleFunc("DELETE /kv/{id}", w.handleKVRelease)
 	mux.HandleFunc("GET /ec/{hash}", w.handleECLookup)
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))

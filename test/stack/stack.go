@@ -17,8 +17,10 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/server"
-	"github.com/epd-dev/coordinator/dataplane/steps"
+	_ "github.com/epd-dev/coordinator/dataplane/steps" // the built-in step types
 	"github.com/epd-dev/coordinator/test/gateway"
 	"github.com/epd-dev/coordinator/test/simworker"
 )
@@ -166,18 +168,18 @@ func (c *Coordinator) Close() {
 }
 
 // LoopbackMedia lets replace-media-urls download from loopback media servers (tests only).
-var LoopbackMedia = map[string]any{steps.ReplaceMediaURLsStep: steps.ReplaceMediaURLsHooks{AllowAddr: func(a netip.Addr) bool { return a.IsLoopback() }}}
+var LoopbackMedia = registry.Overrides{MediaAllowAddr: netip.Addr.IsLoopback}
 
 // CoordinatorOptions tune StartCoordinatorWith.
 type CoordinatorOptions struct {
 	Log       logr.Logger
-	Hooks     map[string]any
+	Overrides registry.Overrides
 	Telemetry observe.Telemetry
 }
 
 // StartCoordinator builds the pipeline of cfg and serves it on 127.0.0.1 (any port).
-func StartCoordinator(cfg config.Config, log logr.Logger, hooks map[string]any) (*Coordinator, error) {
-	return StartCoordinatorWith(cfg, CoordinatorOptions{Log: log, Hooks: hooks})
+func StartCoordinator(cfg config.Config, log logr.Logger, o registry.Overrides) (*Coordinator, error) {
+	return StartCoordinatorWith(cfg, CoordinatorOptions{Log: log, Overrides: o})
 }
 
 // StartCoordinatorWith is StartCoordinator with telemetry.
@@ -185,7 +187,7 @@ func StartCoordinatorWith(cfg config.Config, o CoordinatorOptions) (*Coordinator
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
 	}
-	p, err := pipeline.Build(cfg, pipeline.Options{Log: o.Log, Hooks: o.Hooks, Telemetry: o.Telemetry})
+	p, err := builder.Build(cfg, builder.Options{Log: o.Log, Overrides: o.Overrides, Telemetry: o.Telemetry})
 	if err != nil {
 		return nil, err
 	}

@@ -91,7 +91,7 @@ var (
 // decodeFrom copies the prefill worker's params and marks them for a remote-prefilled decode:
 // do_remote_decode=false and do_remote_prefill=true overwritten (appended when absent).
 func decodeFrom(fromPrefill json.RawMessage) (json.RawMessage, error) {
-	if body.KindOf(fromPrefill) != 'o' {
+	if body.KindOf(fromPrefill) != body.KindObject {
 		return json.RawMessage(decodeFlags), nil
 	}
 	o, err := body.Parse(fromPrefill)

@@ -17,6 +17,10 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/request"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
 )
@@ -57,22 +61,22 @@ func holdGate(name string) chan struct{} {
 type funcStep struct {
 	name     string
 	terminal bool
-	fn       func(ctx context.Context, rc *pipeline.RequestContext) error
+	fn       func(ctx context.Context, rc *request.Context) error
 }
 
 func (f funcStep) Name() string   { return f.name }
 func (f funcStep) Terminal() bool { return f.terminal }
-func (f funcStep) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
+func (f funcStep) Execute(ctx context.Context, rc *request.Context) error {
 	return f.fn(ctx, rc)
 }
 
 func init() {
-	pipeline.Register(noopStep, func(pipeline.Deps, *pipeline.Params) (pipeline.Step, error) {
-		return funcStep{name: noopStep, fn: func(context.Context, *pipeline.RequestContext) error { return nil }}, nil
-	})
-	pipeline.Register(sinkStep, func(pipeline.Deps, *pipeline.Params) (pipeline.Step, error) {
+	registry.Register(registry.Type{Name: noopStep, New: func(registry.Deps, *params.Params) (pipeline.Step, error) {
+		return funcStep{name: noopStep, fn: func(context.Context, *request.Context) error { return nil }}, nil
+	}})
+	registry.Register(registry.Type{Name: sinkStep, New: func(registry.Deps, *params.Params) (pipeline.Step, error) {
 		return funcStep{name: sinkStep, terminal: true, fn: sink}, nil
-	})
+	}})
 }
 
 // sinkAnswer is what test-sink answers.
@@ -81,7 +85,7 @@ type sinkAnswer struct {
 	Model     string            `json:"model"`
 }
 
-func sink(ctx context.Context, rc *pipeline.RequestContext) error {
+func sink(ctx context.Context, rc *request.Context) error {
 	if name := rc.Header.Get("X-Test-Hold"); name != "" {
 		select {
 		case <-holdGate(name):
@@ -108,14 +112,14 @@ type coord struct {
 }
 
 // fastHooks poll quickly so tests do not wait on the production intervals.
-var fastHooks = Hooks{PollInterval: 20 * time.Millisecond, BackupPollInterval: 100 * time.Millisecond}
+var fastHooks = registry.Overrides{BrokerPollInterval: 20 * time.Millisecond, BrokerBackupPollInterval: 100 * time.Millisecond}
 
-func startCoord(t *testing.T, params map[string]any, hooks Hooks) *coord {
+func startCoord(t *testing.T, own map[string]any, o registry.Overrides) *coord {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Server.ListenAddr = "127.0.0.1:0"
-	cfg.Pipeline.Steps = []config.Step{{Type: StepType, Params: params}, {Type: sinkStep}}
-	p, err := pipeline.Build(cfg, pipeline.Options{Log: logr.Discard(), Hooks: map[string]any{StepType: hooks}})
+	cfg.Pipeline.Steps = []config.Step{{Type: StepType, Params: own}, {Type: sinkStep}}
+	p, err := builder.Build(cfg, builder.Options{Log: logr.Discard(), Overrides: o})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 )
 
 // Param names and defaults (docs/async-broker.md documents each).
@@ -122,19 +122,19 @@ func (s *settings) route(model, tenant string) route {
 }
 
 // parser collects the first error of nested params blocks (the step's own block reports through
-// pipeline.Params).
+// params.Params).
 type parser struct {
 	err error
 }
 
-func (ps *parser) check(c *pipeline.Params) {
+func (ps *parser) check(c *params.Params) {
 	if err := c.Err(); err != nil && ps.err == nil {
 		ps.err = err
 	}
 }
 
 // object opens the mapping param name of p as a nested params block (nil when absent or invalid).
-func (ps *parser) object(p *pipeline.Params, name string) *pipeline.Params {
+func (ps *parser) object(p *params.Params, name string) *params.Params {
 	v, ok := p.Value(name)
 	if !ok {
 		return nil
@@ -144,11 +144,11 @@ func (ps *parser) object(p *pipeline.Params, name string) *pipeline.Params {
 		p.Fail(name, "must be a mapping, got %T", v)
 		return nil
 	}
-	return pipeline.NewParams(p.Key(name), m, nil)
+	return params.New(p.Key(name), m, nil)
 }
 
 // parseSettings reads and validates every param. It does no I/O.
-func parseSettings(p *pipeline.Params) (*settings, error) {
+func parseSettings(p *params.Params) (*settings, error) {
 	ps := &parser{}
 	s := &settings{}
 
@@ -212,7 +212,7 @@ func parseSettings(p *pipeline.Params) (*settings, error) {
 		}
 		ps.check(o)
 	}
-	checkTier := func(c *pipeline.Params, name, tier string) {
+	checkTier := func(c *params.Params, name, tier string) {
 		if len(s.objectives) > 0 {
 			if _, ok := s.objectives[tier]; !ok {
 				c.Fail(name, "tier %q has no entry in objectives (known: %s)", tier, strings.Join(mapKeys(s.objectives), ", "))
@@ -235,7 +235,7 @@ func parseSettings(p *pipeline.Params) (*settings, error) {
 				}
 				continue
 			}
-			c := pipeline.NewParams(key, m, nil)
+			c := params.New(key, m, nil)
 			r := route{
 				model:  c.String("model", ""),
 				tenant: c.String("tenant", ""),
@@ -318,7 +318,7 @@ func parseSettings(p *pipeline.Params) (*settings, error) {
 
 // parseTimeout reads {default_seconds, max_seconds}. defMax, when not zero, is the clamp used
 // when max_seconds is not set (raised to the default when the default is higher).
-func parseTimeout(c *pipeline.Params, base timeoutSpec, defMax time.Duration) timeoutSpec {
+func parseTimeout(c *params.Params, base timeoutSpec, defMax time.Duration) timeoutSpec {
 	def := time.Duration(c.Int("default_seconds", int(base.def/time.Second), 1)) * time.Second
 	maxSet := c.Has("max_seconds")
 	mx := time.Duration(c.Int("max_seconds", int(base.max/time.Second), 0)) * time.Second
@@ -332,7 +332,7 @@ func parseTimeout(c *pipeline.Params, base timeoutSpec, defMax time.Duration) ti
 }
 
 // headerParam reads a header-name param.
-func headerParam(p *pipeline.Params, name, def string) string {
+func headerParam(p *params.Params, name, def string) string {
 	h := p.String(name, def)
 	if !validHeaderName(h) {
 		p.Fail(name, "%q is not a valid header name", h)
@@ -359,7 +359,7 @@ func validHeaderName(h string) bool {
 }
 
 // sortedKeys lists the keys of the mapping param name of p (already validated as a mapping).
-func sortedKeys(p *pipeline.Params, name string) []string {
+func sortedKeys(p *params.Params, name string) []string {
 	v, _ := p.Value(name)
 	m, _ := v.(map[string]any)
 	keys := make([]string, 0, len(m))

@@ -9,6 +9,9 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 )
 
 // build builds a pipeline of steps (async-broker with params where it appears).
@@ -21,7 +24,7 @@ func build(params map[string]any, types ...string) (*pipeline.Pipeline, error) {
 		}
 		cfg.Pipeline.Steps = append(cfg.Pipeline.Steps, sc)
 	}
-	return pipeline.Build(cfg, pipeline.Options{Getenv: func(string) string { return "" }})
+	return builder.Build(cfg, builder.Options{Getenv: func(string) string { return "" }})
 }
 
 func TestParamsRejected(t *testing.T) {
@@ -216,10 +219,10 @@ func TestFactoryDoesNoIO(t *testing.T) {
 	}
 }
 
-func newTestStep(t *testing.T, params map[string]any) *Step {
+func newTestStep(t *testing.T, own map[string]any) *Step {
 	t.Helper()
-	p := pipeline.NewParams("params", params, nil)
-	st, err := New(pipeline.Deps{}, p)
+	p := params.New("params", own, nil)
+	st, err := New(registry.Deps{}, p)
 	if err == nil {
 		err = p.Err()
 	}

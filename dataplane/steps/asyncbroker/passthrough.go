@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
 // Quota classes.
@@ -17,7 +17,7 @@ const (
 // passthrough labels the request for the scheduler and lets the pipeline continue: the client's
 // own objective and fairness headers are dropped, the tier's objective for the tenant's quota
 // class and the tenant as fairness id are stamped on the forwarded headers.
-func (s *Step) passthrough(ctx context.Context, rc *pipeline.RequestContext, tenant string) error {
+func (s *Step) passthrough(ctx context.Context, rc *request.Context, tenant string) error {
 	r := s.cfg.route(rc.Model, tenant)
 	class := s.classify(ctx, rc, tenant)
 	if rc.Forwarded == nil {
@@ -44,7 +44,7 @@ func (s *Step) passthrough(ctx context.Context, rc *pipeline.RequestContext, ten
 // classify takes one of the tenant's reserved slots, held until the request ends, or reports
 // overflow when they are all taken. Tenants without a limit are reserved. Any Redis failure
 // fails open (reserved) and skips Redis for quotaOpenFor.
-func (s *Step) classify(ctx context.Context, rc *pipeline.RequestContext, tenant string) string {
+func (s *Step) classify(ctx context.Context, rc *request.Context, tenant string) string {
 	limit, ok := s.cfg.quota.limit(tenant)
 	if !ok {
 		return ClassReserved

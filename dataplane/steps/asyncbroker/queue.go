@@ -12,8 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
 // Submit outcomes (submitScript).
@@ -61,7 +62,7 @@ type queued struct {
 
 // queue enqueues the request (idempotently: a live copy or a reusable result with the same id
 // answers instead) and answers 202 (enqueue) or waits for the result (wait).
-func (s *Step) queue(ctx context.Context, rc *pipeline.RequestContext, tenant, mode string, timeout time.Duration) error {
+func (s *Step) queue(ctx context.Context, rc *request.Context, tenant, mode string, timeout time.Duration) error {
 	client, release, err := s.hold()
 	if err != nil {
 		return enqueueFailed(rc, err)
@@ -77,7 +78,7 @@ func (s *Step) queue(ctx context.Context, rc *pipeline.RequestContext, tenant, m
 		return enqueueFailed(rc, err)
 	}
 	verbose(rc.Log, "async-broker queued", "mode", mode, "queue", q.queue, "tenant", tenant, "outcome", outcome, "deadline", q.deadline)
-	rc.Writer.Header().Set(gateway.RequestIDHeader, rc.ID)
+	rc.Writer.Header().Set(upstream.RequestIDHeader, rc.ID)
 	if mode == ModeEnqueue {
 		status := StatusPending
 		if outcome == submitDone {
@@ -89,7 +90,7 @@ func (s *Step) queue(ctx context.Context, rc *pipeline.RequestContext, tenant, m
 }
 
 // envelope builds the sorted-set member of the request.
-func (s *Step) envelope(rc *pipeline.RequestContext, tenant string, timeout time.Duration) (*queued, error) {
+func (s *Step) envelope(rc *request.Context, tenant string, timeout time.Duration) (*queued, error) {
 	now := s.now()
 	deadline := now.Add(timeout)
 	r := s.cfg.route(rc.Model, tenant)
@@ -177,7 +178,7 @@ func (s *Step) cancel(ctx context.Context, client *redis.Client, k keys, token s
 //
 // A request that vanishes from Redis before its deadline (a Redis restart without persistence)
 // is queued again, up to maxResubmits times, so the waiter still gets its result.
-func (s *Step) wait(ctx context.Context, rc *pipeline.RequestContext, client *redis.Client, q *queued, ours bool) error {
+func (s *Step) wait(ctx context.Context, rc *request.Context, client *redis.Client, q *queued, ours bool) error {
 	// The hold may outlast server.write_timeout, like a stream.
 	_ = http.NewResponseController(rc.Writer).SetWriteDeadline(time.Time{})
 	wake, interval, stop := s.watch(ctx, client, q.result)
@@ -250,30 +251,24 @@ func (s *Step) wait(ctx context.Context, rc *pipeline.RequestContext, client *re
 }
 
 // deliver answers with a stored result.
-func (s *Step) deliver(rc *pipeline.RequestContext, raw string) error {
+func (s *Step) deliver(rc *request.Context, raw string) error {
 	status, body, e := mapResult(raw)
 	if e != nil {
 		return e
 	}
 	h := rc.Writer.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set(gateway.RequestIDHeader, rc.ID)
-	if rc.OnResponse != nil {
-		rc.OnResponse(status, h)
-	}
+	h.Set(upstream.RequestIDHeader, rc.ID)
 	rc.Writer.WriteHeader(status)
 	_, _ = rc.Writer.Write(body)
 	return pipeline.ErrDone
 }
 
 // answerAccepted answers 202 {"id","status"} with a Location to poll.
-func (s *Step) answerAccepted(rc *pipeline.RequestContext, status string) error {
+func (s *Step) answerAccepted(rc *request.Context, status string) error {
 	h := rc.Writer.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Location", requestsPath+rc.ID)
-	if rc.OnResponse != nil {
-		rc.OnResponse(http.StatusAccepted, h)
-	}
 	rc.Writer.WriteHeader(http.StatusAccepted)
 	_, _ = rc.Writer.Write(acceptedBody(rc.ID, status))
 	return pipeline.ErrDone
@@ -288,7 +283,7 @@ func acceptedBody(id, status string) []byte {
 }
 
 // enqueueFailed is the 503 of a request that could not be queued (with Retry-After: 1).
-func enqueueFailed(rc *pipeline.RequestContext, err error) *apierror.Error {
+func enqueueFailed(rc *request.Context, err error) *apierror.Error {
 	if rc.Writer != nil {
 		rc.Writer.Header().Set("Retry-After", "1")
 	}

@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
 // requestsPath is the prefix of a queued request's URL.
@@ -57,7 +57,7 @@ func (s *Step) target(r *http.Request) (id, tenant string, e *apierror.Error) {
 
 // handleGet answers with the request's result, or its state.
 func (s *Step) handleGet(w http.ResponseWriter, r *http.Request) {
-	reqID := w.Header().Get(gateway.RequestIDHeader)
+	reqID := w.Header().Get(upstream.RequestIDHeader)
 	id, tenant, e := s.target(r)
 	if e != nil {
 		apierror.Write(w, e, reqID)
@@ -102,7 +102,7 @@ func (s *Step) handleGet(w http.ResponseWriter, r *http.Request) {
 // handleDelete cancels the request if it is live (a queued copy is dropped, a running one
 // aborted) and deletes its result. It is idempotent: 204 whether or not the request was known.
 func (s *Step) handleDelete(w http.ResponseWriter, r *http.Request) {
-	reqID := w.Header().Get(gateway.RequestIDHeader)
+	reqID := w.Header().Get(upstream.RequestIDHeader)
 	id, tenant, e := s.target(r)
 	if e != nil {
 		apierror.Write(w, e, reqID)

@@ -34,15 +34,20 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
 // StepType is the registered type name.
 const StepType = "async-broker"
 
-func init() { pipeline.Register(StepType, New) }
+func init() {
+	registry.Register(registry.Type{Name: StepType, New: New,
+		First: "it decides whether the request runs in this pipeline at all"})
+}
 
 // Request modes (the mode header's values, case-insensitive).
 const (
@@ -96,14 +101,8 @@ type Step struct {
 	quotaOpenUntil atomic.Int64
 }
 
-// New is the step factory. It validates the params and the step's position (first).
-func New(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
-	if deps.Index != 0 {
-		return nil, &config.FieldError{
-			Key:    fmt.Sprintf("pipeline.steps[%d].type", deps.Index),
-			Reason: fmt.Sprintf("%s must be the first step (it decides whether the request runs in this pipeline at all), found at position %d", StepType, deps.Index),
-		}
-	}
+// New is the step factory. It validates the params (the builder checks that the step is first).
+func New(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	cfg, err := parseSettings(p)
 	if err != nil {
 		return nil, err
@@ -113,31 +112,20 @@ func New(deps pipeline.Deps, p *pipeline.Params) (pipeline.Step, error) {
 		log = logr.Discard()
 	}
 	s := &Step{cfg: cfg, log: log, getenv: deps.Getenv, backupPoll: notifyBackupPoll, poll: pollInterval, now: time.Now}
-	if h, ok := deps.Hooks[StepType].(Hooks); ok {
-		if h.PollInterval > 0 {
-			s.poll = h.PollInterval
-		}
-		if h.BackupPollInterval > 0 {
-			s.backupPoll = h.BackupPollInterval
-		}
+	if d := deps.Overrides.BrokerPollInterval; d > 0 {
+		s.poll = d
+	}
+	if d := deps.Overrides.BrokerBackupPollInterval; d > 0 {
+		s.backupPoll = d
 	}
 	return s, nil
-}
-
-// Hooks are embedder-provided knobs, passed as pipeline.Options.Hooks[StepType] (tests shorten
-// the waiters' polling with them).
-type Hooks struct {
-	// PollInterval replaces the 200ms mailbox poll of waiters without keyspace notifications.
-	PollInterval time.Duration
-	// BackupPollInterval replaces the 2s backup poll of waiters woken by notifications.
-	BackupPollInterval time.Duration
 }
 
 // Name is the registered type name.
 func (*Step) Name() string { return StepType }
 
 // Execute handles a request by its mode header; without one it does nothing.
-func (s *Step) Execute(ctx context.Context, rc *pipeline.RequestContext) error {
+func (s *Step) Execute(ctx context.Context, rc *request.Context) error {
 	raw := strings.TrimSpace(rc.Header.Get(s.cfg.modeHeader))
 	if raw == "" {
 		return nil

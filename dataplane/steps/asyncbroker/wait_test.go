@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
 )
 
@@ -23,7 +24,7 @@ func (c *coord) waitAsync(h map[string]string) <-chan result2 {
 func TestWaitWokenByNotification(t *testing.T) {
 	srv := startRedis(t)
 	rdb := redisClient(t, srv)
-	c := startCoord(t, baseParams(srv), Hooks{PollInterval: time.Minute, BackupPollInterval: time.Minute})
+	c := startCoord(t, baseParams(srv), registry.Overrides{BrokerPollInterval: time.Minute, BrokerBackupPollInterval: time.Minute})
 	ch := c.waitAsync(hdr("X-AP-Mode", "wait", "X-Team", "teamA", "x-request-id", "w-1"))
 	env, _ := popEnvelope(t, rdb, DefaultQueue)
 	time.Sleep(100 * time.Millisecond) // the waiter is subscribed and parked

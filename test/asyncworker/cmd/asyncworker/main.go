@@ -8,29 +8,18 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"io"
-	"log"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/test/asyncworker"
+	"github.com/epd-dev/coordinator/test/internal/command"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		log.Fatal(err)
-	}
-}
+func main() { command.Main(run) }
 
-// run parses args and serves until ctx is done.
-func run(ctx context.Context, args []string, stderr io.Writer) error {
+// run parses args and serves until ctx is done, logging to stderr.
+func run(ctx context.Context, args []string, _, stderr io.Writer) error {
 	cfg, level, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
@@ -54,8 +43,7 @@ func parseFlags(args []string, stderr io.Writer) (asyncworker.Config, int, error
 	var cfg asyncworker.Config
 	var queues string
 	var level int
-	fs := flag.NewFlagSet("asyncworker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := command.FlagSet("asyncworker", stderr)
 	fs.StringVar(&cfg.RedisURL, "redis-url", "redis://127.0.0.1:6379/0", "the broker's Redis URL")
 	fs.StringVar(&cfg.Coordinator, "coordinator", "http://127.0.0.1:8080", "the coordinator's base URL")
 	fs.StringVar(&queues, "queue", "request-sortedset", "comma-separated request queues (sorted sets) to serve")
@@ -63,11 +51,8 @@ func parseFlags(args []string, stderr io.Writer) (asyncworker.Config, int, error
 	fs.DurationVar(&cfg.ResultTTL, "result-ttl", 0, "how long a stored result is kept (default 1h)")
 	fs.DurationVar(&cfg.CancelPoll, "cancel-poll", 0, "how often a running request's cancel marker is checked (default 250ms)")
 	fs.IntVar(&level, "v", 2, "log verbosity: 1 warn, 2 info, 3 verbose, 4 debug")
-	if err := fs.Parse(args); err != nil {
+	if err := command.Parse(fs, args); err != nil {
 		return cfg, 0, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, 0, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	for _, q := range strings.Split(queues, ",") {
 		if q = strings.TrimSpace(q); q != "" {

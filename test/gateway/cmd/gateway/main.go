@@ -11,43 +11,18 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"io"
-	"log"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/epd-dev/coordinator/test/gateway"
+	"github.com/epd-dev/coordinator/test/internal/command"
 )
 
-// main runs the command until SIGINT or SIGTERM.
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		log.Fatal(err)
-	}
-}
+// run serves the gateway its arguments configure until its context is done.
+var run = command.Serving(parseFlags, gateway.Start)
 
-// run parses args, starts the gateway, prints its URL and serves until ctx
-// is done.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseFlags(args, stderr)
-	if err != nil {
-		return err
-	}
-	g, err := gateway.Start(cfg)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, g.URL())
-	<-ctx.Done()
-	return g.Close()
-}
+func main() { command.Main(run) }
 
 // poolFlag collects repeated --pool profile=url1,url2 flags.
 type poolFlag map[string][]string
@@ -79,15 +54,8 @@ func (p poolFlag) Set(v string) error {
 // parseFlags turns command-line flags into a Config.
 func parseFlags(args []string, stderr io.Writer) (gateway.Config, error) {
 	cfg := gateway.Config{Pools: map[string][]string{}}
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := command.FlagSet("gateway", stderr)
 	fs.StringVar(&cfg.Addr, "listen", "127.0.0.1:0", "listen address")
 	fs.Var(poolFlag(cfg.Pools), "pool", "profile=url1,url2 (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	return cfg, nil
+	return cfg, command.Parse(fs, args)
 }

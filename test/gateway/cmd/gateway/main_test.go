@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
@@ -10,6 +9,9 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/epd-dev/coordinator/test/internal/command"
+	"github.com/epd-dev/coordinator/test/internal/loopback"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -54,32 +56,16 @@ func TestParseFlags(t *testing.T) {
 }
 
 func TestRun(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, nil, pw, io.Discard)
-		pw.Close()
-	}()
-	url, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := client.Get(strings.TrimSpace(url) + "/v1/models")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	url, stop := command.Started(t, run)
+	resp, _ := loopback.Get(t, url+"/v1/models")
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("status %d without pools", resp.StatusCode)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	// ctx is cancelled: a run that wrongly starts returns at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a run that wrongly starts returns at once
 	if err := run(ctx, []string{"--pool", "p=::bad"}, io.Discard, io.Discard); err == nil {
 		t.Error("run accepted a bad pool URL")
 	}

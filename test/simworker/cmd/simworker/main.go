@@ -7,49 +7,22 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"fmt"
 	"io"
-	"log"
-	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/epd-dev/coordinator/test/internal/command"
 	"github.com/epd-dev/coordinator/test/simworker"
 )
 
-// main runs the command until SIGINT or SIGTERM.
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		log.Fatal(err)
-	}
-}
+// run serves the worker its arguments configure until its context is done.
+var run = command.Serving(parseFlags, simworker.Start)
 
-// run parses args, starts the worker, prints its URL and serves until ctx is
-// done.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseFlags(args, stderr)
-	if err != nil {
-		return err
-	}
-	w, err := simworker.Start(cfg)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(stdout, w.URL())
-	<-ctx.Done()
-	return w.Close()
-}
+func main() { command.Main(run) }
 
 // parseFlags turns command-line flags into a Config.
 func parseFlags(args []string, stderr io.Writer) (simworker.Config, error) {
 	var cfg simworker.Config
 	var role, kv, ec string
-	fs := flag.NewFlagSet("simworker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := command.FlagSet("simworker", stderr)
 	fs.StringVar(&cfg.Name, "name", "", "worker name (default simworker-<role>)")
 	fs.StringVar(&role, "role", string(simworker.RoleBoth), "role: prefill, decode, both or encode")
 	fs.StringVar(&kv, "kv-connector", string(simworker.KVNixl), "KV connector: kv-nixl, kv-sglang, kv-shared-storage or kv-auto (infer per request, like vLLM's MultiConnector)")
@@ -60,16 +33,13 @@ func parseFlags(args []string, stderr io.Writer) (simworker.Config, error) {
 	fs.DurationVar(&cfg.ITL, "itl", 0, "inter-token latency")
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", simworker.DefaultMaxTokens, "completion length when a request sets none")
 	fs.IntVar(&cfg.CacheSize, "cache-size", simworker.DefaultCacheSize, "prefix cache capacity, in prompts")
-	fs.StringVar(&cfg.ModelName, "model", simworker.DefaultModelName, "model name listed by /v1/models")
+	fs.StringVar(&cfg.ModelName, "model", simworker.DefaultModelName, "the model served: listed by /v1/models; inference requests naming another get 404")
 	fs.StringVar(&cfg.Addr, "addr", "127.0.0.1:0", "listen address")
 	fs.StringVar(&cfg.AdvertiseHost, "advertise-host", "", "host advertised in transfer parameters (default: the local address)")
 	fs.BoolVar(&cfg.StampEvents, "stamp-events", false, "precede each SSE event with a ': sent_ns=<unix nanos>' comment (latency benchmarks)")
 	fs.BoolVar(&cfg.DisableRecording, "no-record", false, "keep no copy of received requests (bounded memory under load)")
-	if err := fs.Parse(args); err != nil {
+	if err := command.Parse(fs, args); err != nil {
 		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	cfg.Role = simworker.Role(role)
 	cfg.KVConnector = simworker.KVConnector(kv)

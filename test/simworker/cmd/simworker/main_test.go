@@ -1,16 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/epd-dev/coordinator/test/simworker"
 	"go.uber.org/goleak"
+
+	"github.com/epd-dev/coordinator/test/internal/command"
+	"github.com/epd-dev/coordinator/test/internal/loopback"
+	"github.com/epd-dev/coordinator/test/simworker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -67,29 +68,15 @@ func TestParseFlags(t *testing.T) {
 }
 
 func TestRunServesUntilCancelled(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--role", "decode"}, pw, io.Discard)
-		pw.Close()
-	}()
-	url, err := bufio.NewReader(pr).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := client.Get(strings.TrimSpace(url) + "/health")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	url, stop := command.Started(t, run, "--role", "decode")
+	resp, _ := loopback.Get(t, url+"/health")
 	if resp.StatusCode != 200 {
 		t.Fatalf("health status %d", resp.StatusCode)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+	if err := run(context.Background(), []string{"--role", "router"}, io.Discard, io.Discard); err == nil {
+		t.Error("run served an invalid configuration")
 	}
 }

@@ -1,4 +1,4 @@
-package gateway
+package upstream
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"net"
 )
 
-// WholeBody is a leg body that knows its remaining length and can write itself out at once. The
-// connections of the gateway transport write such a body with one vectored write (writev) of
+// WholeBody is a request body that knows its remaining length and can write itself out at once.
+// The connections of NewTransport write such a body with one vectored write (writev) of
 // the pieces it is made of — the large values of the client's body included — instead of
 // net/http's default of copying it through a 32 KiB buffer.
 type WholeBody interface {
@@ -27,7 +27,7 @@ func dialer(d *net.Dialer) func(ctx context.Context, network, addr string) (net.
 	}
 }
 
-// legConn is a client connection to the gateway. net/http's transport sends a request body of
+// legConn is an outbound client connection. net/http's transport sends a request body of
 // known length as io.Copy(conn, io.LimitReader(body, ContentLength)), which lands in ReadFrom.
 type legConn struct {
 	net.Conn

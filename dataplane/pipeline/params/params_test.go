@@ -1,4 +1,4 @@
-package pipeline
+package params
 
 import (
 	"strings"
@@ -40,7 +40,7 @@ func TestParams(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			p := NewParams("p", tc.own, map[string]any{"kv_connector": "kv-nixl"})
+			p := New("p", tc.own, map[string]any{"kv_connector": "kv-nixl"})
 			got := tc.read(p)
 			err := p.Err()
 			if tc.wantErr != "" {
@@ -63,7 +63,7 @@ func TestParams(t *testing.T) {
 }
 
 func TestParamsEffective(t *testing.T) {
-	p := NewParams("p", map[string]any{"n": 2}, nil)
+	p := New("p", map[string]any{"n": 2}, nil)
 	p.Int("n", 1, 0)
 	p.Duration("d", 5*time.Second)
 	eff := p.Effective()

@@ -1,4 +1,7 @@
-package pipeline
+// Package params gives step factories typed access to a step's params block: typed accessors
+// with defaults and minimums, errors that name the full key, the effective values for
+// introspection, and a check that rejects params nobody read.
+package params
 
 import (
 	"fmt"
@@ -22,9 +25,9 @@ type Params struct {
 	err       error
 }
 
-// NewParams wraps a step's params. inherited holds pipeline-level defaults (kv_connector,
+// New wraps a step's params. inherited holds pipeline-level defaults (kv_connector,
 // ec_connector, use_openai_format) that apply when the step does not set them.
-func NewParams(path string, own, inherited map[string]any) *Params {
+func New(path string, own, inherited map[string]any) *Params {
 	return &Params{path: path, own: own, inherited: inherited, used: map[string]bool{}, effective: map[string]any{}}
 }
 
@@ -38,6 +41,13 @@ func (p *Params) Key(name string) string { return p.path + "." + name }
 func (p *Params) Fail(name, format string, args ...any) {
 	if p.err == nil {
 		p.err = &config.FieldError{Key: p.Key(name), Reason: fmt.Sprintf(format, args...)}
+	}
+}
+
+// FailAt records an error about another key of the configuration (e.g. gateway.address).
+func (p *Params) FailAt(key, format string, args ...any) {
+	if p.err == nil {
+		p.err = &config.FieldError{Key: key, Reason: fmt.Sprintf(format, args...)}
 	}
 }
 
@@ -232,5 +242,26 @@ func (p *Params) Err() error {
 	return &config.FieldError{
 		Key:    p.Key(unknown[0]),
 		Reason: fmt.Sprintf("unknown parameter (this step accepts: %s)", strings.Join(known, ", ")),
+	}
+}
+
+// Value reads a param as the configuration decoded it (string, bool, int or float64, []any,
+// map[string]any), for steps whose params are structured (lists of objects, maps). The step
+// validates the value itself, typically by wrapping an object in New(p.Key(name), obj, nil)
+// so that the typed accessors and the unknown-key check apply, with full key paths, one level
+// down. The value is reported by Effective as is (see Redact).
+func (p *Params) Value(name string) (any, bool) {
+	v, ok := p.lookup(name)
+	if ok {
+		keep(p, name, v)
+	}
+	return v, ok
+}
+
+// Redact replaces what Effective (and so /debug/pipeline) reports for a param that was read,
+// e.g. a URL with its password masked.
+func (p *Params) Redact(name string, shown any) {
+	if _, read := p.effective[name]; read {
+		p.effective[name] = shown
 	}
 }

@@ -1,21 +1,34 @@
-package pipeline
+// Package request is the state of one client request as it moves through a pipeline: its API
+// format and path, the parsed body and the buffer it lives in, what the steps learn (tokens,
+// media, transfer parameters) and how long each step took. It builds the request's gateway legs.
+package request
 
 import (
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 
 	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/bodybuf"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
+
+// Client API paths (the coordinator serves them; workers serve the same paths).
+const (
+	PathChat        = "/v1/chat/completions"
+	PathCompletions = "/v1/completions"
+	PathGenerate    = "/inference/v1/generate"
+)
+
+// Paths lists the client API paths.
+var Paths = []string{PathChat, PathCompletions, PathGenerate}
 
 // API is the client-facing request format.
 type API int
@@ -41,9 +54,9 @@ func (a API) String() string {
 // APIForPath returns the format of a client path.
 func APIForPath(path string) API {
 	switch path {
-	case gateway.PathChat:
+	case PathChat:
 		return APIChat
-	case gateway.PathCompletions:
+	case PathCompletions:
 		return APICompletions
 	}
 	return APIGenerate
@@ -65,11 +78,11 @@ func (a API) Format(useOpenAI bool) API {
 func (a API) Path() string {
 	switch a {
 	case APIChat:
-		return gateway.PathChat
+		return PathChat
 	case APICompletions:
-		return gateway.PathCompletions
+		return PathCompletions
 	}
-	return gateway.PathGenerate
+	return PathGenerate
 }
 
 // Placeholder is where an item's placeholder tokens sit in the prompt.
@@ -104,9 +117,9 @@ type StepTiming struct {
 	Outcome string
 }
 
-// RequestContext is the state of one request as it moves through the pipeline. It is created by
-// the server after the body was parsed once; steps read it and enrich it.
-type RequestContext struct {
+// Context is the state of one request as it moves through the pipeline. It is created by the
+// server after the body was parsed once; steps read it and enrich it.
+type Context struct {
 	// ID is the effective request id, stamped on every leg and response.
 	ID string
 	// API is the client's request format; Path its original path.
@@ -118,6 +131,9 @@ type RequestContext struct {
 	// Body is the parsed client body. Steps that change what every later leg must see (media
 	// inlining) replace its members; legs clone it before their own edits.
 	Body *body.Object
+	// Buffer holds the bytes Body was parsed from; every leg body holds a reference on it (nil:
+	// Body's bytes are not pooled).
+	Buffer *bodybuf.Buffer
 	// Model and Stream are read from the body.
 	Model  string
 	Stream bool
@@ -140,73 +156,32 @@ type RequestContext struct {
 
 	// Writer is the client response; only response-producing steps write to it.
 	Writer http.ResponseWriter
-	// OnResponse, when set, is called by a response-producing step with the status and headers
-	// just before they are written (the server adds Server-Timing there).
-	OnResponse func(status int, h http.Header)
 	// Log carries the request id.
 	Log logr.Logger
-	// Timings is filled by the executor.
+	// Timings is filled by the executor (StartStep, EndStep).
 	Timings []StepTiming
 
 	tokenJSON json.RawMessage
 	// step and stepStart are the running step, for a Server-Timing header sent mid-step.
 	step      string
 	stepStart time.Time
-	// openBodies counts leg bodies not yet read to the end.
-	openBodies atomic.Int32
 }
 
-// BodiesSettled reports whether every leg body was read to its end (so the client body they
-// share may be reused).
-func (rc *RequestContext) BodiesSettled() bool { return rc.openBodies.Load() == 0 }
-
-// trackedBody is a leg body (the pieces of a body.Object) that counts as open until it has been
-// read or written to its end. It implements gateway.WholeBody, so the leg goes out in one
-// vectored write.
-type trackedBody struct {
-	bufs net.Buffers
-	rc   *RequestContext
-	done bool
+// StartStep records that the named step starts now.
+func (rc *Context) StartStep(name string) {
+	rc.step, rc.stepStart = name, time.Now()
 }
 
-func (t *trackedBody) finish() {
-	if !t.done {
-		t.done = true
-		t.rc.openBodies.Add(-1)
-	}
+// EndStep records the end of the running step with its outcome and returns its timing.
+func (rc *Context) EndStep(outcome string) StepTiming {
+	t := StepTiming{Step: rc.step, Duration: time.Since(rc.stepStart), Outcome: outcome}
+	rc.Timings = append(rc.Timings, t)
+	rc.step = ""
+	return t
 }
-
-func (t *trackedBody) Read(p []byte) (int, error) {
-	n, err := t.bufs.Read(p)
-	if err == io.EOF {
-		t.finish()
-	}
-	return n, err
-}
-
-// WriteTo writes the remaining pieces to w (a writev on a TCP connection).
-func (t *trackedBody) WriteTo(w io.Writer) (int64, error) {
-	n, err := t.bufs.WriteTo(w)
-	if err == nil {
-		t.finish()
-	}
-	return n, err
-}
-
-// Len is the number of bytes left.
-func (t *trackedBody) Len() int64 {
-	var n int64
-	for _, b := range t.bufs {
-		n += int64(len(b))
-	}
-	return n
-}
-
-// Close is a no-op: the body is in memory. (Being a ReadCloser keeps net/http from wrapping it.)
-func (t *trackedBody) Close() error { return nil }
 
 // TokenIDsJSON returns TokenIDs encoded once and cached (they go into several legs).
-func (rc *RequestContext) TokenIDsJSON() json.RawMessage {
+func (rc *Context) TokenIDsJSON() json.RawMessage {
 	if rc.tokenJSON == nil {
 		b := make([]byte, 0, 8*len(rc.TokenIDs)+2)
 		b = append(b, '[')
@@ -222,28 +197,36 @@ func (rc *RequestContext) TokenIDsJSON() json.RawMessage {
 }
 
 // SetTokenIDs replaces the token ids (and drops the cached encoding).
-func (rc *RequestContext) SetTokenIDs(ids []int) {
+func (rc *Context) SetTokenIDs(ids []int) {
 	rc.TokenIDs = ids
 	rc.tokenJSON = nil
 }
 
-// Leg returns a gateway leg with this request's forwarded headers and id, named after its profile
-// (or phase, for legs without a profile). At trace level the body is logged, redacted.
-func (rc *RequestContext) Leg(profile, path string, obj *body.Object) gateway.Leg {
+// Leg returns a gateway leg of obj for profile, whose phase is the profile (see Outbound).
+func (rc *Context) Leg(profile, path string, obj *body.Object) gateway.Leg {
+	return gateway.Leg{Profile: profile, Request: rc.Outbound(profile, path, obj)}
+}
+
+// Outbound returns a POST of obj to path with this request's forwarded headers and id, named
+// phase. The body, and every replay of it, holds a reference on the request's buffer until it has
+// been sent. At trace level the body is logged, redacted.
+func (rc *Context) Outbound(phase, path string, obj *body.Object) upstream.Request {
+	if rc.Buffer == nil {
+		rc.Buffer = bodybuf.Of(nil)
+	}
 	bufs, n := obj.Buffers()
-	body := func() *trackedBody {
-		rc.openBodies.Add(1)
-		return &trackedBody{bufs: append(net.Buffers(nil), bufs...), rc: rc}
+	if l := rc.Log.V(logging.Trace); l.Enabled() {
+		l.Info("leg request", "phase", phase, "path", path, "body", logging.RedactJSON(obj.Bytes()))
 	}
-	if l := rc.Log.V(5); l.Enabled() {
-		l.Info("leg request", "profile", profile, "path", path, "body", logging.RedactJSON(obj.Bytes()))
+	buf := rc.Buffer
+	return upstream.Request{
+		Path: path, Phase: phase, Header: rc.Forwarded, RequestID: rc.ID, Body: buf.Open(bufs), Size: n,
+		GetBody: func() (io.ReadCloser, error) { return buf.Open(bufs), nil },
 	}
-	return gateway.Leg{Path: path, Profile: profile, Phase: profile, Header: rc.Forwarded, RequestID: rc.ID, Body: body(), Size: n,
-		GetBody: func() (io.ReadCloser, error) { return body(), nil }}
 }
 
 // TimingSummary formats the step timings as step=duration pairs for a log line.
-func (rc *RequestContext) TimingSummary() []any {
+func (rc *Context) TimingSummary() []any {
 	kv := make([]any, 0, 2*len(rc.Timings))
 	for _, t := range rc.Timings {
 		kv = append(kv, t.Step, t.Duration.String())
@@ -254,7 +237,7 @@ func (rc *RequestContext) TimingSummary() []any {
 // ServerTiming formats the step timings as a Server-Timing header value (milliseconds). A step
 // still running (the one writing the response) is included with its time so far, i.e. its time to
 // first byte.
-func (rc *RequestContext) ServerTiming() string {
+func (rc *Context) ServerTiming() string {
 	var sb strings.Builder
 	add := func(name string, d time.Duration) {
 		if sb.Len() > 0 {

@@ -1,4 +1,4 @@
-package gateway
+package upstream
 
 import (
 	"errors"
@@ -21,19 +21,16 @@ var ErrResponseTruncated = errors.New("worker response truncated")
 // ErrClientGone reports a client that stopped reading during a relayed response.
 var ErrClientGone = errors.New("client went away during the response")
 
-// Relay streams a worker response to the client byte for byte: status, headers (minus hop-by-hop,
-// plus x-request-id) and body. When the answer is an event stream (or stream is true) every read
-// is flushed at once, so each SSE event reaches the client as soon as the worker sends it;
-// nothing is buffered beyond one read. beforeHeader, when not nil, may add headers.
-func Relay(w http.ResponseWriter, resp *http.Response, requestID string, stream bool, beforeHeader func(status int, h http.Header)) error {
+// Relay streams an upstream response to the client byte for byte: status, headers (minus
+// hop-by-hop, plus x-request-id) and body. When the answer is an event stream (or stream is true)
+// every read is flushed at once, so each SSE event reaches the client as soon as the worker sends
+// it; nothing is buffered beyond one read.
+func Relay(w http.ResponseWriter, resp *http.Response, requestID string, stream bool) error {
 	defer resp.Body.Close()
 	h := w.Header()
 	CopyResponseHeader(h, resp.Header)
 	if requestID != "" {
 		h.Set(RequestIDHeader, requestID)
-	}
-	if beforeHeader != nil {
-		beforeHeader(resp.StatusCode, h)
 	}
 	w.WriteHeader(resp.StatusCode)
 	flusher, _ := w.(http.Flusher)

@@ -1,0 +1,76 @@
+package config
+
+import (
+	"maps"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+// Every configuration key has a case: changing it changes exactly the restart setting named in
+// wantRestart (the key itself, or the section it belongs to), or none when a reload applies it.
+// A key added to the schema needs a decision here.
+func TestRestartSettings(t *testing.T) {
+	tests := map[string]struct {
+		value       string // an override different from the base configuration's value
+		wantRestart string // the RestartSettings key that changes; "" when none does
+	}{
+		"log_level":                       {value: "5"},
+		"server.listen_addr":              {value: ":8181", wantRestart: "server.listen_addr"},
+		"server.read_timeout":             {value: "7s", wantRestart: "server.read_timeout"},
+		"server.write_timeout":            {value: "7s", wantRestart: "server.write_timeout"},
+		"server.shutdown_timeout":         {value: "7s"},
+		"server.max_request_body_size":    {value: "7"},
+		"server.metrics_port":             {value: "9191", wantRestart: "server.metrics_port"},
+		"server.server_timing":            {value: "true"},
+		"gateway.address":                 {value: "http://other-gateway:80"},
+		"gateway.max_idle_conns_per_host": {value: "7"},
+		"gateway.idle_conn_timeout":       {value: "7s"},
+		"gateway.timeout":                 {value: "7s"},
+		"pipeline.kv_connector":           {value: "kv-nixl"},
+		"pipeline.ec_connector":           {value: "ec-nixl"},
+		"pipeline.use_openai_format":      {value: "false"},
+		"pipeline.steps":                  {value: "[{type: render, params: {address: 'http://render:8000'}}, {type: decode}]"},
+		"tracing.enabled":                 {value: "true", wantRestart: "tracing"},
+		"tracing.endpoint":                {value: "http://otel-collector:4318", wantRestart: "tracing"},
+		"tracing.sample_ratio":            {value: "0.5", wantRestart: "tracing"},
+		"tracing.service_name":            {value: "coordinator-b", wantRestart: "tracing"},
+	}
+	keys := slices.Sorted(maps.Keys(tests))
+	if want := slices.Sorted(slices.Values(EnvKeys())); !slices.Equal(keys, want) {
+		t.Fatalf("cases %q, want one per configuration key %q", keys, want)
+	}
+
+	base, err := Parse([]byte(minimal), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, tc := range tests {
+		t.Run(key, func(t *testing.T) {
+			next, err := Parse([]byte(minimal), env(map[string]string{EnvName(key): tc.value}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if next.Revision() == base.Revision() {
+				t.Fatalf("%s=%s does not change the configuration", key, tc.value)
+			}
+			var changed []string
+			was, now := base.RestartSettings(), next.RestartSettings()
+			for i := range now {
+				if was[i].Key != now[i].Key {
+					t.Fatalf("setting %d is %s, then %s: the list must not depend on the values", i, was[i].Key, now[i].Key)
+				}
+				if !reflect.DeepEqual(was[i].Value, now[i].Value) {
+					changed = append(changed, now[i].Key)
+				}
+			}
+			var want []string
+			if tc.wantRestart != "" {
+				want = []string{tc.wantRestart}
+			}
+			if !slices.Equal(changed, want) {
+				t.Fatalf("changed restart settings %q, want %q", changed, want)
+			}
+		})
+	}
+}

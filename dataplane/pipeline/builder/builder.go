@@ -1,0 +1,171 @@
+// Package builder turns a configuration into a pipeline: it looks every step type up in a
+// registry, builds each step from its params (no network I/O, so the operator validates pipelines
+// with it), and checks the pipeline's shape: a terminal step last and only last, the placement
+// rules the step types declare, and a tokenizing step for tokens-in legs.
+package builder
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/observe"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+)
+
+// Options tune Build.
+type Options struct {
+	// Registry holds the step types (registry.Default when nil).
+	Registry *registry.Registry
+	// Log is handed to steps (logr.Discard() when zero).
+	Log logr.Logger
+	// Getenv defaults to os.Getenv.
+	Getenv func(string) string
+	// Overrides are handed to factories as Deps.Overrides.
+	Overrides registry.Overrides
+	// Now stamps LoadedAt (time.Now when nil).
+	Now func() time.Time
+	// Telemetry records metrics and spans (none when zero).
+	Telemetry observe.Telemetry
+	// Revision overrides the reported revision (default cfg.Revision()); the coordinator passes
+	// config.FileRevision of the file it loaded.
+	Revision string
+}
+
+// Build constructs every step of cfg.Pipeline and checks the pipeline's shape. Every error is a
+// *config.FieldError naming the key at fault.
+func Build(cfg config.Config, opts Options) (*pipeline.Pipeline, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = registry.Default
+	}
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	types, err := lookup(reg, cfg.Pipeline.Steps)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkPlacement(reg, cfg.Pipeline, types); err != nil {
+		return nil, err
+	}
+	spec := pipeline.Spec{Config: cfg, Revision: opts.Revision, Telemetry: opts.Telemetry}
+	if spec.Revision == "" {
+		spec.Revision = cfg.Revision()
+	}
+	if cfg.Gateway.Address != "" {
+		if spec.Gateway, err = gateway.New(cfg.Gateway, opts.Telemetry); err != nil {
+			return nil, &config.FieldError{Key: "gateway.address", Reason: err.Error()}
+		}
+	}
+	inherited := cfg.Pipeline.StepDefaults()
+	for i, sc := range cfg.Pipeline.Steps {
+		p := params.New(fmt.Sprintf("pipeline.steps[%d].params", i), sc.Params, inherited)
+		deps := registry.Deps{Gateway: spec.Gateway, Log: opts.Log.WithValues("step", sc.Type), Getenv: opts.Getenv,
+			Index: i, Telemetry: opts.Telemetry, Overrides: opts.Overrides}
+		step, err := types[i].New(deps, p)
+		if err == nil {
+			err = p.Err()
+		}
+		if err == nil {
+			err = checkTerminal(step, i, len(cfg.Pipeline.Steps))
+		}
+		if err != nil {
+			pipeline.New(spec).Close()
+			var fe *config.FieldError
+			if errors.As(err, &fe) {
+				return nil, err
+			}
+			return nil, &config.FieldError{Key: p.Path(), Reason: err.Error()}
+		}
+		spec.Steps = append(spec.Steps, step)
+		spec.Info = append(spec.Info, pipeline.StepInfo{Type: sc.Type, Params: p.Effective()})
+	}
+	spec.LoadedAt = time.Now()
+	if opts.Now != nil {
+		spec.LoadedAt = opts.Now()
+	}
+	return pipeline.New(spec), nil
+}
+
+func lookup(reg *registry.Registry, steps []config.Step) ([]registry.Type, error) {
+	types := make([]registry.Type, len(steps))
+	for i, s := range steps {
+		t, ok := reg.Lookup(s.Type)
+		if !ok {
+			return nil, &config.FieldError{
+				Key:    fmt.Sprintf("pipeline.steps[%d].type", i),
+				Reason: fmt.Sprintf("unknown step type %q (known: %s)", s.Type, strings.Join(reg.Names(), ", ")),
+			}
+		}
+		types[i] = t
+	}
+	return types, nil
+}
+
+// checkPlacement checks the rules the step types declare (first, needs an earlier provider) and
+// that tokens-in legs (use_openai_format false, pipeline-wide or on a step) have a step that
+// provides the tokens.
+func checkPlacement(reg *registry.Registry, pc config.Pipeline, types []registry.Type) error {
+	provided := map[registry.Capability]bool{}
+	for i, t := range types {
+		if t.First != "" && i != 0 {
+			return &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].type", i),
+				Reason: fmt.Sprintf("%s must be the first step (%s), found at position %d", t.Name, t.First, i)}
+		}
+		for _, n := range t.Needs {
+			if !provided[n.Capability] {
+				return &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d]", i),
+					Reason: fmt.Sprintf("%s needs a %s step before it (%s)", t.Name, providers(reg, n.Capability), n.Why)}
+			}
+		}
+		for _, c := range t.Provides {
+			provided[c] = true
+		}
+	}
+	if provided[registry.Tokens] {
+		return nil
+	}
+	reason := fmt.Sprintf("false (tokens-in) requires a %s step in pipeline.steps", providers(reg, registry.Tokens))
+	if !pc.UseOpenAIFormat {
+		return &config.FieldError{Key: "pipeline." + config.ParamUseOpenAIFormat, Reason: reason}
+	}
+	for i, s := range pc.Steps {
+		if v, ok := s.Params[config.ParamUseOpenAIFormat].(bool); ok && !v {
+			return &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].params.%s", i, config.ParamUseOpenAIFormat), Reason: reason}
+		}
+	}
+	return nil
+}
+
+// providers names the step types that provide c, for messages ("render").
+func providers(reg *registry.Registry, c registry.Capability) string {
+	names := reg.Providers(c)
+	if len(names) == 0 {
+		return string(c) + "-providing"
+	}
+	return strings.Join(slices.Compact(names), " or ")
+}
+
+// checkTerminal: the last step, and only the last, writes the response.
+func checkTerminal(step pipeline.Step, i, n int) error {
+	terminal, last := pipeline.IsTerminal(step), i == n-1
+	switch {
+	case terminal && !last:
+		return &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].type", i), Reason: fmt.Sprintf("%s writes the response and must be the last step", step.Name())}
+	case !terminal && last:
+		return &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].type", i), Reason: fmt.Sprintf("the last step must write the response (decode), got %s", step.Name())}
+	}
+	return nil
+}

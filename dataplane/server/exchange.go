@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/observe"
+	"github.com/epd-dev/coordinator/dataplane/request"
+)
+
+// exchange is one request as the server sees it: its id, what the handler learned about it, and
+// how it ended. The outcome is worked out once (settle) and read by everything that reports it:
+// the metrics, the span, the step-timings log, the error log and body, and the access log.
+type exchange struct {
+	id    string
+	start time.Time
+
+	// Set by observed handlers (observe): the metrics and the server span, ended at settle.
+	requestDone func(model string, status, requestBytes, responseBytes int)
+	span        trace.Span
+	// model and reqBytes are what the handler read from the request.
+	model    string
+	reqBytes int
+	// rc and revision are the pipeline's view of the request, for the step-timings log.
+	rc       *request.Context
+	revision string
+
+	// The outcome: the status the client got (or gets), the client-facing error when the response
+	// was not yet written, and what the handler returned.
+	status int
+	apiErr *apierror.Error
+	cause  error
+}
+
+const ctxExchange = "exchange"
+
+// exchangeOf returns the request's exchange (set by the server's middleware).
+func exchangeOf(c echo.Context) *exchange {
+	x, _ := c.Get(ctxExchange).(*exchange)
+	return x
+}
+
+// settle works out the outcome of the handler's error.
+func (x *exchange) settle(c echo.Context, err error) {
+	x.cause = err
+	x.status = c.Response().Status
+	if err != nil && !c.Response().Committed {
+		x.apiErr = apierror.From(echoToAPI(err))
+		x.status = x.apiErr.Status
+	}
+}
+
+// observe starts the request's metrics and server span (continuing the client's trace context)
+// for route; both end when the exchange is reported. It returns the span's context.
+func (s *Server) observe(c echo.Context, x *exchange, route string) context.Context {
+	req := c.Request()
+	ctx := observe.Extract(req.Context(), req.Header)
+	ctx, x.span = s.tel.Start(ctx, req.Method+" "+req.URL.Path, trace.SpanKindServer,
+		observe.AttrRequestID.String(x.id), observe.AttrPhase.String(route))
+	x.requestDone = s.tel.Metrics.RequestStarted(route)
+	return ctx
+}
+
+// report writes the error response, if any, and reports the settled exchange to every consumer.
+func (s *Server) report(c echo.Context, x *exchange) {
+	if x.apiErr != nil {
+		s.logFailure(x)
+		apierror.Write(c.Response(), x.apiErr, x.id)
+	}
+	if x.requestDone != nil {
+		x.requestDone(x.model, x.status, x.reqBytes, int(c.Response().Size))
+	}
+	if x.span != nil {
+		if x.span.IsRecording() {
+			x.span.SetAttributes(observe.AttrModel.String(x.model))
+		}
+		var spanErr error
+		if x.status >= 500 {
+			spanErr = x.cause
+		}
+		observe.End(x.span, x.status, spanErr)
+	}
+	if x.rc != nil {
+		if l := x.rc.Log.V(logging.Info); l.Enabled() {
+			l.Info("pipeline step timings", append([]any{"path", x.rc.Path, "model", x.model, "stream", x.rc.Stream, "status", x.status,
+				"revision", x.revision, "total", time.Since(x.start).String()}, x.rc.TimingSummary()...)...)
+		}
+		if ctxErr := c.Request().Context().Err(); x.apiErr != nil && ctxErr != nil && errors.Is(x.cause, ctxErr) {
+			x.rc.Log.V(logging.Verbose).Info("client cancelled the request", "err", x.cause.Error())
+		}
+	}
+	if log := s.log.V(logging.Debug); log.Enabled() {
+		req := c.Request()
+		log.Info("request", "method", req.Method, "path", req.URL.Path, "status", x.status,
+			"duration", time.Since(x.start).String(), "request_id", x.id,
+			"content_type", req.Header.Get("Content-Type"), "epp_profile", req.Header.Get(gateway.ProfileHeader),
+			"prefer", req.Header.Get(gateway.PreferHeader))
+	}
+}
+
+// logFailure logs a failed request: server-side and upstream failures as errors, an upstream's
+// rejection as a warning. Upstream bodies are for the logs only; the client gets a sanitised
+// message.
+func (s *Server) logFailure(x *exchange) {
+	kv := []any{"request_id", x.id, "status", x.status}
+	var up *apierror.UpstreamError
+	if errors.As(x.cause, &up) && len(up.Body) > 0 {
+		kv = append(kv, "upstream_status", up.Status, "upstream_body", logging.RedactJSON(up.Body))
+	}
+	switch {
+	case x.status >= 500:
+		s.log.Error(x.cause, "request failed", kv...)
+	case up != nil:
+		s.log.V(logging.Warn).Info("upstream rejected the request", append(kv, "error", x.cause.Error())...)
+	}
+}

@@ -1,0 +1,56 @@
+package upstream
+
+import (
+	"net/http"
+	"strings"
+)
+
+// RequestIDHeader (x-request-id, in Go's canonical spelling so that setting it allocates nothing)
+// carries the request id on every outbound call and on every response.
+const RequestIDHeader = "X-Request-Id"
+
+// hopByHop are connection-level headers never forwarded (RFC 9110 section 7.6.1).
+var hopByHop = []string{
+	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// coordinatorOwned are request headers the coordinator sets itself on every outbound call; a
+// client cannot spoof them.
+var coordinatorOwned = []string{"Host", "Content-Length", "Content-Type", "Accept-Encoding", RequestIDHeader}
+
+// Forwarded returns the client headers an outbound call carries: all of them, with all their
+// values, except hop-by-hop headers, headers named in Connection, the ones every call sets itself
+// (Host, Content-Length, Content-Type, Accept-Encoding, x-request-id) and the owned ones the
+// caller names.
+func Forwarded(in http.Header, owned []string) http.Header {
+	out := in.Clone()
+	dropHopByHop(out, in)
+	for _, k := range coordinatorOwned {
+		out.Del(k)
+	}
+	for _, k := range owned {
+		out.Del(k)
+	}
+	return out
+}
+
+// CopyResponseHeader copies an upstream response's headers to the client, minus hop-by-hop ones.
+func CopyResponseHeader(dst, src http.Header) {
+	for k, v := range src {
+		dst[k] = v
+	}
+	dropHopByHop(dst, src)
+}
+
+// dropHopByHop deletes from h the hop-by-hop headers and those that src's Connection names.
+func dropHopByHop(h, src http.Header) {
+	for _, v := range src.Values("Connection") {
+		for name := range strings.SplitSeq(v, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, k := range hopByHop {
+		h.Del(k)
+	}
+}
