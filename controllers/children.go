@@ -46,7 +46,7 @@ const (
 	metricsPortName = "metrics"
 	configVolume    = "config"
 	tmpVolume       = "tmp"
-	// drainMargin is added to server.shutdown_timeout for terminationGracePeriodSeconds.
+	// drainMarginSeconds is added to server.shutdown_timeout for terminationGracePeriodSeconds.
 	drainMarginSeconds = 5
 	nonRootUID         = 65532
 )

@@ -72,7 +72,8 @@ type CoordinatorPipelineReconciler struct {
 
 // scope carries one reconcile's object and findings between phases.
 type scope struct {
-	cp     *coordinatorv1alpha1.CoordinatorPipeline
+	cp *coordinatorv1alpha1.CoordinatorPipeline
+	// before is cp as read: the status patch is computed against it.
 	before *coordinatorv1alpha1.CoordinatorPipeline
 	// rendered is the spec's configuration when it is valid and complete (gateway resolved).
 	rendered *config.Config
@@ -80,8 +81,9 @@ type scope struct {
 }
 
 // phase is one step of a reconcile. Every input is watched, so phases never ask for a timed
-// requeue: they return an error (retried with backoff) or nil. A phase that runs records what it
-// found in the scope's observed results.
+// requeue: they return an error (retried with backoff) or nil. A phase whose findings feed the
+// status records them as found(...) in the scope's observed results; the results of phases that
+// did not run stay zero.
 type phase struct {
 	// name says what the phase reconciles; its errors read "failed to reconcile <name>: ...".
 	name string

@@ -158,7 +158,10 @@ func serve(ctx context.Context, srv *server.Server, l net.Listener, holder *pipe
 		_ = srv.Close()
 		return 1
 	}
-	<-errc
+	if err := <-errc; err != nil {
+		log.Error(err, "server stopped")
+		return 1
+	}
 	log.V(logging.Info).Info("drained; bye")
 	return 0
 }

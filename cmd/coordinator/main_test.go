@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -40,7 +39,11 @@ func TestMain(m *testing.M) {
 
 func TestAnnotatedConfigBuilds(t *testing.T) {
 	path := "../../config/coordinator/coordinator.yaml"
-	cfg, err := config.LoadFile(path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +141,7 @@ func startBinary(t *testing.T, gateway string, shutdown time.Duration) (*exec.Cm
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			if resp.StatusCode == http.StatusOK {
 				break
 			}
 		}
@@ -226,5 +229,3 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 	})
 }
-
-var _ = io.EOF

@@ -72,11 +72,12 @@ func TestFrom(t *testing.T) {
 					tt.status, tt.typ, tt.code, tt.message)
 			}
 			// A mapped error keeps what it maps as its cause (for logs); a made one has none.
-			if _, made := tt.err.(*Error); made {
+			// Identity, not errors.As / errors.Is: the cases' errors are unwrapped on purpose.
+			if _, made := tt.err.(*Error); made { //nolint:errorlint // see above
 				if got.Cause != nil {
 					t.Errorf("cause %v", got.Cause)
 				}
-			} else if got.Cause != tt.err {
+			} else if got.Cause != tt.err { //nolint:errorlint // see above
 				t.Errorf("cause = %v, want %v", got.Cause, tt.err)
 			}
 		})

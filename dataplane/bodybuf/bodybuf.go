@@ -120,7 +120,7 @@ func (d *Body) Read(p []byte) (int, error) {
 		return 0, d.err
 	}
 	n, err := d.bufs.Read(p)
-	if err == io.EOF {
+	if errors.Is(err, io.EOF) {
 		d.finish()
 	}
 	return n, err

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"reflect"
 	"strings"
 
@@ -26,16 +25,6 @@ func (e *FieldError) Error() string { return e.Key + ": " + e.Reason }
 
 func fieldErr(key, format string, args ...any) *FieldError {
 	return &FieldError{Key: key, Reason: fmt.Sprintf(format, args...)}
-}
-
-// LoadFile reads path, applies defaults and COORDINATOR_* overrides from the process environment
-// and validates the result.
-func LoadFile(path string) (Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("reading config: %w", err)
-	}
-	return Parse(data, os.LookupEnv)
 }
 
 // Parse decodes a YAML document over the defaults, applies overrides looked up with lookupEnv
@@ -205,7 +194,7 @@ func (c Config) Validate() error {
 func ValidateBaseURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("%q is not a URL: %v", raw, err)
+		return fmt.Errorf("%q is not a URL: %w", raw, err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return fmt.Errorf("%q must start with http:// or https://", raw)

@@ -3,42 +3,16 @@ package logging
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 )
 
 // Redaction limits, as upstream's trace logging.
 const (
-	maxString    = 50
-	maxArray     = 10
-	maxDepth     = 32
-	maxRawBody   = 200
-	maxHeaderLen = 256
+	maxString  = 50
+	maxArray   = 10
+	maxDepth   = 32
+	maxRawBody = 200
 )
-
-// sensitiveHeaders are logged as [REDACTED].
-var sensitiveHeaders = map[string]bool{
-	"authorization": true, "proxy-authorization": true, "cookie": true, "set-cookie": true,
-	"x-api-key": true, "x-auth-token": true, "api-key": true,
-}
-
-// RedactHeaders returns headers fit for a log line: names lower-cased, credentials (Authorization,
-// cookies, API keys) replaced by [REDACTED], long values cut.
-func RedactHeaders(h http.Header) map[string]string {
-	out := make(map[string]string, len(h))
-	for k, vs := range h {
-		name := strings.ToLower(k)
-		v := strings.Join(vs, ", ")
-		switch {
-		case sensitiveHeaders[name]:
-			v = "[REDACTED]"
-		case len(v) > maxHeaderLen:
-			v = v[:maxHeaderLen] + "...[truncated]"
-		}
-		out[name] = v
-	}
-	return out
-}
 
 // RedactJSON returns a JSON body fit for a log line: strings over 50 characters become [base64]
 // (data: URLs), [url] (http URLs) or their first 50 characters and "...", arrays keep 10 items

@@ -28,7 +28,23 @@ func TestModelLabelIsCapped(t *testing.T) {
 	}
 }
 
+// TestNilMetricsRecordNothing: a Telemetry without metrics (tests, the operator's validation
+// builds) is safe to call and records nowhere, not even in the process-wide default registry.
 func TestNilMetricsRecordNothing(t *testing.T) {
+	coordinatorSeries := func() int {
+		mfs, err := prometheus.DefaultGatherer.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, mf := range mfs {
+			if strings.HasPrefix(mf.GetName(), "coordinator_") {
+				n += len(mf.GetMetric())
+			}
+		}
+		return n
+	}
+	before := coordinatorSeries()
 	var m *Metrics
 	m.RequestStarted("chat")("m", 200, 1, 1)
 	m.Step("decode", "ok", time.Millisecond)
@@ -36,6 +52,10 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.ConditionalDecode(CondServed)
 	m.EncodeFanout(2)
 	m.Reload(true, "r")
+	m.Loaded("r")
+	if after := coordinatorSeries(); after != before {
+		t.Fatalf("nil metrics recorded %d series in the default registry", after-before)
+	}
 }
 
 func TestReloadAndInfo(t *testing.T) {

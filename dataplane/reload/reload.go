@@ -54,6 +54,8 @@ type Options struct {
 type Status struct {
 	// Path is the watched file.
 	Path string `json:"path"`
+	// Watching is true while file events are watched (Run is running).
+	Watching bool `json:"watching"`
 	// LastAttempt is when the file was last read after a change.
 	LastAttempt time.Time `json:"last_attempt,omitzero"`
 	// LastError is the last rejected configuration's error ("" after a success).
@@ -116,6 +118,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if err := fw.Add(dir); err != nil {
 		return fmt.Errorf("watching %s: %w", dir, err)
 	}
+	w.setWatching(true)
+	defer w.setWatching(false)
 	var poll <-chan time.Time
 	if w.opts.Poll > 0 {
 		t := time.NewTicker(w.opts.Poll)
@@ -142,11 +146,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 			w.opts.Log.Error(err, "config watch error; relying on the periodic re-read", "path", w.opts.Path)
 		case <-debounce.C:
-			w.Reload()
+			_ = w.Reload() // a rejected configuration is logged and kept in Status
 		case <-poll:
-			w.Reload()
+			_ = w.Reload()
 		}
 	}
+}
+
+func (w *Watcher) setWatching(on bool) {
+	w.mu.Lock()
+	w.status.Watching = on
+	w.mu.Unlock()
 }
 
 // Reload reads the file and, when its content changed, builds and installs the new pipeline. It

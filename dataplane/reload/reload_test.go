@@ -68,7 +68,7 @@ func start(t *testing.T, kubelet bool) *fixture {
 	done := make(chan struct{})
 	go func() { _ = f.w.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done; f.holder.Load().Close() })
-	time.Sleep(50 * time.Millisecond) // the watch is registered
+	f.waitFor("the watch", func() bool { return f.w.Status().Watching })
 	return f
 }
 
@@ -131,9 +131,12 @@ func TestReloadOnEveryKindOfUpdate(t *testing.T) {
 				update(f, decodeOnly)
 			}
 			f.waitFor("the old pipeline", func() bool { return steps(f.holder.Load()) == "decode" })
-			time.Sleep(100 * time.Millisecond)
-			if n := f.w.Status().Succeeded; n != 2 {
-				t.Fatalf("%d reloads for 1+1 distinct contents", n)
+			// A third content marks the end of the burst: events are handled in order, so once it
+			// is served every reload the burst caused has happened.
+			update(f, prefillNIXL)
+			f.waitFor("the marker", func() bool { return steps(f.holder.Load()) == "prefill,decode" })
+			if n := f.w.Status().Succeeded; n != 3 {
+				t.Fatalf("%d reloads for 1+1+1 distinct contents", n)
 			}
 		})
 	}
@@ -193,8 +196,14 @@ func TestMissingFileMidSwapIsIgnored(t *testing.T) {
 	if err := os.Remove(f.path); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if f.holder.Load() != good || f.w.Status().Failed != 0 {
-		t.Fatalf("a missing file changed the pipeline: %+v", f.w.Status())
+	if err := f.w.Reload(); err != nil || f.holder.Load() != good || f.w.Status().Failed != 0 {
+		t.Fatalf("a missing file changed the pipeline: %v %+v", err, f.w.Status())
+	}
+	// The file reappears with new content: the watcher handled the removal's event first (events
+	// run in order), so had it failed, Failed would count it by the time the new pipeline serves.
+	f.write(prefillNIXL, false)
+	f.waitFor("the new file", func() bool { return steps(f.holder.Load()) == "prefill,decode" })
+	if st := f.w.Status(); st.Failed != 0 || st.Succeeded != 1 {
+		t.Fatalf("status %+v", st)
 	}
 }

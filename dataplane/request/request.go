@@ -191,7 +191,8 @@ func (rc *Context) TokenIDsJSON() json.RawMessage {
 			}
 			b = strconv.AppendInt(b, int64(t), 10)
 		}
-		rc.tokenJSON = append(b, ']')
+		b = append(b, ']')
+		rc.tokenJSON = b
 	}
 	return rc.tokenJSON
 }

@@ -126,7 +126,7 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 	if req.ContentLength != 0 {
 		leg.Body, leg.Size = http.MaxBytesReader(c.Response(), req.Body, limit), req.ContentLength
 	}
-	resp, err := gw.Do(ctx, leg)
+	resp, err := gw.Do(ctx, leg) //nolint:bodyclose // upstream.Relay closes it
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

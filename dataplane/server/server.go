@@ -148,7 +148,7 @@ func (s *Server) serve(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) recovered(c echo.Context, x *exchange, next echo.HandlerFunc) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			if r == http.ErrAbortHandler {
+			if r == http.ErrAbortHandler { //nolint:errorlint // a recovered value, compared as net/http does
 				panic(r)
 			}
 			s.log.Error(nil, "panic serving request", "panic", r, "request_id", x.id, "path", c.Request().URL.Path)

@@ -284,7 +284,7 @@ func TestReadiness(t *testing.T) {
 		t.Fatalf("healthz %d", resp.StatusCode)
 	}
 	resp, b := do(t, "POST", h.url+"/v1/chat/completions", `{"messages":[]}`, nil)
-	if resp.StatusCode != 503 {
+	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("request without pipeline: %d %s", resp.StatusCode, b)
 	}
 
@@ -300,17 +300,17 @@ func TestPassthrough(t *testing.T) {
 		_, _ = io.WriteString(w, `{"object":"list","data":[{"id":"m"}]}`)
 	}, nil)
 	resp, b := do(t, "GET", h.url+"/v1/models?x=1", "", map[string]string{"EPP-Profile": "prefill", "Authorization": "Bearer k"})
-	if resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"m"`) {
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), `"id":"m"`) {
 		t.Fatalf("passthrough %d %s", resp.StatusCode, b)
 	}
 	leg, _ := h.up.last(t)
-	if leg.Method != "GET" || leg.URL.RequestURI() != "/v1/models?x=1" || leg.Header.Get("EPP-Profile") != "decode" ||
+	if leg.Method != http.MethodGet || leg.URL.RequestURI() != "/v1/models?x=1" || leg.Header.Get("EPP-Profile") != "decode" ||
 		leg.Header.Get("Authorization") != "Bearer k" || leg.Header.Get("X-Request-Id") != resp.Header.Get("X-Request-Id") {
 		t.Fatalf("leg %s %s %v", leg.Method, leg.URL, leg.Header)
 	}
 	resp, b = do(t, "POST", h.url+"/v1/embeddings", `{"input":"x"}`, map[string]string{"Content-Type": "application/json"})
 	_, legBody := h.up.last(t)
-	if resp.StatusCode != 200 || legBody != `{"input":"x"}` {
+	if resp.StatusCode != http.StatusOK || legBody != `{"input":"x"}` {
 		t.Fatalf("post passthrough %d %s / %s", resp.StatusCode, b, legBody)
 	}
 }
@@ -318,7 +318,7 @@ func TestPassthrough(t *testing.T) {
 func TestPassthroughBodyLimit(t *testing.T) {
 	h := start(t, jsonAnswer, func(c *config.Config) { c.Server.MaxRequestBodySize = 1 })
 	resp, b := do(t, "POST", h.url+"/v1/embeddings", strings.Repeat("x", 2<<20), nil)
-	if resp.StatusCode != 413 {
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d %s", resp.StatusCode, b)
 	}
 	decodeError(t, resp, b)
@@ -335,7 +335,7 @@ func TestStreamOutlivesWriteTimeout(t *testing.T) {
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
 	}, func(c *config.Config) { c.Server.WriteTimeout = config.Duration(200 * time.Millisecond) })
 	resp, b := do(t, "POST", h.url+"/v1/chat/completions", `{"messages":[],"stream":true}`, nil)
-	if resp.StatusCode != 200 || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
+	if resp.StatusCode != http.StatusOK || !strings.HasSuffix(string(b), "data: [DONE]\n\n") {
 		t.Fatalf("stream cut: %d %q", resp.StatusCode, b)
 	}
 }

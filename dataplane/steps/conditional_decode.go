@@ -32,7 +32,7 @@ type conditionalDecode struct {
 func newConditionalDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, ConditionalDecodeStep)
 	// Accepted for compatibility with upstream configs; the leg always keeps the client's format.
-	p.Bool(ParamUseOpenAIFormat, true)
+	p.Bool(paramUseOpenAIFormat, true)
 	return &conditionalDecode{gw: deps.Gateway, metrics: deps.Telemetry.Metrics}, nil
 }
 
@@ -42,7 +42,7 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) er
 	leg := rc.Leg(gateway.ProfileDecode, rc.Path, s.body(rc))
 	leg.Prefer = gateway.PreferIfAvailable
 	leg.Phase = ConditionalDecodeStep
-	resp, err := s.gw.Do(ctx, leg)
+	resp, err := s.gw.Do(ctx, leg) //nolint:bodyclose // upstream.Discard or respond closes it
 	if err != nil {
 		s.metrics.ConditionalDecode(observe.CondError)
 		if ctx.Err() != nil {

@@ -31,6 +31,8 @@ func newDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	return &decode{gw: deps.Gateway, kv: kvConnector(deps, p)}, nil
 }
 
+var _ pipeline.Terminal = (*decode)(nil)
+
 func (*decode) Name() string   { return DecodeStep }
 func (*decode) Terminal() bool { return true }
 
@@ -39,7 +41,7 @@ func (s *decode) Execute(ctx context.Context, rc *request.Context) error {
 	if err != nil {
 		return err
 	}
-	resp, err := s.gw.Do(ctx, rc.Leg(gateway.ProfileDecode, rc.Path, obj))
+	resp, err := s.gw.Do(ctx, rc.Leg(gateway.ProfileDecode, rc.Path, obj)) //nolint:bodyclose // respond closes it
 	if err != nil {
 		return &apierror.UpstreamError{Phase: DecodeStep, Err: err}
 	}

@@ -42,7 +42,7 @@ type encode struct {
 
 func newEncode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, EncodeStep)
-	s := &encode{gw: deps.Gateway, ec: ecConnector(p), useOpenAI: p.Bool(ParamUseOpenAIFormat, true), maxParallel: p.Int("max_parallel", 8, 1), metrics: deps.Telemetry.Metrics}
+	s := &encode{gw: deps.Gateway, ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true), maxParallel: p.Int("max_parallel", 8, 1), metrics: deps.Telemetry.Metrics}
 	return s, nil
 }
 

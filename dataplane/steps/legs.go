@@ -12,6 +12,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
@@ -19,11 +20,11 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
-// Param names shared by several steps.
+// Param names shared by several steps: the pipeline-level settings each step inherits.
 const (
-	ParamKVConnector     = "kv_connector"
-	ParamECConnector     = "ec_connector"
-	ParamUseOpenAIFormat = "use_openai_format"
+	paramKVConnector     = config.ParamKVConnector
+	paramECConnector     = config.ParamECConnector
+	paramUseOpenAIFormat = config.ParamUseOpenAIFormat
 )
 
 // Raw JSON literals used on legs.
@@ -34,19 +35,19 @@ var (
 )
 
 func kvConnector(deps registry.Deps, p *params.Params) kv.Connector {
-	name := p.String(ParamKVConnector, kv.SharedStorage)
+	name := p.String(paramKVConnector, kv.SharedStorage)
 	c, err := kv.New(name, deps.Getenv)
 	if err != nil {
-		p.Fail(ParamKVConnector, "%v", err)
+		p.Fail(paramKVConnector, "%v", err)
 	}
 	return c
 }
 
 func ecConnector(p *params.Params) ec.Connector {
-	name := p.String(ParamECConnector, ec.SharedStorage)
+	name := p.String(paramECConnector, ec.SharedStorage)
 	c, err := ec.New(name)
 	if err != nil {
-		p.Fail(ParamECConnector, "%v", err)
+		p.Fail(paramECConnector, "%v", err)
 	}
 	return c
 }

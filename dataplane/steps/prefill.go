@@ -33,7 +33,7 @@ type prefill struct {
 
 func newPrefill(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, PrefillStep)
-	return &prefill{gw: deps.Gateway, kv: kvConnector(deps, p), ec: ecConnector(p), useOpenAI: p.Bool(ParamUseOpenAIFormat, true)}, nil
+	return &prefill{gw: deps.Gateway, kv: kvConnector(deps, p), ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true)}, nil
 }
 
 func (*prefill) Name() string { return PrefillStep }

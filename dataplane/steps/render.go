@@ -60,6 +60,8 @@ func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	return s, nil
 }
 
+var _ pipeline.Closer = (*render)(nil)
+
 func (*render) Name() string { return RenderStep }
 
 // Close drops pooled connections to the render service.

@@ -234,7 +234,7 @@ func TestRenderParams(t *testing.T) {
 		"negative tokens":  {map[string]any{"address": "http://r", "max_total_tokens": -1}, "params.max_total_tokens"},
 		"timeout no unit":  {map[string]any{"address": "http://r", "timeout": "30"}, "params.timeout"},
 		"negative idle":    {map[string]any{"address": "http://r", "max_idle_conns_per_host": -1}, "params.max_idle_conns_per_host"},
-		"unknown param":    {map[string]any{"address": "http://r", "adress": "http://r"}, "params.adress"},
+		"unknown param":    {map[string]any{"address": "http://r", "adress": "http://r"}, "params.adress"}, //nolint:misspell // on purpose
 		"placeholder type": {map[string]any{"address": "http://r", "max_total_placeholder_tokens": "10"}, "params.max_total_placeholder_tokens"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -89,6 +89,8 @@ func newReplaceMediaURLs(deps registry.Deps, p *params.Params) (pipeline.Step, e
 func (*replaceMediaURLs) Name() string { return ReplaceMediaURLsStep }
 
 // Close drops pooled connections to media hosts.
+var _ pipeline.Closer = (*replaceMediaURLs)(nil)
+
 func (s *replaceMediaURLs) Close() { s.client.CloseIdleConnections() }
 
 func (s *replaceMediaURLs) Execute(ctx context.Context, rc *request.Context) error {

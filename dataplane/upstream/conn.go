@@ -9,7 +9,8 @@ import (
 // WholeBody is a request body that knows its remaining length and can write itself out at once.
 // The connections of NewTransport write such a body with one vectored write (writev) of
 // the pieces it is made of — the large values of the client's body included — instead of
-// net/http's default of copying it through a 32 KiB buffer.
+// net/http's default of copying it through a 32 KiB buffer. It must also be an io.Closer, or
+// net/http wraps it and the connection never sees it.
 type WholeBody interface {
 	io.WriterTo
 	// Len is the number of bytes left to write.

@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,8 +43,9 @@ func main() {
 	once := flag.Bool("once", false, "exit after the first request instead of serving until Ctrl-C")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *addr, *once); err != nil {
+	err := run(ctx, *addr, *once)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -174,7 +176,7 @@ func applySamples(ctx context.Context, k client.Client, dir string, st *stack.St
 		dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(string(data)), 4096)
 		for {
 			var u unstructured.Unstructured
-			if err := dec.Decode(&u.Object); err == io.EOF {
+			if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
 				break
 			} else if err != nil {
 				return "", fmt.Errorf("%s: %w", f, err)

@@ -86,7 +86,7 @@ func Bundle(root string, opts BundleOptions) (map[string][]byte, error) {
 	}
 	sa, _, _ := unstructured.NestedString(dep.Object, "spec", "template", "spec", "serviceAccountName")
 	if sa == "" {
-		return nil, fmt.Errorf("Deployment %s has no serviceAccountName", dep.GetName())
+		return nil, fmt.Errorf("Deployment %s has no serviceAccountName", dep.GetName()) //nolint:staticcheck // ST1005: a Kubernetes kind
 	}
 
 	consumed := map[*unstructured.Unstructured]bool{csvs[0]: true, deps[0]: true}

@@ -117,12 +117,12 @@ func SetImages(dep *unstructured.Unstructured, operatorImage, coordinatorImage s
 			}
 		}
 		if !set {
-			return fmt.Errorf("Deployment %s: container %s has no %s variable", dep.GetName(), ManagerContainer, CoordinatorImageEnv)
+			return fmt.Errorf("Deployment %s: container %s has no %s variable", dep.GetName(), ManagerContainer, CoordinatorImageEnv) //nolint:staticcheck // ST1005: a Kubernetes kind
 		}
 		containers[i] = cm
 	}
 	if !found {
-		return fmt.Errorf("Deployment %s has no container %s", dep.GetName(), ManagerContainer)
+		return fmt.Errorf("Deployment %s has no container %s", dep.GetName(), ManagerContainer) //nolint:staticcheck // ST1005: a Kubernetes kind
 	}
 	return unstructured.SetNestedSlice(dep.Object, containers, "spec", "template", "spec", "containers")
 }

@@ -36,7 +36,7 @@ func RunMicro(ctx context.Context, repo, benchtime, outPath string, pkgs []strin
 	}
 	res := ParseMicro(out)
 	if err != nil {
-		return res, fmt.Errorf("go %s: %v (output in %s)", strings.Join(args, " "), err, outPath)
+		return res, fmt.Errorf("go %s: %w (output in %s)", strings.Join(args, " "), err, outPath)
 	}
 	return res, nil
 }

@@ -30,7 +30,7 @@ func Build(ctx context.Context, repo, dir string) (Binaries, error) {
 		"./cmd/coordinator", "./test/simworker/cmd/simworker", "./test/bench/rawproxy")
 	cmd.Dir = repo
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("go build: %v\n%s", err, out)
+		return Binaries{}, fmt.Errorf("go build: %w\n%s", err, out)
 	}
 	return Binaries{
 		Coordinator: filepath.Join(dir, "coordinator"),
@@ -119,7 +119,7 @@ func Start(ctx context.Context, o StartOptions) (*Proc, error) {
 			}
 			p.URL = u
 		case <-p.exited:
-			return fail(fmt.Errorf("exited: %v", p.waitErr))
+			return fail(fmt.Errorf("exited: %w", p.waitErr))
 		case <-deadline.C:
 			return fail(errors.New("printed no URL within 30s"))
 		case <-ctx.Done():
@@ -137,7 +137,7 @@ func Start(ctx context.Context, o StartOptions) (*Proc, error) {
 		}
 		select {
 		case <-p.exited:
-			return fail(fmt.Errorf("exited: %v", p.waitErr))
+			return fail(fmt.Errorf("exited: %w", p.waitErr))
 		case <-deadline.C:
 			return fail(fmt.Errorf("not ready at %s%s within 30s", p.URL, o.ReadyPath))
 		case <-ctx.Done():
@@ -193,7 +193,7 @@ func PeakRSS(pid int) (int64, error) {
 }
 
 // ParseVmHWM extracts VmHWM from the text of /proc/<pid>/status, in bytes.
-func ParseVmHWM(status []byte) (int64, error) {
+func ParseVmHWM(status []byte) (int64, error) { //nolint:revive // VmHWM: the kernel's field name
 	for line := range bytes.Lines(status) {
 		rest, ok := bytes.CutPrefix(line, []byte("VmHWM:"))
 		if !ok {

@@ -120,7 +120,7 @@ func TestFmtDur(t *testing.T) {
 		1500 * time.Microsecond: "1.50ms", 2 * time.Second: "2.00s",
 	} {
 		if got := fmtDur(d); got != want {
-			t.Errorf("fmtDur(%v) = %q, want %q", time.Duration(d), got, want)
+			t.Errorf("fmtDur(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -4,12 +4,13 @@ import (
 	"context"
 	"testing"
 
-	"github.com/epd-dev/coordinator/test/cluster"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/epd-dev/coordinator/test/cluster"
 )
 
 // The rendered chart is accepted by a real kube-apiserver (envtest): the CRD is created, every

@@ -310,7 +310,7 @@ func TestCoordinatorServesWithTheAnnotatedConfig(t *testing.T) {
 	defer func() {
 		if cmd.ProcessState == nil {
 			_ = cmd.Process.Kill()
-			<-done
+			<-done //nolint:errcheck // the kill's exit error
 		}
 	}()
 

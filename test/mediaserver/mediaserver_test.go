@@ -58,7 +58,7 @@ func TestPNG(t *testing.T) {
 	for _, name := range []string{"cat", "dog", "a", "a-much-longer-name"} {
 		t.Run(name, func(t *testing.T) {
 			resp, body := get(t, s.URL()+"/img/"+name+".png")
-			if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "image/png" ||
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "image/png" ||
 				resp.Header.Get("Content-Length") != strconv.Itoa(len(body)) {
 				t.Fatalf("status %d headers %v", resp.StatusCode, resp.Header)
 			}
@@ -129,7 +129,7 @@ func TestSlow(t *testing.T) {
 	s := startServer(t)
 	start := time.Now()
 	resp, body := get(t, s.URL()+"/slow?delay=150ms")
-	if d := time.Since(start); d < 150*time.Millisecond || resp.StatusCode != 200 || !bytes.Equal(body, PNG("slow")) {
+	if d := time.Since(start); d < 150*time.Millisecond || resp.StatusCode != http.StatusOK || !bytes.Equal(body, PNG("slow")) {
 		t.Errorf("took %v, status %d", d, resp.StatusCode)
 	}
 	if resp, _ := get(t, s.URL()+"/slow?delay=20"); resp.StatusCode != 200 {
@@ -202,7 +202,7 @@ func TestRecordsRequests(t *testing.T) {
 	if len(reqs) != 2 {
 		t.Fatalf("%d requests", len(reqs))
 	}
-	if r := reqs[0]; r.Method != "GET" || r.Path != "/img/a.png" || r.Query != "v=1" || r.Header.Get("User-Agent") != "coordinator-test" ||
+	if r := reqs[0]; r.Method != http.MethodGet || r.Path != "/img/a.png" || r.Query != "v=1" || r.Header.Get("User-Agent") != "coordinator-test" ||
 		r.Header.Get("Authorization") != "" || r.Time.IsZero() || r.RemoteAddr == "" {
 		t.Errorf("request 0 = %+v", r)
 	}
@@ -224,7 +224,7 @@ func TestAsHandler(t *testing.T) {
 	srv := httptest.NewServer(s)
 	defer srv.Close()
 	resp, body := get(t, srv.URL+"/img/x.png")
-	if resp.StatusCode != 200 || !bytes.Equal(body, PNG("x")) || s.URL() != "" || len(s.Requests()) != 1 {
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, PNG("x")) || s.URL() != "" || len(s.Requests()) != 1 {
 		t.Errorf("status %d, URL %q", resp.StatusCode, s.URL())
 	}
 	if err := s.Close(); err != nil {

@@ -164,7 +164,7 @@ func (c *Coordinator) URL() string { return c.url }
 // Close stops the server at once.
 func (c *Coordinator) Close() {
 	_ = c.Server.Close()
-	<-c.done
+	<-c.done //nolint:errcheck // Serve's nil after Close
 }
 
 // LoopbackMedia lets replace-media-urls download from loopback media servers (tests only).

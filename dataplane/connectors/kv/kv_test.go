@@ -120,7 +120,7 @@ func TestSGLangPrefill(t *testing.T) {
 }
 
 func TestBootstrapPort(t *testing.T) {
-	for v, want := range map[string]int{"": 8998, "1": 1, "65535": 65535, " 7000 ": 7000} {
+	for v, want := range map[string]int{"": 8998, "1": 1, "65535": 65535, " 7000 ": 7000} { //nolint:gocritic // " 7000 ": spaces are trimmed
 		if got, err := bootstrapPort(v); err != nil || got != want {
 			t.Errorf("bootstrapPort(%q) = %d, %v", v, got, err)
 		}

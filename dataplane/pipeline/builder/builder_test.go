@@ -75,7 +75,7 @@ func TestBuildErrors(t *testing.T) {
 		},
 		"unknown param": {
 			cfg: func() config.Config {
-				return cfgWith(config.Step{Type: "test-a", Params: map[string]any{"levle": 2}}, config.Step{Type: "test-end"})
+				return cfgWith(config.Step{Type: "test-a", Params: map[string]any{"levle": 2}}, config.Step{Type: "test-end"}) //nolint:misspell // an unknown param
 			},
 			key: "pipeline.steps[0].params.levle", want: "unknown parameter (this step accepts: behaviour, level)",
 		},

@@ -110,12 +110,12 @@ func (p *Params) getBool(name string, def bool) bool {
 	return b
 }
 
-// Int reads an integer param (an integral float such as 8.0 is accepted) no smaller than min.
-func (p *Params) Int(name string, def, min int) int {
-	return keep(p, name, p.getInt(name, def, min))
+// Int reads an integer param (an integral float such as 8.0 is accepted) no smaller than least.
+func (p *Params) Int(name string, def, least int) int {
+	return keep(p, name, p.getInt(name, def, least))
 }
 
-func (p *Params) getInt(name string, def, min int) int {
+func (p *Params) getInt(name string, def, least int) int {
 	v, ok := p.lookup(name)
 	if !ok {
 		return def
@@ -136,8 +136,8 @@ func (p *Params) getInt(name string, def, min int) int {
 		p.Fail(name, "must be an integer, got %T", v)
 		return def
 	}
-	if n < int64(min) {
-		p.Fail(name, "must be at least %d, got %d", min, n)
+	if n < int64(least) {
+		p.Fail(name, "must be at least %d, got %d", least, n)
 		return def
 	}
 	return int(n)

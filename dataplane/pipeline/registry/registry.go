@@ -24,7 +24,7 @@ type Factory func(deps Deps, p *params.Params) (pipeline.Step, error)
 // Capability is something a step produces for later steps.
 type Capability string
 
-// Tokens: the prompt's token ids and each media item's hash and placeholder are known.
+// Tokens means that the prompt's token ids and each media item's hash and placeholder are known.
 const Tokens Capability = "tokens"
 
 // Need is a capability a step requires from an earlier step, and why.

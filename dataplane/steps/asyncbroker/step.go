@@ -6,32 +6,30 @@
 //     fairness headers are stamped on the forwarded headers, and the pipeline continues;
 //   - enqueue: the request is stored durably in the tenant's route queue and answered with
 //     202 {"id","status":"pending"}; the result is fetched later with GET /v1/requests/{id};
-//   - wait: as enqueue, then the request is held until its result arrives (woken by keyspace
-//     notifications, with a polling fallback), its deadline passes (504), or wait_cap_seconds
-//     passes (202 pending).
+//   - wait: as enqueue, then the request is held until its result arrives, its deadline passes
+//     (504), or wait_cap_seconds passes (202 pending).
 //
 // Requests without the header are untouched: that is also how the consumer re-enters the
 // coordinator to run a queued request. The step serves GET and DELETE /v1/requests/{id} on the
-// coordinator's listener. docs/async-broker.md documents the params and the Redis contract.
+// coordinator's listener.
+//
+// This package parses and validates the params and the requests; everything that talks to Redis
+// is the Broker, provided by package dataplane/asyncbroker, which registers itself with Use when a
+// binary imports it. The operator validates pipelines through this package and so links no Redis
+// client. docs/async-broker.md documents the params and the Redis contract.
 package asyncbroker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
+	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/logging"
@@ -39,6 +37,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
 // StepType is the registered type name.
@@ -56,54 +55,39 @@ const (
 	ModeWait        = "wait"
 )
 
+// Quota classes of passthrough requests.
 const (
-	// expiredGrace is how long the live marker outlives the deadline: GET answers 504 rather than
-	// 410 during it, and the consumer still finds the marker to report DEADLINE_EXCEEDED.
-	expiredGrace = time.Hour
-	// cancelMarkerFloor is the shortest life of a cancel marker.
-	cancelMarkerFloor = time.Minute
-	// notifyBackupPoll is the mailbox poll of a waiter woken by keyspace notifications (a lost
-	// notification, a Redis restart); pollInterval the poll without notifications.
-	notifyBackupPoll = 2 * time.Second
-	pollInterval     = 200 * time.Millisecond
-	// probeTTL is how long the notify-keyspace-events probe is trusted.
-	probeTTL = 30 * time.Second
-	// quotaOpenFor is how long quota fails open without asking Redis after a Redis error, so that
-	// a Redis outage costs passthrough requests one timeout per interval, not one each.
-	quotaOpenFor = time.Second
-	// maxResubmits bounds how often a waiter re-queues a request that Redis lost.
-	maxResubmits = 3
+	ClassReserved = "reserved"
+	ClassOverflow = "overflow"
 )
 
-// errClosed is returned once the pipeline that owns the step was replaced.
-var errClosed = errors.New("async-broker step is closed (the pipeline was reloaded)")
+// RequestsPath is the prefix of a queued request's URL, /v1/requests/{id}.
+const RequestsPath = "/v1/requests/"
 
-// Step is the async-broker step. Its Redis client is created on first use: the factory does no
-// I/O (the operator builds pipelines to validate them).
+// validID is the shape of a request id (the server's x-request-id rule).
+var validID = regexp.MustCompile(`^[A-Za-z0-9-]{1,128}$`)
+
+var (
+	_ pipeline.Closer        = (*Step)(nil)
+	_ pipeline.RouteProvider = (*Step)(nil)
+)
+
+// Step is the async-broker step.
 type Step struct {
-	cfg    *settings
-	log    logr.Logger
-	getenv func(string) string
-
-	// backupPoll and poll are the waiters' poll intervals (tests shorten them).
-	backupPoll, poll time.Duration
-	now              func() time.Time
-
-	mu      sync.Mutex
-	client  *redis.Client
-	closed  bool
-	users   int // holders of the client; the last one closes it after Close
-	notify  *notifier
-	probeAt time.Time
-	probeOK bool
-
-	// quotaOpenUntil (Unix nanoseconds) is when quota stops failing open after a Redis error.
-	quotaOpenUntil atomic.Int64
+	cfg *Settings
+	log logr.Logger
+	// broker is nil when the binary does not link the runtime.
+	broker Broker
 }
 
-// New is the step factory. It validates the params (the builder checks that the step is first).
+// New is the step factory. It validates the params (the builder checks that the step is first)
+// and, when the binary links the runtime, builds the step's broker (which does no I/O either).
 func New(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
-	cfg, err := parseSettings(p)
+	return newStep(deps, p, registered())
+}
+
+func newStep(deps registry.Deps, p *params.Params, rt Runtime) (*Step, error) {
+	cfg, err := ParseSettings(p)
 	if err != nil {
 		return nil, err
 	}
@@ -111,12 +95,12 @@ func New(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	if log.GetSink() == nil {
 		log = logr.Discard()
 	}
-	s := &Step{cfg: cfg, log: log, getenv: deps.Getenv, backupPoll: notifyBackupPoll, poll: pollInterval, now: time.Now}
-	if d := deps.Overrides.BrokerPollInterval; d > 0 {
-		s.poll = d
-	}
-	if d := deps.Overrides.BrokerBackupPollInterval; d > 0 {
-		s.backupPoll = d
+	s := &Step{cfg: cfg, log: log}
+	if rt != nil {
+		if s.broker, err = rt(cfg, deps); err != nil {
+			p.Fail("redis_url", "%v", err)
+			return nil, p.Err()
+		}
 	}
 	return s, nil
 }
@@ -126,7 +110,7 @@ func (*Step) Name() string { return StepType }
 
 // Execute handles a request by its mode header; without one it does nothing.
 func (s *Step) Execute(ctx context.Context, rc *request.Context) error {
-	raw := strings.TrimSpace(rc.Header.Get(s.cfg.modeHeader))
+	raw := strings.TrimSpace(rc.Header.Get(s.cfg.ModeHeader))
 	if raw == "" {
 		return nil
 	}
@@ -134,11 +118,11 @@ func (s *Step) Execute(ctx context.Context, rc *request.Context) error {
 	switch mode {
 	case ModePassthrough, ModeEnqueue, ModeWait:
 	default:
-		return invalid("unknown %s %q: use passthrough, enqueue or wait", s.cfg.modeHeader, truncate(raw, 64))
+		return invalid("unknown %s %q: use passthrough, enqueue or wait", s.cfg.ModeHeader, truncate(raw, 64))
 	}
-	tenant, err := s.tenant(rc.Header)
-	if err != nil {
-		return err
+	tenant, e := s.tenant(rc.Header)
+	if e != nil {
+		return e
 	}
 	if mode == ModePassthrough {
 		return s.passthrough(ctx, rc, tenant)
@@ -157,19 +141,22 @@ func (s *Step) Execute(ctx context.Context, rc *request.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.queue(ctx, rc, tenant, mode, timeout)
+	if s.broker == nil {
+		return notLinked()
+	}
+	return s.broker.Queue(ctx, rc, tenant, mode, timeout)
 }
 
 // tenant reads the tenant header (default "default").
-func (s *Step) tenant(h http.Header) (string, error) {
-	t := strings.TrimSpace(h.Get(s.cfg.tenantHeader))
+func (s *Step) tenant(h http.Header) (string, *apierror.Error) {
+	t := strings.TrimSpace(h.Get(s.cfg.TenantHeader))
 	switch {
 	case t == "":
 		return DefaultTenant, nil
 	case strings.Contains(t, ":"):
-		return "", invalid("%s must not contain ':'", s.cfg.tenantHeader)
+		return "", invalid("%s must not contain ':'", s.cfg.TenantHeader)
 	case len(t) > maxTenantLen:
-		return "", invalid("%s is longer than %d bytes", s.cfg.tenantHeader, maxTenantLen)
+		return "", invalid("%s is longer than %d bytes", s.cfg.TenantHeader, maxTenantLen)
 	}
 	return t, nil
 }
@@ -177,122 +164,130 @@ func (s *Step) tenant(h http.Header) (string, error) {
 // timeout is the request's time budget: the timeout header (positive whole seconds) or the
 // mode's default, clamped to the mode's max_seconds.
 func (s *Step) timeout(h http.Header, mode string) (time.Duration, error) {
-	spec := s.cfg.enqueue
+	spec := s.cfg.Enqueue
 	if mode == ModeWait {
-		spec = s.cfg.wait
+		spec = s.cfg.Wait
 	}
-	d := spec.def
-	if v := strings.TrimSpace(h.Get(s.cfg.timeoutHeader)); v != "" {
+	d := spec.Default
+	if v := strings.TrimSpace(h.Get(s.cfg.TimeoutHeader)); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 || n > 1<<31 {
-			return 0, invalid("%s must be a positive whole number of seconds, got %q", s.cfg.timeoutHeader, truncate(v, 32))
+			return 0, invalid("%s must be a positive whole number of seconds, got %q", s.cfg.TimeoutHeader, truncate(v, 32))
 		}
 		d = time.Duration(n) * time.Second
 	}
-	if spec.max > 0 && d > spec.max {
-		d = spec.max
+	if spec.Max > 0 && d > spec.Max {
+		d = spec.Max
 	}
 	return d, nil
 }
 
-// hold returns the Redis client (created on first use) and a func to call when done with it. A
-// held client stays open past Close until its last holder is done.
-func (s *Step) hold() (*redis.Client, func(), error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, nil, errClosed
+// passthrough labels the request for the scheduler and lets the pipeline continue: the client's
+// own objective and fairness headers are dropped, the tier's objective for the tenant's quota
+// class and the tenant as fairness id are stamped on the forwarded headers.
+func (s *Step) passthrough(ctx context.Context, rc *request.Context, tenant string) error {
+	if s.broker == nil {
+		return notLinked()
 	}
-	if s.client == nil {
-		useRedisLogger(s.log)
-		s.client = redis.NewClient(s.options())
+	r := s.cfg.Route(rc.Model, tenant)
+	class := ClassReserved
+	if _, limited := s.cfg.Quota.Limit(tenant); limited {
+		class = s.broker.Classify(ctx, rc.Log, tenant)
 	}
-	s.users++
-	var once sync.Once
-	return s.client, func() { once.Do(s.unhold) }, nil
-}
-
-func (s *Step) unhold() {
-	s.mu.Lock()
-	s.users--
-	var c *redis.Client
-	if s.closed && s.users == 0 {
-		c, s.client = s.client, nil
+	if rc.Forwarded == nil {
+		rc.Forwarded = http.Header{}
 	}
-	s.mu.Unlock()
-	if c != nil {
-		_ = c.Close()
-	}
-}
-
-// options are the client options: the URL's, with timeouts bounded by redis_timeout, few retries
-// (the scripts are idempotent), and no optional handshakes that old servers refuse.
-func (s *Step) options() *redis.Options {
-	o := *s.cfg.redisOpts
-	if s.cfg.passwordEnv != "" {
-		getenv := s.getenv
-		if getenv == nil {
-			getenv = os.Getenv
+	h := rc.Forwarded
+	h.Del(s.cfg.ModeHeader)
+	h.Del(s.cfg.ObjectiveHeader)
+	h.Del(s.cfg.FairnessHeader)
+	if obj, ok := s.cfg.Objectives[r.Tier]; ok {
+		name := obj.Reserved
+		if class == ClassOverflow {
+			name = obj.Overflow
 		}
-		if pw := getenv(s.cfg.passwordEnv); pw != "" {
-			o.Password = pw
+		if name != "" {
+			h.Set(s.cfg.ObjectiveHeader, name)
 		}
 	}
-	t := s.cfg.redisTimeout
-	if o.DialTimeout == 0 {
-		o.DialTimeout = t
-	}
-	if o.ReadTimeout == 0 {
-		o.ReadTimeout = t
-	}
-	if o.WriteTimeout == 0 {
-		o.WriteTimeout = t
-	}
-	if o.PoolTimeout == 0 {
-		o.PoolTimeout = t
-	}
-	if o.MaxRetries == 0 {
-		o.MaxRetries = defaultRedisMaxRetries
-	}
-	o.DialerRetries = 1
-	o.ContextTimeoutEnabled = true
-	if o.ClientName == "" {
-		o.ClientName = redisClientNamePrefix
-	}
-	o.DisableIdentity = true
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return &o
+	h.Set(s.cfg.FairnessHeader, tenant)
+	rc.Log.V(logging.Verbose).Info("async-broker passthrough", "tenant", tenant, "tier", r.Tier, "class", class)
+	return nil
 }
 
-// Close stops the notification listener and releases the Redis client (once the last holder,
-// e.g. a quota release still due, is done). Requests still running keep working.
+// Routes serves the results of queued requests on the coordinator's listener:
+// GET /v1/requests/{id} (the result, 202 while pending, 410 when unknown) and
+// DELETE /v1/requests/{id} (cancel and forget, 204), both scoped to the caller's tenant, and,
+// with serve_models, GET /v1/models listing the routes' models.
+func (s *Step) Routes() []pipeline.Route {
+	r := []pipeline.Route{
+		{Pattern: "GET " + RequestsPath + "{id}", Handler: s.requestHandler(Broker.ServeResult)},
+		{Pattern: "DELETE " + RequestsPath + "{id}", Handler: s.requestHandler(Broker.ServeDelete)},
+	}
+	if s.cfg.ServeModels {
+		r = append(r, pipeline.Route{Pattern: "GET /v1/models", Handler: http.HandlerFunc(s.handleModels)})
+	}
+	return r
+}
+
+// requestHandler validates the id and tenant of a /v1/requests/{id} call and hands it to serve.
+func (s *Step) requestHandler(serve func(b Broker, w http.ResponseWriter, r *http.Request, tenant, id string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reqID := w.Header().Get(upstream.RequestIDHeader)
+		id := r.PathValue("id")
+		if id == "" {
+			// Dispatched through ServeMux.Handler, which does not set path values.
+			id = strings.TrimPrefix(r.URL.Path, RequestsPath)
+		}
+		if !validID.MatchString(id) {
+			apierror.Write(w, invalid("invalid request id: 1 to 128 letters, digits or '-'"), reqID)
+			return
+		}
+		tenant, e := s.tenant(r.Header)
+		if e != nil {
+			apierror.Write(w, e, reqID)
+			return
+		}
+		if s.broker == nil {
+			e := notLinked()
+			s.log.Error(e.Cause, "async-broker: cannot serve "+r.Method+" "+RequestsPath+"{id}")
+			apierror.Write(w, e, reqID)
+			return
+		}
+		serve(s.broker, w, r, tenant, id)
+	})
+}
+
+// handleModels lists the models named by routes.
+func (s *Step) handleModels(w http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		OwnedBy string `json:"owned_by"`
+	}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	seen := map[string]bool{}
+	for _, r := range s.cfg.Routes {
+		if r.Model == "" || r.Model == wildcard || seen[r.Model] {
+			continue
+		}
+		seen[r.Model] = true
+		out.Data = append(out.Data, model{ID: r.Model, Object: "model", OwnedBy: "llm-d-async"})
+	}
+	b, _ := json.Marshal(out)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// Close releases the broker (requests still running keep working).
 func (s *Step) Close() {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return
+	if s.broker != nil {
+		s.broker.Close()
 	}
-	s.closed = true
-	n := s.notify
-	s.notify = nil
-	var c *redis.Client
-	if s.users == 0 {
-		c, s.client = s.client, nil
-	}
-	s.mu.Unlock()
-	if n != nil {
-		n.close()
-	}
-	if c != nil {
-		_ = c.Close()
-	}
-}
-
-// newToken identifies one copy of a request.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // invalid is a 400 with the upstream code.
@@ -305,30 +300,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// redisLog receives go-redis's own messages (dial failures, pub/sub reconnects), which it would
-// otherwise print to stderr; go-redis has one logger per process.
-var redisLog struct {
-	once sync.Once
-	log  atomic.Pointer[logr.Logger]
-}
-
-// useRedisLogger sends go-redis's messages to log at the verbose level.
-func useRedisLogger(log logr.Logger) {
-	redisLog.log.Store(&log)
-	redisLog.once.Do(func() { redis.SetLogger(redisLogger{}) })
-}
-
-type redisLogger struct{}
-
-func (redisLogger) Printf(_ context.Context, format string, v ...any) {
-	if l := redisLog.log.Load(); l != nil {
-		verbose(*l, "go-redis: "+fmt.Sprintf(format, v...))
-	}
-}
-
-// verbose logs at the verbose level.
-func verbose(log logr.Logger, msg string, kv ...any) {
-	log.V(logging.Verbose).Info(msg, kv...)
 }

@@ -32,8 +32,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 type options struct {
@@ -167,7 +168,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		SSEDuration: o.sseDuration, SSEITL: o.sseITL, SSETokens: o.sseTokens,
 	}}
 
-	bins := bench.Binaries{}
+	var bins bench.Binaries
 	if o.binDir != "" {
 		bins = bench.Binaries{Coordinator: filepath.Join(o.binDir, "coordinator"), Simworker: filepath.Join(o.binDir, "simworker"),
 			RawProxy: filepath.Join(o.binDir, "rawproxy")}
@@ -461,7 +462,7 @@ func profileCell(ctx context.Context, o options, r *rig, c bench.Cell, body benc
 			err := cmd.Wait()
 			// perf exits through the interrupt; what counts is that it wrote its data.
 			if st, serr := os.Stat(base + ".data"); serr != nil || st.Size() == 0 {
-				perfErr = fmt.Errorf("perf record: %v: %s", err, errb.String())
+				perfErr = fmt.Errorf("perf record: %w: %s", err, errb.String())
 			}
 		}
 	}
@@ -483,7 +484,7 @@ func profileCell(ctx context.Context, o options, r *rig, c bench.Cell, body benc
 	} {
 		out, err := exec.Command("perf", append([]string{"report", "-i", base + ".data", "--stdio"}, rep.args...)...).Output()
 		if err != nil {
-			return fmt.Errorf("perf report: %v", err)
+			return fmt.Errorf("perf report: %w", err)
 		}
 		if err := os.WriteFile(base+rep.suffix, out, 0o644); err != nil {
 			return err

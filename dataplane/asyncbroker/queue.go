@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,6 +15,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/request"
+	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
 	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
@@ -60,49 +62,50 @@ type queued struct {
 	score    int64
 }
 
-// queue enqueues the request (idempotently: a live copy or a reusable result with the same id
-// answers instead) and answers 202 (enqueue) or waits for the result (wait).
-func (s *Step) queue(ctx context.Context, rc *request.Context, tenant, mode string, timeout time.Duration) error {
-	client, release, err := s.hold()
+// Queue enqueues the request (idempotently: a live copy or a reusable result with the same id
+// answers instead) and answers 202 (mode enqueue) or waits for the result (mode wait). The step
+// validated the request and computed its time budget.
+func (b *Broker) Queue(ctx context.Context, rc *request.Context, tenant, mode string, timeout time.Duration) error {
+	client, release, err := b.hold()
 	if err != nil {
 		return enqueueFailed(rc, err)
 	}
 	defer release()
-	q, err := s.envelope(rc, tenant, timeout)
+	q, err := b.envelope(rc, tenant, timeout)
 	if err != nil {
 		return enqueueFailed(rc, err)
 	}
-	outcome, err := s.submit(ctx, client, q)
+	outcome, err := b.submit(ctx, client, q)
 	if err != nil {
 		rc.Log.Error(err, "async-broker: enqueue failed", "queue", q.queue, "tenant", tenant)
 		return enqueueFailed(rc, err)
 	}
 	verbose(rc.Log, "async-broker queued", "mode", mode, "queue", q.queue, "tenant", tenant, "outcome", outcome, "deadline", q.deadline)
 	rc.Writer.Header().Set(upstream.RequestIDHeader, rc.ID)
-	if mode == ModeEnqueue {
+	if mode == step.ModeEnqueue {
 		status := StatusPending
 		if outcome == submitDone {
 			status = StatusCompleted
 		}
-		return s.answerAccepted(rc, status)
+		return b.answerAccepted(rc, status)
 	}
-	return s.wait(ctx, rc, client, q, outcome == submitEnqueued)
+	return b.wait(ctx, rc, client, q, outcome == submitEnqueued)
 }
 
 // envelope builds the sorted-set member of the request.
-func (s *Step) envelope(rc *request.Context, tenant string, timeout time.Duration) (*queued, error) {
-	now := s.now()
+func (b *Broker) envelope(rc *request.Context, tenant string, timeout time.Duration) (*queued, error) {
+	now := b.now()
 	deadline := now.Add(timeout)
-	r := s.cfg.route(rc.Model, tenant)
-	q := &queued{keys: keysFor(tenant, rc.ID), id: rc.ID, queue: r.queue, token: newToken(), deadline: deadline}
+	r := b.cfg.Route(rc.Model, tenant)
+	q := &queued{keys: keysFor(tenant, rc.ID), id: rc.ID, queue: r.Queue, token: newToken(), deadline: deadline}
 	// Whole seconds on the wire, rounded up: the consumer never gives up before the client does.
 	q.score = (deadline.UnixNano() + int64(time.Second) - 1) / int64(time.Second)
-	md := map[string]string{s.cfg.quota.attribute: tenant}
+	md := map[string]string{b.cfg.Quota.Attribute: tenant}
 	if tp := rc.Header.Get("traceparent"); tp != "" {
 		md["traceparent"] = tp
 	}
 	var hdrs map[string]string
-	for _, h := range s.cfg.forward {
+	for _, h := range b.cfg.Forward {
 		if vs := rc.Header.Values(h); len(vs) > 0 {
 			if hdrs == nil {
 				hdrs = map[string]string{}
@@ -127,8 +130,8 @@ func (s *Step) envelope(rc *request.Context, tenant string, timeout time.Duratio
 
 // submit runs submitScript. It is not cut short by the client going away: a write Redis may
 // already have applied should be acknowledged or fail on its own terms.
-func (s *Step) submit(ctx context.Context, client *redis.Client, q *queued) (string, error) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.redisTimeout)
+func (b *Broker) submit(ctx context.Context, client *redis.Client, q *queued) (string, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.RedisTimeout)
 	defer cancel()
 	// An absolute expiry (PXAT): a relative TTL would start when Redis runs the script, a little
 	// after the deadline was computed, and a lookup right at the deadline would still see the
@@ -146,8 +149,8 @@ func (s *Step) submit(ctx context.Context, client *redis.Client, q *queued) (str
 }
 
 // lookup runs lookupScript; a ready result's mailbox TTL is shrunk to grace (0 deletes it).
-func (s *Step) lookup(ctx context.Context, client *redis.Client, k keys, grace time.Duration) (state, payload string, err error) {
-	lctx, cancel := context.WithTimeout(ctx, s.cfg.redisTimeout)
+func (b *Broker) lookup(ctx context.Context, client *redis.Client, k keys, grace time.Duration) (state, payload string, err error) {
+	lctx, cancel := context.WithTimeout(ctx, b.cfg.RedisTimeout)
 	defer cancel()
 	vals, err := lookupScript.Run(lctx, client, []string{k.result, k.active, k.cancel},
 		grace.Milliseconds(), expiredGrace.Milliseconds()).StringSlice()
@@ -161,8 +164,8 @@ func (s *Step) lookup(ctx context.Context, client *redis.Client, k keys, grace t
 }
 
 // cancel runs cancelScript for the copy with token (any live copy when token is empty).
-func (s *Step) cancel(ctx context.Context, client *redis.Client, k keys, token string, dropResult bool) (bool, error) {
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.redisTimeout)
+func (b *Broker) cancel(ctx context.Context, client *redis.Client, k keys, token string, dropResult bool) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.RedisTimeout)
 	defer cancel()
 	drop := "0"
 	if dropResult {
@@ -178,16 +181,16 @@ func (s *Step) cancel(ctx context.Context, client *redis.Client, k keys, token s
 //
 // A request that vanishes from Redis before its deadline (a Redis restart without persistence)
 // is queued again, up to maxResubmits times, so the waiter still gets its result.
-func (s *Step) wait(ctx context.Context, rc *request.Context, client *redis.Client, q *queued, ours bool) error {
+func (b *Broker) wait(ctx context.Context, rc *request.Context, client *redis.Client, q *queued, ours bool) error {
 	// The hold may outlast server.write_timeout, like a stream.
 	_ = http.NewResponseController(rc.Writer).SetWriteDeadline(time.Time{})
-	wake, interval, stop := s.watch(ctx, client, q.result)
+	wake, interval, stop := b.watch(ctx, client, q.result)
 	defer stop()
-	deadline := time.NewTimer(q.deadline.Sub(s.now()))
+	deadline := time.NewTimer(q.deadline.Sub(b.now()))
 	defer deadline.Stop()
 	var capC <-chan time.Time
-	if s.cfg.waitCap > 0 {
-		t := time.NewTimer(s.cfg.waitCap)
+	if b.cfg.WaitCap > 0 {
+		t := time.NewTimer(b.cfg.WaitCap)
 		defer t.Stop()
 		capC = t.C
 	}
@@ -196,7 +199,7 @@ func (s *Step) wait(ctx context.Context, rc *request.Context, client *redis.Clie
 	resubmits := 0
 	var lastErr error
 	for {
-		state, payload, err := s.lookup(ctx, client, q.keys, s.cfg.fetchGrace)
+		state, payload, err := b.lookup(ctx, client, q.keys, b.cfg.FetchGrace)
 		switch {
 		case err != nil:
 			if lastErr == nil && ctx.Err() == nil {
@@ -204,7 +207,7 @@ func (s *Step) wait(ctx context.Context, rc *request.Context, client *redis.Clie
 			}
 			lastErr = err
 		case state == stateReady:
-			return s.deliver(rc, payload)
+			return b.deliver(rc, payload)
 		case state == stateCancelled:
 			return errCancelled()
 		case state == stateExpired:
@@ -215,7 +218,7 @@ func (s *Step) wait(ctx context.Context, rc *request.Context, client *redis.Clie
 					Message: "the broker lost the queued request; retry"}
 			}
 			resubmits++
-			outcome, err := s.submit(ctx, client, q)
+			outcome, err := b.submit(ctx, client, q)
 			if err == nil {
 				rc.Log.Info("async-broker: the queued request vanished from Redis (restart without persistence?); queued it again", "outcome", outcome)
 				ours = ours || outcome == submitEnqueued
@@ -224,26 +227,28 @@ func (s *Step) wait(ctx context.Context, rc *request.Context, client *redis.Clie
 			lastErr = err
 		default:
 			lastErr = nil
+			report(waitEvent{parked, q.result, ours})
 		}
 		select {
 		case <-ctx.Done():
 			if ours {
 				// Nobody will read the answer: stop the consumer from running it.
-				if _, err := s.cancel(context.WithoutCancel(ctx), client, q.keys, q.token, false); err != nil {
+				if _, err := b.cancel(context.WithoutCancel(ctx), client, q.keys, q.token, false); err != nil {
 					rc.Log.Info("async-broker: cancelling an abandoned request failed", "err", err.Error())
 				}
 			}
+			report(waitEvent{left, q.result, ours})
 			return fmt.Errorf("client went away while waiting for the queued request: %w", context.Cause(ctx))
 		case <-deadline.C:
-			if state, payload, err := s.lookup(context.WithoutCancel(ctx), client, q.keys, s.cfg.fetchGrace); err == nil && state == stateReady {
-				return s.deliver(rc, payload)
+			if state, payload, err := b.lookup(context.WithoutCancel(ctx), client, q.keys, b.cfg.FetchGrace); err == nil && state == stateReady {
+				return b.deliver(rc, payload)
 			}
 			return errDeadline()
 		case <-capC:
-			if state, payload, err := s.lookup(ctx, client, q.keys, s.cfg.fetchGrace); err == nil && state == stateReady {
-				return s.deliver(rc, payload)
+			if state, payload, err := b.lookup(ctx, client, q.keys, b.cfg.FetchGrace); err == nil && state == stateReady {
+				return b.deliver(rc, payload)
 			}
-			return s.answerAccepted(rc, StatusPending)
+			return b.answerAccepted(rc, StatusPending)
 		case <-wake:
 		case <-tick.C:
 		}
@@ -251,7 +256,7 @@ func (s *Step) wait(ctx context.Context, rc *request.Context, client *redis.Clie
 }
 
 // deliver answers with a stored result.
-func (s *Step) deliver(rc *request.Context, raw string) error {
+func (b *Broker) deliver(rc *request.Context, raw string) error {
 	status, body, e := mapResult(raw)
 	if e != nil {
 		return e
@@ -265,10 +270,10 @@ func (s *Step) deliver(rc *request.Context, raw string) error {
 }
 
 // answerAccepted answers 202 {"id","status"} with a Location to poll.
-func (s *Step) answerAccepted(rc *request.Context, status string) error {
+func (b *Broker) answerAccepted(rc *request.Context, status string) error {
 	h := rc.Writer.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Location", requestsPath+rc.ID)
+	h.Set("Location", step.RequestsPath+rc.ID)
 	rc.Writer.WriteHeader(http.StatusAccepted)
 	_, _ = rc.Writer.Write(acceptedBody(rc.ID, status))
 	return pipeline.ErrDone
@@ -280,6 +285,34 @@ func acceptedBody(id, status string) []byte {
 		Status string `json:"status"`
 	}{id, status})
 	return append(b, '\n')
+}
+
+// waitHook, when set (by tests), observes waiters: report calls it.
+var waitHook atomic.Pointer[func(waitEvent)]
+
+// waitEvent is a waiter's progress.
+type waitEvent struct {
+	kind    waitEventKind
+	mailbox string
+	// ours says the waiter created the queued copy.
+	ours bool
+}
+
+type waitEventKind int
+
+const (
+	// parked: the waiter found its request pending and waits for a wake-up (a notification, its
+	// poll, the deadline or the wait cap).
+	parked waitEventKind = iota
+	// left: the client went away; the waiter cancelled the request if it was ours, and returns.
+	left
+)
+
+// report passes e to waitHook, if set.
+func report(e waitEvent) {
+	if h := waitHook.Load(); h != nil {
+		(*h)(e)
+	}
 }
 
 // enqueueFailed is the 503 of a request that could not be queued (with Retry-After: 1).

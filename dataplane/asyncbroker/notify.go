@@ -9,54 +9,56 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
+
+	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
 )
 
 // watch returns what wakes a waiter on a mailbox key: a channel fed by keyspace notifications
 // (with the backup poll interval) when they are available, else nil and the poll interval. stop
 // releases the subscription.
-func (s *Step) watch(ctx context.Context, client *redis.Client, key string) (wake <-chan struct{}, interval time.Duration, stop func()) {
-	if !s.useNotify(ctx, client) {
-		return nil, s.poll, func() {}
+func (b *Broker) watch(ctx context.Context, client *redis.Client, key string) (wake <-chan struct{}, interval time.Duration, stop func()) {
+	if !b.useNotify(ctx, client) {
+		return nil, b.poll, func() {}
 	}
-	n := s.notifier(client)
+	n := b.notifier(client)
 	if n == nil {
-		return nil, s.poll, func() {}
+		return nil, b.poll, func() {}
 	}
-	ch, stop := n.watch(key, s.cfg.redisTimeout)
-	return ch, s.backupPoll, stop
+	ch, stop := n.watch(key, b.cfg.RedisTimeout)
+	return ch, b.backupPoll, stop
 }
 
 // useNotify reports whether waiters can rely on keyspace notifications: wakeup_mode notify says
 // yes, poll says no, auto asks Redis (CONFIG GET notify-keyspace-events must enable K and l or A)
 // and trusts a successful answer for probeTTL. A failed probe (CONFIG disabled, Redis down)
 // means polling for this waiter.
-func (s *Step) useNotify(ctx context.Context, client *redis.Client) bool {
-	switch s.cfg.wakeup {
-	case wakeupPoll:
+func (b *Broker) useNotify(ctx context.Context, client *redis.Client) bool {
+	switch b.cfg.Wakeup {
+	case step.WakeupPoll:
 		return false
-	case wakeupNotify:
+	case step.WakeupNotify:
 		return true
 	}
-	s.mu.Lock()
-	if !s.probeAt.IsZero() && s.now().Sub(s.probeAt) < probeTTL {
-		ok := s.probeOK
-		s.mu.Unlock()
+	b.mu.Lock()
+	if !b.probeAt.IsZero() && b.now().Sub(b.probeAt) < probeTTL {
+		ok := b.probeOK
+		b.mu.Unlock()
 		return ok
 	}
-	s.mu.Unlock()
-	pctx, cancel := context.WithTimeout(ctx, s.cfg.redisTimeout)
+	b.mu.Unlock()
+	pctx, cancel := context.WithTimeout(ctx, b.cfg.RedisTimeout)
 	defer cancel()
 	res, err := client.ConfigGet(pctx, "notify-keyspace-events").Result()
 	if err != nil {
-		verbose(s.log, "async-broker: cannot read notify-keyspace-events; waiters poll", "err", err.Error())
+		verbose(b.log, "async-broker: cannot read notify-keyspace-events; waiters poll", "err", err.Error())
 		return false
 	}
 	ok := notifyFlagsOK(res["notify-keyspace-events"])
-	s.mu.Lock()
-	s.probeAt, s.probeOK = s.now(), ok
-	s.mu.Unlock()
+	b.mu.Lock()
+	b.probeAt, b.probeOK = b.now(), ok
+	b.mu.Unlock()
 	if !ok {
-		verbose(s.log, "async-broker: keyspace notifications for lists are off (notify-keyspace-events needs K and l or A); waiters poll")
+		verbose(b.log, "async-broker: keyspace notifications for lists are off (notify-keyspace-events needs K and l or A); waiters poll")
 	}
 	return ok
 }
@@ -66,20 +68,20 @@ func notifyFlagsOK(flags string) bool {
 	return strings.ContainsRune(flags, 'K') && (strings.ContainsRune(flags, 'l') || strings.ContainsRune(flags, 'A'))
 }
 
-// notifier returns the step's notification listener, started on first use (nil once closed).
-func (s *Step) notifier(client *redis.Client) *notifier {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+// notifier returns the broker's notification listener, started on first use (nil once closed).
+func (b *Broker) notifier(client *redis.Client) *notifier {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
 		return nil
 	}
-	if s.notify == nil {
-		s.notify = newNotifier(client, s.cfg.redisOpts.DB, s.log)
+	if b.notify == nil {
+		b.notify = newNotifier(client, b.redisOpts.DB, b.log)
 	}
-	return s.notify
+	return b.notify
 }
 
-// notifier is one pub/sub connection per step that fans keyspace events of mailbox keys out to
+// notifier is one pub/sub connection per broker (so per step) that fans keyspace events of mailbox keys out to
 // the waiters of each key. go-redis reconnects and resubscribes it after a Redis restart.
 type notifier struct {
 	ps     *redis.PubSub

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
 	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
 )
 
@@ -24,10 +25,18 @@ func (c *coord) waitAsync(h map[string]string) <-chan result2 {
 func TestWaitWokenByNotification(t *testing.T) {
 	srv := startRedis(t)
 	rdb := redisClient(t, srv)
+	events := watchWaiters(t)
 	c := startCoord(t, baseParams(srv), registry.Overrides{BrokerPollInterval: time.Minute, BrokerBackupPollInterval: time.Minute})
 	ch := c.waitAsync(hdr("X-AP-Mode", "wait", "X-Team", "teamA", "x-request-id", "w-1"))
-	env, _ := popEnvelope(t, rdb, DefaultQueue)
-	time.Sleep(100 * time.Millisecond) // the waiter is subscribed and parked
+	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
+	// Store the result only once the waiter found it missing and parked, and Redis has its
+	// subscription: from then on only the notification can wake it within a minute.
+	mailbox := env.Internal.ResultQueueName
+	awaitWaitEvent(t, events, parked, mailbox, true)
+	channel := "__keyspace@0__:" + mailbox
+	eventually(t, 5*time.Second, "the waiter's keyspace subscription", func() bool {
+		return rdb.PubSubNumSub(context.Background(), channel).Val()[channel] == 1
+	})
 	stored := time.Now()
 	storeResult(t, rdb, env, Result{ID: env.Data.ID, StatusCode: 200, Payload: completion})
 	r := awaitReply(t, ch, 10*time.Second)
@@ -48,7 +57,7 @@ func TestWaitPollsWithoutNotifications(t *testing.T) {
 	rdb := redisClient(t, srv)
 	c := startCoord(t, baseParams(srv), fastHooks)
 	ch := c.waitAsync(hdr("X-AP-Mode", "wait"))
-	env, _ := popEnvelope(t, rdb, DefaultQueue)
+	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
 	storeResult(t, rdb, env, Result{ID: env.Data.ID, StatusCode: 200, Payload: completion})
 	if r := awaitReply(t, ch, 5*time.Second); r.status != 200 || string(r.body) != completion {
 		t.Fatalf("wait = %d %s", r.status, r.body)
@@ -61,12 +70,12 @@ func TestWaitErrorResult(t *testing.T) {
 	rdb := redisClient(t, srv)
 	c := startCoord(t, baseParams(srv), fastHooks)
 	ch := c.waitAsync(hdr("X-AP-Mode", "wait"))
-	env, _ := popEnvelope(t, rdb, DefaultQueue)
+	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
 	storeResult(t, rdb, env, Result{ID: env.Data.ID, ErrorCode: ErrCodeGateDropped, ErrorMessage: "Pool gating dropped request"})
 	awaitReply(t, ch, 5*time.Second).expectError(t, 429, "rate_limit_error", "GATE_DROPPED")
 
 	ch = c.waitAsync(hdr("X-AP-Mode", "wait"))
-	env, _ = popEnvelope(t, rdb, DefaultQueue)
+	env, _ = popEnvelope(t, rdb, step.DefaultQueue)
 	storeRaw(t, rdb, env, `{"id":"x","status_code":"oops"}`)
 	awaitReply(t, ch, 5*time.Second).expectError(t, 502, "api_error", "MALFORMED_RESULT")
 }
@@ -100,7 +109,7 @@ func TestWaitCapThenGet(t *testing.T) {
 	if d := time.Since(start); d < time.Second || d > 5*time.Second {
 		t.Fatalf("202 after %s, want at the 1s cap", d)
 	}
-	env, _ := popEnvelope(t, rdb, DefaultQueue)
+	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
 	storeResult(t, rdb, env, Result{ID: env.Data.ID, StatusCode: 200, Payload: completion})
 	if g := c.must(http.MethodGet, "/v1/requests/capped", "", nil); g.status != 200 || string(g.body) != completion {
 		t.Fatalf("GET after the cap = %d %s", g.status, g.body)
@@ -111,19 +120,25 @@ func TestWaitCapThenGet(t *testing.T) {
 func TestWaitClientGoneCancels(t *testing.T) {
 	srv := startRedis(t)
 	rdb := redisClient(t, srv)
+	events := watchWaiters(t)
 	c := startCoord(t, baseParams(srv), fastHooks)
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := async(func() (reply, error) {
 		return c.do(ctx, http.MethodPost, "/v1/chat/completions", chatBody, hdr("X-AP-Mode", "wait", "x-request-id", "gone"))
 	})
 	bg := context.Background()
-	eventually(t, 5*time.Second, "the request to be queued", func() bool { return rdb.ZCard(bg, DefaultQueue).Val() == 1 })
+	const mailbox = "results:req:default:gone"
+	awaitWaitEvent(t, events, parked, mailbox, true)
 	tok := rdb.Get(bg, "request-active:default:gone").Val()
+	if tok == "" {
+		t.Fatal("a parked waiter's request has no live marker")
+	}
 	cancel()
 	<-ch
-	eventually(t, 5*time.Second, "the request to be cancelled", func() bool {
-		return rdb.Get(bg, "request-cancel:default:gone").Val() == tok && rdb.Exists(bg, "request-active:default:gone").Val() == 0
-	})
+	awaitWaitEvent(t, events, left, mailbox, true)
+	if rdb.Get(bg, "request-cancel:default:gone").Val() != tok || rdb.Exists(bg, "request-active:default:gone").Val() != 0 {
+		t.Fatal("the waiter whose client went away did not cancel its request")
+	}
 	c.must(http.MethodGet, "/v1/requests/gone", "", nil).expectError(t, 499, "cancelled", "CANCELLED")
 }
 
@@ -131,22 +146,26 @@ func TestWaitClientGoneCancels(t *testing.T) {
 func TestWaitReattach(t *testing.T) {
 	srv := startRedis(t)
 	rdb := redisClient(t, srv)
+	events := watchWaiters(t)
 	c := startCoord(t, baseParams(srv), fastHooks)
 	bg := context.Background()
+	const mailbox = "results:req:default:shared"
 	first := c.waitAsync(hdr("X-AP-Mode", "wait", "x-request-id", "shared"))
-	eventually(t, 5*time.Second, "the request to be queued", func() bool { return rdb.ZCard(bg, DefaultQueue).Val() == 1 })
+	awaitWaitEvent(t, events, parked, mailbox, true)
 	ctx, cancel := context.WithCancel(bg)
 	second := async(func() (reply, error) {
 		return c.do(ctx, http.MethodPost, "/v1/chat/completions", chatBody, hdr("X-AP-Mode", "wait", "x-request-id", "shared"))
 	})
-	time.Sleep(200 * time.Millisecond)
+	// The second waiter attached to the first copy (not ours) and parked; then its client leaves.
+	awaitWaitEvent(t, events, parked, mailbox, false)
 	cancel()
 	<-second
-	time.Sleep(100 * time.Millisecond)
-	if rdb.Exists(bg, "request-active:default:shared").Val() != 1 || rdb.ZCard(bg, DefaultQueue).Val() != 1 {
+	awaitWaitEvent(t, events, left, mailbox, false)
+	if rdb.Exists(bg, "request-active:default:shared").Val() != 1 || rdb.Exists(bg, "request-cancel:default:shared").Val() != 0 ||
+		rdb.ZCard(bg, step.DefaultQueue).Val() != 1 {
 		t.Fatal("the reattached waiter cancelled or re-queued the shared request")
 	}
-	env, _ := popEnvelope(t, rdb, DefaultQueue)
+	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
 	storeResult(t, rdb, env, Result{ID: env.Data.ID, StatusCode: 200, Payload: completion})
 	if r := awaitReply(t, first, 5*time.Second); r.status != 200 {
 		t.Fatalf("first waiter = %d %s", r.status, r.body)
@@ -161,9 +180,9 @@ func TestWaitSurvivesRedisRestart(t *testing.T) {
 	c := startCoord(t, baseParams(srv), fastHooks)
 	ch := c.waitAsync(hdr("X-AP-Mode", "wait", "X-Request-Timeout-Seconds", "30", "x-request-id", "survivor"))
 	bg := context.Background()
-	eventually(t, 5*time.Second, "the request to be queued", func() bool { return rdb.ZCard(bg, DefaultQueue).Val() == 1 })
+	eventually(t, 5*time.Second, "the request to be queued", func() bool { return rdb.ZCard(bg, step.DefaultQueue).Val() == 1 })
 	srv.Restart() // every key is gone
-	env, _ := popEnvelope(t, rdb, DefaultQueue)
+	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
 	if env.Data.ID != "default:survivor" {
 		t.Fatalf("re-queued envelope id = %s", env.Data.ID)
 	}
@@ -183,7 +202,7 @@ func TestWaitRedisGoneUntilDeadline(t *testing.T) {
 	start := time.Now()
 	ch := c.waitAsync(hdr("X-AP-Mode", "wait", "X-Request-Timeout-Seconds", "2"))
 	bg := context.Background()
-	eventually(t, 5*time.Second, "the request to be queued", func() bool { return rdb.ZCard(bg, DefaultQueue).Val() == 1 })
+	eventually(t, 5*time.Second, "the request to be queued", func() bool { return rdb.ZCard(bg, step.DefaultQueue).Val() == 1 })
 	srv.Stop()
 	awaitReply(t, ch, 10*time.Second).expectError(t, http.StatusGatewayTimeout, "timeout_error", "DEADLINE_EXCEEDED")
 	if d := time.Since(start); d > 7*time.Second {

@@ -22,6 +22,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/request"
 	"github.com/epd-dev/coordinator/dataplane/server"
+	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
 	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
 )
 
@@ -118,7 +119,7 @@ func startCoord(t *testing.T, own map[string]any, o registry.Overrides) *coord {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Server.ListenAddr = "127.0.0.1:0"
-	cfg.Pipeline.Steps = []config.Step{{Type: StepType, Params: own}, {Type: sinkStep}}
+	cfg.Pipeline.Steps = []config.Step{{Type: step.StepType, Params: own}, {Type: sinkStep}}
 	p, err := builder.Build(cfg, builder.Options{Log: logr.Discard(), Overrides: o})
 	if err != nil {
 		t.Fatal(err)
@@ -336,4 +337,36 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %s waiting for %s", within, what)
+}
+
+// watchWaiters records the waiters' progress (waitHook) for the rest of the test.
+func watchWaiters(t *testing.T) <-chan waitEvent {
+	t.Helper()
+	ch := make(chan waitEvent, 1024)
+	h := func(e waitEvent) {
+		select {
+		case ch <- e:
+		default: // a waiter polling for long: the test reads the events it waits for as they come
+		}
+	}
+	waitHook.Store(&h)
+	t.Cleanup(func() { waitHook.Store(nil) })
+	return ch
+}
+
+// awaitWaitEvent waits up to 10s for a waiter event of kind on mailbox from a waiter that did
+// (ours) or did not create the queued copy.
+func awaitWaitEvent(t *testing.T, events <-chan waitEvent, kind waitEventKind, mailbox string, ours bool) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case e := <-events:
+			if e == (waitEvent{kind: kind, mailbox: mailbox, ours: ours}) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no waiter event %+v within 10s", waitEvent{kind: kind, mailbox: mailbox, ours: ours})
+		}
+	}
 }

@@ -6,10 +6,9 @@ import (
 )
 
 // Redis key names shared with the consumer (docs/async-broker.md). The request queue is a sorted
-// set named by routes/default_queue; everything else is keyed by tenant and request id.
+// set named by routes/default_queue (default step.DefaultQueue); everything else is keyed by
+// tenant and request id.
 const (
-	// DefaultQueue is the request sorted set when no route names another.
-	DefaultQueue = "request-sortedset"
 	// ResultKeyPrefix starts a request's mailbox: results:req:<tenant>:<id>, a list whose head
 	// (LINDEX 0) is the result.
 	ResultKeyPrefix = "results:req:"
