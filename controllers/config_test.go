@@ -212,7 +212,8 @@ func TestRestartHash(t *testing.T) {
 			cfg.Pipeline.Steps = slices.Clone(base.Pipeline.Steps)
 			tc.mutate(&cfg)
 			got := restartHash(cfg)
-			g.Expect(got != restartHash(base)).To(Equal(tc.wantRoll))
+			rolled := got != restartHash(base)
+			g.Expect(rolled).To(Equal(tc.wantRoll), "pod template rolled")
 			if tc.want != "" {
 				g.Expect(got).To(Equal(tc.want))
 			}

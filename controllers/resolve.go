@@ -73,7 +73,7 @@ func resolveGatewayAddress(gw *gatewayv1.Gateway, ref coordinatorv1alpha1.Gatewa
 	if listener.Protocol == gatewayv1.HTTPSProtocolType {
 		scheme = "https"
 	}
-	port := int32(listener.Port)
+	port := listener.Port
 	if ref.Port != nil {
 		port = *ref.Port
 	}

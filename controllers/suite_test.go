@@ -179,7 +179,7 @@ func startSuite() (*testEnv, error) {
 	if !mgr.GetCache().WaitForCacheSync(ctx) {
 		cancel()
 		_ = env.Stop()
-		return nil, fmt.Errorf("manager cache did not sync: %v", <-done)
+		return nil, fmt.Errorf("manager cache did not sync: %w", <-done)
 	}
 	return &testEnv{
 		env:        env,

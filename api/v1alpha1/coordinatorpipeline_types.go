@@ -425,7 +425,3 @@ type CoordinatorPipelineList struct {
 	// items are the CoordinatorPipelines.
 	Items []CoordinatorPipeline `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&CoordinatorPipeline{}, &CoordinatorPipelineList{})
-}

@@ -62,7 +62,7 @@ func (x *exchange) settle(c echo.Context, err error) {
 func (s *Server) observe(c echo.Context, x *exchange, route string) context.Context {
 	req := c.Request()
 	ctx := observe.Extract(req.Context(), req.Header)
-	ctx, x.span = s.tel.Start(ctx, req.Method+" "+req.URL.Path, trace.SpanKindServer,
+	ctx, x.span = s.tel.Start(ctx, req.Method+" "+req.URL.Path, trace.SpanKindServer, //nolint:spancheck // ended in report
 		observe.AttrRequestID.String(x.id), observe.AttrPhase.String(route))
 	x.requestDone = s.tel.Metrics.RequestStarted(route)
 	return ctx

@@ -277,10 +277,10 @@ func TestUpstreamErrorMapping(t *testing.T) {
 
 func TestReadiness(t *testing.T) {
 	h := start(t, jsonAnswer, func(c *config.Config) { c.Pipeline.Steps = nil })
-	if resp, _ := do(t, "GET", h.url+"/readyz", "", nil); resp.StatusCode != 503 {
+	if resp, _ := do(t, "GET", h.url+"/readyz", "", nil); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("ready without a pipeline: %d", resp.StatusCode)
 	}
-	if resp, _ := do(t, "GET", h.url+"/healthz", "", nil); resp.StatusCode != 200 {
+	if resp, _ := do(t, "GET", h.url+"/healthz", "", nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("healthz %d", resp.StatusCode)
 	}
 	resp, b := do(t, "POST", h.url+"/v1/chat/completions", `{"messages":[]}`, nil)
@@ -289,7 +289,7 @@ func TestReadiness(t *testing.T) {
 	}
 
 	h = start(t, jsonAnswer, nil)
-	if resp, b := do(t, "GET", h.url+"/readyz", "", nil); resp.StatusCode != 200 || string(b) != "ok" {
+	if resp, b := do(t, "GET", h.url+"/readyz", "", nil); resp.StatusCode != http.StatusOK || string(b) != "ok" {
 		t.Fatalf("readyz %d %s", resp.StatusCode, b)
 	}
 }
@@ -357,7 +357,7 @@ func TestUpstreamBodiesAreLoggedNotEchoed(t *testing.T) {
 	holder.Swap(p)
 	srv := server.New(server.Options{Server: cfg.Server, Pipelines: holder, Log: logging.New(logging.Warn, &logs)})
 	rec := httptest.NewRecorder()
-	srv.Handler().ServeHTTP(rec, httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"messages":[]}`)))
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"messages":[]}`)))
 	if rec.Code != 400 || strings.Contains(rec.Body.String(), "prompt too long") {
 		t.Fatalf("client got %d %s", rec.Code, rec.Body)
 	}
@@ -401,7 +401,7 @@ func TestStaleGatewayConnections(t *testing.T) {
 		})
 		time.Sleep(10 * time.Millisecond) // the close reaches the client side
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"messages":[{"role":"user","content":"x"}]}`)))
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"messages":[{"role":"user","content":"x"}]}`)))
 		if rec.Code != 200 {
 			t.Fatalf("request %d over stale connections: %d %s", i, rec.Code, rec.Body)
 		}

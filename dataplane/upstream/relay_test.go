@@ -72,7 +72,7 @@ func TestRelay(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			rec := &flushRecorder{ResponseRecorder: httptest.NewRecorder()}
-			resp := &http.Response{StatusCode: 201, Header: tc.header.Clone(), Body: &chunks{parts: tc.parts, err: tc.end}}
+			resp := &http.Response{StatusCode: http.StatusCreated, Header: tc.header.Clone(), Body: &chunks{parts: tc.parts, err: tc.end}}
 			resp.Header.Set("Connection", "close")
 			err := Relay(rec, resp, "rid", tc.stream)
 			if tc.err == nil && err != nil || tc.err != nil && !errors.Is(err, tc.err) {
@@ -97,7 +97,7 @@ func TestRelay(t *testing.T) {
 }
 
 func TestRelayClientGone(t *testing.T) {
-	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: &chunks{parts: []string{"x"}, err: io.EOF}}
+	resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: &chunks{parts: []string{"x"}, err: io.EOF}}
 	if err := Relay(failWriter{httptest.NewRecorder()}, resp, "", false); !errors.Is(err, ErrClientGone) {
 		t.Fatalf("err = %v, want ErrClientGone", err)
 	}

@@ -1,5 +1,6 @@
 // Development tools kept out of the main module's go.mod (golangci-lint pulls in hundreds of
-// linter modules). Run from the repo root: go tool -modfile=hack/tools/go.mod golangci-lint run
+// linter modules). From the repo root: `go tool -modfile=hack/tools/go.mod golangci-lint run`
+// (make lint); upgrade with `go get -modfile=hack/tools/go.mod -tool <module>@<version>`.
 module github.com/epd-dev/coordinator/hack/tools
 
 go 1.26.8

@@ -21,7 +21,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
-	"github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
+	brokerstep "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
 	"github.com/epd-dev/coordinator/test/asyncworker"
 	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
 	"github.com/epd-dev/coordinator/test/simworker"
@@ -367,7 +367,7 @@ func TestWaitSurvivesRedisRestart(t *testing.T) {
 	}()
 	ctx := context.Background()
 	deadline := time.Now().Add(5 * time.Second)
-	for e.rdb.ZCard(ctx, asyncbroker.DefaultQueue).Val() == 0 && time.Now().Before(deadline) {
+	for e.rdb.ZCard(ctx, brokerstep.DefaultQueue).Val() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	e.redis.Restart() // the queue and every marker are gone

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
+	"github.com/epd-dev/coordinator/dataplane/asyncbroker"
 	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
 )
 

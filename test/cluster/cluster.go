@@ -83,7 +83,7 @@ func Build(root, bin string, out io.Writer) error {
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = out, io.MultiWriter(&stderr, orDiscard(out))
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build: %v\n%s", err, stderr.String())
+		return fmt.Errorf("go build: %w\n%s", err, stderr.String())
 	}
 	return nil
 }
@@ -206,7 +206,7 @@ func (c *Cluster) Stop() {
 	if c.manager != nil && c.manager.Process != nil {
 		_ = c.manager.Process.Signal(os.Interrupt)
 		select {
-		case <-c.done:
+		case <-c.done: //nolint:errcheck // the exit status of an interrupted manager is not the test's concern
 		case <-time.After(10 * time.Second):
 			_ = c.manager.Process.Kill()
 		}
@@ -241,7 +241,7 @@ func waitHTTP(ctx context.Context, url string, timeout time.Duration, exited <-c
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("process exited: %v", err)
+			return fmt.Errorf("process exited: %w", err)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):

@@ -353,7 +353,7 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 					}
 					if err := s.Err(); err != nil || len(a.Choices) == 0 {
 						failed.Add(1)
-						firstErr.CompareAndSwap(nil, fmt.Errorf("stream: %v", err))
+						firstErr.CompareAndSwap(nil, fmt.Errorf("stream: %w", err))
 						continue
 					}
 					got = a.Choices[0].Message.Content

@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/epd-dev/coordinator/test/internal/loopback"
 	"github.com/epd-dev/coordinator/test/simworker"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -94,14 +95,14 @@ func TestRouting(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, b := send(t, g, http.MethodPost, "/v1/chat/completions?a=1&b=two", `{"x":1}`,
 				append([]string{"X-Request-Id", "r-1", "Authorization", "Bearer k", "Prefer", "if-available"}, tt.header...)...)
-			if resp.StatusCode != 200 || resp.Header.Get("X-Backend") != tt.want {
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Backend") != tt.want {
 				t.Fatalf("status %d backend %q, want %q: %s", resp.StatusCode, resp.Header.Get("X-Backend"), tt.want, b)
 			}
 			var e echoed
 			if err := json.Unmarshal(b, &e); err != nil {
 				t.Fatal(err)
 			}
-			if e.Method != "POST" || e.Path != "/v1/chat/completions" || e.Query != "a=1&b=two" || e.Body != `{"x":1}` ||
+			if e.Method != http.MethodPost || e.Path != "/v1/chat/completions" || e.Query != "a=1&b=two" || e.Body != `{"x":1}` ||
 				e.Header.Get("Authorization") != "Bearer k" || e.Header.Get("Prefer") != "if-available" ||
 				e.Header.Get("X-Request-Id") != "r-1" || e.Header.Get(DestinationHeader) == "" {
 				t.Errorf("backend saw %+v", e)
@@ -113,7 +114,7 @@ func TestRouting(t *testing.T) {
 		t.Fatalf("%d legs, want %d", len(legs), len(tests))
 	}
 	l := legs[1]
-	if l.Profile != "encode" || l.Backend != enc.URL || l.Method != "POST" || l.Path != "/v1/chat/completions" ||
+	if l.Profile != "encode" || l.Backend != enc.URL || l.Method != http.MethodPost || l.Path != "/v1/chat/completions" ||
 		l.RequestID != "r-1" || l.Status != 200 || l.Start.IsZero() || l.Duration <= 0 {
 		t.Errorf("leg = %+v", l)
 	}
@@ -138,7 +139,7 @@ func TestNoPool(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, body := send(t, g, http.MethodPost, "/v1/completions", "{}", tt.header...)
 			want := fmt.Sprintf(`{"error":{"message":"no InferencePool for profile \"%s\"","type":"service_unavailable","code":503}}`, tt.profile)
-			if resp.StatusCode != 503 || string(body) != want || resp.Header.Get("Content-Type") != "application/json" {
+			if resp.StatusCode != http.StatusServiceUnavailable || string(body) != want || resp.Header.Get("Content-Type") != "application/json" {
 				t.Errorf("status %d body %s, want 503 %s", resp.StatusCode, body, want)
 			}
 		})
@@ -151,7 +152,7 @@ func TestNoPool(t *testing.T) {
 func TestSetPool(t *testing.T) {
 	a, b := echoBackend(t, "a"), echoBackend(t, "b")
 	g := startGateway(t, nil)
-	if resp, _ := send(t, g, "GET", "/", "", "EPP-Profile", "decode"); resp.StatusCode != 503 {
+	if resp, _ := send(t, g, "GET", "/", "", "EPP-Profile", "decode"); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("status %d before SetPool", resp.StatusCode)
 	}
 	if err := g.SetPool("decode", []string{a.URL}); err != nil {
@@ -172,7 +173,7 @@ func TestSetPool(t *testing.T) {
 	if err := g.SetPool("decode", nil); err != nil {
 		t.Fatal(err)
 	}
-	if resp, _ := send(t, g, "GET", "/", "", "EPP-Profile", "decode"); resp.StatusCode != 503 {
+	if resp, _ := send(t, g, "GET", "/", "", "EPP-Profile", "decode"); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("status %d after removal", resp.StatusCode)
 	}
 	for _, bad := range []string{"not a url", "ftp://x", "http://", "://x"} {
@@ -194,7 +195,7 @@ func TestBackendDown(t *testing.T) {
 	ln.Close()
 	g := startGateway(t, map[string][]string{"prefill": {dead}})
 	resp, body := send(t, g, "POST", "/v1/completions", "{}", "EPP-Profile", "prefill")
-	if resp.StatusCode != 502 || !strings.Contains(string(body), `"type":"bad_gateway"`) {
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), `"type":"bad_gateway"`) {
 		t.Errorf("status %d body %s", resp.StatusCode, body)
 	}
 	if l := g.Legs()[0]; l.Status != 502 || l.Backend != dead {
@@ -217,7 +218,7 @@ func TestStreamsUnbuffered(t *testing.T) {
 	}))
 	defer backend.Close()
 	g := startGateway(t, map[string][]string{"decode": {backend.URL}})
-	req, _ := http.NewRequest("POST", g.URL()+"/v1/chat/completions", strings.NewReader("{}"))
+	req, _ := http.NewRequest(http.MethodPost, g.URL()+"/v1/chat/completions", strings.NewReader("{}"))
 	req.Header.Set("EPP-Profile", "decode")
 	resp, err := testClient.Do(req)
 	if err != nil {
@@ -249,7 +250,7 @@ func TestStreamsUnbuffered(t *testing.T) {
 func TestClientDisconnectCancelsBackend(t *testing.T) {
 	cancelled := make(chan struct{})
 	backend := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		rw.WriteHeader(200)
+		rw.WriteHeader(http.StatusOK)
 		rw.(http.Flusher).Flush()
 		<-r.Context().Done()
 		close(cancelled)
@@ -257,7 +258,7 @@ func TestClientDisconnectCancelsBackend(t *testing.T) {
 	defer backend.Close()
 	g := startGateway(t, map[string][]string{"decode": {backend.URL}})
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "POST", g.URL()+"/x", strings.NewReader("{}"))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, g.URL()+"/x", strings.NewReader("{}"))
 	req.Header.Set("EPP-Profile", "decode")
 	resp, err := testClient.Do(req)
 	if err != nil {
@@ -295,7 +296,7 @@ func TestPrefillDecodeThroughGateway(t *testing.T) {
 	}
 	resp, body := send(t, g, "POST", simworker.PathCompletions,
 		`{"prompt":"hello gateway","max_tokens":3,"stream":true,"kv_transfer_params":`+string(pr.KV)+`}`, "EPP-Profile", "decode")
-	if resp.StatusCode != 200 || !strings.Contains(string(body), `"text":" gateway"`) || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"text":" gateway"`) || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
 		t.Fatalf("decode status %d body %s", resp.StatusCode, body)
 	}
 	legs := g.Legs()

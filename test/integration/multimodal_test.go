@@ -256,7 +256,7 @@ func TestGenerateClientSkipsEncode(t *testing.T) {
 	body := fmt.Sprintf(`{"model":"sim-model","token_ids":%s,"features":{"mm_hashes":{"image":[%q]},"mm_placeholders":{"image":[{"offset":2,"length":%d}]},"kwargs_data":{"image":[%q]}},"sampling_params":{"max_tokens":2}}`,
 		mustJSON(t, ids), simworker.ImageHash(img), n, base64.StdEncoding.EncodeToString(simworker.ImageKwargsBlob(img)))
 	resp, b := s.post("/inference/v1/generate", body, nil)
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 	if got := s.legProfiles(resp); got != "decode:412,prefill:200,decode:200" {
@@ -272,7 +272,7 @@ func TestGenerateClientSkipsEncode(t *testing.T) {
 	// A bad tokens-in request is refused before any leg.
 	s.stack.Reset()
 	resp, b = s.post("/inference/v1/generate", `{"token_ids":[1,2],"features":{"mm_hashes":{"image":["h"]},"mm_placeholders":{"image":[{"offset":1,"length":5}]}}}`, nil)
-	if resp.StatusCode != 400 || !strings.Contains(string(b), "outside") || len(s.stack.Gateway.Legs()) != 0 {
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "outside") || len(s.stack.Gateway.Legs()) != 0 {
 		t.Fatalf("%d %s, %d legs", resp.StatusCode, b, len(s.stack.Gateway.Legs()))
 	}
 }

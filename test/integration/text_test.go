@@ -213,7 +213,7 @@ func TestGenerateFormat(t *testing.T) {
 	s := start(t, stack.Options{}, "kv-nixl", "ec-nixl", true, steps("prefill", "decode"))
 	body := `{"model":"sim-model","token_ids":[1,4,200,300,400],"sampling_params":{"max_tokens":3,"temperature":0}}`
 	resp, b := s.post("/inference/v1/generate", body, nil)
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
 	var out simworker.GenerateResponse
@@ -241,14 +241,14 @@ func TestUpstreamErrors(t *testing.T) {
 
 	s.stack.Prefill[0].FailNext(1, http.StatusUnprocessableEntity, `{"error":{"message":"secret prefill detail"}}`)
 	_, err := s.client.Chat.Completions.New(ctx, chatParams("x", 2))
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 422 || apiErr.Type != "invalid_request_error" || strings.Contains(apiErr.Message, "secret") ||
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnprocessableEntity || apiErr.Type != "invalid_request_error" || strings.Contains(apiErr.Message, "secret") ||
 		!strings.Contains(apiErr.Message, "prefill rejected the request") {
 		t.Fatalf("prefill 4xx: %v", err)
 	}
 
 	s.stack.Prefill[0].FailNext(1, http.StatusInternalServerError, "")
 	_, err = s.client.Chat.Completions.New(ctx, chatParams("x", 2))
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 502 || apiErr.Type != "api_error" {
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadGateway || apiErr.Type != "api_error" {
 		t.Fatalf("prefill 5xx: %v", err)
 	}
 	if len(s.stack.Decode[0].Requests()) != 0 {
@@ -258,7 +258,7 @@ func TestUpstreamErrors(t *testing.T) {
 	// The decode worker's own error answer reaches the client as the worker sent it.
 	s.stack.Decode[0].FailNext(1, http.StatusServiceUnavailable, `{"error":{"message":"decode overloaded","type":"ServiceUnavailableError","param":null,"code":503}}`)
 	resp, b := s.post("/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":"x"}]}`, nil)
-	if resp.StatusCode != 503 || !strings.Contains(string(b), "decode overloaded") {
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "decode overloaded") {
 		t.Fatalf("decode error not passed through: %d %s", resp.StatusCode, b)
 	}
 

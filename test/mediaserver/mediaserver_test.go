@@ -79,7 +79,7 @@ func TestPNG(t *testing.T) {
 		t.Errorf("PNG sizes do not vary by name: %v", sizes)
 	}
 	for _, path := range []string{"/img/cat.jpg", "/img/.png", "/img/"} {
-		if resp, _ := get(t, s.URL()+path); resp.StatusCode != 404 {
+		if resp, _ := get(t, s.URL()+path); resp.StatusCode != http.StatusNotFound {
 			t.Errorf("%s: status %d, want 404", path, resp.StatusCode)
 		}
 	}
@@ -132,10 +132,10 @@ func TestSlow(t *testing.T) {
 	if d := time.Since(start); d < 150*time.Millisecond || resp.StatusCode != http.StatusOK || !bytes.Equal(body, PNG("slow")) {
 		t.Errorf("took %v, status %d", d, resp.StatusCode)
 	}
-	if resp, _ := get(t, s.URL()+"/slow?delay=20"); resp.StatusCode != 200 {
+	if resp, _ := get(t, s.URL()+"/slow?delay=20"); resp.StatusCode != http.StatusOK {
 		t.Errorf("millisecond delay: status %d", resp.StatusCode)
 	}
-	if resp, _ := get(t, s.URL()+"/slow?delay=soon"); resp.StatusCode != 400 {
+	if resp, _ := get(t, s.URL()+"/slow?delay=soon"); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("bad delay: status %d", resp.StatusCode)
 	}
 

@@ -48,7 +48,7 @@ func RenderChat(messages json.RawMessage) (*ChatRendering, error) {
 	}
 	if !body.Valid(messages) {
 		var v any
-		return nil, fmt.Errorf("messages must be an array of messages: %v", json.Unmarshal(messages, &v))
+		return nil, fmt.Errorf("messages must be an array of messages: %w", json.Unmarshal(messages, &v))
 	}
 	r := renderer{detail: imageData}
 	if err := r.render(messages); err != nil {
@@ -94,7 +94,7 @@ func (r *renderer) render(messages []byte) error {
 	}
 	msgs, err := decodeMessages(messages)
 	if err != nil {
-		return fmt.Errorf("messages must be an array of messages: %v", err)
+		return fmt.Errorf("messages must be an array of messages: %w", err)
 	}
 	if len(msgs) == 0 {
 		return errors.New("messages must not be empty")
@@ -104,7 +104,7 @@ func (r *renderer) render(messages []byte) error {
 		r.ids = append(r.ids, RoleTokenID(m.role))
 		texts, err := r.content(m.content)
 		if err != nil {
-			return fmt.Errorf("messages[%d].content: %v", i, err)
+			return fmt.Errorf("messages[%d].content: %w", i, err)
 		}
 		if m.role == "user" {
 			r.lastUser = texts
@@ -155,7 +155,7 @@ func (r *renderer) content(raw []byte) ([]string, error) {
 		for j, p := range parts {
 			text, err := r.part(p)
 			if err != nil {
-				return nil, fmt.Errorf("part %d: %v", j, err)
+				return nil, fmt.Errorf("part %d: %w", j, err)
 			}
 			if p.typ == "text" {
 				texts = append(texts, text)

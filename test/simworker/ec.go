@@ -167,7 +167,7 @@ func (w *Worker) verifyECNixl(ctx context.Context, in *inference, hashes []strin
 		}
 		var d ECDescriptor
 		if err := json.Unmarshal(raw, &d); err != nil {
-			return fmt.Errorf("%s[%s] is malformed: %v", in.ecName, h, err)
+			return fmt.Errorf("%s[%s] is malformed: %w", in.ecName, h, err)
 		}
 		if d.PeerHost == "" || d.PeerPort < 1 || d.PeerPort > 65535 {
 			return fmt.Errorf("%s[%s] needs peer_host and a valid peer_port", in.ecName, h)

@@ -235,8 +235,9 @@ func jsonInts(raw []byte, path string) ([]int, error) {
 		for !elementEnd[rest[end]] {
 			end++
 		}
-		n, err := 0, error(nil)
+		n := 0
 		if tok := rest[:end]; string(tok) != "null" {
+			var err error
 			if n, err = atoi(tok); err != nil {
 				return nil, fmt.Errorf("%s must be an array of integers", path)
 			}

@@ -72,7 +72,7 @@ func (w *Worker) lookup(ctx context.Context, host string, port int, kind, id str
 		return err
 	}
 	if err := decode(body); err != nil {
-		return fmt.Errorf("peer answer is not valid JSON: %v", err)
+		return fmt.Errorf("peer answer is not valid JSON: %w", err)
 	}
 	return nil
 }
@@ -94,12 +94,12 @@ func (w *Worker) sideChannel(ctx context.Context, method, host string, port int,
 	}
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach peer %s: %v", peer, err)
+		return nil, fmt.Errorf("cannot reach peer %s: %w", peer, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return nil, fmt.Errorf("reading peer answer: %v", err)
+		return nil, fmt.Errorf("reading peer answer: %w", err)
 	}
 	switch resp.StatusCode {
 	case want:

@@ -283,7 +283,7 @@ func TestJSONErrorsParseWithSDK(t *testing.T) {
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
 	})
 	var apiErr *openai.Error
-	if !errorsAs(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.Message, "accepts only prefill legs") {
+	if !errorsAs(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || !strings.Contains(apiErr.Message, "accepts only prefill legs") {
 		t.Fatalf("err = %v", err)
 	}
 }

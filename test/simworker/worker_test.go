@@ -54,7 +54,7 @@ func TestWorkerRecordsRequests(t *testing.T) {
 		t.Fatalf("recorded %d requests, want 2", len(reqs))
 	}
 	got := reqs[0]
-	if got.Method != "POST" || got.Path != PathChatCompletions || got.Query != "x=1" || string(got.Body) != body ||
+	if got.Method != http.MethodPost || got.Path != PathChatCompletions || got.Query != "x=1" || string(got.Body) != body ||
 		got.Header.Get("Authorization") != "Bearer k" || got.Status != 200 || got.Time.IsZero() {
 		t.Errorf("recorded %+v", got)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	_ "github.com/epd-dev/coordinator/dataplane/asyncbroker" // the async-broker step's Redis runtime, as in cmd/coordinator
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestParseFlags(t *testing.T) {
 func TestRunServesUntilCancelled(t *testing.T) {
 	url, stop := command.Started(t, run, "--role", "decode")
 	resp, _ := loopback.Get(t, url+"/health")
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("health status %d", resp.StatusCode)
 	}
 	if err := stop(); err != nil {
