@@ -1,8 +1,8 @@
 package asyncbroker
 
 import (
+	"io"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,15 +21,15 @@ func TestFactoryDoesNoIO(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	var accepted atomic.Int32
+	conns := make(chan net.Conn, 16)
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
+				close(conns)
 				return
 			}
-			accepted.Add(1)
-			_ = c.Close()
+			conns <- c
 		}
 	}()
 	cfg := config.Default()
@@ -39,9 +39,25 @@ func TestFactoryDoesNoIO(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Close()
-	time.Sleep(50 * time.Millisecond) // a stray dial would arrive within it
-	if n := accepted.Load(); n != 0 {
-		t.Fatalf("building and closing the pipeline opened %d connections to Redis", n)
+	// A marker connection after the build: connections are accepted in the order they arrive, so
+	// any dial the build or the close made is accepted before the marker is.
+	marker, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer marker.Close()
+	if _, err := marker.Write([]byte("marker")); err != nil {
+		t.Fatal(err)
+	}
+	for c := range conns {
+		buf := make([]byte, 6)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := io.ReadFull(c, buf)
+		_ = c.Close()
+		if err == nil && string(buf) == "marker" {
+			return
+		}
+		t.Fatalf("building and closing the pipeline opened a connection to Redis (it sent %q)", buf)
 	}
 }
 

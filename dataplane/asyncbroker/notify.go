@@ -119,9 +119,6 @@ func (n *notifier) dispatch(msgs <-chan *redis.Message) {
 		for ch := range n.subs[key] {
 			select {
 			case ch <- struct{}{}:
-				if key != "" {
-					<-ch
-				}
 			default: // already signalled
 			}
 		}

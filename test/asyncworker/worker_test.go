@@ -133,12 +133,12 @@ func (r *rig) result(env asyncbroker.Envelope) asyncbroker.Result {
 func TestWorkerRunsAndStores(t *testing.T) {
 	r := newRig(t, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(201)
+		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, `{"ok":true}`)
 	})
 	env := r.enqueue("req-1", time.Now().Add(time.Minute), true)
 	res := r.result(env)
-	if res.ID != "teamA:req-1" || res.StatusCode != 201 || res.Payload != `{"ok":true}` || res.ErrorCode != "" {
+	if res.ID != "teamA:req-1" || res.StatusCode != http.StatusCreated || res.Payload != `{"ok":true}` || res.ErrorCode != "" {
 		t.Fatalf("result = %+v", res)
 	}
 	ctx := context.Background()

@@ -127,7 +127,7 @@ func (o *redisQuery) int(name string) {
 		return
 	}
 	if _, err := strconv.Atoi(s); err != nil && o.err == nil {
-		o.err = fmt.Errorf("redis: invalid %s number: %s", name, err)
+		o.err = fmt.Errorf("redis: invalid %s number: %w", name, err)
 	}
 }
 

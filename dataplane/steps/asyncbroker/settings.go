@@ -167,10 +167,9 @@ func ParseSettings(p *params.Params) (*Settings, error) {
 	s := &Settings{}
 
 	rawURL := p.String("redis_url", "")
-	switch {
-	case rawURL == "":
+	if rawURL == "" {
 		p.Fail("redis_url", "is required (e.g. redis://redis:6379/0)")
-	default:
+	} else {
 		if err := CheckRedisURL(rawURL); err != nil {
 			p.Fail("redis_url", "%v", err)
 		}

@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/epd-dev/coordinator/test/prereq"
 )
 
 // Options shape the server.
@@ -44,20 +45,15 @@ type Server struct {
 	exited chan struct{}
 }
 
-// Binary returns the redis-server path, or skips the test (fails it when CI is set) when there
-// is none.
+// Binary returns the redis-server path, or stops the test with prereq.Missing when there is none.
 func Binary(t testing.TB) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err == nil {
 		return bin
 	}
-	msg := "redis-server is not on PATH: these tests need a real Redis. " +
-		"Install it with `apt-get install -y redis-server` (Debian/Ubuntu) and run the tests again."
-	if os.Getenv("CI") != "" {
-		t.Fatal("CI is set but " + msg)
-	}
-	t.Skip("\n\n*** SKIPPED: " + msg + " ***\n")
+	prereq.Missing(t, "redis-server is not on PATH: these tests need a real Redis. "+
+		"Install it with `apt-get install -y redis-server` (Debian/Ubuntu) and run the tests again.")
 	return ""
 }
 
