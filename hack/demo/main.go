@@ -285,10 +285,9 @@ func firstRequest(ctx context.Context, url string, st *stack.Stack) error {
 	if n := len(st.Render.Requests()); n > 0 {
 		fmt.Printf("      %-20s -> %-10s (tokenize once)\n", "render service", "render")
 	}
-	for _, l := range st.Gateway.Legs() {
-		if l.RequestID != id {
-			continue
-		}
+	settle, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, l := range st.Gateway.SettledLegs(settle, id) {
 		fmt.Printf("      EPP-Profile: %-7s -> %-10s HTTP %d in %s\n", l.Profile, names[l.Backend], l.Status, l.Duration.Round(time.Millisecond))
 	}
 	fmt.Printf("    usage: %d prompt tokens, %d completion tokens\n", resp.Usage.PromptTokens, resp.Usage.CompletionTokens)

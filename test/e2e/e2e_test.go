@@ -472,22 +472,13 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 	t.Logf("%d requests served during 2 CR updates (1 rejected), 0 failed; the coordinator never restarted", served.Load())
 }
 
-// legs lists a request's gateway legs as profile:status, waiting briefly for the last one to be
-// recorded.
+// legs lists a request's gateway legs as profile:status once they are recorded.
 func legs(st *stack.Stack, id string) string {
-	for i := 0; i < 100; i++ {
-		var out []string
-		pending := false
-		for _, l := range st.Gateway.Legs() {
-			if l.RequestID == id {
-				out = append(out, fmt.Sprintf("%s:%d", l.Profile, l.Status))
-				pending = pending || l.Status == 0
-			}
-		}
-		if !pending {
-			return strings.Join(out, ",")
-		}
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var out []string
+	for _, l := range st.Gateway.SettledLegs(ctx, id) {
+		out = append(out, fmt.Sprintf("%s:%d", l.Profile, l.Status))
 	}
-	return "pending"
+	return strings.Join(out, ",")
 }

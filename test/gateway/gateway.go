@@ -186,6 +186,30 @@ func (g *Gateway) Legs() []Leg {
 	return out
 }
 
+// SettledLegs returns the legs of requestID once none of them is in flight: a client may read
+// the end of an answer before the gateway has recorded how the leg ended. It gives up when ctx
+// ends and returns the legs as they are.
+func (g *Gateway) SettledLegs(ctx context.Context, requestID string) []Leg {
+	for {
+		var legs []Leg
+		inflight := false
+		for _, l := range g.Legs() {
+			if l.RequestID == requestID {
+				legs = append(legs, l)
+				inflight = inflight || l.Status == 0
+			}
+		}
+		if !inflight {
+			return legs
+		}
+		select {
+		case <-ctx.Done():
+			return legs
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // Reset forgets the recorded legs.
 func (g *Gateway) Reset() {
 	g.mu.Lock()

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,22 +119,11 @@ func (s *system) post(path, body string, hdr map[string]string) (*http.Response,
 	return loopback.Fetch(s.t, http.DefaultClient, req)
 }
 
-// legsFor returns the gateway legs of one request id. A leg is recorded when the gateway's
-// handler returns, a moment after the client has read the answer: wait for that.
+// legsFor returns the gateway legs of one request id once they are recorded (gateway.SettledLegs).
 func (s *system) legsFor(id string) []gateway.Leg {
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		var out []gateway.Leg
-		pending := false
-		for _, l := range s.stack.Gateway.Legs() {
-			if l.RequestID == id {
-				out = append(out, l)
-				pending = pending || l.Status == 0
-			}
-		}
-		if !pending || time.Now().After(deadline) {
-			return out
-		}
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return s.stack.Gateway.SettledLegs(ctx, id)
 }
 
 func mustJSON(t *testing.T, v any) string {
