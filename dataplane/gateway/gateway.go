@@ -76,18 +76,23 @@ type Leg struct {
 }
 
 // Do sends the leg and returns the raw response; the caller closes its body (upstream.Client.Do).
-// The phase defaults to the profile.
 func (c *Client) Do(ctx context.Context, leg Leg) (*http.Response, error) {
-	if leg.Phase == "" {
-		leg.Phase = leg.Profile
-	}
-	return c.up.Do(ctx, leg.Request, upstream.Field{Name: ProfileHeader, Value: leg.Profile}, upstream.Field{Name: PreferHeader, Value: leg.Prefer})
+	r, profile, prefer := leg.parts()
+	return c.up.Do(ctx, r, profile, prefer)
 }
 
 // Call sends the leg and returns the whole body of a 200 answer (upstream.Client.Call).
 func (c *Client) Call(ctx context.Context, leg Leg) ([]byte, error) {
-	if leg.Phase == "" {
-		leg.Phase = leg.Profile
+	r, profile, prefer := leg.parts()
+	return c.up.Call(ctx, r, profile, prefer)
+}
+
+// parts is the leg as an upstream request (its phase defaulting to the profile) and the two
+// headers the gateway client sets.
+func (leg Leg) parts() (r upstream.Request, profile, prefer upstream.Field) {
+	r = leg.Request
+	if r.Phase == "" {
+		r.Phase = leg.Profile
 	}
-	return c.up.Call(ctx, leg.Request, upstream.Field{Name: ProfileHeader, Value: leg.Profile}, upstream.Field{Name: PreferHeader, Value: leg.Prefer})
+	return r, upstream.Field{Name: ProfileHeader, Value: leg.Profile}, upstream.Field{Name: PreferHeader, Value: leg.Prefer}
 }

@@ -7,7 +7,6 @@ package builder
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -151,11 +150,10 @@ func checkPlacement(reg *registry.Registry, pc config.Pipeline, types []registry
 
 // providers names the step types that provide c, for messages ("render").
 func providers(reg *registry.Registry, c registry.Capability) string {
-	names := reg.Providers(c)
-	if len(names) == 0 {
-		return string(c) + "-providing"
+	if names := reg.Providers(c); len(names) > 0 {
+		return strings.Join(names, " or ")
 	}
-	return strings.Join(slices.Compact(names), " or ")
+	return string(c) // no registered type provides it: name the capability
 }
 
 // checkTerminal: the last step, and only the last, writes the response.
