@@ -176,6 +176,26 @@ bench: ## Benchmarks (docs/benchmarks.md): builds the binaries, runs the Go micr
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./test/bench/cmd/benchharness
 	$(BIN)/benchharness --out $(BENCH_OUT) $(BENCH_ARGS)
 
+# make fuzz FUZZTIME=2m FUZZ_PKGS=./dataplane/body: every native fuzz target (func FuzzX in a
+# _test.go file, found afresh each run) fuzzed in turn for FUZZTIME. A failing input is written to
+# the package's testdata/fuzz/FuzzX/: fix the bug and check the file in, it then runs with every
+# `go test` (as every seed corpus does, so `make test` replays them all).
+FUZZTIME  ?= 30s
+FUZZ_PKGS ?= ./...
+FUZZ_ARGS ?=
+
+.PHONY: fuzz
+fuzz: ## Fuzz every Go fuzz target in turn for FUZZTIME (default 30s); not part of `make test`, which runs their seed corpora.
+	@failed=""; \
+	for dir in $$($(GO) list -f '{{.Dir}}' $(FUZZ_PKGS) | while read -r d; do \
+	    grep -lqE '^func Fuzz[A-Za-z0-9_]*\(' "$$d"/*_test.go 2>/dev/null && echo "$$d"; done); do \
+	  for target in $$(cd "$$dir" && $(GO) test -list '^Fuzz' . | grep '^Fuzz'); do \
+	    echo "== fuzz $$target in $${dir#$(CURDIR)/} for $(FUZZTIME)"; \
+	    (cd "$$dir" && $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZ_ARGS) .) || failed="$$failed $${dir#$(CURDIR)/}:$$target"; \
+	  done; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz failures:$$failed"; exit 1; fi
+
 ##@ Demo
 
 .PHONY: demo

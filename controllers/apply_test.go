@@ -44,7 +44,7 @@ func TestEnsureChildInSync(t *testing.T) {
 
 func TestInSyncOtherKinds(t *testing.T) {
 	cp := newPipeline("ns", "cp")
-	svc := desiredService(cp)
+	svc := desiredService(cp, nil)
 	allocated := svc.DeepCopy()
 	allocated.Spec.ClusterIP, allocated.Spec.ClusterIPs = "10.96.0.10", []string{"10.96.0.10"}
 	allocated.Spec.SessionAffinity = corev1.ServiceAffinityNone

@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -43,9 +44,19 @@ const (
 
 	containerName   = "coordinator"
 	portName        = "http"
+	tlsPortName     = "https"
 	metricsPortName = "metrics"
 	configVolume    = "config"
 	tmpVolume       = "tmp"
+	tlsVolume       = "tls"
+	gatewayCAVolume = "gateway-ca"
+	// tmpSizeLimit caps the /tmp emptyDir (the coordinator writes nothing there; the limit
+	// keeps a bug or an exploited dependency from filling the node's disk). Above it the kubelet
+	// evicts the pod.
+	tmpSizeLimit = "64Mi"
+	// secretFileMode makes the mounted TLS files readable by the coordinator's group only
+	// (fsGroup nonRootUID).
+	secretFileMode int32 = 0o440
 	// drainMarginSeconds is added to server.shutdown_timeout for terminationGracePeriodSeconds.
 	drainMarginSeconds = 5
 	nonRootUID         = 65532
@@ -96,19 +107,23 @@ func desiredServiceAccount(cp *coordinatorv1alpha1.CoordinatorPipeline) *corev1.
 	}
 }
 
-// desiredService exposes the coordinator pods on ListenPort.
-func desiredService(cp *coordinatorv1alpha1.CoordinatorPipeline) *corev1.Service {
+// desiredService exposes the coordinator pods on ListenPort, and only there: the metrics and
+// admin listener (server.metrics_port) stays off the Service, which the HTTPRoute targets, and is
+// scraped on the pods' "metrics" port (a PodMonitor). The port is named and typed https when cfg,
+// the applied configuration, serves TLS.
+func desiredService(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg *config.Config) *corev1.Service {
+	name := servingPortName(cfg)
 	return &corev1.Service{
 		ObjectMeta: childMeta(cp, cp.Name),
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
 			Selector: selectorLabels(cp),
 			Ports: []corev1.ServicePort{{
-				Name:        portName,
+				Name:        name,
 				Protocol:    corev1.ProtocolTCP,
-				AppProtocol: ptr.To("http"),
+				AppProtocol: ptr.To(name),
 				Port:        ListenPort,
-				TargetPort:  intstr.FromString(portName),
+				TargetPort:  intstr.FromString(name),
 			}},
 		},
 	}
@@ -158,7 +173,7 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 		},
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: configVolume, MountPath: ConfigDir, ReadOnly: true},
-			{Name: tmpVolume, MountPath: "/tmp"},
+			{Name: tmpVolume, MountPath: tmpDir},
 		},
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             ptr.To(true),
@@ -167,6 +182,22 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
+	}
+
+	volumes := []corev1.Volume{
+		{Name: configVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(cp)},
+		}}},
+		{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			SizeLimit: ptr.To(resource.MustParse(tmpSizeLimit)),
+		}}},
+	}
+	volumes, container.VolumeMounts = addTLSVolumes(cp, cfg, volumes, container.VolumeMounts)
+	if secureServing(&cfg) {
+		for _, probe := range []*corev1.Probe{container.LivenessProbe, container.ReadinessProbe} {
+			probe.HTTPGet.Scheme = corev1.URISchemeHTTPS
+			probe.HTTPGet.Port = intstr.FromString(tlsPortName)
+		}
 	}
 
 	return &appsv1.Deployment{
@@ -199,15 +230,11 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 						RunAsNonRoot:   ptr.To(true),
 						RunAsUser:      ptr.To[int64](nonRootUID),
 						RunAsGroup:     ptr.To[int64](nonRootUID),
+						FSGroup:        ptr.To[int64](nonRootUID),
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
-					Containers: []corev1.Container{container},
-					Volumes: []corev1.Volume{
-						{Name: configVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-							LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(cp)},
-						}}},
-						{Name: tmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-					},
+					Containers:                []corev1.Container{container},
+					Volumes:                   volumes,
 					NodeSelector:              maps.Clone(spec.NodeSelector),
 					Tolerations:               deepCopyTolerations(spec.Tolerations),
 					Affinity:                  spec.Affinity.DeepCopy(),
@@ -218,10 +245,10 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 	}
 }
 
-// containerPorts are the API port and, when the configuration enables it, the Prometheus
-// metrics port (named "metrics", for a PodMonitor).
+// containerPorts are the API port (named "http", or "https" with TLS) and, when the
+// configuration enables it, the metrics and admin port (named "metrics", for a PodMonitor).
 func containerPorts(cfg config.Config) []corev1.ContainerPort {
-	ports := []corev1.ContainerPort{{Name: portName, ContainerPort: ListenPort, Protocol: corev1.ProtocolTCP}}
+	ports := []corev1.ContainerPort{{Name: servingPortName(&cfg), ContainerPort: ListenPort, Protocol: corev1.ProtocolTCP}}
 	if cfg.Server.MetricsPort > 0 {
 		ports = append(ports, corev1.ContainerPort{Name: metricsPortName, ContainerPort: int32(cfg.Server.MetricsPort), Protocol: corev1.ProtocolTCP})
 	}

@@ -69,6 +69,60 @@ func TestDesiredDeployment(t *testing.T) {
 				g.Expect(c.ReadinessProbe.HTTPGet.Port).To(Equal(intstr.FromString("http")))
 			},
 		},
+		"plain HTTP: no TLS volumes, HTTP probes, a size-limited /tmp": {
+			check: func(g Gomega, d *appsv1.Deployment) {
+				pod := d.Spec.Template.Spec
+				g.Expect(pod.Volumes).To(HaveLen(2))
+				g.Expect(pod.Volumes[1]).To(Equal(corev1.Volume{Name: "tmp", VolumeSource: corev1.VolumeSource{
+					EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("64Mi"))},
+				}}))
+				c := pod.Containers[0]
+				g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"}))
+				g.Expect(c.LivenessProbe.HTTPGet.Scheme).To(BeEmpty())
+				g.Expect(c.ReadinessProbe.HTTPGet.Scheme).To(BeEmpty())
+			},
+		},
+		"TLS: the Secret mounted read-only, HTTPS probes and port": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "coordinator-tls"}
+			},
+			check: func(g Gomega, d *appsv1.Deployment) {
+				pod := d.Spec.Template.Spec
+				g.Expect(pod.Volumes).To(ContainElement(corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+					SecretName:  "coordinator-tls",
+					Items:       []corev1.KeyToPath{{Key: "tls.crt", Path: "tls.crt"}, {Key: "tls.key", Path: "tls.key"}},
+					DefaultMode: ptr.To[int32](0o440),
+					Optional:    ptr.To(false),
+				}}}))
+				g.Expect(pod.SecurityContext.FSGroup).To(Equal(ptr.To[int64](65532)), "the group that may read tls.key")
+				c := pod.Containers[0]
+				g.Expect(c.VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "tls", MountPath: "/etc/coordinator-tls", ReadOnly: true}))
+				g.Expect(c.Ports[0]).To(Equal(corev1.ContainerPort{Name: "https", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}))
+				for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+					g.Expect(p.HTTPGet.Scheme).To(Equal(corev1.URISchemeHTTPS))
+					g.Expect(p.HTTPGet.Port).To(Equal(intstr.FromString("https")))
+				}
+				// The Secret's content is not fingerprinted: kubelet refreshes the mount and the
+				// coordinator reloads the certificate, so a rotation does not roll the pods.
+				g.Expect(d.Spec.Template.Annotations).To(HaveLen(2))
+			},
+		},
+		"gateway CA bundle: the ConfigMap key mounted as ca.crt": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Address = "https://gw.infra.svc"
+				cp.Spec.Gateway.CABundle = &coordinatorv1alpha1.CABundleReference{ConfigMapName: "trust", Key: "bundle.pem"}
+			},
+			check: func(g Gomega, d *appsv1.Deployment) {
+				pod := d.Spec.Template.Spec
+				g.Expect(pod.Volumes).To(ContainElement(corev1.Volume{Name: "gateway-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "trust"},
+					Items:                []corev1.KeyToPath{{Key: "bundle.pem", Path: "ca.crt"}},
+					Optional:             ptr.To(false),
+				}}}))
+				g.Expect(pod.Containers[0].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "gateway-ca", MountPath: "/etc/coordinator-gateway-ca", ReadOnly: true}))
+				g.Expect(pod.Containers[0].ReadinessProbe.HTTPGet.Scheme).To(BeEmpty(), "the API itself stays plain HTTP")
+			},
+		},
 		"restricted pod security": {
 			check: func(g Gomega, d *appsv1.Deployment) {
 				pod := d.Spec.Template.Spec
@@ -170,6 +224,14 @@ func TestPodTemplateChangesOnlyForRestartSettings(t *testing.T) {
 		"write timeout": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.WriteTimeout = duration("1h") }, wantRoll: true},
 		// terminationGracePeriodSeconds follows the drain timeout.
 		"shutdown timeout": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.ShutdownTimeout = duration("1m") }, wantRoll: true},
+		// TLS: new listeners, and new volumes to mount.
+		"TLS": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "tls"}
+		}, wantRoll: true},
+		"gateway CA bundle": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Gateway.Address = "https://gw"
+			cp.Spec.Gateway.CABundle = &coordinatorv1alpha1.CABundleReference{ConfigMapName: "ca"}
+		}, wantRoll: true},
 		// Pod settings.
 		"image": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Image = "example.com/c:2" }, wantRoll: true},
 		"resources": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
@@ -206,14 +268,25 @@ func TestDesiredConfigMapServiceServiceAccount(t *testing.T) {
 			},
 		},
 		"service exposes 8080 to the coordinator pods": {
-			obj: desiredService(cp),
+			obj: desiredService(cp, nil),
 			check: func(g Gomega) {
-				svc := desiredService(cp)
+				svc := desiredService(cp, nil)
 				g.Expect(svc.Name).To(Equal("cp"))
 				g.Expect(svc.Spec.Selector).To(Equal(selectorLabels(cp)))
-				g.Expect(svc.Spec.Ports).To(HaveLen(1))
-				g.Expect(svc.Spec.Ports[0].Port).To(BeEquivalentTo(8080))
-				g.Expect(svc.Spec.Ports[0].TargetPort).To(Equal(intstr.FromString("http")))
+				// The API port only: the metrics and admin port (/metrics, /debug/pipeline) stays
+				// off the Service the HTTPRoute targets.
+				g.Expect(svc.Spec.Ports).To(Equal([]corev1.ServicePort{{
+					Name: "http", Protocol: corev1.ProtocolTCP, AppProtocol: ptr.To("http"), Port: 8080, TargetPort: intstr.FromString("http"),
+				}}))
+			},
+		},
+		"with TLS the service port is https": {
+			obj: desiredService(cp, tlsConfig()),
+			check: func(g Gomega) {
+				svc := desiredService(cp, tlsConfig())
+				g.Expect(svc.Spec.Ports).To(Equal([]corev1.ServicePort{{
+					Name: "https", Protocol: corev1.ProtocolTCP, AppProtocol: ptr.To("https"), Port: 8080, TargetPort: intstr.FromString("https"),
+				}}))
 			},
 		},
 		"service account mounts no token": {
@@ -230,4 +303,11 @@ func TestDesiredConfigMapServiceServiceAccount(t *testing.T) {
 			tc.check(g)
 		})
 	}
+}
+
+// tlsConfig is an applied configuration serving TLS.
+func tlsConfig() *config.Config {
+	cfg := config.Default()
+	cfg.Server.SecureServing, cfg.Server.CertPath, cfg.Server.MetricsCertDir = true, TLSDir, TLSDir
+	return &cfg
 }

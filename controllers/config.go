@@ -33,7 +33,8 @@ const (
 )
 
 // renderConfig builds the data-plane configuration of cp: config.Default() overlaid with the
-// spec's log level, server, gateway and pipeline settings, listening on ListenPort.
+// spec's log level, server (TLS included), gateway and pipeline settings, listening on
+// ListenPort.
 // gatewayAddress is the resolved gateway base URL. The only error is a step whose params are not
 // a JSON object (the CRD schema prevents it), reported as a *config.FieldError.
 func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress string) (config.Config, error) {
@@ -57,6 +58,7 @@ func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress st
 	if v := spec.Gateway.MaxIdleConnsPerHost; v != nil {
 		cfg.Gateway.MaxIdleConnsPerHost = int(*v)
 	}
+	renderTLS(cp, &cfg)
 
 	p := &spec.Pipeline
 	if p.KVConnector != "" {

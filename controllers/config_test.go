@@ -56,6 +56,33 @@ func TestRenderConfig(t *testing.T) {
 				c.Gateway.MaxIdleConnsPerHost = 7
 			},
 		},
+		"TLS: both listeners serve the mounted Secret": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "coordinator-tls"}
+			},
+			want: func(c *config.Config) {
+				c.Server.SecureServing = true
+				c.Server.CertPath = "/etc/coordinator-tls"
+				c.Server.MetricsCertDir = "/etc/coordinator-tls"
+			},
+		},
+		"TLS version and cipher suites": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "coordinator-tls", MinVersion: coordinatorv1alpha1.TLSVersion12,
+					CipherSuites: []coordinatorv1alpha1.TLSCipherSuite{"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"}}
+			},
+			want: func(c *config.Config) {
+				c.Server.SecureServing, c.Server.CertPath, c.Server.MetricsCertDir = true, TLSDir, TLSDir
+				c.Server.TLSMinVersion = "VersionTLS12"
+				c.Server.TLSCipherSuites = []string{"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"}
+			},
+		},
+		"gateway CA bundle": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.CABundle = &coordinatorv1alpha1.CABundleReference{ConfigMapName: "kube-root-ca.crt"}
+			},
+			want: func(c *config.Config) { c.Gateway.CAFile = "/etc/coordinator-gateway-ca/ca.crt" },
+		},
 		"pipeline connectors, format and params": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 				cp.Spec.Pipeline.KVConnector = coordinatorv1alpha1.KVConnectorSGLang
@@ -108,6 +135,11 @@ func TestRenderedConfigRoundTripsToTheSameRevision(t *testing.T) {
 				ShutdownTimeout: duration("45s"), MaxRequestBodySizeMiB: ptr.To[int32](7)}
 			cp.Spec.Gateway.Timeout = duration("1500ms")
 			cp.Spec.Gateway.MaxIdleConnsPerHost = ptr.To[int32](0)
+		},
+		"TLS and a gateway CA": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "tls", MinVersion: coordinatorv1alpha1.TLSVersion13}
+			cp.Spec.Gateway.Address = "https://inference-gateway.infra.svc:443"
+			cp.Spec.Gateway.CABundle = &coordinatorv1alpha1.CABundleReference{ConfigMapName: "ca", Key: "bundle.pem"}
 		},
 		"params of every JSON type": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 			cp.Spec.Pipeline.Steps[1].Params = params(map[string]any{
@@ -175,7 +207,9 @@ func TestValidatePipeline(t *testing.T) {
 
 // restartHash changes exactly when one of config.RestartSettings changes, and keeps the values
 // of earlier releases for the same settings: a new value would roll every coordinator when the
-// operator is upgraded.
+// operator is upgraded. (The pinned values changed with the TLS and admin-listener settings
+// added to config.RestartSettings, in the release whose pod template changes anyway: /tmp got a
+// sizeLimit and the pod an fsGroup.)
 func TestRestartHash(t *testing.T) {
 	base, err := renderConfig(newPipeline("ns", "cp"), testGateway)
 	if err != nil {
@@ -186,17 +220,24 @@ func TestRestartHash(t *testing.T) {
 		wantRoll bool
 		want     string // the pinned hash, when set
 	}{
-		"the rendered defaults": {mutate: func(*config.Config) {}, want: "0b16b38b95461f69"},
+		"the rendered defaults": {mutate: func(*config.Config) {}, want: "5e2d31cb44e112b7"},
 		"several restart settings": {mutate: func(c *config.Config) {
 			c.Server.ReadTimeout = config.Duration(5 * time.Second)
 			c.Server.MetricsPort = 0
 			c.Tracing.Enabled, c.Tracing.Endpoint = true, "http://otel:4318"
-		}, wantRoll: true, want: "33aa3f99abb47c71"},
-		"listen address":    {mutate: func(c *config.Config) { c.Server.ListenAddr = ":8181" }, wantRoll: true},
-		"read timeout":      {mutate: func(c *config.Config) { c.Server.ReadTimeout = 0 }, wantRoll: true},
-		"write timeout":     {mutate: func(c *config.Config) { c.Server.WriteTimeout = config.Duration(time.Hour) }, wantRoll: true},
-		"metrics port":      {mutate: func(c *config.Config) { c.Server.MetricsPort = 9191 }, wantRoll: true},
-		"tracing":           {mutate: func(c *config.Config) { c.Tracing.SampleRatio = 1 }, wantRoll: true},
+		}, wantRoll: true, want: "7df6cf202544f9d0"},
+		"listen address": {mutate: func(c *config.Config) { c.Server.ListenAddr = ":8181" }, wantRoll: true},
+		"read timeout":   {mutate: func(c *config.Config) { c.Server.ReadTimeout = 0 }, wantRoll: true},
+		"write timeout":  {mutate: func(c *config.Config) { c.Server.WriteTimeout = config.Duration(time.Hour) }, wantRoll: true},
+		"metrics port":   {mutate: func(c *config.Config) { c.Server.MetricsPort = 9191 }, wantRoll: true},
+		"tracing":        {mutate: func(c *config.Config) { c.Tracing.SampleRatio = 1 }, wantRoll: true},
+		"TLS":            {mutate: func(c *config.Config) { c.Server.SecureServing, c.Server.CertPath = true, TLSDir }, wantRoll: true},
+		"TLS version":    {mutate: func(c *config.Config) { c.Server.TLSMinVersion = "VersionTLS13" }, wantRoll: true},
+		"cipher suites": {mutate: func(c *config.Config) {
+			c.Server.TLSCipherSuites = []string{"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}
+		}, wantRoll: true},
+		"metrics TLS":       {mutate: func(c *config.Config) { c.Server.MetricsCertDir = TLSDir }, wantRoll: true},
+		"gateway CA":        {mutate: func(c *config.Config) { c.Gateway.CAFile = GatewayCAFile }},
 		"log level":         {mutate: func(c *config.Config) { c.LogLevel = 5 }},
 		"shutdown timeout":  {mutate: func(c *config.Config) { c.Server.ShutdownTimeout = config.Duration(time.Minute) }},
 		"body limit":        {mutate: func(c *config.Config) { c.Server.MaxRequestBodySize = 7 }},

@@ -63,6 +63,9 @@ type CoordinatorPipelineReconciler struct {
 	Recorder events.EventRecorder
 	// DefaultImage is the coordinator image for pipelines that do not set spec.image.
 	DefaultImage string
+	// WatchNamespace is the one namespace the manager's cache sees (CacheOptions), empty for
+	// all: a gatewayRef to a Gateway elsewhere cannot be read and is reported as such.
+	WatchNamespace string
 
 	// poolAPI, gatewayAPI and routeAPI record whether the InferencePool, Gateway and HTTPRoute
 	// CRDs were installed at start-up; without them references cannot resolve, routes cannot be
@@ -97,6 +100,7 @@ func (r *CoordinatorPipelineReconciler) phases() []phase {
 	return []phase{
 		{"InferencePool reference", r.resolveInferencePool},
 		{"gateway address", r.resolveGateway},
+		{"TLS references", r.resolveTLSReferences},
 		{"pipeline configuration", r.renderAndValidate},
 		{"ServiceAccount", r.reconcileServiceAccount},
 		{"ConfigMap", r.reconcileConfigMap},
@@ -112,6 +116,7 @@ func (r *CoordinatorPipelineReconciler) phases() []phase {
 // +kubebuilder:rbac:groups=coordinator.epd.dev,resources=coordinatorpipelines/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=coordinator.epd.dev,resources=coordinatorpipelines/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gateways,verbs=get;list;watch
@@ -176,6 +181,10 @@ func (r *CoordinatorPipelineReconciler) resolveGateway(ctx context.Context, s *s
 		res = explicitGateway(spec.Address)
 	case !r.gatewayAPI:
 		res = apiUnavailable("Gateway", gatewayv1.GroupVersion.String())
+	case r.WatchNamespace != "" && gatewayNamespace(s.cp) != r.WatchNamespace:
+		ns, name := gatewayKey(s.cp)
+		res = resolution{reason: coordinatorv1alpha1.ReasonNamespaceNotWatched, message: fmt.Sprintf(
+			"spec.gateway.gatewayRef.namespace: Gateway %s/%s is outside namespace %s, the only one the operator watches (--watch-namespace)", ns, name, r.WatchNamespace)}
 	default:
 		ns, name := gatewayKey(s.cp)
 		gw := &gatewayv1.Gateway{}
@@ -191,6 +200,54 @@ func (r *CoordinatorPipelineReconciler) resolveGateway(ctx context.Context, s *s
 	}
 	s.obs.gateway = found(res)
 	return nil
+}
+
+// resolveTLSReferences checks that the Secret of spec.server.tls and the ConfigMap of
+// spec.gateway.caBundle exist: without them new coordinator pods cannot mount their volumes and
+// stay ContainerCreating, which the Deployment's status does not explain. It reads their metadata
+// only, straight from the API server: the manager caches only its own children, and never reads a
+// Secret's data. Neither is watched; when a missing one appears, the pods start and the
+// Deployment's status change brings a reconcile.
+func (r *CoordinatorPipelineReconciler) resolveTLSReferences(ctx context.Context, s *scope) error {
+	res := resolution{ok: true}
+	ns := s.cp.Namespace
+	if t := s.cp.Spec.Server.TLS; t != nil {
+		ok, err := r.exists(ctx, "Secret", ns, t.SecretName)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			res = resolution{reason: coordinatorv1alpha1.ReasonTLSSecretNotFound, message: fmt.Sprintf(
+				"spec.server.tls.secretName: Secret %s not found in namespace %s; coordinator pods cannot start until it exists", t.SecretName, ns)}
+		}
+	}
+	if ca := s.cp.Spec.Gateway.CABundle; ca != nil && res.ok {
+		ok, err := r.exists(ctx, "ConfigMap", ns, ca.ConfigMapName)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			res = resolution{reason: coordinatorv1alpha1.ReasonCABundleNotFound, message: fmt.Sprintf(
+				"spec.gateway.caBundle.configMapName: ConfigMap %s not found in namespace %s; coordinator pods cannot start until it exists", ca.ConfigMapName, ns)}
+		}
+	}
+	s.obs.tls = found(res)
+	return nil
+}
+
+// exists reports whether the core/v1 object kind namespace/name exists, reading its metadata
+// only, past the cache.
+func (r *CoordinatorPipelineReconciler) exists(ctx context.Context, kind, namespace, name string) (bool, error) {
+	obj := &metav1.PartialObjectMetadata{}
+	obj.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading %s %s: %w", kind, name, err)
+	}
+	return true, nil
 }
 
 // renderAndValidate renders the spec into the data-plane configuration and validates its
@@ -252,8 +309,9 @@ func (r *CoordinatorPipelineReconciler) reconcileConfigMap(ctx context.Context, 
 	return nil
 }
 
+// reconcileService exposes the API port, named for the applied configuration (https with TLS).
 func (r *CoordinatorPipelineReconciler) reconcileService(ctx context.Context, s *scope) error {
-	_, _, err := ensureChild(ctx, r, s.cp, serviceKind, desiredService(s.cp))
+	_, _, err := ensureChild(ctx, r, s.cp, serviceKind, desiredService(s.cp, s.obs.applied.value))
 	return err
 }
 
@@ -343,7 +401,8 @@ func (r *CoordinatorPipelineReconciler) patchStatus(ctx context.Context, s *scop
 }
 
 // emitTransitionEvents emits Warning events when the pipeline becomes invalid (or its error
-// changes), when a child conflict appears, and when the gateway rejects the HTTPRoute; steady
+// changes), when a child conflict appears, when the gateway rejects the HTTPRoute, when a Secret
+// or ConfigMap the pods mount for TLS is missing, and when the gateway address is refused; steady
 // state emits nothing.
 func (r *CoordinatorPipelineReconciler) emitTransitionEvents(before, after *coordinatorv1alpha1.CoordinatorPipeline) {
 	for _, w := range []struct {
@@ -355,6 +414,9 @@ func (r *CoordinatorPipelineReconciler) emitTransitionEvents(before, after *coor
 		{coordinatorv1alpha1.ConditionDegraded, coordinatorv1alpha1.ReasonChildConflict, "ApplyChildren"},
 		{coordinatorv1alpha1.ConditionRouteAccepted, coordinatorv1alpha1.ReasonNotAccepted, "AttachRoute"},
 		{coordinatorv1alpha1.ConditionRouteAccepted, coordinatorv1alpha1.ReasonRefsNotResolved, "AttachRoute"},
+		{coordinatorv1alpha1.ConditionReady, coordinatorv1alpha1.ReasonTLSSecretNotFound, "MountTLSSecret"},
+		{coordinatorv1alpha1.ConditionReady, coordinatorv1alpha1.ReasonCABundleNotFound, "MountCABundle"},
+		{coordinatorv1alpha1.ConditionGatewayResolved, coordinatorv1alpha1.ReasonAddressNotAllowed, "ResolveGateway"},
 	} {
 		now := meta.FindStatusCondition(after.Status.Conditions, string(w.condType))
 		if now == nil || now.Reason != string(w.reason) {
@@ -370,12 +432,15 @@ func (r *CoordinatorPipelineReconciler) emitTransitionEvents(before, after *coor
 
 // gatewayKey is the namespace and name of the Gateway cp references.
 func gatewayKey(cp *coordinatorv1alpha1.CoordinatorPipeline) (string, string) {
-	ref := cp.Spec.Gateway.GatewayRef
-	ns := ref.Namespace
-	if ns == "" {
-		ns = cp.Namespace
+	return gatewayNamespace(cp), cp.Spec.Gateway.GatewayRef.Name
+}
+
+// gatewayNamespace is the namespace of the Gateway cp references (its own by default).
+func gatewayNamespace(cp *coordinatorv1alpha1.CoordinatorPipeline) string {
+	if ns := cp.Spec.Gateway.GatewayRef.Namespace; ns != "" {
+		return ns
 	}
-	return ns, ref.Name
+	return cp.Namespace
 }
 
 // CacheByObject restricts the manager's cache of child kinds to the objects this operator
@@ -393,6 +458,19 @@ func CacheByObject() map[client.Object]cache.ByObject {
 		&policyv1.PodDisruptionBudget{}: managed,
 		&networkingv1.NetworkPolicy{}:   managed,
 	}
+}
+
+// CacheOptions are the manager's cache options: only the children the operator manages
+// (CacheByObject) and, with a watchNamespace, only that namespace. Every kind the reconciler
+// reads or watches is namespaced, so with a watchNamespace the manager needs no cluster-wide
+// permission: a Role with the rules of config/rbac/role.yaml in that namespace is enough (the
+// Helm chart renders one when watchNamespace is set).
+func CacheOptions(watchNamespace string) cache.Options {
+	opts := cache.Options{ByObject: CacheByObject()}
+	if watchNamespace != "" {
+		opts.DefaultNamespaces = map[string]cache.Config{watchNamespace: {}}
+	}
+	return opts
 }
 
 // SetupWithManager registers the reconciler: it owns its children (the HTTPRoute only when its

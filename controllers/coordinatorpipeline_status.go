@@ -28,6 +28,9 @@ func found[T any](v T) result[T] { return result[T]{ran: true, value: v} }
 type observed struct {
 	// pool and gateway are the resolutions of spec.inferencePoolRef and spec.gateway.
 	pool, gateway result[resolution]
+	// tls is the resolution of the objects the coordinator pods mount for TLS (the Secret of
+	// spec.server.tls, the ConfigMap of spec.gateway.caBundle); ok when none is referenced.
+	tls result[resolution]
 	// pipeline is the error of validating the spec's pipeline; nil when it is valid.
 	pipeline result[error]
 	// applied is the configuration in the ConfigMap: just rendered, or the last good one; nil
@@ -69,7 +72,7 @@ func computeStatus(cp *coordinatorv1alpha1.CoordinatorPipeline, o observed) {
 		setProgressingCondition(cp, ro)
 	}
 	setDegradedCondition(cp, o.err, r)
-	setReadyCondition(cp, o.err, r)
+	setReadyCondition(cp, o.err, o.tls, r)
 }
 
 // setCondition sets one condition, stamped with the generation it was computed from.
@@ -227,9 +230,10 @@ func setDegradedCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error
 }
 
 // setReadyCondition summarizes: Ready=True only when the reconcile succeeded, the pipeline is
-// valid, the gateway and the InferencePool are resolved, the gateway accepted the HTTPRoute (with
-// spec.route), and the rollout is complete. The reason names the first thing that is not.
-func setReadyCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error, r *rollout) {
+// valid, the gateway and the InferencePool are resolved, the objects the pods mount for TLS exist
+// (tls), the gateway accepted the HTTPRoute (with spec.route), and the rollout is complete. The
+// reason names the first thing that is not.
+func setReadyCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error, tls result[resolution], r *rollout) {
 	notReady := func(reason coordinatorv1alpha1.ConditionReason, msg string) {
 		setCondition(cp, coordinatorv1alpha1.ConditionReady, false, reason, msg)
 	}
@@ -252,6 +256,10 @@ func setReadyCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error, r
 	}
 	if c := conditionFalse(cp, coordinatorv1alpha1.ConditionInferencePoolResolved); c != nil {
 		notReady(coordinatorv1alpha1.ReasonInferencePoolNotResolved, c.Message)
+		return
+	}
+	if tls.ran && !tls.value.ok {
+		notReady(tls.value.reason, tls.value.message)
 		return
 	}
 	if cp.Spec.Route != nil {

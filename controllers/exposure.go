@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -213,28 +216,37 @@ func networkPolicyEnabled(cp *coordinatorv1alpha1.CoordinatorPipeline) bool {
 }
 
 // desiredNetworkPolicy selects cp's coordinator pods. Ingress: the API port from
-// spec.networkPolicy.ingressFrom and, when cfg enables metrics, the metrics port from
-// metricsFrom (an empty list allows every source). Egress, only with spec.networkPolicy.egress:
-// DNS, the gateway ports towards gatewayTo, and the additional rules. cfg is the applied
-// configuration (nil when none was rendered yet: no metrics rule, and the gateway port is only
-// known from gatewayPorts).
+// spec.networkPolicy.ingressFrom (by default the gateway's namespaces, ingressDefaultPeers) and,
+// when cfg enables metrics, the metrics and admin port from metricsFrom (by default cp's own
+// namespace). Egress, only with spec.networkPolicy.egress: DNS, the gateway ports towards
+// gatewayTo, and the additional rules. cfg is the applied configuration (nil when none was
+// rendered yet: no metrics rule, and the gateway port is only known from gatewayPorts); it also
+// names the API port (http, or https with TLS).
 func desiredNetworkPolicy(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg *config.Config) *networkingv1.NetworkPolicy {
 	spec := cp.Spec.NetworkPolicy
 	tcp := ptr.To(corev1.ProtocolTCP)
+	ingressFrom := deepCopyPeers(spec.IngressFrom)
+	if len(ingressFrom) == 0 {
+		ingressFrom = namespacePeers(gatewayNamespaces(cp))
+	}
 	np := &networkingv1.NetworkPolicy{
 		ObjectMeta: childMeta(cp, cp.Name),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(cp)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From:  deepCopyPeers(spec.IngressFrom),
-				Ports: []networkingv1.NetworkPolicyPort{{Protocol: tcp, Port: ptr.To(intstr.FromString(portName))}},
+				From:  ingressFrom,
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: tcp, Port: ptr.To(intstr.FromString(servingPortName(cfg)))}},
 			}},
 		},
 	}
 	if cfg != nil && cfg.Server.MetricsPort > 0 {
+		metricsFrom := deepCopyPeers(spec.MetricsFrom)
+		if len(metricsFrom) == 0 {
+			metricsFrom = namespacePeers([]string{cp.Namespace})
+		}
 		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{
-			From:  deepCopyPeers(spec.MetricsFrom),
+			From:  metricsFrom,
 			Ports: []networkingv1.NetworkPolicyPort{{Protocol: tcp, Port: ptr.To(intstr.FromString(metricsPortName))}},
 		})
 	}
@@ -286,6 +298,78 @@ func addressPort(address string) (int32, bool) {
 		return 443, true
 	}
 	return 0, false
+}
+
+// namespaceLabel is the label the API server puts on every namespace, its name
+// (kubernetes.io/metadata.name).
+const namespaceLabel = corev1.LabelMetadataName
+
+// gatewayNamespaces are the namespaces the gateway's traffic to cp's API port comes from, sorted
+// and without duplicates: the namespace of the Gateway the HTTPRoute attaches to (with
+// spec.route), of spec.gateway.gatewayRef, or the Service namespace in spec.gateway.address
+// (serviceNamespace). Without any, cp's own namespace.
+func gatewayNamespaces(cp *coordinatorv1alpha1.CoordinatorPipeline) []string {
+	orDefault := func(ns string) string {
+		if ns == "" {
+			return cp.Namespace
+		}
+		return ns
+	}
+	var out []string
+	if cp.Spec.Route != nil {
+		if p := cp.Spec.Route.ParentRef; p != nil {
+			out = append(out, orDefault(p.Namespace))
+		}
+	}
+	if g := cp.Spec.Gateway.GatewayRef; g != nil {
+		out = append(out, orDefault(g.Namespace))
+	}
+	if ns, ok := serviceNamespace(cp.Spec.Gateway.Address, cp.Namespace); ok {
+		out = append(out, ns)
+	}
+	if len(out) == 0 {
+		out = []string{cp.Namespace}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// serviceNamespace is the namespace of a gateway base URL whose host is a Kubernetes Service DNS
+// name: <service> (namespace defaultNS), <service>.<namespace>, or
+// <service>.<namespace>.svc[.<cluster domain>]. ok is false for an IP address, another host name
+// (e.g. gateway.example.com) or an unparsable address.
+func serviceNamespace(address, defaultNS string) (string, bool) {
+	u, err := url.Parse(address)
+	if err != nil {
+		return "", false
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if host == "" || net.ParseIP(host) != nil {
+		return "", false
+	}
+	labels := strings.Split(host, ".")
+	var ns string
+	switch {
+	case len(labels) == 1:
+		ns = defaultNS
+	case len(labels) == 2, labels[2] == "svc":
+		ns = labels[1]
+	default:
+		return "", false
+	}
+	if len(validation.IsDNS1123Label(labels[0])) > 0 || len(validation.IsDNS1123Label(ns)) > 0 {
+		return "", false
+	}
+	return ns, true
+}
+
+// namespacePeers selects every pod of each namespace.
+func namespacePeers(namespaces []string) []networkingv1.NetworkPolicyPeer {
+	out := make([]networkingv1.NetworkPolicyPeer, len(namespaces))
+	for i, ns := range namespaces {
+		out[i] = networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{namespaceLabel: ns}}}
+	}
+	return out
 }
 
 func deepCopyPeers(in []networkingv1.NetworkPolicyPeer) []networkingv1.NetworkPolicyPeer {

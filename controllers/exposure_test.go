@@ -283,7 +283,7 @@ func TestDesiredNetworkPolicy(t *testing.T) {
 		return networkingv1.NetworkPolicyPort{Protocol: ptr.To(p), Port: ptr.To(intstr.FromInt32(n))}
 	}
 	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{{Protocol: udp, Port: ptr.To(intstr.FromInt32(53))}, port(corev1.ProtocolTCP, 53)}}
-	gatewayNS := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "infra"}}}
+	gatewayNS := namespacePeer("infra")
 	monitoring := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}}}
 	renderSvc := networkingv1.NetworkPolicyEgressRule{
 		To:    []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "render"}}}},
@@ -300,16 +300,24 @@ func TestDesiredNetworkPolicy(t *testing.T) {
 		cfg   *config.Config
 		check func(g Gomega, np *networkingv1.NetworkPolicy)
 	}{
-		"ingress only: API and metrics ports from anywhere, egress open": {
+		"ingress only, by default: the API port from the gateway's namespace, metrics from the pipeline's, egress open": {
 			spec: coordinatorv1alpha1.NetworkPolicySpec{Enabled: true},
 			cfg:  cfgWith(testGateway, 9090),
 			check: func(g Gomega, np *networkingv1.NetworkPolicy) {
 				g.Expect(np.Spec.PolicyTypes).To(Equal([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress}))
 				g.Expect(np.Spec.Ingress).To(Equal([]networkingv1.NetworkPolicyIngressRule{
-					{Ports: []networkingv1.NetworkPolicyPort{named("http")}},
-					{Ports: []networkingv1.NetworkPolicyPort{named("metrics")}},
+					{From: []networkingv1.NetworkPolicyPeer{gatewayNS}, Ports: []networkingv1.NetworkPolicyPort{named("http")}},
+					{From: []networkingv1.NetworkPolicyPeer{namespacePeer("ns")}, Ports: []networkingv1.NetworkPolicyPort{named("metrics")}},
 				}))
 				g.Expect(np.Spec.Egress).To(BeNil())
+			},
+		},
+		"TLS: the API port is named https": {
+			spec: coordinatorv1alpha1.NetworkPolicySpec{Enabled: true},
+			cfg:  tlsConfig(),
+			check: func(g Gomega, np *networkingv1.NetworkPolicy) {
+				g.Expect(np.Spec.Ingress[0].Ports).To(Equal([]networkingv1.NetworkPolicyPort{named("https")}))
+				g.Expect(np.Spec.Ingress[1].Ports).To(Equal([]networkingv1.NetworkPolicyPort{named("metrics")}))
 			},
 		},
 		"metrics disabled in the configuration: no metrics rule": {
@@ -400,6 +408,81 @@ func TestAddressPort(t *testing.T) {
 			if got != tc.want || ok != tc.wantOK {
 				t.Fatalf("addressPort(%q) = %d, %v; want %d, %v", tc.address, got, ok, tc.want, tc.wantOK)
 			}
+		})
+	}
+}
+
+func namespacePeer(ns string) networkingv1.NetworkPolicyPeer {
+	return networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}}
+}
+
+// Without ingressFrom, only the gateway's namespaces reach the API port: the Gateway the route
+// attaches to, the referenced Gateway, or the namespace of a Service DNS name in the address;
+// when none can be derived, only the pipeline's own namespace.
+func TestNetworkPolicyDefaultIngressIsTheGatewayNamespace(t *testing.T) {
+	tests := map[string]struct {
+		gateway coordinatorv1alpha1.GatewaySpec
+		route   *coordinatorv1alpha1.RouteSpec
+		want    []string
+	}{
+		"gatewayRef in another namespace": {
+			gateway: coordinatorv1alpha1.GatewaySpec{GatewayRef: &coordinatorv1alpha1.GatewayReference{Name: "gw", Namespace: "infra"}},
+			want:    []string{"infra"},
+		},
+		"gatewayRef in the pipeline's namespace": {
+			gateway: coordinatorv1alpha1.GatewaySpec{GatewayRef: &coordinatorv1alpha1.GatewayReference{Name: "gw"}},
+			want:    []string{"ns"},
+		},
+		"route parent and gatewayRef in different namespaces": {
+			gateway: coordinatorv1alpha1.GatewaySpec{GatewayRef: &coordinatorv1alpha1.GatewayReference{Name: "gw", Namespace: "infra"}},
+			route:   &coordinatorv1alpha1.RouteSpec{ParentRef: &coordinatorv1alpha1.RouteParentReference{Name: "edge", Namespace: "edge"}},
+			want:    []string{"edge", "infra"},
+		},
+		"route parent with an address": {
+			gateway: coordinatorv1alpha1.GatewaySpec{Address: "http://10.0.0.1"},
+			route:   &coordinatorv1alpha1.RouteSpec{ParentRef: &coordinatorv1alpha1.RouteParentReference{Name: "gw"}},
+			want:    []string{"ns"},
+		},
+		"address: service.namespace.svc.cluster.local": {
+			gateway: coordinatorv1alpha1.GatewaySpec{Address: "http://inference-gateway.llm-d.svc.cluster.local:80"},
+			want:    []string{"llm-d"},
+		},
+		"address: service.namespace.svc, custom cluster domain": {
+			gateway: coordinatorv1alpha1.GatewaySpec{Address: "http://gw.infra.svc.k8s.example.:80"},
+			want:    []string{"infra"},
+		},
+		"address: service.namespace": {
+			gateway: coordinatorv1alpha1.GatewaySpec{Address: "https://gw.infra"},
+			want:    []string{"infra"},
+		},
+		"address: a bare service": {
+			gateway: coordinatorv1alpha1.GatewaySpec{Address: "http://inference-gateway:80"},
+			want:    []string{"ns"},
+		},
+		"address: an IP, the pipeline's namespace only": {
+			gateway: coordinatorv1alpha1.GatewaySpec{Address: "http://10.96.0.10:80"},
+			want:    []string{"ns"},
+		},
+		"address: an external host, the pipeline's namespace only": {
+			gateway: coordinatorv1alpha1.GatewaySpec{Address: "https://gateway.example.com"},
+			want:    []string{"ns"},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			cp := newPipeline("ns", "cp", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway, cp.Spec.Route = tc.gateway, tc.route
+				cp.Spec.NetworkPolicy = &coordinatorv1alpha1.NetworkPolicySpec{Enabled: true}
+			})
+			want := make([]networkingv1.NetworkPolicyPeer, len(tc.want))
+			for i, ns := range tc.want {
+				want[i] = namespacePeer(ns)
+			}
+			cfg := config.Default()
+			np := desiredNetworkPolicy(cp, &cfg)
+			g.Expect(np.Spec.Ingress[0].From).To(Equal(want))
+			g.Expect(np.Spec.Ingress[1].From).To(Equal([]networkingv1.NetworkPolicyPeer{namespacePeer("ns")}), "metrics: the pipeline's namespace")
 		})
 	}
 }

@@ -39,6 +39,9 @@ func TestReconcileErrorNamesThePhase(t *testing.T) {
 		"gateway address": {failGet: &gatewayv1.Gateway{}, mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 			cp.Spec.Gateway = coordinatorv1alpha1.GatewaySpec{GatewayRef: &coordinatorv1alpha1.GatewayReference{Name: "gw"}}
 		}},
+		"TLS references": {failGet: &metav1.PartialObjectMetadata{}, mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "coordinator-tls"}
+		}},
 		"ServiceAccount":      {failGet: &corev1.ServiceAccount{}},
 		"ConfigMap":           {failGet: &corev1.ConfigMap{}},
 		"Service":             {failGet: &corev1.Service{}},

@@ -3,6 +3,9 @@ package controllers
 import (
 	"fmt"
 	"net"
+	"net/netip"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -26,10 +29,74 @@ type resolution struct {
 	address string
 }
 
-// explicitGateway is the resolution of spec.gateway.address.
+// explicitGateway is the resolution of spec.gateway.address. The CRD's CEL rules refuse the hosts
+// checkGatewayHost refuses; the check is repeated here for objects stored before those rules.
 func explicitGateway(address string) resolution {
+	if err := checkGatewayHost(addressHost(address)); err != nil {
+		return resolution{reason: coordinatorv1alpha1.ReasonAddressNotAllowed,
+			message: fmt.Sprintf("spec.gateway.address: %v; the configuration is not applied", err)}
+	}
 	return resolution{ok: true, reason: coordinatorv1alpha1.ReasonAddressSet, address: address,
 		message: fmt.Sprintf("gateway address %s set in spec.gateway.address", address)}
+}
+
+// addressHost is the host of a gateway base URL as the CRD's CEL rules read it from the raw
+// string: the authority after "//" without the port, and without the brackets of an IPv6
+// address; user information or percent-encoding stay in (and make checkGatewayHost refuse it).
+func addressHost(address string) string {
+	_, a, ok := strings.Cut(address, "//")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(a, "/?#"); i >= 0 {
+		a = a[:i]
+	}
+	if strings.HasPrefix(a, "[") {
+		if i := strings.Index(a, "]"); i >= 0 {
+			return a[1:i]
+		}
+	}
+	host, _, _ := strings.Cut(a, ":")
+	return host
+}
+
+// Hosts a gateway address must not name: the coordinator forwards client requests (headers
+// included) to the gateway, so an address at the pod itself or at a cloud instance metadata
+// service would turn it into a proxy to them. The CRD's CEL rules on spec.gateway.address refuse
+// the same, with the same reasons.
+var (
+	dnsName          = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*[.]?$`)
+	nonCanonicalIPv4 = regexp.MustCompile(`^(0[xX][0-9a-fA-F]*|[0-9]+)([.](0[xX][0-9a-fA-F]*|[0-9]+))*[.]?$`)
+	thisNetwork      = netip.MustParsePrefix("0.0.0.0/8")
+	metadataAddrs    = []netip.Addr{netip.MustParseAddr("100.100.100.200"), netip.MustParseAddr("fd00:ec2::254")}
+	metadataNames    = []string{"metadata", "metadata.google.internal"}
+)
+
+// checkGatewayHost refuses a gateway host that is unspecified, link-local or a cloud instance
+// metadata service, or that is neither a DNS name nor an IP address in
+// canonical form (a zone, an IPv4-mapped IPv6 address, octal or hexadecimal IPv4, user
+// information, percent-encoding), naming the reason.
+func checkGatewayHost(host string) error {
+	addr, err := netip.ParseAddr(host)
+	if err != nil || addr.Zone() != "" || addr.Is4In6() {
+		if !dnsName.MatchString(host) || nonCanonicalIPv4.MatchString(host) {
+			return fmt.Errorf("host %q must be a DNS name or an IP address in canonical form (dotted-decimal IPv4, IPv6 without a zone or an IPv4-mapped form), without user information or percent-encoding", host)
+		}
+		name := strings.TrimSuffix(strings.ToLower(host), ".")
+		if slices.Contains(metadataNames, name) {
+			return fmt.Errorf("host %s must not be a cloud instance metadata service name (metadata, metadata.google.internal)", host)
+		}
+		return nil
+	}
+	switch {
+	case addr.IsUnspecified() || thisNetwork.Contains(addr):
+		return fmt.Errorf("host %s must not be an unspecified address (0.0.0.0/8, ::)", host)
+	case addr.IsLinkLocalUnicast():
+		return fmt.Errorf("host %s must not be link-local (169.254.0.0/16, fe80::/10): cloud instance metadata services listen there", host)
+	case slices.Contains(metadataAddrs, addr):
+		return fmt.Errorf("host %s must not be a cloud instance metadata service (100.100.100.200, fd00:ec2::254)", host)
+	}
+	return nil
 }
 
 // resolveGatewayAddress derives the gateway base URL from a Gateway's status and listeners:
@@ -68,6 +135,10 @@ func resolveGatewayAddress(gw *gatewayv1.Gateway, ref coordinatorv1alpha1.Gatewa
 	if host == "" {
 		return resolution{reason: coordinatorv1alpha1.ReasonAddressPending,
 			message: fmt.Sprintf("Gateway %s has no IPAddress or Hostname in status.addresses yet", key)}
+	}
+	if err := checkGatewayHost(host); err != nil {
+		return resolution{reason: coordinatorv1alpha1.ReasonAddressNotAllowed,
+			message: fmt.Sprintf("Gateway %s status address: %v; the configuration is not applied", key, err)}
 	}
 	scheme := "http"
 	if listener.Protocol == gatewayv1.HTTPSProtocolType {

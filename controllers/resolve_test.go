@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -57,6 +58,14 @@ func TestResolveGatewayAddress(t *testing.T) {
 		"no address yet": {
 			gw:         gateway([]gatewayv1.Listener{httpL}),
 			wantReason: coordinatorv1alpha1.ReasonAddressPending,
+		},
+		"a metadata-service status address is refused": {
+			gw:         gateway([]gatewayv1.Listener{httpL}, gatewayv1.GatewayStatusAddress{Type: &ip, Value: "169.254.169.254"}),
+			wantReason: coordinatorv1alpha1.ReasonAddressNotAllowed,
+		},
+		"an unspecified status address is refused": {
+			gw:         gateway([]gatewayv1.Listener{httpL}, gatewayv1.GatewayStatusAddress{Type: &ip, Value: "0.0.0.0"}),
+			wantReason: coordinatorv1alpha1.ReasonAddressNotAllowed,
 		},
 		"no http listener": {
 			gw:         gateway([]gatewayv1.Listener{tcpL}, gatewayv1.GatewayStatusAddress{Type: &ip, Value: "10.0.0.7"}),
@@ -129,6 +138,64 @@ func TestSummarizePool(t *testing.T) {
 			g.Expect(r.ok).To(Equal(tc.wantOK), r.message)
 			g.Expect(r.reason).To(Equal(tc.wantReason))
 			g.Expect(r.message).To(ContainSubstring(tc.wantMessage))
+		})
+	}
+}
+
+// The controller refuses the gateway hosts the CRD's CEL rules refuse (for objects stored before
+// the rules, and for addresses read from a Gateway's status), naming the reason.
+func TestCheckGatewayHost(t *testing.T) {
+	const (
+		unspec    = "must not be an unspecified address"
+		linkLocal = "must not be link-local (169.254.0.0/16, fe80::/10)"
+		metadata  = "must not be a cloud instance metadata service (100.100.100.200, fd00:ec2::254)"
+		mdName    = "must not be a cloud instance metadata service name"
+		canonical = "must be a DNS name or an IP address in canonical form"
+	)
+	tests := map[string]struct {
+		address string
+		wantErr string // "" accepts
+	}{
+		"AWS, Azure, GCP metadata":   {"http://169.254.169.254/latest", linkLocal},
+		"IPv6 link-local":            {"http://[fe80::1]:80", linkLocal},
+		"AWS IMDS over IPv6":         {"http://[fd00:ec2::254]", metadata},
+		"Alibaba Cloud metadata":     {"http://100.100.100.200", metadata},
+		"GCP metadata name":          {"http://Metadata.Google.Internal.", mdName},
+		"GCP metadata short name":    {"http://metadata:80", mdName},
+		"localhost (a sidecar)":      {"http://localhost:8080", ""},
+		"IPv4 loopback":              {"http://127.0.0.1:8080", ""},
+		"IPv6 loopback":              {"http://[::1]", ""},
+		"unspecified":                {"http://0.0.0.0", unspec},
+		"this network":               {"http://0.1.2.3", unspec},
+		"IPv4-mapped IPv6":           {"http://[::ffff:169.254.169.254]", canonical},
+		"IPv6 zone":                  {"http://[fe80::1%25eth0]", canonical},
+		"decimal IPv4":               {"http://2852039166", canonical},
+		"octal IPv4":                 {"http://0251.0376.0251.0376", canonical},
+		"hexadecimal IPv4":           {"http://0xa9fea9fe", canonical},
+		"IPv4 with a trailing dot":   {"http://169.254.169.254.", canonical},
+		"user information":           {"http://gw@169.254.169.254", canonical},
+		"percent-encoding":           {"http://%31%36%39.254.169.254", canonical},
+		"cluster Service":            {"http://inference-gateway.infra.svc.cluster.local:80/x", ""},
+		"private IPv4":               {"http://10.96.0.10", ""},
+		"unique local IPv6 and port": {"https://[fd00::10]:443", ""},
+		"external name":              {"https://1e100.example.com", ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := checkGatewayHost(addressHost(tc.address))
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("checkGatewayHost(%q): %v", tc.address, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("checkGatewayHost(%q) = %v, want an error containing %q", tc.address, err, tc.wantErr)
+			}
+			res := explicitGateway(tc.address)
+			if res.ok || res.reason != coordinatorv1alpha1.ReasonAddressNotAllowed || !strings.HasPrefix(res.message, "spec.gateway.address: host ") {
+				t.Fatalf("explicitGateway(%q) = %+v, want GatewayResolved=False (AddressNotAllowed) naming the field", tc.address, res)
+			}
 		})
 	}
 }

@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -117,9 +116,9 @@ func moduleDir(module string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-func startSuite() (*testEnv, error) {
-	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
-
+// crdPaths are the CRDs of the suite: ours, the GAIE InferencePool and the Gateway API Gateway
+// and HTTPRoute (standard channel, from the module cache).
+func crdPaths() ([]string, error) {
 	gaie, err := moduleDir("sigs.k8s.io/gateway-api-inference-extension")
 	if err != nil {
 		return nil, err
@@ -128,15 +127,25 @@ func startSuite() (*testEnv, error) {
 	if err != nil {
 		return nil, err
 	}
+	return []string{
+		filepath.Join("..", "config", "crd", "bases"),
+		filepath.Join(gaie, "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml"),
+		filepath.Join(gwapi, "config", "crd", "standard", "gateway.networking.k8s.io_gateways.yaml"),
+		filepath.Join(gwapi, "config", "crd", "standard", "gateway.networking.k8s.io_httproutes.yaml"),
+	}, nil
+}
+
+func startSuite() (*testEnv, error) {
+	logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+
+	crds, err := crdPaths()
+	if err != nil {
+		return nil, err
+	}
 	scheme := NewScheme()
 	env := &envtest.Environment{
-		Scheme: scheme,
-		CRDDirectoryPaths: []string{
-			filepath.Join("..", "config", "crd", "bases"),
-			filepath.Join(gaie, "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml"),
-			filepath.Join(gwapi, "config", "crd", "standard", "gateway.networking.k8s.io_gateways.yaml"),
-			filepath.Join(gwapi, "config", "crd", "standard", "gateway.networking.k8s.io_httproutes.yaml"),
-		},
+		Scheme:                scheme,
+		CRDDirectoryPaths:     crds,
 		ErrorIfCRDPathMissing: true,
 	}
 	// Every coordinator Service takes a cluster IP and envtest has no namespace controller to
@@ -159,7 +168,7 @@ func startSuite() (*testEnv, error) {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  cache.Options{ByObject: CacheByObject()},
+		Cache:                  CacheOptions(""),
 		Controller:             config.Controller{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {

@@ -235,3 +235,119 @@ func TestInstallManifestsApply(t *testing.T) {
 		"ClusterRole": 6, "ClusterRoleBinding": 2, "Service": 1, "Deployment": 1,
 	}))
 }
+
+// The API server refuses a gateway address at the pod itself, at a cloud instance metadata
+// service, or in a form that could hide one, naming the field and the reason; ordinary cluster,
+// private and external addresses pass.
+func TestGatewayAddressRefusesLocalAndMetadataHosts(t *testing.T) {
+	e := envSuite(t)
+	ns := e.namespace(t)
+	const (
+		unspec    = "address host must not be an unspecified address (0.0.0.0/8, ::)"
+		linkLocal = "address host must not be link-local (169.254.0.0/16, fe80::/10): cloud instance metadata services listen there"
+		metadata  = "address host must not be a cloud instance metadata service (100.100.100.200, fd00:ec2::254)"
+		names     = "address host must not be a cloud instance metadata service name (metadata, metadata.google.internal)"
+		canonical = "address host must be a DNS name or an IP address in canonical form"
+	)
+	tests := map[string]struct {
+		address string
+		wantErr string // "" accepts
+	}{
+		"AWS, Azure, GCP, OpenStack metadata": {"http://169.254.169.254/latest/meta-data", linkLocal},
+		"ECS task metadata":                   {"http://169.254.170.2:80", linkLocal},
+		"IPv6 link-local":                     {"http://[fe80::a9fe:a9fe]:80", linkLocal},
+		"AWS IMDS over IPv6":                  {"http://[fd00:ec2::254]", metadata},
+		"Alibaba Cloud metadata":              {"http://100.100.100.200", metadata},
+		"GCP metadata name":                   {"http://metadata.google.internal/computeMetadata/v1", names},
+		"GCP metadata name, FQDN, upper case": {"http://METADATA.google.internal.:80", names},
+		"GCP metadata short name":             {"http://metadata", names},
+		"localhost (a gateway sidecar)":       {"http://localhost:8080", ""},
+		"IPv4 loopback":                       {"http://127.0.0.1:8080", ""},
+		"IPv6 loopback":                       {"http://[::1]:8080", ""},
+		"unspecified IPv4":                    {"http://0.0.0.0:80", unspec},
+		"this network":                        {"http://0.1.2.3", unspec},
+		"unspecified IPv6":                    {"http://[::]:80", unspec},
+		"IPv4-mapped IPv6 metadata":           {"http://[::ffff:169.254.169.254]", canonical},
+		"IPv6 with a zone":                    {"http://[fe80::1%25eth0]", canonical},
+		"decimal IPv4":                        {"http://2852039166", canonical},
+		"octal IPv4":                          {"http://0251.0376.0251.0376", canonical},
+		"hexadecimal IPv4":                    {"http://0xa9fea9fe", canonical},
+		"short IPv4":                          {"http://169.254.43518", canonical},
+		"user information":                    {"http://gw@169.254.169.254/", canonical},
+		"percent-encoded host":                {"http://%31%36%39.254.169.254", canonical},
+		"upper-case scheme":                   {"HTTP://169.254.169.254", "address must be an http:// or https:// URL with a host"},
+		"cluster Service":                     {"http://inference-gateway.infra.svc.cluster.local:80", ""},
+		"private IPv4":                        {"http://10.96.0.10:80", ""},
+		"unique local IPv6":                   {"https://[fd00::10]:443", ""},
+		"external name starting with digits":  {"https://1e100.example.com", ""},
+		"CGNAT neighbour of the metadata IP":  {"http://100.100.100.201", ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			cp := newPipeline(ns, "gw-address")
+			cp.UID, cp.Generation = "", 0
+			cp.Spec.Gateway.Address = tc.address
+			err := e.client.Create(context.Background(), cp, client.DryRunAll)
+			if tc.wantErr == "" {
+				g.Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(ContainSubstring(`spec.gateway.address: Invalid value: "` + tc.address + `": ` + tc.wantErr))
+		})
+	}
+}
+
+// The API server refuses TLS settings that would not do what they say.
+func TestTLSValidationRejects(t *testing.T) {
+	e := envSuite(t)
+	ns := e.namespace(t)
+	tests := map[string]struct {
+		mutate  func(*coordinatorv1alpha1.CoordinatorPipeline)
+		wantErr string
+	}{
+		"TLS 1.0": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "tls", MinVersion: "VersionTLS10"}
+			},
+			wantErr: `spec.server.tls.minVersion: Unsupported value: "VersionTLS10": supported values: "VersionTLS12", "VersionTLS13"`,
+		},
+		"an insecure cipher suite": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "tls", CipherSuites: []coordinatorv1alpha1.TLSCipherSuite{"TLS_RSA_WITH_RC4_128_SHA"}}
+			},
+			wantErr: `spec.server.tls.cipherSuites[0]: Unsupported value: "TLS_RSA_WITH_RC4_128_SHA"`,
+		},
+		"cipher suites with TLS 1.3 only": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "tls", MinVersion: coordinatorv1alpha1.TLSVersion13,
+					CipherSuites: []coordinatorv1alpha1.TLSCipherSuite{"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"}}
+			},
+			wantErr: `spec.server.tls: Invalid value: cipherSuites apply to TLS 1.2 only: with minVersion VersionTLS13 they would be ignored`,
+		},
+		"no Secret name": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{}
+			},
+			wantErr: `spec.server.tls.secretName: Invalid value: "": spec.server.tls.secretName in body should be at least 1 chars long`,
+		},
+		"a CA bundle for a plain-HTTP gateway": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.CABundle = &coordinatorv1alpha1.CABundleReference{ConfigMapName: "gateway-ca"}
+			},
+			wantErr: `spec.gateway: Invalid value: caBundle needs an https:// address: it verifies the gateway's TLS certificate`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			cp := newPipeline(ns, "tls")
+			cp.UID, cp.Generation = "", 0
+			tc.mutate(cp)
+			err := e.client.Create(context.Background(), cp, client.DryRunAll)
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(ContainSubstring(tc.wantErr))
+		})
+	}
+}

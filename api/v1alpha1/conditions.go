@@ -49,6 +49,12 @@ const (
 	ReasonNoValidConfig ConditionReason = "NoValidConfig"
 	// ReasonRouteNotAccepted: Ready=False because spec.route is set and RouteAccepted is not True.
 	ReasonRouteNotAccepted ConditionReason = "RouteNotAccepted"
+	// ReasonTLSSecretNotFound: Ready=False because the Secret of spec.server.tls.secretName does
+	// not exist: new coordinator pods cannot mount it and stay ContainerCreating.
+	ReasonTLSSecretNotFound ConditionReason = "TLSSecretNotFound"
+	// ReasonCABundleNotFound: Ready=False because the ConfigMap of
+	// spec.gateway.caBundle.configMapName does not exist: new coordinator pods cannot mount it.
+	ReasonCABundleNotFound ConditionReason = "CABundleNotFound"
 )
 
 // Reasons of the PipelineValid condition (ReasonInvalidPipeline is also used by Ready and
@@ -93,6 +99,13 @@ const (
 	ReasonAddressPending ConditionReason = "AddressPending"
 	// ReasonListenerNotFound: the Gateway has no matching HTTP or HTTPS listener.
 	ReasonListenerNotFound ConditionReason = "ListenerNotFound"
+	// ReasonNamespaceNotWatched: the referenced Gateway is outside the one namespace the operator
+	// watches (--watch-namespace), so it cannot read it.
+	ReasonNamespaceNotWatched ConditionReason = "NamespaceNotWatched"
+	// ReasonAddressNotAllowed: the gateway address's host is refused (loopback, unspecified,
+	// link-local, a cloud metadata service, localhost, or an IP in a non-canonical form), whether
+	// it comes from spec.gateway.address or from the referenced Gateway's status.
+	ReasonAddressNotAllowed ConditionReason = "AddressNotAllowed"
 )
 
 // Reasons of the Progressing and Degraded conditions.

@@ -110,13 +110,30 @@ type GatewayReference struct {
 // GatewaySpec says where the coordinator reaches the Inference Gateway and how its HTTP client
 // behaves. Exactly one of address and gatewayRef is set.
 // +kubebuilder:validation:XValidation:rule="has(self.address) != has(self.gatewayRef)",message="exactly one of address or gatewayRef must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.caBundle) || !has(self.address) || !isURL(self.address) || url(self.address).getScheme() == 'https'",message="caBundle needs an https:// address: it verifies the gateway's TLS certificate"
 type GatewaySpec struct {
+	// The CEL rules of address read the host from the raw URL (the authority after '//', without a
+	// [bracketed] IPv6 address's brackets or the port), since url().getHostname() has no size
+	// bound for the cost estimator; a host that is neither a DNS name nor a canonical IP (user
+	// information, percent-encoding, a zone) is refused first, so the other rules see what Go's
+	// URL parser sees.
+
 	// address is the gateway's base URL, e.g. http://inference-gateway.infra.svc:80. It is
-	// rendered as gateway.address. Mutually exclusive with gatewayRef.
+	// rendered as gateway.address. Mutually exclusive with gatewayRef. The host must not be an
+	// unspecified or link-local address or a cloud metadata service (169.254.0.0/16, fe80::/10,
+	// 100.100.100.200, fd00:ec2::254, metadata.google.internal); loopback is allowed (a gateway
+	// sidecar in the coordinator's pod, a local demo). An
+	// IP address must be written in its canonical form (no zone, no IPv4-mapped IPv6, no octal or
+	// hexadecimal IPv4): the coordinator forwards client requests there.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && url(self).getHostname() != ''",message="address must be an http:// or https:// URL with a host, e.g. http://inference-gateway:80"
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && self.matches('^https?://') && url(self).getHostname() != ''",message="address must be an http:// or https:// URL with a host, e.g. http://inference-gateway:80"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^https?://[^/?#]') || isIP((self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2)))) || ((self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2))).matches('^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?([.][a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*[.]?$') && !(self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2))).matches('^(0[xX][0-9a-fA-F]*|[0-9]+)([.](0[xX][0-9a-fA-F]*|[0-9]+))*[.]?$'))",message="address host must be a DNS name or an IP address in canonical form (dotted-decimal IPv4, IPv6 without a zone or an IPv4-mapped form), without user information or percent-encoding"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^https?://[^/?#]') || !isIP((self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2)))) || !(ip((self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2)))).isUnspecified() || cidr('0.0.0.0/8').containsIP((self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2)))))",message="address host must not be an unspecified address (0.0.0.0/8, ::)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^https?://[^/?#]') || !isIP((self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2)))) || !(cidr('169.254.0.0/16').containsIP((self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2)))) || cidr('fe80::/10').containsIP((self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2)))))",message="address host must not be link-local (169.254.0.0/16, fe80::/10): cloud instance metadata services listen there"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^https?://[^/?#]') || !isIP((self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2)))) || !(cidr('100.100.100.200/32').containsIP((self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2)))) || cidr('fd00:ec2::254/128').containsIP((self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2)))))",message="address host must not be a cloud instance metadata service (100.100.100.200, fd00:ec2::254)"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^https?://[^/?#]') || !((self.find('//[^/?#]*').startsWith('//[') && self.find('//[^/?#]*').contains(']') ? self.find('//[^/?#]*').substring(3, self.find('//[^/?#]*').indexOf(']')) : (self.find('//[^/?#]*').contains(':') ? self.find('//[^/?#]*').substring(2, self.find('//[^/?#]*').indexOf(':')) : self.find('//[^/?#]*').substring(2))).lowerAscii() in ['metadata', 'metadata.', 'metadata.google.internal', 'metadata.google.internal.'])",message="address host must not be a cloud instance metadata service name (metadata, metadata.google.internal)"
 	Address string `json:"address,omitempty"`
 
 	// gatewayRef names a Gateway whose first status address (and a listener's port and
@@ -144,6 +161,33 @@ type GatewaySpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	MaxIdleConnsPerHost *int32 `json:"maxIdleConnsPerHost,omitempty"`
+
+	// caBundle names a ConfigMap with the PEM CA certificates that verify an https:// gateway
+	// (gateway.ca_file), instead of the system roots of the coordinator image: e.g. the
+	// cluster's kube-root-ca.crt, a trust-manager Bundle, or an OpenShift service-CA ConfigMap.
+	// The ConfigMap is mounted read-only (the coordinators read the file when they build their
+	// gateway client); a missing one keeps new coordinator pods from starting and makes
+	// Ready=False with reason CABundleNotFound.
+	// +optional
+	CABundle *CABundleReference `json:"caBundle,omitempty"`
+}
+
+// CABundleReference names a key of a ConfigMap, in the pipeline's namespace, holding
+// PEM-encoded CA certificates.
+type CABundleReference struct {
+	// configMapName is the ConfigMap's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ConfigMapName string `json:"configMapName"`
+
+	// key is the ConfigMap key holding the certificates.
+	// +optional
+	// +kubebuilder:default=ca.crt
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	Key string `json:"key,omitempty"`
 }
 
 // PipelineStep is one entry of the ordered pipeline.
@@ -199,8 +243,8 @@ type PipelineSpec struct {
 
 // ServerSpec configures the coordinator's inbound HTTP server. A running coordinator cannot
 // change its listener's timeouts: changing readTimeout or writeTimeout rolls the Deployment, and
-// so does shutdownTimeout (the pods' terminationGracePeriodSeconds follows it).
-// maxRequestBodySizeMiB is reloaded in place.
+// so does shutdownTimeout (the pods' terminationGracePeriodSeconds follows it), and so does
+// setting or removing tls. maxRequestBodySizeMiB is reloaded in place.
 type ServerSpec struct {
 	// readTimeout bounds reading a whole request, body included (server.read_timeout).
 	// "0s" disables it. Defaults to the data plane's default (30s). Changing it rolls the
@@ -233,6 +277,75 @@ type ServerSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65536
 	MaxRequestBodySizeMiB *int32 `json:"maxRequestBodySizeMiB,omitempty"`
+
+	// tls makes the coordinator serve HTTPS, on its API port and on its metrics and admin
+	// listener, with the certificate of a Secret. Unset serves plain HTTP.
+	// +optional
+	TLS *ServerTLSSpec `json:"tls,omitempty"`
+}
+
+// TLSVersion names a TLS protocol version the way Go's crypto/tls does.
+// +kubebuilder:validation:Enum=VersionTLS12;VersionTLS13
+type TLSVersion string
+
+// TLS versions the API accepts. TLS 1.0 and 1.1 are deprecated (RFC 8996) and not offered.
+const (
+	TLSVersion12 TLSVersion = "VersionTLS12"
+	TLSVersion13 TLSVersion = "VersionTLS13"
+)
+
+// TLSVersions lists every TLS version accepted by the API.
+var TLSVersions = []TLSVersion{TLSVersion12, TLSVersion13}
+
+// TLSCipherSuite is the Go name of a TLS 1.2 cipher suite (crypto/tls.CipherSuites(): the
+// suites Go considers secure; TLS 1.3 suites are not configurable). The enum marker lists
+// TLSCipherSuites; a test keeps it equal to what Go and the data plane accept.
+// +kubebuilder:validation:Enum=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256;TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384;TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256;TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256;TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384;TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256;TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA;TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA;TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA;TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA
+type TLSCipherSuite string
+
+// TLSCipherSuites lists every cipher suite accepted by the API.
+var TLSCipherSuites = []TLSCipherSuite{
+	"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+	"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+	"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+	"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+	"TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+	"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+	"TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+	"TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+	"TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+	"TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+}
+
+// ServerTLSSpec is the coordinator's serving certificate and TLS parameters. The Secret is
+// mounted read-only into the coordinator pods; the coordinators reload a renewed certificate
+// from the mounted files without a restart (kubelet refreshes the mount), so rotating the Secret,
+// e.g. by cert-manager, does not roll the Deployment.
+// +kubebuilder:validation:XValidation:rule="!has(self.cipherSuites) || !has(self.minVersion) || self.minVersion != 'VersionTLS13'",message="cipherSuites apply to TLS 1.2 only: with minVersion VersionTLS13 they would be ignored"
+type ServerTLSSpec struct {
+	// secretName names a Secret in the pipeline's namespace with the certificate chain and
+	// private key under tls.crt and tls.key: a kubernetes.io/tls Secret, such as the one a
+	// cert-manager Certificate writes. Its certificate should name the coordinator Service
+	// (<name>.<namespace>.svc) for clients that verify it, like a gateway's BackendTLSPolicy.
+	// Until it exists new coordinator pods cannot start and Ready is False with reason
+	// TLSSecretNotFound.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SecretName string `json:"secretName"`
+
+	// minVersion is the lowest TLS version offered (server.tls_min_version). Defaults to the
+	// data plane's default, VersionTLS12.
+	// +optional
+	MinVersion TLSVersion `json:"minVersion,omitempty"`
+
+	// cipherSuites restricts the TLS 1.2 cipher suites (server.tls_cipher_suites), by Go name.
+	// Unset uses Go's default secure suites. TLS 1.3 suites are not configurable.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	CipherSuites []TLSCipherSuite `json:"cipherSuites,omitempty"`
 }
 
 // CoordinatorPipelineSpec is the desired state of a CoordinatorPipeline: which InferencePool and

@@ -1,6 +1,7 @@
 package v1alpha1_test
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -104,6 +105,52 @@ func TestCELRulesNameOnlyKnownStepTypes(t *testing.T) {
 			if !slices.Contains(strs(v1alpha1.StepTypes), m[1]) {
 				t.Errorf("rule %q names %q, which is not a step type", r.Rule, m[1])
 			}
+		}
+	}
+}
+
+// The TLS versions and cipher suites the API accepts are ones the data plane accepts (its
+// server.tls_min_version and server.tls_cipher_suites validation), the versions from TLS 1.2 on,
+// the suites exactly Go's secure TLS 1.2 ones (crypto/tls.CipherSuites; TLS 1.3 suites are not
+// configurable); and the CRD enums list the API's lists.
+func TestTLSNamesMatchTheDataPlane(t *testing.T) {
+	tlsSchema := loadCRD(t).Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["server"].Properties["tls"]
+	if enum, api := enumOf(t, tlsSchema.Properties["minVersion"]), strs(v1alpha1.TLSVersions); !slices.Equal(enum, api) {
+		t.Errorf("CRD enum %q, API list %q: the Enum marker and the list must agree (then `make manifests`)", enum, api)
+	}
+	if enum, api := enumOf(t, *tlsSchema.Properties["cipherSuites"].Items.Schema), strs(v1alpha1.TLSCipherSuites); !slices.Equal(enum, api) {
+		t.Errorf("CRD enum %q, API list %q: the Enum marker and the list must agree (then `make manifests`)", enum, api)
+	}
+	for _, v := range v1alpha1.TLSVersions {
+		id, ok := config.TLSVersionNames[string(v)]
+		if !ok || id < tls.VersionTLS12 {
+			t.Errorf("TLS version %s: the data plane knows %v (id %#x); the API offers TLS 1.2 and later only", v, ok, id)
+		}
+		cfg := config.Default()
+		cfg.Server.TLSMinVersion = string(v)
+		if got := cfg.Server.TLSMinVersionID(); got != id {
+			t.Errorf("TLS version %s: the data plane would use %#x", v, got)
+		}
+	}
+	var goSuites []string
+	for _, c := range tls.CipherSuites() {
+		if slices.Contains(c.SupportedVersions, tls.VersionTLS12) {
+			goSuites = append(goSuites, c.Name)
+		}
+	}
+	if api := slices.Sorted(slices.Values(strs(v1alpha1.TLSCipherSuites))); !slices.Equal(api, slices.Sorted(slices.Values(goSuites))) {
+		t.Errorf("the API accepts the cipher suites %q, Go's secure TLS 1.2 suites are %q", api, goSuites)
+	}
+	for _, c := range v1alpha1.TLSCipherSuites {
+		cfg := config.Default()
+		cfg.Gateway.Address = "http://gw"
+		cfg.Pipeline.Steps = []config.Step{{Type: "decode"}}
+		cfg.Server.TLSCipherSuites = []string{string(c)}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("cipher suite %s: the data plane refuses it: %v", c, err)
+		}
+		if ids := cfg.Server.TLSCipherSuiteIDs(); len(ids) != 1 {
+			t.Errorf("cipher suite %s: the data plane would use %v", c, ids)
 		}
 	}
 }

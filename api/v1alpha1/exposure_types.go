@@ -49,7 +49,10 @@ type RouteParentReference struct {
 // spec.inferencePoolRef, where the endpoint picker chooses a worker of that role; every other
 // request goes to the coordinator Service. Clients therefore talk to the gateway, the gateway
 // sends them to a coordinator, and the coordinator's legs come back through the same gateway to
-// the workers.
+// the workers. With spec.server.tls the coordinator Service serves HTTPS (port https,
+// appProtocol https): the gateway then needs a BackendTLSPolicy (gateway.networking.k8s.io/v1)
+// for the Service to connect with TLS and verify the certificate; the operator does not create
+// one.
 type RouteSpec struct {
 	// parentRef is the Gateway the route attaches to. Defaults to spec.gateway.gatewayRef (its
 	// name, namespace and sectionName); one of the two must be set.
@@ -103,8 +106,9 @@ type DisruptionBudgetSpec struct {
 
 // NetworkPolicySpec asks for a NetworkPolicy (named like the CoordinatorPipeline) that selects the
 // coordinator pods. Ingress is always restricted: only the API port (8080) and, when the
-// coordinators serve metrics, the metrics port are open, to the peers listed here (any source
-// when a list is empty). Egress is restricted only when egress is set.
+// coordinators serve metrics, the metrics and admin port are open, to the peers listed here or,
+// when a list is empty, to a default that never means "any source". Egress is restricted only
+// when egress is set.
 type NetworkPolicySpec struct {
 	// enabled creates the NetworkPolicy; false removes it and keeps the settings below.
 	// +required
@@ -112,14 +116,24 @@ type NetworkPolicySpec struct {
 
 	// ingressFrom lists the peers (pods, namespaces, IP blocks) allowed to reach the coordinator
 	// API port: the gateway's data-plane pods, or clients that call the coordinator Service
-	// directly. Empty allows every source.
+	// directly. Empty allows only the gateway's namespace (a namespaceSelector on
+	// kubernetes.io/metadata.name): the namespace of route.parentRef and of gateway.gatewayRef
+	// (each defaulting to the pipeline's namespace), or, for gateway.address, the namespace of a
+	// Service DNS name <service>.<namespace>[.svc[.<cluster domain>]] (a bare <service> is in the
+	// pipeline's namespace). When no namespace can be derived (an IP address or an external host
+	// name) only the pipeline's own namespace is allowed. This assumes the gateway's proxy pods
+	// run in the Gateway's namespace; where they do not (e.g. Envoy Gateway's default deployment
+	// in its controller namespace, or a cloud load balancer that connects from node or proxy
+	// subnets), list them here. A peer with an empty namespaceSelector allows every namespace.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
 	IngressFrom []networkingv1.NetworkPolicyPeer `json:"ingressFrom,omitempty"`
 
-	// metricsFrom lists the peers allowed to scrape the coordinators' metrics port, such as the
-	// monitoring namespace. Empty allows every source.
+	// metricsFrom lists the peers allowed to reach the coordinators' metrics and admin port
+	// (server.metrics_port: /metrics and /debug/pipeline), such as the monitoring namespace.
+	// Empty allows only pods in the pipeline's own namespace: list the namespace of your
+	// Prometheus, e.g. a namespaceSelector on kubernetes.io/metadata.name: monitoring.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32

@@ -5,21 +5,24 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	_ "github.com/epd-dev/coordinator/dataplane/asyncbroker" // the async-broker step's Redis runtime
 	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
@@ -70,6 +73,14 @@ func run(args []string) int {
 	log, level := logging.NewLeveled(cfg.LogLevel, os.Stderr)
 	log.V(logging.Info).Info("starting coordinator", "version", version, "commit", commit, "config", *configPath,
 		"log_level", cfg.LogLevel, "kv_connector", cfg.Pipeline.KVConnector, "ec_connector", cfg.Pipeline.ECConnector)
+	// The garbage collector works to stay under 90% of the container's memory limit (cgroup), so
+	// media and bodies freed by finished requests are reclaimed before the pod nears its limit.
+	// GOMEMLIMIT or AUTOMEMLIMIT (a ratio, or off) in the environment take precedence.
+	if limit, err := memlimit.SetGoMemLimitWithOpts(memlimit.WithProvider(memlimit.FromCgroup)); err != nil {
+		log.V(logging.Verbose).Info("no container memory limit found; GOMEMLIMIT left unset", "reason", err.Error())
+	} else if limit > 0 {
+		log.V(logging.Info).Info("memory limit", "gomemlimit_bytes", limit)
+	}
 
 	reg := prometheus.NewRegistry()
 	tel := observe.Telemetry{Metrics: observe.NewMetrics(reg)}
@@ -87,7 +98,14 @@ func run(args []string) int {
 		tel.Tracer = tp.Tracer(observe.TracerName)
 	}
 	build := func(c config.Config, revision string) (*pipeline.Pipeline, error) {
+		if err := gateway.CheckCA(c.Gateway); err != nil {
+			return nil, err
+		}
 		return builder.Build(c, builder.Options{Log: log, Telemetry: tel, Revision: revision})
+	}
+	if err := gateway.CheckCA(cfg.Gateway); err != nil {
+		fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)
+		return 1
 	}
 	p, err := build(cfg, config.FileRevision(data))
 	if err != nil {
@@ -98,13 +116,30 @@ func run(args []string) int {
 	holder.Swap(p)
 	tel.Metrics.Loaded(p.Revision())
 
-	opts := server.Options{Server: cfg.Server, Pipelines: &holder, Log: log, Telemetry: tel}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	ctrllog.SetLogger(log.V(logging.Info)) // controller-runtime's certificate watcher
+	opts := server.Options{Server: cfg.Server, Pipelines: &holder, Log: log, Telemetry: tel}
+	if cfg.Server.SecureServing {
+		if opts.TLS, err = server.TLSConfig(ctx, cfg.Server, cfg.Server.CertPath, "server.cert_path", log); err != nil {
+			fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)
+			return 1
+		}
+	} else if cfg.Server.CertPath != "" {
+		log.V(logging.Warn).Info("server.cert_path is ignored: server.secure_serving is false", "cert_path", cfg.Server.CertPath)
+	}
+	var adminTLS *tls.Config
+	if dir := cfg.Server.MetricsCertDir; dir != "" && cfg.Server.MetricsPort > 0 {
+		if adminTLS, err = server.TLSConfig(ctx, cfg.Server, dir, "server.metrics_cert_dir", log); err != nil {
+			fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)
+			return 1
+		}
+	}
+	var reloader server.StatusReporter
 	if *watch {
 		w := reload.New(reload.Options{Path: *configPath, Holder: &holder, Startup: cfg, Loaded: data, Build: build,
 			LookupEnv: lookupEnv, Log: log, Level: level, OnReload: tel.Metrics.Reload})
-		opts.Reloader = w
+		reloader = w
 		go func() {
 			if err := w.Run(ctx); err != nil {
 				log.Error(err, "config watch stopped; the pipeline will not reload")
@@ -118,20 +153,19 @@ func run(args []string) int {
 		return 1
 	}
 	if cfg.Server.MetricsPort > 0 {
-		ml, err := net.Listen("tcp", fmt.Sprintf(":%d", cfg.Server.MetricsPort))
+		ml, err := net.Listen("tcp", cfg.Server.MetricsAddr())
 		if err != nil {
-			log.Error(err, "cannot listen for metrics", "port", cfg.Server.MetricsPort)
+			log.Error(err, "cannot listen for the admin endpoints", "addr", cfg.Server.MetricsAddr())
 			return 1
 		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", server.MetricsHandler(reg))
-		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = ms.Serve(ml) }()
-		defer ms.Close()
-		log.V(logging.Info).Info("serving metrics", "addr", ml.Addr().String())
+		admin := server.NewAdmin(server.AdminHandler(reg, &holder, reloader), adminTLS, log)
+		go func() { _ = admin.Serve(ml) }()
+		defer admin.Close()
+		log.V(logging.Info).Info("serving the admin endpoints (/metrics, /debug/pipeline)", "addr", ml.Addr().String(),
+			"tls", adminTLS != nil)
 	}
 	log.V(logging.Info).Info("serving", "addr", l.Addr().String(), "revision", p.Revision(), "steps", len(p.Steps()), "watch", *watch,
-		"tracing", cfg.Tracing.Enabled)
+		"tracing", cfg.Tracing.Enabled, "tls", opts.TLS != nil, "cert_path", cfg.Server.CertPath)
 	return serve(ctx, srv, l, &holder, log)
 }
 

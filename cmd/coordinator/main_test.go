@@ -96,6 +96,18 @@ func TestInvalidConfigFailsStartup(t *testing.T) {
 		"missing gateway":       {doc: "pipeline: {steps: [{type: decode}]}", key: "gateway.address"},
 		"bad env override":      {doc: "gateway: {address: http://gw}\npipeline: {steps: [{type: decode}]}", env: []string{"COORDINATOR_GATEWAY_TIMEOUT=5"}, key: "gateway.timeout"},
 		"missing file":          {key: "reading config"},
+		"unknown cipher suite": {doc: "server: {tls_cipher_suites: [TLS_CHACHA20_ROT13]}\ngateway: {address: http://gw}\npipeline: {steps: [{type: decode}]}",
+			key: `server.tls_cipher_suites[0]: cipher suite "TLS_CHACHA20_ROT13"`},
+		"unknown TLS version": {doc: "gateway: {address: http://gw}\npipeline: {steps: [{type: decode}]}",
+			env: []string{"COORDINATOR_SERVER_TLS_MIN_VERSION=TLS1.3"}, key: "server.tls_min_version"},
+		"no certificate in cert_path": {doc: "server: {secure_serving: true, cert_path: /nonexistent}\ngateway: {address: http://gw}\npipeline: {steps: [{type: decode}]}",
+			key: "server.cert_path"},
+		"no certificate in metrics_cert_dir": {doc: "server: {metrics_cert_dir: /nonexistent}\ngateway: {address: http://gw}\npipeline: {steps: [{type: decode}]}",
+			key: "server.metrics_cert_dir"},
+		"missing gateway CA": {doc: "gateway: {address: https://gw, ca_file: /nonexistent/ca.crt}\npipeline: {steps: [{type: decode}]}",
+			key: "gateway.ca_file"},
+		"metrics host with a port": {doc: "server: {metrics_host: '127.0.0.1:9090'}\ngateway: {address: http://gw}\npipeline: {steps: [{type: decode}]}",
+			key: "server.metrics_host"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

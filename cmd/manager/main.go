@@ -9,7 +9,6 @@ import (
 	"os"
 
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -76,7 +75,7 @@ func run() int {
 	flag.Float64Var(&kubeAPIQPS, "kube-api-qps", 50, "Client-side rate limit towards the API server (queries per second).")
 	flag.IntVar(&kubeAPIBurst, "kube-api-burst", 100, "Client-side burst towards the API server.")
 	flag.StringVar(&watchNamespace, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
-		"Only reconcile CoordinatorPipelines in this namespace (all when empty); $WATCH_NAMESPACE sets the default (OLM sets it for the OwnNamespace and SingleNamespace install modes).")
+		"Only reconcile CoordinatorPipelines in this namespace (all when empty); $WATCH_NAMESPACE sets the default (OLM sets it for the OwnNamespace and SingleNamespace install modes). The manager then caches and watches that namespace only and needs only a Role there.")
 	opts := zap.Options{Development: false}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -103,10 +102,6 @@ func run() int {
 	restCfg := ctrl.GetConfigOrDie()
 	restCfg.QPS, restCfg.Burst = float32(kubeAPIQPS), kubeAPIBurst
 
-	cacheOpts := cache.Options{ByObject: controllers.CacheByObject()}
-	if watchNamespace != "" {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{watchNamespace: {}}
-	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                        controllers.NewScheme(),
 		Metrics:                       metricsOpts,
@@ -115,7 +110,7 @@ func run() int {
 		LeaderElectionID:              leaderElectionID,
 		LeaderElectionNamespace:       leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOpts,
+		Cache:                         controllers.CacheOptions(watchNamespace),
 		Controller:                    config.Controller{MaxConcurrentReconciles: maxConcurrent},
 	})
 	if err != nil {
@@ -124,7 +119,7 @@ func run() int {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	r := &controllers.CoordinatorPipelineReconciler{Client: mgr.GetClient(), DefaultImage: coordinatorImage}
+	r := &controllers.CoordinatorPipelineReconciler{Client: mgr.GetClient(), DefaultImage: coordinatorImage, WatchNamespace: watchNamespace}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		log.Error(err, "setting up the controller", "controller", controllers.ControllerName)
 		return 1

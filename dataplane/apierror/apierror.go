@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"strconv"
+	"time"
 )
 
 // OpenAI error types.
@@ -33,6 +36,8 @@ type Error struct {
 	Param string
 	// Cause is kept for logs only.
 	Cause error
+	// RetryAfter, when positive, is sent as the Retry-After header (whole seconds, at least 1).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -148,6 +153,9 @@ func Write(w http.ResponseWriter, e *Error, requestID string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
+	if e.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(e.RetryAfter.Seconds()))), 10))
+	}
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(e.Body(requestID))
 }

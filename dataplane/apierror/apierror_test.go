@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http/httptest"
 	"testing"
+	"time"
 )
 
 func TestFrom(t *testing.T) {
@@ -195,5 +196,25 @@ func TestWrite(t *testing.T) {
 				t.Errorf("parsed %+v", e)
 			}
 		})
+	}
+}
+
+func TestWriteRetryAfter(t *testing.T) {
+	for _, tt := range []struct {
+		retryAfter time.Duration
+		want       string
+	}{
+		{0, ""},
+		{-time.Second, ""},
+		{time.Millisecond, "1"},
+		{time.Second, "1"},
+		{1500 * time.Millisecond, "2"},
+		{time.Minute, "60"},
+	} {
+		rec := httptest.NewRecorder()
+		Write(rec, &Error{Status: 429, Type: TypeUnavailable, Code: "busy", Message: "busy", RetryAfter: tt.retryAfter}, "")
+		if got := rec.Result().Header.Get("Retry-After"); got != tt.want || rec.Code != 429 {
+			t.Errorf("RetryAfter %v: status %d, Retry-After %q, want %q", tt.retryAfter, rec.Code, got, tt.want)
+		}
 	}
 }

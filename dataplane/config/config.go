@@ -28,6 +28,7 @@ const (
 	DefaultIdleConnTimeout     = 90 * time.Second
 	DefaultGatewayTimeout      = 60 * time.Second
 	DefaultMetricsPort         = 9090
+	DefaultTLSMinVersion       = "VersionTLS12"
 	DefaultSampleRatio         = 0.1
 	DefaultServiceName         = "coordinator"
 	DefaultKVConnector         = kv.SharedStorage
@@ -79,10 +80,29 @@ type Server struct {
 	ShutdownTimeout Duration `yaml:"shutdown_timeout" json:"shutdown_timeout"`
 	// MaxRequestBodySize is the largest accepted request body, in MiB. 0 means the default.
 	MaxRequestBodySize int `yaml:"max_request_body_size" json:"max_request_body_size"`
-	// MetricsPort serves Prometheus metrics on its own listener (/metrics). 0 disables it.
+	// MetricsPort is the admin listener's port (/metrics, /debug/pipeline). 0 disables it.
 	MetricsPort int `yaml:"metrics_port" json:"metrics_port"`
+	// MetricsHost is the interface the admin listener binds. Empty: the host of ListenAddr (all
+	// interfaces when that is empty too).
+	MetricsHost string `yaml:"metrics_host" json:"metrics_host"`
 	// ServerTiming adds a Server-Timing response header with each step's duration.
 	ServerTiming bool `yaml:"server_timing" json:"server_timing"`
+	// TrustedRoutingHeaders forwards the clients' RoutingHeaders to the gateway instead of
+	// dropping them: only for clients allowed to pick endpoints and scheduling objectives.
+	TrustedRoutingHeaders bool `yaml:"trusted_routing_headers" json:"trusted_routing_headers"`
+	// SecureServing serves the API over TLS.
+	SecureServing bool `yaml:"secure_serving" json:"secure_serving"`
+	// CertPath is the directory of the API's tls.crt and tls.key, reloaded when they change.
+	// Empty with SecureServing: a self-signed certificate generated at startup.
+	CertPath string `yaml:"cert_path" json:"cert_path"`
+	// TLSMinVersion is the lowest TLS version both listeners accept, one of TLSVersionNames.
+	TLSMinVersion string `yaml:"tls_min_version" json:"tls_min_version"`
+	// TLSCipherSuites are the TLS 1.0-1.2 cipher suites both listeners accept (crypto/tls
+	// names); empty: Go's defaults.
+	TLSCipherSuites []string `yaml:"tls_cipher_suites,omitempty" json:"tls_cipher_suites,omitempty"`
+	// MetricsCertDir is the directory of the admin listener's tls.crt and tls.key, reloaded when
+	// they change. Empty: the admin listener serves plain HTTP.
+	MetricsCertDir string `yaml:"metrics_cert_dir" json:"metrics_cert_dir"`
 }
 
 // Gateway configures the HTTP client of the Inference Gateway.
@@ -95,6 +115,9 @@ type Gateway struct {
 	IdleConnTimeout Duration `yaml:"idle_conn_timeout" json:"idle_conn_timeout"`
 	// Timeout bounds the wait for a worker's response headers; response bodies stream unbounded.
 	Timeout Duration `yaml:"timeout" json:"timeout"`
+	// CAFile is a PEM bundle of the CAs an https gateway's certificate must chain to, re-read
+	// when it changes. Empty: the system roots.
+	CAFile string `yaml:"ca_file" json:"ca_file"`
 }
 
 // Pipeline is the ordered step list and the defaults injected into every step's params.
@@ -146,6 +169,7 @@ func Default() Config {
 			ShutdownTimeout:    Duration(DefaultShutdownTimeout),
 			MaxRequestBodySize: DefaultMaxRequestBodyMiB,
 			MetricsPort:        DefaultMetricsPort,
+			TLSMinVersion:      DefaultTLSMinVersion,
 		},
 		Gateway: Gateway{
 			MaxIdleConnsPerHost: DefaultMaxIdleConnsPerHost,
@@ -174,8 +198,8 @@ func (s Server) MaxRequestBodyBytes() int64 {
 func (c Config) Revision() string {
 	b, err := json.Marshal(c)
 	if err != nil {
-		// Params come from YAML or JSON and always marshal; keep the signature simple.
-		panic(fmt.Sprintf("config: marshal for revision: %v", err))
+		// YAML params JSON cannot hold (.nan, .inf, non-string keys): fingerprint the Go value.
+		b = fmt.Appendf(nil, "%#v", c)
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])

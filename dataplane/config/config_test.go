@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"reflect"
 	"strings"
 	"testing"
@@ -117,8 +118,9 @@ func TestEnvOverrides(t *testing.T) {
 func TestEveryKeyHasAnEnvName(t *testing.T) {
 	keys := EnvKeys()
 	want := []string{"log_level", "server.listen_addr", "server.read_timeout", "server.write_timeout", "server.shutdown_timeout",
-		"server.max_request_body_size", "server.metrics_port", "server.server_timing", "gateway.address", "gateway.max_idle_conns_per_host", "gateway.idle_conn_timeout",
-		"gateway.timeout", "pipeline.kv_connector", "pipeline.ec_connector", "pipeline.use_openai_format", "pipeline.steps",
+		"server.max_request_body_size", "server.metrics_port", "server.metrics_host", "server.server_timing", "server.trusted_routing_headers",
+		"server.secure_serving", "server.cert_path", "server.tls_min_version", "server.tls_cipher_suites", "server.metrics_cert_dir",
+		"gateway.address", "gateway.max_idle_conns_per_host", "gateway.idle_conn_timeout", "gateway.timeout", "gateway.ca_file", "pipeline.kv_connector", "pipeline.ec_connector", "pipeline.use_openai_format", "pipeline.steps",
 		"tracing.enabled", "tracing.endpoint", "tracing.sample_ratio", "tracing.service_name"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Fatalf("EnvKeys = %q", keys)
@@ -154,6 +156,13 @@ func TestInvalid(t *testing.T) {
 		"sample ratio range":     {yaml: "tracing: {sample_ratio: 1.5}\n" + minimal, key: "tracing.sample_ratio", msg: "between 0 and 1"},
 		"sample ratio type":      {yaml: "tracing: {sample_ratio: all}\n" + minimal, key: "tracing.sample_ratio", msg: "number"},
 		"metrics port range":     {yaml: "server: {metrics_port: 70000}\n" + minimal, key: "server.metrics_port", msg: "port"},
+		"metrics host with port": {yaml: "server: {metrics_host: '127.0.0.1:9090'}\n" + minimal, key: "server.metrics_host", msg: "without a port"},
+		"metrics host bracketed": {yaml: "server: {metrics_host: '[::1]'}\n" + minimal, key: "server.metrics_host", msg: "without a port"},
+		"unknown TLS version":    {yaml: "server: {tls_min_version: TLS1.2}\n" + minimal, key: "server.tls_min_version", msg: "VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13"},
+		"unknown cipher suite": {yaml: "server: {tls_cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_RSA_WITH_ROT13]}\n" + minimal,
+			key: "server.tls_cipher_suites[1]", msg: `"TLS_RSA_WITH_ROT13" is not supported`},
+		"insecure cipher suite": {yaml: minimal, env: map[string]string{"COORDINATOR_SERVER_TLS_CIPHER_SUITES": "[TLS_RSA_WITH_RC4_128_SHA]"},
+			key: "server.tls_cipher_suites[0]", msg: "insecure"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -213,5 +222,58 @@ func TestFileRevisionIgnoresEnvironment(t *testing.T) {
 	}
 	if FileRevision([]byte("pipeline: [")) == FileRevision([]byte("pipeline: {")) {
 		t.Fatal("undecodable contents must still differ")
+	}
+}
+
+func TestTLSSettings(t *testing.T) {
+	tests := map[string]struct {
+		yaml    string
+		version uint16
+		suites  []uint16
+	}{
+		"defaults": {yaml: minimal, version: tls.VersionTLS12},
+		"TLS 1.3 and named suites, legacy ChaCha20 name included": {
+			yaml:    "server: {tls_min_version: VersionTLS13, tls_cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305]}\n" + minimal,
+			version: tls.VersionTLS13,
+			suites:  []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256},
+		},
+		"TLS 1.0": {yaml: "server: {tls_min_version: VersionTLS10}\n" + minimal, version: tls.VersionTLS10},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tc.yaml), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.Server.TLSMinVersionID(); got != tc.version {
+				t.Errorf("min version %x, want %x", got, tc.version)
+			}
+			if got := cfg.Server.TLSCipherSuiteIDs(); !reflect.DeepEqual(got, tc.suites) {
+				t.Errorf("suites %v, want %v", got, tc.suites)
+			}
+		})
+	}
+}
+
+func TestMetricsAddr(t *testing.T) {
+	tests := map[string]struct {
+		listen, host, want string
+	}{
+		"follows a loopback listen_addr": {listen: "127.0.0.1:8080", want: "127.0.0.1:9090"},
+		"follows an IPv6 listen_addr":    {listen: "[::1]:8080", want: "[::1]:9090"},
+		"every interface, like the API":  {listen: ":8080", want: ":9090"},
+		"explicit host wins":             {listen: "127.0.0.1:8080", host: "0.0.0.0", want: "0.0.0.0:9090"},
+		"explicit IPv6 host":             {listen: ":8080", host: "::1", want: "[::1]:9090"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := Server{ListenAddr: tc.listen, MetricsHost: tc.host, MetricsPort: 9090}
+			if err := s.validateTLS(); err != nil {
+				t.Fatal(err)
+			}
+			if got := s.MetricsAddr(); got != tc.want {
+				t.Fatalf("MetricsAddr = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

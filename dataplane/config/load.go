@@ -163,7 +163,10 @@ func (c Config) Validate() error {
 	if c.Server.MetricsPort < 0 || c.Server.MetricsPort > 65535 {
 		return fieldErr("server.metrics_port", "must be a port (1-65535) or 0 to disable, got %d", c.Server.MetricsPort)
 	}
-	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 {
+	if err := c.Server.validateTLS(); err != nil {
+		return err
+	}
+	if !(c.Tracing.SampleRatio >= 0 && c.Tracing.SampleRatio <= 1) { // NaN too
 		return fieldErr("tracing.sample_ratio", "must be between 0 and 1, got %v", c.Tracing.SampleRatio)
 	}
 	if c.Tracing.Endpoint != "" {

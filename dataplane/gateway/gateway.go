@@ -37,16 +37,49 @@ const (
 // owned are the headers the gateway client sets itself; a client's own values are never forwarded.
 var owned = []string{ProfileHeader, ProfileHeaderNew, PreferHeader}
 
-// Forwarded returns the client headers that every leg carries (upstream.Forwarded, without the
-// client's EPP-Profile, x-llm-d-epp-profile and Prefer).
-func Forwarded(in http.Header) http.Header { return upstream.Forwarded(in, owned) }
+// RoutingHeaders are the request headers that steer the gateway's endpoint picker or a worker
+// past the coordinator's choice: endpoint pinning (the destination endpoint, the prefill pin,
+// the data-parallel rank) and the scheduling objective and fairness id. Clients' values are
+// dropped unless server.trusted_routing_headers; the steps that set them (the async broker's
+// passthrough mode) do so after the drop.
+var RoutingHeaders = []string{
+	"X-Gateway-Destination-Endpoint",
+	"X-Gateway-Destination-Endpoint-Served",
+	"X-Gateway-Destination-Endpoint-Subset",
+	"X-Gateway-Inference-Objective",
+	"X-Gateway-Inference-Fairness-Id",
+	"X-Prefill-Pin-Host-Port",
+	"X-Data-Parallel-Rank",
+}
+
+var ownedAndRouting = append(append([]string(nil), owned...), RoutingHeaders...)
+
+// Forwarded returns the client headers that every leg carries: upstream.Forwarded, without the
+// client's EPP-Profile, x-llm-d-epp-profile and Prefer, and without its RoutingHeaders.
+func Forwarded(in http.Header) http.Header { return upstream.Forwarded(in, ownedAndRouting) }
+
+// ForwardedTrusted is Forwarded keeping the client's RoutingHeaders
+// (server.trusted_routing_headers).
+func ForwardedTrusted(in http.Header) http.Header { return upstream.Forwarded(in, owned) }
 
 // Client sends legs to the gateway over a keep-alive pool.
 type Client struct {
 	up *upstream.Client
 }
 
-// New builds the client for cfg. It does not contact the gateway.
+// CheckCA reads gateway.ca_file, if set, so that a missing or unreadable bundle fails startup
+// and reloads naming the key (New reads it only when it first dials).
+func CheckCA(cfg config.Gateway) error {
+	if cfg.CAFile == "" {
+		return nil
+	}
+	if _, err := upstream.LoadCAFile(cfg.CAFile); err != nil {
+		return &config.FieldError{Key: "gateway.ca_file", Reason: err.Error()}
+	}
+	return nil
+}
+
+// New builds the client for cfg. It neither contacts the gateway nor reads gateway.ca_file.
 func New(cfg config.Gateway, tel observe.Telemetry) (*Client, error) {
 	if cfg.Address == "" {
 		return nil, fmt.Errorf("gateway.address is empty")
@@ -55,6 +88,7 @@ func New(cfg config.Gateway, tel observe.Telemetry) (*Client, error) {
 		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerHost,
 		IdleConnTimeout:       cfg.IdleConnTimeout.Std(),
 		ResponseHeaderTimeout: cfg.Timeout.Std(),
+		CAFile:                cfg.CAFile,
 	})
 	up, err := upstream.NewClient(cfg.Address, t, 0, tel)
 	if err != nil {

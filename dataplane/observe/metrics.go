@@ -5,19 +5,50 @@
 package observe
 
 import (
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/attribute"
 )
 
 // Namespace prefixes every data-plane metric.
 const Namespace = "coordinator"
 
-// MaxModels caps the distinct values of the model label; later models are counted as "other".
-const MaxModels = 1000
+// The model label is the one label whose value comes from a client (the request's "model"), so
+// it is bounded three ways (see modelCap):
+//
+//   - a name longer than MaxLabelLen bytes, not valid UTF-8, or holding a control or other
+//     non-graphic character is never a label: it is counted as LabelInvalid;
+//   - a well-formed name becomes a label only once a worker confirmed it, i.e. a request for it
+//     ended with a 2xx status other than 202 (a 202 is the async broker queueing it, unseen by a
+//     worker). A 400, a worker's 404 "model not found" or any other failure does not admit it, so
+//     junk names can neither grow the series nor use up the cap before the real models;
+//   - at most MaxModels names are admitted per process (admitted names stay admitted); names not
+//     admitted are counted as LabelOther, and an empty model as LabelUnknown.
+//
+// The series of requests_total and request_duration_seconds are thus at most
+// (MaxModels+3) × routes × statuses whatever clients send, and the label values held are at most
+// MaxModels × MaxLabelLen bytes.
+const (
+	// MaxModels caps the distinct admitted values of the model label.
+	MaxModels = 1000
+	// MaxLabelLen is the longest label value, in bytes, taken from a client or a worker.
+	MaxLabelLen = 128
+
+	// LabelOther counts well-formed models not admitted (never confirmed, or past MaxModels).
+	LabelOther = "other"
+	// LabelInvalid replaces a client or worker value that is not a ValidLabel.
+	LabelInvalid = "invalid"
+	// LabelUnknown counts requests without a model.
+	LabelUnknown = "unknown"
+)
 
 // LatencyBuckets suit LLM work: 5 ms (a cache hit) to an hour (a long generation).
 var LatencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600}
@@ -78,33 +109,121 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "config_info",
 			Help: "1 for the loaded configuration revision."}, []string{"revision"}),
 	}
-	m.models.seen = map[string]struct{}{}
+	m.models.seen = map[string]string{}
 	reg.MustRegister(m.requests, m.requestDuration, m.inFlight, m.requestBytes, m.responseBytes, m.stepDuration,
 		m.upstreamDuration, m.upstreamRequests, m.conditionalDecode, m.encodeFanout, m.reloads, m.configInfo,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newMediaInFlight())
 	return m
 }
 
-// modelCap admits up to MaxModels distinct model names; admitted names stay admitted.
-type modelCap struct {
-	mu   sync.Mutex
-	seen map[string]struct{}
+// ValidLabel reports whether s may be a label value as is: at most MaxLabelLen bytes of valid
+// UTF-8 with only graphic characters (letters, marks, numbers, punctuation, symbols and spaces;
+// no control, format or private-use characters).
+func ValidLabel(s string) bool {
+	if len(s) > MaxLabelLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return false
+		} else if c >= utf8.RuneSelf {
+			return validLabelRunes(s[i:])
+		}
+	}
+	return true
 }
 
-func (c *modelCap) label(model string) string {
-	if model == "" {
-		return "unknown"
+func validLabelRunes(s string) bool {
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && n == 1 || !unicode.IsGraphic(r) { // invalid UTF-8, or not graphic
+			return false
+		}
+		s = s[n:]
+	}
+	return true
+}
+
+// LabelValue is s if it is a ValidLabel and LabelInvalid otherwise: the sanitiser for every label
+// whose value can come from a client or a worker, so that no value makes WithLabelValues panic
+// (it does on invalid UTF-8) or bloats the exposition.
+func LabelValue(s string) string {
+	if ValidLabel(s) {
+		return s
+	}
+	return LabelInvalid
+}
+
+// ShortModel is model cut to MaxLabelLen bytes of valid UTF-8 (invalid bytes replaced by U+FFFD),
+// for span attributes and logs: unlike the metric label it keeps the start of an odd name, but
+// never the rest of a huge one. A cut name is a copy, so it does not pin the request's memory.
+func ShortModel(model string) string {
+	if len(model) <= MaxLabelLen && utf8.ValidString(model) {
+		return model
+	}
+	if len(model) > 4*MaxLabelLen {
+		model = model[:4*MaxLabelLen] // only MaxLabelLen bytes are kept: convert no more than needed
+	}
+	model = strings.ToValidUTF8(model, "\uFFFD")
+	if len(model) > MaxLabelLen {
+		n := MaxLabelLen
+		for n > 0 && !utf8.RuneStart(model[n]) {
+			n--
+		}
+		model = model[:n]
+	}
+	return strings.Clone(model)
+}
+
+// ModelAttr is the gen_ai.request.model span attribute of a client's model: ShortModel(model).
+func ModelAttr(model string) attribute.KeyValue {
+	return AttrModel.String(ShortModel(model))
+}
+
+// modelCap admits up to MaxModels distinct model names, each once a worker confirmed it (see
+// MaxModels); admitted names stay admitted.
+type modelCap struct {
+	mu sync.RWMutex
+	// seen maps an admitted name to its own copy, the label value handed to the collectors (so
+	// that a series never pins the memory of the request that created it).
+	seen map[string]string
+}
+
+// label is the model label of a request for model that ended with status.
+func (c *modelCap) label(model string, status int) string {
+	switch {
+	case model == "":
+		return LabelUnknown
+	case !ValidLabel(model):
+		return LabelInvalid
+	}
+	c.mu.RLock()
+	label, ok := c.seen[model]
+	full := len(c.seen) >= MaxModels
+	c.mu.RUnlock()
+	switch {
+	case ok:
+		return label
+	case full || !confirmed(status):
+		return LabelOther
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.seen[model]; ok {
-		return model
+	if label, ok := c.seen[model]; ok {
+		return label
 	}
 	if len(c.seen) >= MaxModels {
-		return "other"
+		return LabelOther
 	}
-	c.seen[model] = struct{}{}
-	return model
+	label = strings.Clone(model)
+	c.seen[label] = label
+	return label
+}
+
+// confirmed reports whether a request's status shows a worker served its model: a 2xx other than
+// 202 Accepted (queued by the async broker, unseen by any worker).
+func confirmed(status int) bool {
+	return status >= 200 && status < 300 && status != http.StatusAccepted
 }
 
 // RequestStarted counts a request in flight and returns the func that records its end.
@@ -113,9 +232,10 @@ func (m *Metrics) RequestStarted(route string) func(model string, status, reques
 		return func(string, int, int, int) {}
 	}
 	start := time.Now()
+	route = LabelValue(route)
 	m.inFlight.WithLabelValues(route).Inc()
 	return func(model string, status, requestBytes, responseBytes int) {
-		model = m.models.label(model)
+		model = m.models.label(model, status)
 		m.inFlight.WithLabelValues(route).Dec()
 		m.requests.WithLabelValues(route, model, strconv.Itoa(status)).Inc()
 		m.requestDuration.WithLabelValues(route, model).Observe(time.Since(start).Seconds())
@@ -127,7 +247,7 @@ func (m *Metrics) RequestStarted(route string) func(model string, status, reques
 // Step records one step's duration and outcome.
 func (m *Metrics) Step(step, outcome string, d time.Duration) {
 	if m != nil {
-		m.stepDuration.WithLabelValues(step, outcome).Observe(d.Seconds())
+		m.stepDuration.WithLabelValues(LabelValue(step), LabelValue(outcome)).Observe(d.Seconds())
 	}
 }
 
@@ -140,6 +260,7 @@ func (m *Metrics) Upstream(phase string, status int, d time.Duration) {
 	if status != 0 {
 		s = strconv.Itoa(status)
 	}
+	phase = LabelValue(phase)
 	m.upstreamRequests.WithLabelValues(phase, s).Inc()
 	m.upstreamDuration.WithLabelValues(phase, s).Observe(d.Seconds())
 }
@@ -147,7 +268,7 @@ func (m *Metrics) Upstream(phase string, status int, d time.Duration) {
 // ConditionalDecode records a conditional-decode outcome (CondServed, CondFellBack, CondError).
 func (m *Metrics) ConditionalDecode(outcome string) {
 	if m != nil {
-		m.conditionalDecode.WithLabelValues(outcome).Inc()
+		m.conditionalDecode.WithLabelValues(LabelValue(outcome)).Inc()
 	}
 }
 
@@ -175,6 +296,6 @@ func (m *Metrics) Reload(ok bool, revision string) {
 func (m *Metrics) Loaded(revision string) {
 	if m != nil {
 		m.configInfo.Reset()
-		m.configInfo.WithLabelValues(revision).Set(1)
+		m.configInfo.WithLabelValues(LabelValue(revision)).Set(1)
 	}
 }

@@ -2,11 +2,16 @@ package observe
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -16,9 +21,13 @@ func TestModelLabelIsCapped(t *testing.T) {
 		m.RequestStarted("chat")(fmt.Sprintf("model-%d", i), 200, 10, 10)
 	}
 	m.RequestStarted("chat")("model-3", 200, 1, 1) // admitted earlier: keeps its label
+	m.RequestStarted("chat")("model-3", 404, 1, 1) // an admitted model keeps its label whatever the status
 	m.RequestStarted("chat")("", 200, 1, 1)
-	if n := testutil.CollectAndCount(m.requests); n != MaxModels+2 { // 1000 models + other + unknown
+	if n := testutil.CollectAndCount(m.requests); n != MaxModels+3 { // 1000 models (model-3 twice) + other + unknown
 		t.Fatalf("%d series", n)
+	}
+	if len(m.models.seen) != MaxModels {
+		t.Fatalf("%d models admitted", len(m.models.seen))
 	}
 	if v := testutil.ToFloat64(m.requests.WithLabelValues("chat", "other", "200")); v != 50 {
 		t.Fatalf("other = %v", v)
@@ -80,4 +89,214 @@ coordinator_config_reloads_total{result="success"} 1
 	if v := testutil.ToFloat64(m.upstreamRequests.WithLabelValues("prefill", "error")); v != 1 {
 		t.Fatalf("transport errors are labelled error: %v", v)
 	}
+}
+
+// TestModelLabel: what becomes of a request's model, by its name and how the request ended.
+func TestModelLabel(t *testing.T) {
+	long := strings.Repeat("m", MaxLabelLen)
+	for _, tc := range []struct {
+		name   string
+		model  string
+		status int
+		want   string
+	}{
+		{"served", "meta-llama/Llama-3.1-8B-Instruct", 200, "meta-llama/Llama-3.1-8B-Instruct"},
+		{"served, non-ASCII", "qwen/通义千问 7B", 200, "qwen/通义千问 7B"},
+		{"served, a literal U+FFFD", "m\uFFFD", 200, "m\uFFFD"},
+		{"served, MaxLabelLen bytes", long, 200, long},
+		{"empty", "", 200, LabelUnknown},
+		{"empty, failed", "", 400, LabelUnknown},
+		{"model not found at the worker", "no-such-model", 404, LabelOther},
+		{"bad request", "typo-model", 400, LabelOther},
+		{"worker error", "flaky-model", 502, LabelOther},
+		{"rate limited", "busy-model", 429, LabelOther},
+		{"queued by the async broker", "queued-model", 202, LabelOther},
+		{"no status", "cut-model", 0, LabelOther},
+		{"invalid UTF-8", "model-\xff\xfe", 200, LabelInvalid},
+		{"truncated rune", "model-\xe4\xb8", 200, LabelInvalid},
+		{"one byte too long", long + "m", 200, LabelInvalid},
+		{"1 MiB", strings.Repeat("x", 1<<20), 200, LabelInvalid},
+		{"newline", "model\nfake_metric 1", 200, LabelInvalid},
+		{"NUL", "model\x00", 200, LabelInvalid},
+		{"DEL", "model\x7f", 200, LabelInvalid},
+		{"C1 control", "model\u0085", 200, LabelInvalid},
+		{"zero-width space (format)", "model\u200b", 200, LabelInvalid},
+		{"bidi override", "model\u202e", 200, LabelInvalid},
+		{"private use", "model\ue000", 200, LabelInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			m := NewMetrics(reg)
+			m.RequestStarted("chat")(tc.model, tc.status, 1, 1) // must not panic
+			if v := testutil.ToFloat64(m.requests.WithLabelValues("chat", tc.want, fmt.Sprint(tc.status))); v != 1 {
+				t.Fatalf("requests_total{model=%.40q} = %v, want 1", tc.want, v)
+			}
+			if n := testutil.CollectAndCount(m.requests); n != 1 {
+				t.Fatalf("%d series", n)
+			}
+			if _, err := reg.Gather(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestJunkModelsNeverAdmitted: distinct names that never succeed use up nothing: a real model
+// served after 10,000 of them still gets its own label.
+func TestJunkModelsNeverAdmitted(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	statuses := []int{400, 404, 422, 429, 500, 502, 503, 202}
+	for i := 0; i < 10_000; i++ {
+		m.RequestStarted("chat")(fmt.Sprintf("junk-%d", i), statuses[i%len(statuses)], 1, 1)
+	}
+	if len(m.models.seen) != 0 {
+		t.Fatalf("%d junk models admitted", len(m.models.seen))
+	}
+	m.RequestStarted("chat")("real-model", 200, 1, 1)
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("chat", "real-model", "200")); v != 1 {
+		t.Fatalf("real-model = %v", v)
+	}
+	// The real model's failures are counted under its name too, once admitted.
+	m.RequestStarted("chat")("real-model", 503, 1, 1)
+	if v := testutil.ToFloat64(m.requests.WithLabelValues("chat", "real-model", "503")); v != 1 {
+		t.Fatalf("real-model 503 = %v", v)
+	}
+	if n := testutil.CollectAndCount(m.requests); n != len(statuses)+2 { // other × statuses + real-model × 2
+		t.Fatalf("%d series", n)
+	}
+}
+
+// TestExpositionBounded: /metrics stays small whatever names clients send.
+func TestExpositionBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.RequestStarted("chat")("real-model", 200, 1, 1)
+	before := exposition(t, reg)
+	junk := []func(i int) string{
+		func(i int) string { return fmt.Sprintf("junk-%d", i) },
+		func(i int) string { return fmt.Sprintf("%d-%s", i, strings.Repeat("j", 1<<10)) },
+		func(i int) string { return fmt.Sprintf("bad-\xff-%d", i) },
+		func(i int) string { return fmt.Sprintf("ctl-\n-%d", i) },
+	}
+	for i := 0; i < 10_000; i++ {
+		status := 404
+		if i%2 == 0 {
+			status = 200 // a served junk name is still not admitted when it is not well formed...
+		}
+		name := junk[i%len(junk)](i)
+		if i%len(junk) == 0 {
+			status = 400 // ...and a well-formed one only once served
+		}
+		m.RequestStarted("chat")(name, status, 1, 1)
+	}
+	after := exposition(t, reg)
+	if len(m.models.seen) != 1 {
+		t.Fatalf("%d models admitted", len(m.models.seen))
+	}
+	// A few new series (other and invalid, by status): a few KB, not 10,000 × a name.
+	t.Logf("/metrics: %d bytes, %d after 10,000 junk requests", len(before), len(after))
+	if grown := len(after) - len(before); grown > 16<<10 {
+		t.Fatalf("/metrics grew by %d bytes after 10,000 junk requests", grown)
+	}
+}
+
+// exposition is GET /metrics.
+func exposition(t *testing.T, g prometheus.Gatherer) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}).
+		ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
+	}
+	return rec.Body.String()
+}
+
+// TestHugeModelsNotKept: requests with 4 MiB model names leave nothing behind once they are done.
+func TestHugeModelsNotKept(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := heap()
+	for i := 0; i < 50; i++ {
+		name := fmt.Sprintf("%d%s", i, strings.Repeat("m", 4<<20))
+		m.RequestStarted("chat")(name, http.StatusOK, 1, 1)
+		_ = ModelAttr(name) // what the server span keeps
+	}
+	if after := heap(); after > before+32<<20 {
+		t.Fatalf("heap grew by %d MiB after 50 requests with 4 MiB model names", (after-before)>>20)
+	}
+}
+
+// TestLabelsNeverPanic: every recorder takes any string.
+func TestLabelsNeverPanic(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	for _, s := range []string{"\xff", "a\x00b", strings.Repeat("s", 1<<16), ""} {
+		m.RequestStarted(s)(s, 200, 1, 1)
+		m.Step(s, s, time.Millisecond)
+		m.Upstream(s, 200, time.Millisecond)
+		m.ConditionalDecode(s)
+		m.Reload(true, s)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestShortModel(t *testing.T) {
+	long := strings.Repeat("m", MaxLabelLen)
+	wide := strings.Repeat("é", MaxLabelLen) // 2 bytes each
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"short", "llama", "llama"},
+		{"empty", "", ""},
+		{"MaxLabelLen", long, long},
+		{"long", long + "tail", long},
+		{"4 MiB", long + strings.Repeat("x", 4<<20), long},
+		{"cut on a rune boundary", "m" + wide, "m" + wide[:MaxLabelLen-2]},
+		{"invalid UTF-8", "a\xffb", "a\uFFFDb"},
+		{"control characters kept (escaped by exporters)", "a\nb", "a\nb"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ShortModel(tc.in)
+			if got != tc.want {
+				t.Fatalf("ShortModel = %.60q, want %.60q", got, tc.want)
+			}
+			if len(got) > MaxLabelLen || !utf8.ValidString(got) {
+				t.Fatalf("ShortModel = %q: too long or not UTF-8", got)
+			}
+			if kv := ModelAttr(tc.in); kv.Key != AttrModel || kv.Value.AsString() != tc.want {
+				t.Fatalf("ModelAttr = %v", kv)
+			}
+		})
+	}
+}
+
+// FuzzModelLabel: any model and status give a valid label (the Prometheus client panics on an
+// invalid one) and a short valid span attribute.
+func FuzzModelLabel(f *testing.F) {
+	f.Add("llama", 200)
+	f.Add("\xff", 200)
+	f.Add("a\u200bb", 404)
+	f.Add(strings.Repeat("é", 100), 200)
+	m := NewMetrics(prometheus.NewRegistry())
+	f.Fuzz(func(t *testing.T, model string, status int) {
+		l := m.models.label(model, status)
+		if !ValidLabel(l) {
+			t.Fatalf("label %q is not valid", l)
+		}
+		if l != model && l != LabelOther && l != LabelInvalid && l != LabelUnknown {
+			t.Fatalf("label %q for model %q", l, model)
+		}
+		m.RequestStarted("chat")(model, status, 0, 0)
+		if s := ShortModel(model); len(s) > MaxLabelLen || !utf8.ValidString(s) || (len(model) <= MaxLabelLen && utf8.ValidString(model) && s != model) {
+			t.Fatalf("ShortModel(%q) = %q", model, s)
+		}
+	})
 }

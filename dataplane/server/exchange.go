@@ -79,7 +79,7 @@ func (s *Server) report(c echo.Context, x *exchange) {
 	}
 	if x.span != nil {
 		if x.span.IsRecording() {
-			x.span.SetAttributes(observe.AttrModel.String(x.model))
+			x.span.SetAttributes(observe.ModelAttr(x.model))
 		}
 		var spanErr error
 		if x.status >= 500 {
@@ -89,7 +89,7 @@ func (s *Server) report(c echo.Context, x *exchange) {
 	}
 	if x.rc != nil {
 		if l := x.rc.Log.V(logging.Info); l.Enabled() {
-			l.Info("pipeline step timings", append([]any{"path", x.rc.Path, "model", x.model, "stream", x.rc.Stream, "status", x.status,
+			l.Info("pipeline step timings", append([]any{"path", x.rc.Path, "model", observe.ShortModel(x.model), "stream", x.rc.Stream, "status", x.status,
 				"revision", x.revision, "total", time.Since(x.start).String()}, x.rc.TimingSummary()...)...)
 		}
 		if ctxErr := c.Request().Context().Err(); x.apiErr != nil && ctxErr != nil && errors.Is(x.cause, ctxErr) {

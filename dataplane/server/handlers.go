@@ -9,6 +9,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/bodybuf"
+	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/request"
@@ -44,6 +45,10 @@ func (s *Server) handleInference(c echo.Context) error {
 	req := c.Request()
 	buf, err := bodybuf.Read(req, p.Config().Server.MaxRequestBodyBytes())
 	if err != nil {
+		if e := clientBodyError(req); e != nil {
+			c.Response().Header().Set("Connection", "close") // the rest of the body may still come
+			return e
+		}
 		return err
 	}
 	defer buf.Release()
@@ -62,7 +67,7 @@ func (s *Server) handleInference(c echo.Context) error {
 		API:       api,
 		Path:      req.URL.Path,
 		Header:    req.Header,
-		Forwarded: gateway.Forwarded(req.Header),
+		Forwarded: forwarded(p.Config().Server, req.Header),
 		Body:      obj,
 		Buffer:    buf,
 		Model:     model,
@@ -83,6 +88,16 @@ func (s *Server) handleInference(c echo.Context) error {
 		return &apierror.Error{Status: http.StatusBadGateway, Type: apierror.TypeAPI, Code: "no_response", Message: "the pipeline produced no response"}
 	}
 	return nil
+}
+
+// forwarded is the client header set every leg carries: gateway.Forwarded, or
+// gateway.ForwardedTrusted under server.trusted_routing_headers. It is taken before any step
+// runs, so that a step's own routing headers (the async broker's objective) are kept.
+func forwarded(cfg config.Server, h http.Header) http.Header {
+	if cfg.TrustedRoutingHeaders {
+		return gateway.ForwardedTrusted(h)
+	}
+	return gateway.Forwarded(h)
 }
 
 // handlePassthrough serves any other /v1 request: a route of a pipeline step when one matches,
@@ -119,18 +134,24 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 		Method:      req.Method,
 		Path:        req.URL.RequestURI(),
 		Phase:       routePassthrough,
-		Header:      gateway.Forwarded(req.Header),
+		Header:      forwarded(p.Config().Server, req.Header),
 		RequestID:   x.id,
 		ContentType: req.Header.Get("Content-Type"),
 	}}
 	if req.ContentLength != 0 {
-		leg.Body, leg.Size = http.MaxBytesReader(c.Response(), req.Body, limit), req.ContentLength
+		// net/http's own writer: hitting the limit then closes the connection after the 413.
+		leg.Body, leg.Size = http.MaxBytesReader(c.Response().Writer, req.Body, limit), req.ContentLength
 	}
 	resp, err := gw.Do(ctx, leg) //nolint:bodyclose // upstream.Relay closes it
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return apierror.TooLarge(limit)
+		}
+		if e := clientBodyError(req); e != nil {
+			// The client's body failed, not the gateway; the rest of it may still come.
+			c.Response().Header().Set("Connection", "close")
+			return e
 		}
 		return &apierror.UpstreamError{Phase: routePassthrough, Err: err}
 	}

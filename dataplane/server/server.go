@@ -1,27 +1,29 @@
 // Package server is the coordinator's HTTP front: an echo app with the inference routes, health
 // and readiness, a passthrough of other /v1 paths to the gateway, request ids, body limits, panic
-// recovery, access logging and the mapping of pipeline errors to OpenAI-style JSON.
+// recovery, access logging and the mapping of pipeline errors to OpenAI-style JSON; the admin
+// listener (/metrics, /debug/pipeline); and what both listeners do below the handlers: TLS,
+// request framing checks, lingering close, and JSON for the errors net/http writes itself.
 package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	stdlog "log"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/labstack/echo/v4"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
-	"github.com/epd-dev/coordinator/dataplane/reload"
 	"github.com/epd-dev/coordinator/dataplane/request"
 	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
@@ -34,64 +36,89 @@ type Options struct {
 	Pipelines *pipeline.Holder
 	// Log is the process logger.
 	Log logr.Logger
-	// Reloader, when set, reports the config watcher in /debug/pipeline.
-	Reloader interface{ Status() reload.Status }
-	// Routes, when set, registers extra routes on the echo app.
-	Routes func(e *echo.Echo)
 	// Telemetry records request metrics and spans.
 	Telemetry observe.Telemetry
+	// TLS, when set, serves HTTPS with it (see TLSConfig); nil serves plain HTTP.
+	TLS *tls.Config
 }
 
 // Server serves the coordinator API.
 type Server struct {
 	echo     *echo.Echo
 	http     *http.Server
+	tls      *tls.Config
 	holder   *pipeline.Holder
-	reloader interface{ Status() reload.Status }
 	tel      observe.Telemetry
 	log      logr.Logger
 	draining atomic.Bool
 }
 
+// maxHeaderBytes bounds a request's line and headers (net/http's default); a larger head gets
+// a 431.
+const maxHeaderBytes = 1 << 20
+
 // New builds the server and its routes.
 func New(opts Options) *Server {
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	s := &Server{echo: e, holder: opts.Pipelines, reloader: opts.Reloader, tel: opts.Telemetry, log: opts.Log}
+	s := &Server{echo: e, holder: opts.Pipelines, tel: opts.Telemetry, log: opts.Log, tls: opts.TLS}
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.serve)
+	e.Pre(s.serve, s.front)
 
 	for _, path := range request.Paths {
 		e.POST(path, s.handleInference)
-		// Other methods on an inference path are a client error, not something to pass through.
-		e.Match(otherMethods, path, methodNotAllowed)
 	}
-	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
-	e.GET("/readyz", s.handleReady)
-	e.GET("/debug/pipeline", s.handleDebugPipeline)
+	e.Match(probeMethods, "/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+	e.Match(probeMethods, "/readyz", s.handleReady)
 	e.RouteNotFound("/v1/*", s.handlePassthrough)
-	if opts.Routes != nil {
-		opts.Routes(e)
-	}
-	s.http = &http.Server{
-		Handler:           e,
-		ReadTimeout:       opts.Server.ReadTimeout.Std(),
-		ReadHeaderTimeout: min(opts.Server.ReadTimeout.Std(), 10*time.Second),
-		WriteTimeout:      opts.Server.WriteTimeout.Std(),
-		IdleTimeout:       2 * time.Minute,
-	}
-	if s.http.ReadHeaderTimeout == 0 {
-		s.http.ReadHeaderTimeout = 10 * time.Second
+	s.http = newHTTPServer(guard(e, opts.Log), opts.Log)
+	s.http.ReadTimeout = opts.Server.ReadTimeout.Std()
+	s.http.WriteTimeout = opts.Server.WriteTimeout.Std()
+	if d := opts.Server.ReadTimeout.Std(); d > 0 && d < s.http.ReadHeaderTimeout {
+		s.http.ReadHeaderTimeout = d
 	}
 	return s
 }
 
-// Handler is the HTTP handler (for tests and embedding).
-func (s *Server) Handler() http.Handler { return s.echo }
+// probeMethods are the methods of /healthz and /readyz.
+var probeMethods = []string{http.MethodGet, http.MethodHead}
 
-// Serve accepts connections on l until Shutdown.
+// newHTTPServer is the http.Server of both listeners around h.
+func newHTTPServer(h http.Handler, log logr.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ConnContext:       connContext,
+		ErrorLog:          stdlog.New(logWriter{log.V(logging.Verbose)}, "", 0),
+	}
+}
+
+// logWriter turns net/http's own log lines (a client's broken TLS handshake, a panic it
+// recovered) into structured log lines.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Info("net/http", "message", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// Handler is the HTTP handler (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.http.Handler }
+
+// Serve accepts connections on l until Shutdown: HTTPS when Options.TLS is set, otherwise plain
+// HTTP/1.1.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.http.Serve(l)
+	return serve(s.http, l, s.tls, s.log)
+}
+
+// serve runs hs on l through the listener every connection needs (see listener).
+func serve(hs *http.Server, l net.Listener, cfg *tls.Config, log logr.Logger) error {
+	err := hs.Serve(&listener{Listener: l, tls: cfg, maxHeaderBytes: hs.MaxHeaderBytes, handshakeTimeout: hs.ReadHeaderTimeout, log: log})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -108,13 +135,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close cuts every connection at once (after a failed drain).
 func (s *Server) Close() error { return s.http.Close() }
 
-var otherMethods = []string{http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
-
-func methodNotAllowed(c echo.Context) error {
-	c.Response().Header().Set("Allow", http.MethodPost)
-	return echo.ErrMethodNotAllowed
-}
-
 func (s *Server) handleReady(c echo.Context) error {
 	switch {
 	case s.draining.Load():
@@ -125,9 +145,9 @@ func (s *Server) handleReady(c echo.Context) error {
 	return c.String(http.StatusOK, "ok")
 }
 
-// serve is the server's one middleware. It gives the request its id (a valid client
-// x-request-id, or a generated one) and echoes it, turns a panic into a 500, then settles how
-// the request ended once and reports it (see exchange).
+// serve is the server's outer middleware, before routing (front follows it). It gives the
+// request its id (a valid client x-request-id, or a generated one) and echoes it, turns a panic
+// into a 500, then settles how the request ended once and reports it (see exchange).
 func (s *Server) serve(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		x := &exchange{start: time.Now()}
@@ -186,9 +206,4 @@ func echoToAPI(err error) error {
 		}
 	}
 	return e
-}
-
-// MetricsHandler serves a registry's metrics in the Prometheus exposition format.
-func MetricsHandler(g prometheus.Gatherer) http.Handler {
-	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
 }

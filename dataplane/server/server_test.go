@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net"
@@ -63,12 +64,19 @@ func (u *upstream) count() int {
 
 type harness struct {
 	url    string
+	addr   string
 	holder *pipeline.Holder
 	srv    *server.Server
 	up     *upstream
 }
 
 func start(t *testing.T, answer http.HandlerFunc, mutate func(*config.Config)) *harness {
+	t.Helper()
+	return startTLS(t, answer, mutate, nil)
+}
+
+// startTLS is start serving HTTPS with tc (plain HTTP when nil); the harness URL is https then.
+func startTLS(t *testing.T, answer http.HandlerFunc, mutate func(*config.Config), tc *tls.Config) *harness {
 	t.Helper()
 	up := newUpstream(t, answer)
 	cfg := config.Default()
@@ -85,14 +93,18 @@ func start(t *testing.T, answer http.HandlerFunc, mutate func(*config.Config)) *
 		}
 		h.holder.Swap(p)
 	}
-	h.srv = server.New(server.Options{Server: cfg.Server, Pipelines: h.holder, Log: logr.Discard()})
+	h.srv = server.New(server.Options{Server: cfg.Server, Pipelines: h.holder, Log: logr.Discard(), TLS: tc})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = h.srv.Serve(l) }()
 	t.Cleanup(func() { _ = h.srv.Close() })
-	h.url = "http://" + l.Addr().String()
+	h.addr = l.Addr().String()
+	h.url = "http://" + h.addr
+	if tc != nil {
+		h.url = "https://" + h.addr
+	}
 	return h
 }
 

@@ -1,31 +1,66 @@
 package steps
 
 import (
+	"cmp"
 	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/body"
 	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
-// mediaKind describes one multimodal content-part type of the chat format.
+// mediaKind is one kind of media a chat content part can carry. A part is of a kind when it has
+// the kind's member (field) or its "type" (vLLM reads the member of an untyped part, and of any
+// part with a "uuid", whatever its type).
 type mediaKind struct {
-	// partType is the part's "type" and field the member holding {"url": ...}.
+	// partType is the canonical "type" (and MediaEntry.Kind); field is the member holding the
+	// media: {"url": ...} or a plain URL string, or {"data": ...} for a data-only kind.
 	partType, field string
-	// mediaTypes are the data: URL media types accepted inline and after a download (prefix match
-	// when ending in "/").
+	// aliases are other "type" values of the kind (Responses-style input_image).
+	aliases []string
+	// mediaTypes are the media types accepted in data: URLs and downloads.
 	mediaTypes []string
-	// enabled kinds are collected as media entries; the others are recognised and left alone
-	// until render, encode and the workers support them (adding one is a table change).
-	enabled bool
+	// dataOnly kinds carry base64 data, never a URL (input_audio).
+	dataOnly bool
+	// entry kinds are collected as rc.Media for render and encode; the others are inlined too and
+	// reach the workers as data only (adding one to render and encode is a table change).
+	entry bool
+	// refused, when set, is why parts of the kind are refused.
+	refused string
 }
+
+var (
+	imageTypes = []string{"image/jpeg", "image/png", "image/gif", "image/webp"}
+	videoTypes = []string{"video/mp4", "video/webm", "video/quicktime"}
+	audioTypes = []string{"audio/wav", "audio/wave", "audio/x-wav", "audio/mpeg", "audio/mp3", "audio/ogg", "audio/flac", "audio/webm", "audio/mp4"}
+)
+
+const (
+	refusedEmbeds = "embedding inputs are not accepted; send the media itself"
+	refusedFile   = "file parts are not supported; send media as image_url, video_url, audio_url or input_audio"
+)
 
 var mediaKinds = []mediaKind{
-	{partType: "image_url", field: "image_url", mediaTypes: []string{"image/jpeg", "image/png", "image/gif", "image/webp"}, enabled: true},
-	{partType: "video_url", field: "video_url", mediaTypes: []string{"video/mp4", "video/webm"}},
-	{partType: "input_audio", field: "input_audio"},
+	{partType: "image_url", field: "image_url", aliases: []string{"input_image"}, mediaTypes: imageTypes, entry: true},
+	{partType: "video_url", field: "video_url", mediaTypes: videoTypes},
+	{partType: "audio_url", field: "audio_url", mediaTypes: audioTypes},
+	{partType: "input_audio", field: "input_audio", dataOnly: true},
+	{partType: "image_embeds", field: "image_embeds", refused: refusedEmbeds},
+	{partType: "audio_embeds", field: "audio_embeds", refused: refusedEmbeds},
+	{partType: "video_embeds", field: "video_embeds", refused: refusedEmbeds},
+	{partType: "prompt_embeds", field: "prompt_embeds", refused: refusedEmbeds},
+	{partType: "image_pil", field: "image_pil", refused: "image_pil is not an HTTP input; send an image_url"},
+	{partType: "file", field: "file", refused: refusedFile},
+	{partType: "file_url", field: "file_url", refused: refusedFile},
 }
 
+// textTypes are the content-part types without media; vLLM never fetches anything for them.
+var textTypes = []string{"text", "input_text", "output_text", "refusal", "thinking", "tool_reference"}
+
+// kindOf returns the kind of a canonical part type (a MediaEntry.Kind).
 func kindOf(partType string) *mediaKind {
 	for i := range mediaKinds {
 		if mediaKinds[i].partType == partType {
@@ -33,6 +68,48 @@ func kindOf(partType string) *mediaKind {
 		}
 	}
 	return nil
+}
+
+// kindByType returns the kind a part's "type" names, aliases included.
+func kindByType(typ string) *mediaKind {
+	for i := range mediaKinds {
+		if k := &mediaKinds[i]; k.partType == typ || slices.Contains(k.aliases, typ) {
+			return k
+		}
+	}
+	return nil
+}
+
+// mediaItem is one media content part, as the walker found it.
+type mediaItem struct {
+	msg, part int
+	// kind is nil for a part refused for carrying a URL outside any media member.
+	kind *mediaKind
+	// label names the part in messages: its type, else its media member.
+	label string
+	// raw is the part, a subslice of the messages value; obj is raw parsed.
+	raw json.RawMessage
+	obj *body.Object
+	// url is the URL (the base64 data for a data-only kind); urlRaw is its JSON string token.
+	url    string
+	urlRaw json.RawMessage
+	// inner is the media member when it is an object, nil for a plain URL string.
+	inner *body.Object
+	// canonical parts are {"type": partType, field: {"url": ...}} already (data-only: always).
+	canonical bool
+	// problem, when set, is why the part is refused (client-facing).
+	problem string
+
+	// Set by replace-media-urls: the media type and decoded size; for a download (fetched), the
+	// bytes until they are written into the body.
+	contentType string
+	size        int64
+	fetched     bool
+	data        [][]byte
+}
+
+func (it *mediaItem) where() string {
+	return fmt.Sprintf("messages[%d].content[%d] (%s)", it.msg, it.part, it.label)
 }
 
 // chatMessages returns the raw messages value of a chat body and its elements; both are nil when
@@ -49,14 +126,15 @@ func chatMessages(obj *body.Object) (json.RawMessage, []json.RawMessage, error) 
 	return raw, msgs, nil
 }
 
-// scanMedia walks messages[*].content[*] of a chat body and returns one entry per enabled media
-// part, in document order, with its URL. Parts of other shapes are left alone.
-func scanMedia(obj *body.Object) ([]request.MediaEntry, error) {
+// walkMedia walks messages[*].content[*] of a chat body (the only place the chat API carries
+// media; completions and generate carry none) and returns every media part, and every part
+// refused for carrying a URL elsewhere, in document order.
+func walkMedia(obj *body.Object) ([]mediaItem, error) {
 	_, msgs, err := chatMessages(obj)
 	if err != nil {
 		return nil, err
 	}
-	var out []request.MediaEntry
+	var out []mediaItem
 	for mi, rawMsg := range msgs {
 		if body.KindOf(rawMsg) != body.KindObject {
 			return nil, apierror.InvalidField("messages", "messages[%d] must be an object", mi)
@@ -75,26 +153,137 @@ func scanMedia(obj *body.Object) ([]request.MediaEntry, error) {
 		}
 		for pi, rawPart := range parts {
 			if body.KindOf(rawPart) != body.KindObject {
-				continue
+				continue // a string part is text; anything else the worker rejects
 			}
 			part, err := body.ParseNested(rawPart)
 			if err != nil {
 				continue
 			}
-			typ, _, _ := part.String("type")
-			k := kindOf(typ)
-			if k == nil || !k.enabled {
-				continue
+			it := mediaItem{msg: mi, part: pi, raw: rawPart, obj: part}
+			if classify(&it) {
+				out = append(out, it)
 			}
-			inner, _, err := part.Object(k.field)
-			if err != nil || inner == nil {
-				continue
+		}
+	}
+	return out, nil
+}
+
+// classify fills in it from its part and reports whether the part is media (or refused).
+func classify(it *mediaItem) bool {
+	p := it.obj
+	typ, _, err := p.String("type")
+	if err != nil {
+		it.label, it.problem = "invalid type", `"type" must be a string`
+		return true
+	}
+	var k *mediaKind
+	for i := range mediaKinds {
+		if !p.Has(mediaKinds[i].field) {
+			continue
+		}
+		if k != nil {
+			it.label = cmp.Or(typ, k.field)
+			it.problem = fmt.Sprintf("a content part carries one media member, not both %s and %s", k.field, mediaKinds[i].field)
+			return true
+		}
+		k = &mediaKinds[i]
+	}
+	byType := kindByType(typ)
+	switch {
+	case k == nil && byType != nil && byType.refused != "":
+		k = byType
+	case k == nil:
+		if slices.Contains(textTypes, typ) || !urlOutside(p, "") {
+			return false
+		}
+		it.label = cmp.Or(typ, "no type")
+		it.problem = "a URL is only accepted in an image_url, video_url or audio_url member"
+		return true
+	case typ != "" && byType != k:
+		it.label = typ
+		it.problem = fmt.Sprintf("a %q part cannot carry a %s member", typ, k.field)
+		return true
+	}
+	it.kind, it.label = k, cmp.Or(typ, k.field)
+	if k.refused != "" {
+		it.problem = k.refused
+		return true
+	}
+	raw, _ := p.Get(k.field)
+	switch body.KindOf(raw) {
+	case body.KindString:
+		if k.dataOnly {
+			break
+		}
+		it.url, _, _ = p.String(k.field)
+		it.urlRaw = raw
+	case body.KindObject:
+		it.inner, _ = body.ParseNested(raw)
+		key := "url"
+		if k.dataOnly {
+			key = "data"
+		}
+		if u, ok := it.inner.Get(key); ok && body.KindOf(u) == body.KindString {
+			it.url, _, _ = it.inner.String(key)
+			it.urlRaw = u
+		}
+		it.canonical = k.dataOnly || typ == k.partType
+	}
+	switch {
+	case k.dataOnly && (it.inner == nil || urlOutside(it.inner, "")):
+		it.problem = k.field + ` takes {"data": <base64>, "format": ...}, not a URL`
+	case it.urlRaw == nil && k.dataOnly:
+		it.problem = k.field + ` has no "data" string`
+	case it.urlRaw == nil:
+		it.problem = k.field + ` must be a URL string or {"url": <string>}`
+	case it.url == "":
+		it.problem = k.field + " has an empty URL"
+	case urlOutside(p, k.field) || (!k.dataOnly && it.inner != nil && urlOutside(it.inner, "url")):
+		it.problem = "a URL is only accepted as the media URL itself"
+	}
+	return true
+}
+
+// urlOutside reports whether o has a URL-like member (url, uri, *_url, *_uri) other than skip,
+// at its top level or one level down.
+func urlOutside(o *body.Object, skip string) bool {
+	for _, f := range o.Fields() {
+		if f.Key == skip {
+			continue
+		}
+		if urlKey(f.Key) {
+			return true
+		}
+		if body.KindOf(f.Value) == body.KindObject {
+			if inner, err := body.ParseNested(f.Value); err == nil {
+				for _, g := range inner.Fields() {
+					if urlKey(g.Key) {
+						return true
+					}
+				}
 			}
-			url, _, err := inner.String("url")
-			if err != nil || url == "" {
-				continue
-			}
-			out = append(out, request.MediaEntry{Message: mi, Part: pi, Kind: typ, URL: url})
+		}
+	}
+	return false
+}
+
+func urlKey(k string) bool {
+	k = strings.ToLower(k)
+	return k == "url" || k == "uri" || strings.HasSuffix(k, "_url") || strings.HasSuffix(k, "_uri")
+}
+
+// scanMedia returns one entry per media part of an entry kind (images), in document order, with
+// its URL; parts the walker would refuse are left out. It is render's fallback when no
+// replace-media-urls step ran: the URLs are then the client's own, remote ones included.
+func scanMedia(obj *body.Object) ([]request.MediaEntry, error) {
+	items, err := walkMedia(obj)
+	if err != nil {
+		return nil, err
+	}
+	var out []request.MediaEntry
+	for _, it := range items {
+		if it.problem == "" && it.kind.entry {
+			out = append(out, request.MediaEntry{Message: it.msg, Part: it.part, Kind: it.kind.partType, URL: it.url})
 		}
 	}
 	return out, nil
@@ -154,17 +343,6 @@ func setMediaUUIDsByRewrite(rc *request.Context, obj *body.Object) error {
 	})
 }
 
-// setMediaURLs writes each entry's URL (after inlining) back into its part.
-func setMediaURLs(obj *body.Object, media []request.MediaEntry) error {
-	return editParts(obj, media, func(part *body.Object, m *request.MediaEntry) error {
-		k := kindOf(m.Kind)
-		return editObject(part, k.field, func(inner *body.Object) error {
-			inner.Set("url", mustJSON(m.URL))
-			return nil
-		})
-	})
-}
-
 // partRaw returns the raw content part of an entry (a subslice of msgs' values).
 func partRaw(msgs []json.RawMessage, m *request.MediaEntry) (json.RawMessage, error) {
 	if m.Message < 0 || m.Message >= len(msgs) {
@@ -195,6 +373,10 @@ func mediaPart(msgs []json.RawMessage, m *request.MediaEntry) (json.RawMessage, 
 	raw, ok := obj.Get(kindOf(m.Kind).field)
 	if !ok {
 		return nil, errMediaMissing
+	}
+	if body.KindOf(raw) == body.KindString {
+		// A plain URL string (no replace-media-urls step made the part canonical).
+		return slices.Concat([]byte(`{"url":`), raw, []byte("}")), nil
 	}
 	return raw, nil
 }

@@ -2,14 +2,16 @@ package steps
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -31,34 +33,82 @@ func init() { registry.Register(registry.Type{Name: ReplaceMediaURLsStep, New: n
 
 // replaceMediaURLs downloads the remote media of a chat request (concurrently, bounded, behind
 // an SSRF guard) and inlines it as base64 data: URLs, so that render, encode and every worker see
-// the same bytes and no worker fetches from the internet. Inline data: URLs are validated. It
-// records one media entry per item, in document order.
+// the same bytes and no worker fetches anything. Every media part is checked (see mediaKinds):
+// inline data is validated, parts that could make a worker fetch a URL the guard did not approve
+// are refused. Memory is bounded per item, per request and per process. It records one media
+// entry per image, in document order.
 type replaceMediaURLs struct {
 	client     *http.Client
 	guard      *netGuard
 	maxConc    int
 	maxEntries int
-	maxBytes   int64
-	metrics    *observe.Metrics
+	// Byte limits: per item, per request (all its media), the body after inlining, and the
+	// process-wide budget of media held by requests in flight.
+	maxItem, maxRequest, maxBody, maxInFlight int64
+	// inFlight is the process-wide count maxInFlight bounds: observe.MediaInFlight, shared by
+	// every replace-media-urls step of the process, across pipeline reloads (tests use their own).
+	inFlight *atomic.Int64
+	metrics  *observe.Metrics
 }
 
+// maxMiB bounds the MiB params (1 TiB), so that their byte counts cannot overflow.
+const maxMiB = 1 << 20
+
 func newReplaceMediaURLs(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
+	mib := func(name string, def int) int64 {
+		n := p.Int(name, def, 1)
+		if n > maxMiB {
+			p.Fail(name, "must be at most %d (MiB), got %d", maxMiB, n)
+		}
+		return int64(n) << 20
+	}
 	s := &replaceMediaURLs{
-		maxConc:    p.Int("max_concurrent_downloads", 10, 1),
-		maxEntries: p.Int("max_multimodal_entries", 0, 0),
-		maxBytes:   int64(p.Int("max_download_size", 10, 1)) << 20,
-		metrics:    deps.Telemetry.Metrics,
+		maxConc:     p.Int("max_concurrent_downloads", 10, 1),
+		maxEntries:  p.Int("max_multimodal_entries", 32, 0),
+		maxItem:     mib("max_download_size", 10),
+		maxRequest:  mib("max_request_media_size", 32),
+		maxBody:     mib("max_inlined_body_size", 64),
+		maxInFlight: mib("max_inflight_media_size", 128),
+		inFlight:    &observe.MediaInFlight,
+		metrics:     deps.Telemetry.Metrics,
+	}
+	if s.maxEntries == 0 {
+		p.Fail("max_multimodal_entries", "must be at least 1 (0 no longer means unlimited; the default is 32)")
+	}
+	if need := s.maxRequest + s.maxBody; s.maxInFlight < need {
+		// A request holds up to its downloads and its inlined body at once.
+		p.Fail("max_inflight_media_size", "must be at least max_request_media_size + max_inlined_body_size (%d MiB)", need>>20)
 	}
 	timeout := p.Duration("download_timeout", 10*time.Second)
-	s.guard = &netGuard{allowPrivate: p.Bool("allow_private_networks", false)}
+	var allowed []netip.Prefix
+	if p.Bool("allow_private_networks", false) {
+		allowed = append(allowed, privateRanges...)
+	}
+	for _, n := range p.StringList("allowed_networks") {
+		pfx, err := netip.ParsePrefix(strings.TrimSpace(n))
+		if a, aerr := netip.ParseAddr(strings.TrimSpace(n)); err != nil && aerr == nil && a.Zone() == "" {
+			pfx = netip.PrefixFrom(a, a.BitLen()) // a single address
+			err = nil
+		}
+		switch {
+		case err != nil:
+			p.Fail("allowed_networks", "%q is not a CIDR prefix (e.g. 10.20.0.0/16) or an IP address", n)
+		case pfx != pfx.Masked():
+			p.Fail("allowed_networks", "%q has bits set after the prefix length (did you mean %s?)", n, pfx.Masked())
+		case pfx.Addr().Is4In6():
+			p.Fail("allowed_networks", "%q is an IPv4-mapped prefix; write it as IPv4", n)
+		}
+		allowed = append(allowed, pfx)
+	}
+	var domains []string
 	for _, d := range p.StringList("allowed_domains") {
 		d = strings.ToLower(strings.TrimSuffix(strings.TrimSpace(d), "."))
 		if d == "" || strings.ContainsAny(d, "/:* ") {
 			p.Fail("allowed_domains", "%q is not a domain name", d)
 		}
-		s.guard.domains = append(s.guard.domains, d)
+		domains = append(domains, d)
 	}
-	s.guard.allowAddr = deps.Overrides.MediaAllowAddr
+	s.guard = newNetGuard(allowed, portsParam(p), domains, deps.Overrides.MediaAllowAddr)
 	s.client = &http.Client{
 		Timeout: timeout,
 		// No proxy (upstream.NewTransport): the guard must see the address actually dialled.
@@ -72,18 +122,49 @@ func newReplaceMediaURLs(deps registry.Deps, p *params.Params) (pipeline.Step, e
 		}),
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 5 {
-				return &blockedError{errors.New("too many redirects")}
+				return refuse(reasonRedirects, "%d redirects", len(via))
 			}
-			if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
-				return &blockedError{fmt.Errorf("redirect to a %q URL", req.URL.Scheme)}
-			}
-			if err := s.guard.checkHost(req.URL.Hostname()); err != nil {
-				return &blockedError{err}
+			if r := s.guard.checkURL(req.URL); r != nil {
+				return &refusal{reason: "it redirects where " + r.reason, err: fmt.Errorf("redirect to %s: %w", req.URL.Redacted(), r.err)}
 			}
 			return nil
 		},
 	}
 	return s, nil
+}
+
+// portsParam reads allowed_ports: the ports media URLs and redirects may use (default 80, 443).
+func portsParam(p *params.Params) []uint16 {
+	v, ok := p.Value("allowed_ports")
+	if !ok {
+		return []uint16{80, 443}
+	}
+	items, isList := v.([]any)
+	if !isList || len(items) == 0 {
+		p.Fail("allowed_ports", "must be a non-empty list of port numbers")
+		return nil
+	}
+	ports := make([]uint16, 0, len(items))
+	for i, it := range items {
+		var n float64
+		switch x := it.(type) {
+		case int:
+			n = float64(x)
+		case int64:
+			n = float64(x)
+		case float64:
+			n = x
+		default:
+			p.Fail("allowed_ports", "item %d must be a port number, got %T", i, it)
+			return nil
+		}
+		if n != float64(int(n)) || n < 1 || n > 65535 {
+			p.Fail("allowed_ports", "item %d must be a port number (1-65535), got %v", i, it)
+			return nil
+		}
+		ports = append(ports, uint16(n))
+	}
+	return ports
 }
 
 func (*replaceMediaURLs) Name() string { return ReplaceMediaURLsStep }
@@ -97,190 +178,213 @@ func (s *replaceMediaURLs) Execute(ctx context.Context, rc *request.Context) err
 	if rc.API != request.APIChat {
 		return nil
 	}
-	entries, err := scanMedia(rc.Body)
+	items, err := walkMedia(rc.Body)
 	if err != nil {
 		return err
 	}
 	rc.MediaScanned = true
-	if len(entries) == 0 {
+	if len(items) == 0 {
 		return nil
 	}
-	if s.maxEntries > 0 && len(entries) > s.maxEntries {
-		return apierror.InvalidField("messages", "too many multimodal items: got %d, max %d", len(entries), s.maxEntries)
+	if len(items) > s.maxEntries {
+		return apierror.InvalidField("messages", "too many multimodal items: got %d, max %d (max_multimodal_entries)", len(items), s.maxEntries)
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(s.maxConc)
-	downloads := 0
-	for i := range entries {
-		e := &entries[i]
-		where := partName(e)
-		if hasPrefixFold(e.URL, "data:") {
-			ct, err := checkDataURL(e.URL, kindOf(e.Kind))
-			if err != nil {
-				return apierror.InvalidField("messages", "%s: %v", where, err)
-			}
-			e.ContentType = ct
-			continue
-		}
-		u, err := url.Parse(e.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return apierror.InvalidField("messages", "%s: media URL must be an http(s) or data: URL", where)
-		}
-		if err := s.guard.checkHost(u.Hostname()); err != nil {
-			return apierror.InvalidField("messages", "%s: media URL blocked: %v", where, err)
-		}
-		downloads++
-		g.Go(func() error {
-			data, ct, err := s.fetch(gctx, u, e)
-			if err != nil {
-				return err
-			}
-			e.URL = "data:" + ct + ";base64," + base64.StdEncoding.EncodeToString(data)
-			e.ContentType = ct
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	use := &mediaUse{s: s}
+	if err := s.inline(ctx, rc, items, use); err != nil {
+		use.release()
 		return err
 	}
-	if downloads > 0 {
-		if err := setMediaURLs(rc.Body, entries); err != nil {
-			return err
+	if ctx.Done() == nil {
+		use.release() // nothing tells when the request ends (embedders only: the server's ctx ends with it)
+	} else {
+		context.AfterFunc(ctx, use.release) // the inlined body lives as long as the request
+	}
+	rc.Media = nil
+	for i := range items {
+		if it := &items[i]; it.kind.entry {
+			rc.Media = append(rc.Media, request.MediaEntry{Message: it.msg, Part: it.part, Kind: it.kind.partType, URL: it.url, ContentType: it.contentType})
 		}
 	}
-	rc.Media = entries
-	rc.Log.V(logging.Debug).Info("media inlined", "items", len(entries), "downloads", downloads)
+	rc.Log.V(logging.Debug).Info("media inlined", "items", len(items), "bytes", use.total.Load())
 	return nil
 }
 
+// inline checks every item, downloads the remote ones and writes the body.
+func (s *replaceMediaURLs) inline(ctx context.Context, rc *request.Context, items []mediaItem, use *mediaUse) error {
+	var downloads []*mediaItem
+	var urls []*url.URL
+	for i := range items {
+		it := &items[i]
+		if it.problem != "" {
+			rc.Log.V(logging.Verbose).Info("media part refused", "part", it.where(), "reason", it.problem)
+			return apierror.InvalidField("messages", "%s: %s", it.where(), it.problem)
+		}
+		var err error
+		switch {
+		case it.kind.dataOnly:
+			var ok bool
+			if it.size, ok = base64Size(it.url); !ok {
+				err = errors.New("data is not valid padded base64")
+			}
+		case hasPrefixFold(it.url, "data:"):
+			it.contentType, it.size, err = checkDataURL(it.url, it.kind)
+		default:
+			u, perr := url.Parse(it.url)
+			if perr != nil {
+				return apierror.InvalidField("messages", "%s: the media URL is malformed", it.where())
+			}
+			if r := s.guard.checkURL(u); r != nil {
+				return s.refused(rc, it, r, r)
+			}
+			downloads, urls = append(downloads, it), append(urls, u)
+			continue
+		}
+		if err != nil {
+			return apierror.InvalidField("messages", "%s: %v", it.where(), err)
+		}
+		if err := s.checkItemSize(it, it.size); err != nil {
+			return err
+		}
+		if err := use.add(it, it.size); err != nil {
+			return err
+		}
+	}
+	if len(downloads) > 0 {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(s.maxConc)
+		for i, it := range downloads {
+			g.Go(func() error { return s.fetch(gctx, rc, it, urls[i], use) })
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+	}
+	return s.writeBody(rc, items, use)
+}
+
+func (s *replaceMediaURLs) checkItemSize(it *mediaItem, n int64) error {
+	if n > s.maxItem {
+		return apierror.InvalidField("messages", "%s: the media is %d bytes, more than max_download_size (%d bytes)", it.where(), n, s.maxItem)
+	}
+	return nil
+}
+
+// readChunk is the unit in which downloads of unknown length are read and reserved: a multiple
+// of 3 bytes, so that the chunks base64-encode independently.
+const readChunk = 3 << 16
+
 // fetch downloads one media item with a fresh request: no client header (Authorization, cookies)
-// ever reaches a media host.
-func (s *replaceMediaURLs) fetch(ctx context.Context, u *url.URL, e *request.MediaEntry) ([]byte, string, error) {
-	where := partName(e)
+// ever reaches a media host. The bytes are reserved (request total and process budget) before
+// they are read: all at once when the length is declared, chunk by chunk otherwise.
+func (s *replaceMediaURLs) fetch(ctx context.Context, rc *request.Context, it *mediaItem, u *url.URL, use *mediaUse) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, "", apierror.InvalidField("messages", "%s: invalid media URL", where)
+		return apierror.InvalidField("messages", "%s: the media URL is malformed", it.where())
 	}
 	req.Header.Set("User-Agent", "epd-coordinator")
-	req.Header.Set("Accept", strings.Join(kindOf(e.Kind).mediaTypes, ", "))
+	req.Header.Set("Accept", strings.Join(it.kind.mediaTypes, ", "))
 	start := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {
 		s.metrics.Upstream("media", 0, time.Since(start))
-		var blocked *blockedError
-		if errors.As(err, &blocked) {
-			return nil, "", apierror.InvalidField("messages", "%s: media URL blocked: %v", where, blocked.err)
-		}
-		if ctx.Err() != nil {
-			return nil, "", ctx.Err()
-		}
-		return nil, "", mediaHostError(where, fmt.Sprintf("download failed: %v", stripURL(err)), err)
+		return s.fetchFailed(ctx, rc, it, err)
 	}
 	defer resp.Body.Close()
 	defer func() { s.metrics.Upstream("media", resp.StatusCode, time.Since(start)) }()
 	if resp.StatusCode != http.StatusOK {
-		return nil, "", mediaHostError(where, fmt.Sprintf("media host answered HTTP %d", resp.StatusCode), nil)
+		return mediaHostError(it, fmt.Sprintf("the media host answered HTTP %d", resp.StatusCode), nil)
 	}
-	if resp.ContentLength > s.maxBytes {
-		return nil, "", apierror.InvalidField("messages", "%s: media is %d bytes, more than max_download_size (%d)", where, resp.ContentLength, s.maxBytes)
+	declared := resp.ContentLength >= 0
+	if declared {
+		if err := s.checkItemSize(it, resp.ContentLength); err != nil {
+			return err
+		}
+		if err := use.add(it, resp.ContentLength); err != nil {
+			return err
+		}
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, s.maxBytes+1))
-	if err != nil {
-		return nil, "", mediaHostError(where, "download broke off", err)
+	for {
+		n := int64(readChunk)
+		if declared {
+			n = resp.ContentLength // one chunk of the declared length
+		}
+		if err := use.hold(n); err != nil {
+			return err
+		}
+		buf := make([]byte, n)
+		got, err := io.ReadFull(resp.Body, buf)
+		if got > 0 {
+			it.data = append(it.data, buf[:got])
+			it.size += int64(got)
+			if err := s.checkItemSize(it, it.size); err != nil {
+				return err
+			}
+			if !declared {
+				if err := use.add(it, int64(got)); err != nil {
+					return err
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || (err == nil && declared) {
+			if declared && it.size != resp.ContentLength {
+				return mediaHostError(it, "the download broke off", err)
+			}
+			break
+		}
+		if err != nil {
+			return s.fetchFailed(ctx, rc, it, err)
+		}
 	}
-	if int64(len(data)) > s.maxBytes {
-		return nil, "", apierror.InvalidField("messages", "%s: media is more than max_download_size (%d bytes)", where, s.maxBytes)
+	if it.size == 0 {
+		return apierror.InvalidField("messages", "%s: the downloaded media is empty", it.where())
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if ct == "" || ct == "application/octet-stream" {
-		ct, _, _ = mime.ParseMediaType(http.DetectContentType(data))
+		ct, _, _ = mime.ParseMediaType(http.DetectContentType(it.data[0]))
 	}
-	if !allowedType(ct, kindOf(e.Kind)) {
-		return nil, "", apierror.InvalidField("messages", "%s: downloaded content is %q, not one of %s", where, ct, strings.Join(kindOf(e.Kind).mediaTypes, ", "))
+	if !allowedType(ct, it.kind) {
+		return apierror.InvalidField("messages", "%s: the downloaded content is %q, not one of %s", it.where(), ct, strings.Join(it.kind.mediaTypes, ", "))
 	}
-	return data, ct, nil
+	it.contentType, it.fetched = ct, true
+	return nil
 }
 
-func mediaHostError(where, msg string, cause error) *apierror.Error {
-	return &apierror.Error{Status: http.StatusBadGateway, Type: apierror.TypeAPI, Code: "media_fetch_failed", Message: where + ": " + msg, Cause: cause}
-}
-
-// stripURL keeps the cause of a transport error without repeating the URL.
-func stripURL(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err
+// fetchFailed maps a failed download to the client's error without the details of the network
+// (resolved addresses, the DNS server), which go to the log and the error's cause.
+func (s *replaceMediaURLs) fetchFailed(ctx context.Context, rc *request.Context, it *mediaItem, err error) error {
+	if r := (*refusal)(nil); errors.As(err, &r) {
+		return s.refused(rc, it, r, err)
 	}
-	return err
-}
-
-// checkDataURL validates data:<media type>[;params];base64,<data> and returns the media type.
-func checkDataURL(u string, k *mediaKind) (string, error) {
-	header, payload, ok := strings.Cut(u[len("data:"):], ",")
-	if !ok {
-		return "", errors.New("malformed data: URL (no comma)")
+	if ctx.Err() != nil {
+		return ctx.Err() // the request ended, or another item failed first
 	}
-	params := strings.Split(header, ";")
-	mt := strings.ToLower(strings.TrimSpace(params[0]))
-	isBase64 := false
-	for _, p := range params[1:] {
-		if strings.EqualFold(strings.TrimSpace(p), "base64") {
-			isBase64 = true
-		}
-	}
+	rc.Log.V(logging.Verbose).Info("media download failed", "part", it.where(), "err", err.Error())
+	var dns *net.DNSError
+	var ne net.Error
 	switch {
-	case !isBase64:
-		return "", errors.New("data: URL must be base64-encoded (;base64)")
-	case mt == "":
-		return "", errors.New("data: URL has no media type")
-	case !allowedType(mt, k):
-		return "", fmt.Errorf("data: URL media type %q is not one of %s", mt, strings.Join(k.mediaTypes, ", "))
-	case len(strings.TrimSpace(payload)) == 0:
-		return "", errors.New("data: URL has no data")
-	case !base64Shaped(payload):
-		return "", errors.New("data: URL payload is not valid base64")
+	case errors.As(err, &dns) && dns.IsNotFound:
+		e := apierror.InvalidField("messages", "%s: the media host could not be resolved", it.where())
+		e.Cause = err
+		return e
+	case errors.As(err, &dns):
+		return mediaHostError(it, "the media host could not be resolved", err)
+	case errors.As(err, &ne) && ne.Timeout():
+		return mediaHostError(it, "the media host timed out", err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return mediaHostError(it, "the download broke off", err)
 	}
-	return mt, nil
+	return mediaHostError(it, "the media host could not be reached", err)
 }
 
-// base64Shaped checks the alphabet and padding of standard base64 without decoding.
-func base64Shaped(s string) bool {
-	n := len(s)
-	for n > 0 && s[n-1] == '=' {
-		n--
-	}
-	if len(s)-n > 2 || (len(s)-n > 0 && len(s)%4 != 0) {
-		return false
-	}
-	for i := 0; i < n; i++ {
-		if !base64Alphabet[s[i]] {
-			return false
-		}
-	}
-	return n%4 != 1
+// refused is the 400 of a URL the guard refused (r, within err); what was refused (the address)
+// is logged only.
+func (s *replaceMediaURLs) refused(rc *request.Context, it *mediaItem, r *refusal, err error) error {
+	rc.Log.V(logging.Verbose).Info("media URL refused", "part", it.where(), "err", err.Error())
+	e := apierror.InvalidField("messages", "%s: media URL refused: %s", it.where(), r.reason)
+	e.Cause = err
+	return e
 }
 
-var base64Alphabet = func() (t [256]bool) {
-	for _, c := range "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/" {
-		t[c] = true
-	}
-	return t
-}()
-
-func allowedType(mt string, k *mediaKind) bool {
-	for _, t := range k.mediaTypes {
-		if mt == t {
-			return true
-		}
-	}
-	return false
-}
-
-func hasPrefixFold(s, prefix string) bool {
-	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
-}
-
-// partName locates a media item for error messages.
-func partName(e *request.MediaEntry) string {
-	return fmt.Sprintf("messages[%d].content[%d] (%s)", e.Message, e.Part, e.Kind)
+func mediaHostError(it *mediaItem, msg string, cause error) *apierror.Error {
+	return &apierror.Error{Status: http.StatusBadGateway, Type: apierror.TypeAPI, Code: "media_fetch_failed", Message: it.where() + ": " + msg, Cause: cause}
 }

@@ -19,6 +19,9 @@ type TransportOptions struct {
 	TLSHandshakeTimeout time.Duration
 	// Control, when set, vets every address dialled (the media SSRF guard).
 	Control func(network, address string, c syscall.RawConn) error
+	// CAFile, when set, is the PEM bundle https servers must chain to instead of the system
+	// roots; it is re-read when it changes.
+	CAFile string
 }
 
 // NewTransport is a pooled transport for outbound calls. It ignores HTTP(S)_PROXY (the gateway and
@@ -33,7 +36,7 @@ func NewTransport(o TransportOptions) *http.Transport {
 	if tls == 0 {
 		tls = 10 * time.Second
 	}
-	return &http.Transport{
+	t := &http.Transport{
 		Proxy:                 nil,
 		DialContext:           dialer(d),
 		ForceAttemptHTTP2:     true,
@@ -44,4 +47,8 @@ func NewTransport(o TransportOptions) *http.Transport {
 		TLSHandshakeTimeout:   tls,
 		ExpectContinueTimeout: time.Second,
 	}
+	if o.CAFile != "" {
+		t.DialTLSContext = tlsDialer(t.DialContext, &caBundle{path: o.CAFile}, tls)
+	}
+	return t
 }

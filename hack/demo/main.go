@@ -151,7 +151,7 @@ The system is up. Try it:
   curl -s %s/debug/pipeline
 
 Press Ctrl-C to stop.
-`, coord.URL, kubectl, kubectl, name, coord.URL)
+`, coord.URL, kubectl, kubectl, name, coord.AdminURL)
 	<-ctx.Done()
 	fmt.Println("\nstopping")
 	return nil

@@ -90,14 +90,19 @@ func Bundle(root string, opts BundleOptions) (map[string][]byte, error) {
 	}
 
 	consumed := map[*unstructured.Unstructured]bool{csvs[0]: true, deps[0]: true}
-	clusterRules, err := boundRules(objs, "ClusterRoleBinding", "ClusterRole", sa, dep.GetNamespace(), consumed)
+	// The manager's own ClusterRole (watchNamespaceRoles) becomes permissions, not
+	// clusterPermissions: OLM grants permissions as Roles in the target namespace in the
+	// OwnNamespace and SingleNamespace install modes, where the manager watches that namespace
+	// only, and lifts them to a ClusterRole in the AllNamespaces mode.
+	clusterRules, managerRules, err := boundRules(objs, "ClusterRoleBinding", "ClusterRole", sa, dep.GetNamespace(), consumed)
 	if err != nil {
 		return nil, err
 	}
-	nsRules, err := boundRules(objs, "RoleBinding", "Role", sa, dep.GetNamespace(), consumed)
+	nsRules, _, err := boundRules(objs, "RoleBinding", "Role", sa, dep.GetNamespace(), consumed)
 	if err != nil {
 		return nil, err
 	}
+	nsRules = append(managerRules, nsRules...)
 
 	files := map[string][]byte{}
 	var examples []any
@@ -188,13 +193,13 @@ func Bundle(root string, opts BundleOptions) (map[string][]byte, error) {
 }
 
 // boundRules collects, in binding order, the rules of the roles of roleKind that bindings of
-// bindingKind grant to ServiceAccount namespace/sa, and marks both as consumed.
-func boundRules(objs []*unstructured.Unstructured, bindingKind, roleKind, sa, namespace string, consumed map[*unstructured.Unstructured]bool) ([]any, error) {
+// bindingKind grant to ServiceAccount namespace/sa, and marks both as consumed. The rules of the
+// roles in watchNamespaceRoles are returned apart, as scoped.
+func boundRules(objs []*unstructured.Unstructured, bindingKind, roleKind, sa, namespace string, consumed map[*unstructured.Unstructured]bool) (rules, scoped []any, err error) {
 	roles := map[string]*unstructured.Unstructured{}
 	for _, r := range Find(objs, roleKind) {
 		roles[r.GetName()] = r
 	}
-	var rules []any
 	for _, b := range Find(objs, bindingKind) {
 		subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
 		bound := false
@@ -208,19 +213,23 @@ func boundRules(objs []*unstructured.Unstructured, bindingKind, roleKind, sa, na
 			continue
 		}
 		if len(subjects) != 1 {
-			return nil, fmt.Errorf("%s %s binds more than the manager's ServiceAccount; OLM cannot express that", bindingKind, b.GetName())
+			return nil, nil, fmt.Errorf("%s %s binds more than the manager's ServiceAccount; OLM cannot express that", bindingKind, b.GetName())
 		}
 		refKind, _, _ := unstructured.NestedString(b.Object, "roleRef", "kind")
 		refName, _, _ := unstructured.NestedString(b.Object, "roleRef", "name")
 		role, ok := roles[refName]
 		if refKind != roleKind || !ok {
-			return nil, fmt.Errorf("%s %s refers to %s %s, which is not in the bundle input", bindingKind, b.GetName(), refKind, refName)
+			return nil, nil, fmt.Errorf("%s %s refers to %s %s, which is not in the bundle input", bindingKind, b.GetName(), refKind, refName)
 		}
 		r, _, _ := unstructured.NestedSlice(role.Object, "rules")
-		rules = append(rules, r...)
+		if roleKind == "ClusterRole" && watchNamespaceRoles[RoleSuffix(refName)] {
+			scoped = append(scoped, r...)
+		} else {
+			rules = append(rules, r...)
+		}
 		consumed[b], consumed[role] = true, true
 	}
-	return rules, nil
+	return rules, scoped, nil
 }
 
 // addWatchNamespace gives the manager container WATCH_NAMESPACE from the olm.targetNamespaces

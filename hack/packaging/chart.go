@@ -36,6 +36,11 @@ var chartRoles = map[string]string{
 	"coordinatorpipeline-viewer-role": "and .Values.rbac.create .Values.rbac.aggregateToDefaultRoles",
 }
 
+// watchNamespaceRoles are the ClusterRoles the chart renders as a Role in .Values.watchNamespace
+// when it is set: the manager's, whose every rule is on namespaced kinds (the manager then caches
+// and watches that namespace only). The bindings (templates/rbac/bindings.yaml) follow.
+var watchNamespaceRoles = map[string]bool{"manager-role": true}
+
 // chartOwnedLabels are replaced by the chart's own labels.
 var chartOwnedLabels = []string{"app.kubernetes.io/name", "app.kubernetes.io/managed-by", "app.kubernetes.io/part-of"}
 
@@ -109,10 +114,17 @@ func chartRoleTemplates(roles []*unstructured.Unstructured) ([]byte, error) {
 			return nil, err
 		}
 		fmt.Fprintf(&b, "{{- if %s }}\n---\n", cond)
-		fmt.Fprintf(&b, "apiVersion: %s\nkind: %s\nmetadata:\n", r.GetAPIVersion(), r.GetKind())
-		fmt.Fprintf(&b, "  name: {{ include \"coordinator-operator.fullname\" . }}-%s\n", suffix)
-		if r.GetKind() == "Role" {
-			b.WriteString("  namespace: {{ .Release.Namespace }}\n")
+		switch {
+		case r.GetKind() == "ClusterRole" && watchNamespaceRoles[suffix]:
+			fmt.Fprintf(&b, "apiVersion: %s\nkind: {{ if .Values.watchNamespace }}Role{{ else }}ClusterRole{{ end }}\nmetadata:\n", r.GetAPIVersion())
+			fmt.Fprintf(&b, "  name: {{ include \"coordinator-operator.fullname\" . }}-%s\n", suffix)
+			b.WriteString("  {{- with .Values.watchNamespace }}\n  namespace: {{ . }}\n  {{- end }}\n")
+		default:
+			fmt.Fprintf(&b, "apiVersion: %s\nkind: %s\nmetadata:\n", r.GetAPIVersion(), r.GetKind())
+			fmt.Fprintf(&b, "  name: {{ include \"coordinator-operator.fullname\" . }}-%s\n", suffix)
+			if r.GetKind() == "Role" {
+				b.WriteString("  namespace: {{ .Release.Namespace }}\n")
+			}
 		}
 		b.WriteString("  labels:\n    {{- include \"coordinator-operator.labels\" . | nindent 4 }}\n")
 		labels := r.GetLabels()

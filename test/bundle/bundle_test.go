@@ -189,20 +189,27 @@ func TestBundleContents(t *testing.T) {
 	g.Expect(c.SecurityContext.AllowPrivilegeEscalation).To(HaveValue(BeFalse()))
 	g.Expect(pod.SecurityContext.RunAsNonRoot).To(HaveValue(BeTrue()))
 
-	// Permissions: the controller-gen ClusterRole (and the metrics auth rules) cluster-wide, the
-	// leader-election Role in the install namespace, all for the Deployment's ServiceAccount.
+	// Permissions, all for the Deployment's ServiceAccount: the controller-gen ClusterRole's rules
+	// and the leader-election Role as permissions (OLM makes them Roles in the target namespace in
+	// the OwnNamespace and SingleNamespace modes, where the manager watches that namespace only,
+	// and ClusterRoles in the AllNamespaces mode); only the metrics auth rules (cluster-scoped
+	// TokenReviews and SubjectAccessReviews) as clusterPermissions.
 	managerRole := &rbacv1.ClusterRole{}
 	data, err := os.ReadFile(filepath.Join(root, "config/rbac/role.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(yaml.UnmarshalStrict(data, managerRole)).To(Succeed())
+	perms := csv.Spec.InstallStrategy.StrategySpec.Permissions
+	g.Expect(perms).To(HaveLen(1))
+	g.Expect(perms[0].ServiceAccountName).To(Equal(pod.ServiceAccountName))
+	g.Expect(perms[0].Rules[:len(managerRole.Rules)]).To(Equal(managerRole.Rules))
+	g.Expect(perms[0].Rules[len(managerRole.Rules):]).To(ContainElement(HaveField("Resources", []string{"leases"})))
 	cp := csv.Spec.InstallStrategy.StrategySpec.ClusterPermissions
 	g.Expect(cp).To(HaveLen(1))
 	g.Expect(cp[0].ServiceAccountName).To(Equal(pod.ServiceAccountName))
-	g.Expect(cp[0].Rules[:len(managerRole.Rules)]).To(Equal(managerRole.Rules))
-	g.Expect(cp[0].Rules[len(managerRole.Rules):]).To(ContainElement(HaveField("Resources", []string{"tokenreviews"})))
-	perms := csv.Spec.InstallStrategy.StrategySpec.Permissions
-	g.Expect(perms).To(HaveLen(1))
-	g.Expect(perms[0].Rules).To(ContainElement(HaveField("Resources", []string{"leases"})))
+	for _, rule := range cp[0].Rules {
+		g.Expect(rule.APIGroups).To(ConsistOf(BeElementOf("authentication.k8s.io", "authorization.k8s.io")), "cluster-wide: %+v", rule)
+	}
+	g.Expect(cp[0].Rules).To(ContainElement(HaveField("Resources", []string{"tokenreviews"})))
 
 	// The owned CRD is config/crd/bases' CRD.
 	want := &apiextensionsv1.CustomResourceDefinition{}

@@ -24,20 +24,30 @@ func TestChartAppliesToAPIServer(t *testing.T) {
 			"tolerations": []any{map[string]any{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}},
 			"metrics":     map[string]any{"secure": false}, "leaderElection": map[string]any{"enabled": false},
 		},
+		"watch namespace": {"watchNamespace": "inference"},
 	} {
-		t.Run(name, func(t *testing.T) { applyAll(t, c, namespace, render(t, namespace, vals).objs) })
+		t.Run(name, func(t *testing.T) {
+			if ns, ok := vals["watchNamespace"].(string); ok {
+				createNamespace(t, c, ns)
+			}
+			applyAll(t, c, namespace, render(t, namespace, vals).objs)
+		})
+	}
+}
+
+func createNamespace(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
 	}
 }
 
 // applyAll creates namespace and applies objs (see cluster.ApplyManifests).
 func applyAll(t *testing.T, c client.Client, namespace string, objs []*unstructured.Unstructured) {
 	t.Helper()
-	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
-	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	for _, err := range cluster.ApplyManifests(ctx, c, "chart-test", objs) {
+	createNamespace(t, c, namespace)
+	for _, err := range cluster.ApplyManifests(context.Background(), c, "chart-test", objs) {
 		t.Error(err)
 	}
 }

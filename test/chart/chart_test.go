@@ -30,7 +30,8 @@ func TestChartLints(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, vals := range map[string]map[string]any{
-		"defaults": nil,
+		"defaults":        nil,
+		"watch namespace": {"watchNamespace": "inference"},
 		"everything off": {
 			"leaderElection": map[string]any{"enabled": false}, "metrics": map[string]any{"enabled": false},
 			"rbac": map[string]any{"create": false}, "crds": map[string]any{"install": false},
@@ -242,6 +243,49 @@ maxConcurrentReconciles: 8`,
 				g.Expect(c.Resources.Requests.Memory().String()).To(Equal("128Mi"))
 				g.Expect(c.Args).To(ContainElements("--zap-log-level=debug", "--watch-namespace=inference", "--max-concurrent-reconciles=8", "--leader-elect"))
 				g.Expect(r.notes).To(ContainSubstring("Only CoordinatorPipelines in namespace inference are reconciled"))
+			},
+		},
+		"watch namespace: the manager gets a Role there, nothing cluster-wide": {
+			vals: `watchNamespace: inference`,
+			check: func(g Gomega, r rendered) {
+				data, err := os.ReadFile(filepath.Join(root, "config/rbac/role.yaml"))
+				g.Expect(err).NotTo(HaveOccurred())
+				managerRules := &rbacv1.ClusterRole{}
+				g.Expect(yaml.UnmarshalStrict(data, managerRules)).To(Succeed())
+
+				role := fromUnstructured[rbacv1.Role](t, r.get(t, "Role", releaseName+"-manager-role"))
+				g.Expect(role.Namespace).To(Equal("inference"))
+				g.Expect(role.Rules).To(Equal(managerRules.Rules))
+				binding := fromUnstructured[rbacv1.RoleBinding](t, r.get(t, "RoleBinding", releaseName+"-manager-rolebinding"))
+				g.Expect(binding.Namespace).To(Equal("inference"))
+				g.Expect(binding.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}))
+				g.Expect(binding.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: releaseName, Namespace: namespace}}))
+				g.Expect(r.count("Role")).To(Equal(2), "the manager's and the leader-election Role")
+				g.Expect(r.count("RoleBinding")).To(Equal(2))
+
+				// What stays cluster-wide for the operator's ServiceAccount is the metrics
+				// authentication role: TokenReviews and SubjectAccessReviews have no namespace.
+				roles := map[string]*rbacv1.ClusterRole{}
+				for _, o := range packaging.Find(r.objs, "ClusterRole") {
+					roles[o.GetName()] = fromUnstructured[rbacv1.ClusterRole](t, o)
+				}
+				g.Expect(roles).NotTo(HaveKey(releaseName + "-manager-role"))
+				bindings := packaging.Find(r.objs, "ClusterRoleBinding")
+				g.Expect(bindings).To(HaveLen(1))
+				b := fromUnstructured[rbacv1.ClusterRoleBinding](t, bindings[0])
+				for _, rule := range roles[b.RoleRef.Name].Rules {
+					g.Expect(rule.APIGroups).To(ConsistOf(BeElementOf("authentication.k8s.io", "authorization.k8s.io")), "%+v", rule)
+					g.Expect(rule.Verbs).To(Equal([]string{"create"}), "%+v", rule)
+				}
+			},
+		},
+		"watch namespace without secure metrics: no ClusterRoleBinding at all": {
+			vals: `{watchNamespace: inference, metrics: {secure: false}}`,
+			check: func(g Gomega, r rendered) {
+				g.Expect(r.count("ClusterRoleBinding")).To(BeZero())
+				for _, o := range packaging.Find(r.objs, "ClusterRole") {
+					g.Expect(o.GetLabels()).To(HaveKey(HavePrefix("rbac.authorization.k8s.io/aggregate-to-")), "only the user roles aggregated into admin, edit, view: %s", o.GetName())
+				}
 			},
 		},
 		"leader election off: no Lease role": {

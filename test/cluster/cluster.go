@@ -342,16 +342,16 @@ func (m *Mount) Stop() {
 
 // Coordinator is a coordinator process.
 type Coordinator struct {
-	// URL is its API base URL.
-	URL  string
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-	done chan error
+	// URL is its API base URL; AdminURL the admin listener's (/metrics, /debug/pipeline).
+	URL, AdminURL string
+	cmd           *exec.Cmd
+	out           *lockedBuffer
+	done          chan error
 }
 
 // StartCoordinator runs bin/coordinator on config, listening on addr (host:port; "" picks a free
-// loopback port) through the COORDINATOR_SERVER_LISTEN_ADDR override, with extra environment env.
-// It returns once /readyz answers.
+// loopback port) through the COORDINATOR_SERVER_LISTEN_ADDR override, with its admin listener on a
+// free loopback port and extra environment env. It returns once /readyz answers.
 func StartCoordinator(ctx context.Context, bin, config, addr string, env []string, logs io.Writer) (*Coordinator, error) {
 	if addr == "" {
 		var err error
@@ -359,9 +359,15 @@ func StartCoordinator(ctx context.Context, bin, config, addr string, env []strin
 			return nil, err
 		}
 	}
-	c := &Coordinator{URL: "http://" + addr, out: &lockedBuffer{}, done: make(chan error, 1)}
+	admin, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	_, adminPort, _ := net.SplitHostPort(admin)
+	c := &Coordinator{URL: "http://" + addr, AdminURL: "http://" + admin, out: &lockedBuffer{}, done: make(chan error, 1)}
 	c.cmd = exec.Command(filepath.Join(bin, "coordinator"), "--config", config)
-	c.cmd.Env = append(append(os.Environ(), "COORDINATOR_SERVER_LISTEN_ADDR="+addr, "COORDINATOR_SERVER_METRICS_PORT=0"), env...)
+	c.cmd.Env = append(append(os.Environ(), "COORDINATOR_SERVER_LISTEN_ADDR="+addr,
+		"COORDINATOR_SERVER_METRICS_HOST=127.0.0.1", "COORDINATOR_SERVER_METRICS_PORT="+adminPort), env...)
 	c.cmd.Stdout = io.MultiWriter(c.out, orDiscard(logs))
 	c.cmd.Stderr = c.cmd.Stdout
 	if err := c.cmd.Start(); err != nil {

@@ -229,7 +229,7 @@ func (e *env) update(edit func(*coordinatorv1alpha1.CoordinatorPipelineSpec)) in
 
 func (e *env) debugPipeline() server.PipelineStatus {
 	e.t.Helper()
-	resp, err := http.Get(e.coord.URL + "/debug/pipeline")
+	resp, err := http.Get(e.coord.AdminURL + "/debug/pipeline")
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
@@ -149,8 +151,10 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		}(g)
 	}
 
+	admin := httptest.NewServer(server.AdminHandler(prometheus.NewRegistry(), coord.Holder, w))
+	defer admin.Close()
 	debug := func() server.PipelineStatus {
-		resp, err := http.Get(coord.URL() + "/debug/pipeline")
+		resp, err := http.Get(admin.URL + "/debug/pipeline")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"image/color"
 	"image/png"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -81,7 +82,7 @@ func writePNG(rw http.ResponseWriter, b []byte) {
 	_, _ = rw.Write(b)
 }
 
-// handleBig answers /big?bytes=N[&chunked=1].
+// handleBig answers /big?bytes=N[&chunked=1][&type=T][&declare=M].
 func handleBig(rw http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	n, err := strconv.ParseInt(q.Get("bytes"), 10, 64)
@@ -89,10 +90,26 @@ func handleBig(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "bytes must be an integer in [0, 2^34]", http.StatusBadRequest)
 		return
 	}
+	ctype := "image/jpeg"
+	if t := q.Get("type"); t != "" {
+		if _, _, err := mime.ParseMediaType(t); err != nil {
+			http.Error(rw, "type must be a media type", http.StatusBadRequest)
+			return
+		}
+		ctype = t
+	}
 	chunked := q.Get("chunked") == "1" || q.Get("chunked") == "true"
-	rw.Header().Set("Content-Type", "image/jpeg")
+	declared := strconv.FormatInt(n, 10)
+	if d := q.Get("declare"); d != "" {
+		if m, err := strconv.ParseInt(d, 10, 64); err != nil || m < n || chunked {
+			http.Error(rw, "declare must be an integer at least bytes, without chunked", http.StatusBadRequest)
+			return
+		}
+		declared = d
+	}
+	rw.Header().Set("Content-Type", ctype)
 	if !chunked {
-		rw.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+		rw.Header().Set("Content-Length", declared)
 	}
 	rw.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(rw)

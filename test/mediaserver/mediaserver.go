@@ -6,8 +6,12 @@
 // Endpoints (GET and HEAD):
 //
 //	/img/{name}.png          a real PNG (see PNG), size varying with name
-//	/big?bytes=N[&chunked=1] N bytes of image/jpeg (see BigBody); with
-//	                         chunked=1 there is no Content-Length
+//	/held/{name}.png         the same PNG, answered once Release was called
+//	                         (see WaitHeld: tests observe concurrent downloads)
+//	/big?bytes=N[&chunked=1][&type=T][&declare=M]
+//	                         N bytes (see BigBody) of type T, image/jpeg by
+//	                         default; with chunked=1 there is no Content-Length,
+//	                         with declare=M (at least N) it says M: a body cut short
 //	/slow?delay=D[&mode=body] a PNG after delay D (Go duration or integer
 //	                         milliseconds); mode=body sends headers at once
 //	                         and delays only the body
@@ -17,8 +21,11 @@
 package mediaserver
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,14 +49,21 @@ type Server struct {
 
 	mu       sync.Mutex
 	requests []Request
+	// The /held gate: open is closed by Release; waiting counts the requests held now (peak the
+	// most at once), and changed is closed and replaced whenever waiting changes.
+	open          chan struct{}
+	releaseOnce   sync.Once
+	waiting, peak int
+	changed       chan struct{}
 
 	srv *loopback.Server
 }
 
 // New returns a Server that is not listening; mount it on any http.Server.
 func New() *Server {
-	s := &Server{mux: http.NewServeMux()}
+	s := &Server{mux: http.NewServeMux(), open: make(chan struct{}), changed: make(chan struct{})}
 	s.mux.HandleFunc("GET /img/{file}", handleImage)
+	s.mux.HandleFunc("GET /held/{file}", s.handleHeld)
 	s.mux.HandleFunc("GET /big", handleBig)
 	s.mux.HandleFunc("GET /slow", handleSlow)
 	s.mux.HandleFunc("GET /status/{code}", handleStatus)
@@ -152,4 +166,57 @@ func handleRedirect(rw http.ResponseWriter, r *http.Request) {
 	// Set Location verbatim: http.Redirect would rewrite relative targets.
 	rw.Header().Set("Location", to)
 	rw.WriteHeader(code)
+}
+
+// handleHeld answers /held/{name}.png once the gate is open.
+func (s *Server) handleHeld(rw http.ResponseWriter, r *http.Request) {
+	name, ok := strings.CutSuffix(r.PathValue("file"), ".png")
+	if !ok || name == "" {
+		http.NotFound(rw, r)
+		return
+	}
+	s.hold(1)
+	defer s.hold(-1)
+	select {
+	case <-s.open:
+		writePNG(rw, PNG(name))
+	case <-r.Context().Done():
+	}
+}
+
+// hold counts a /held request in (+1) or out (-1).
+func (s *Server) hold(d int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waiting += d
+	s.peak = max(s.peak, s.waiting)
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// WaitHeld waits until n /held requests are held at once, or ctx ends.
+func (s *Server) WaitHeld(ctx context.Context, n int) error {
+	for {
+		s.mu.Lock()
+		waiting, changed := s.waiting, s.changed
+		s.mu.Unlock()
+		if waiting >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d /held requests, want %d: %w", waiting, n, ctx.Err())
+		case <-changed:
+		}
+	}
+}
+
+// Release answers the held /held requests and every later one at once.
+func (s *Server) Release() { s.releaseOnce.Do(func() { close(s.open) }) }
+
+// HeldPeak is the most /held requests held at once so far.
+func (s *Server) HeldPeak() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
 }

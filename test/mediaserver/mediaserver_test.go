@@ -3,11 +3,13 @@ package mediaserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"image/png"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +100,10 @@ func TestBig(t *testing.T) {
 		{"chunked", "bytes=70000&chunked=1", 200, 70000, true},
 		{"empty", "bytes=0", 200, 0, false},
 		{"tiny", "bytes=2", 200, 2, false},
+		{"typed", "bytes=10&type=video/mp4", 200, 10, false},
+		{"bad type", "bytes=10&type=no%20type", 400, 0, false},
+		{"declared shorter", "bytes=10&declare=5", 400, 0, false},
+		{"declared and chunked", "bytes=10&declare=20&chunked=1", 400, 0, false},
 		{"missing", "", 400, 0, false},
 		{"negative", "bytes=-1", 400, 0, false},
 		{"too big", "bytes=99999999999999", 400, 0, false},
@@ -111,7 +117,11 @@ func TestBig(t *testing.T) {
 			if tt.wantStatus != 200 {
 				return
 			}
-			if resp.Header.Get("Content-Type") != "image/jpeg" || !bytes.Equal(body, BigBody(tt.wantLen)) {
+			wantType := "image/jpeg"
+			if strings.Contains(tt.query, "type=") {
+				wantType = "video/mp4"
+			}
+			if resp.Header.Get("Content-Type") != wantType || !bytes.Equal(body, BigBody(tt.wantLen)) {
 				t.Errorf("content type %q, %d bytes", resp.Header.Get("Content-Type"), len(body))
 			}
 			chunked := resp.ContentLength == -1
@@ -229,5 +239,69 @@ func TestAsHandler(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestHeld(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	type result struct {
+		status int
+		body   []byte
+	}
+	results := make(chan result, 2)
+	for _, name := range []string{"h1", "h2"} {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL()+"/held/"+name+".png", nil)
+			resp, err := testClient.Do(req)
+			if err != nil {
+				results <- result{}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			results <- result{resp.StatusCode, b}
+		}()
+	}
+	if err := s.WaitHeld(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 0 {
+		t.Fatal("a held request was answered before Release")
+	}
+	s.Release()
+	for range 2 {
+		if r := <-results; r.status != http.StatusOK || (!bytes.Equal(r.body, PNG("h1")) && !bytes.Equal(r.body, PNG("h2"))) {
+			t.Errorf("status %d", r.status)
+		}
+	}
+	if s.HeldPeak() != 2 {
+		t.Errorf("peak %d, want 2", s.HeldPeak())
+	}
+	// After Release, /held answers at once.
+	if resp, body := get(t, s.URL()+"/held/h3.png"); resp.StatusCode != http.StatusOK || !bytes.Equal(body, PNG("h3")) {
+		t.Errorf("after Release: status %d", resp.StatusCode)
+	}
+	if resp, _ := get(t, s.URL()+"/held/x.jpg"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("bad name: status %d", resp.StatusCode)
+	}
+	short, cancelShort := context.WithTimeout(t.Context(), time.Millisecond)
+	defer cancelShort()
+	if err := s.WaitHeld(short, 1); err == nil {
+		t.Error("WaitHeld returned without held requests")
+	}
+}
+
+func TestBigCutShort(t *testing.T) {
+	s := startServer(t)
+	resp, err := testClient.Get(s.URL() + "/big?bytes=1000&declare=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.ContentLength != 5000 || !errors.Is(err, io.ErrUnexpectedEOF) || !bytes.Equal(b, BigBody(1000)) {
+		t.Fatalf("ContentLength %d, %d bytes, err %v", resp.ContentLength, len(b), err)
 	}
 }

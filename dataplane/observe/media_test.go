@@ -1,0 +1,24 @@
+package observe
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestMediaInFlightGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	NewMetrics(reg)
+	MediaInFlight.Add(1234)
+	defer MediaInFlight.Add(-1234)
+	want := `
+# HELP coordinator_media_inflight_bytes Media bytes held by requests in flight (downloads and inlined bodies of replace-media-urls).
+# TYPE coordinator_media_inflight_bytes gauge
+coordinator_media_inflight_bytes 1234
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "coordinator_media_inflight_bytes"); err != nil {
+		t.Fatal(err)
+	}
+}

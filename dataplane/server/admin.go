@@ -1,0 +1,110 @@
+package server
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/reload"
+)
+
+// PipelineStatus is the JSON of GET /debug/pipeline.
+type PipelineStatus struct {
+	// Revision is the loaded configuration's fingerprint (the operator's status.configRevision).
+	Revision string `json:"revision"`
+	// LoadedAt is when the serving pipeline was built.
+	LoadedAt time.Time `json:"loaded_at"`
+	// KVConnector, ECConnector and UseOpenAIFormat are the pipeline-level settings.
+	KVConnector     string `json:"kv_connector"`
+	ECConnector     string `json:"ec_connector"`
+	UseOpenAIFormat bool   `json:"use_openai_format"`
+	// Gateway is the gateway address.
+	Gateway string `json:"gateway"`
+	// Steps are the steps in order with their effective params.
+	Steps []pipeline.StepInfo `json:"steps"`
+	// Reload reports the config watcher (absent when the file is not watched).
+	Reload *reload.Status `json:"reload,omitempty"`
+}
+
+// StatusReporter reports the config watcher (reload.Watcher).
+type StatusReporter interface{ Status() reload.Status }
+
+// AdminHandler serves the admin endpoints, which the serving listener does not: GET /metrics
+// (g in the Prometheus exposition format) and GET /debug/pipeline (the loaded pipeline, and the
+// watcher when reloader is not nil). Anything else is a JSON 404 or 405.
+func AdminHandler(g prometheus.Gatherer, holder *pipeline.Holder, reloader StatusReporter) http.Handler {
+	routes := map[string]http.Handler{
+		"/metrics":        promhttp.HandlerFor(g, promhttp.HandlerOpts{}),
+		"/debug/pipeline": debugPipeline(holder, reloader),
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, _ := requestID(r.Header.Get("X-Request-Id"))
+		w.Header().Set("X-Request-Id", id)
+		h, ok := routes[r.URL.Path]
+		switch {
+		case !ok:
+			apierror.Write(w, &apierror.Error{Status: http.StatusNotFound, Type: apierror.TypeNotFound, Code: "not_found",
+				Message: "no such route on the admin listener (GET /metrics, GET /debug/pipeline)"}, id)
+		case r.Method != http.MethodGet && r.Method != http.MethodHead:
+			w.Header().Set("Allow", "GET, HEAD")
+			apierror.Write(w, &apierror.Error{Status: http.StatusMethodNotAllowed, Type: apierror.TypeInvalidRequest,
+				Code: "method_not_allowed", Message: "method not allowed on this route"}, id)
+		default:
+			h.ServeHTTP(w, r)
+		}
+	})
+}
+
+func debugPipeline(holder *pipeline.Holder, reloader StatusReporter) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := holder.Load()
+		if p == nil {
+			apierror.Write(w, errNoPipeline(), w.Header().Get("X-Request-Id"))
+			return
+		}
+		cfg := p.Config()
+		st := PipelineStatus{
+			Revision: p.Revision(), LoadedAt: p.LoadedAt(), Steps: p.Steps(),
+			KVConnector: cfg.Pipeline.KVConnector, ECConnector: cfg.Pipeline.ECConnector,
+			UseOpenAIFormat: cfg.Pipeline.UseOpenAIFormat, Gateway: cfg.Gateway.Address,
+		}
+		if reloader != nil {
+			rs := reloader.Status()
+			st.Reload = &rs
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(st)
+	})
+}
+
+// Admin is the admin listener's server (see AdminHandler), with the serving listener's
+// connection handling (see Server.Serve).
+type Admin struct {
+	http *http.Server
+	tls  *tls.Config
+	log  logr.Logger
+}
+
+// NewAdmin serves h; tlsConfig, when set, serves it over HTTPS (see TLSConfig).
+func NewAdmin(h http.Handler, tlsConfig *tls.Config, log logr.Logger) *Admin {
+	if log.GetSink() == nil {
+		log = logr.Discard()
+	}
+	hs := newHTTPServer(guard(h, log), log)
+	hs.ReadTimeout, hs.WriteTimeout = 30*time.Second, time.Minute
+	return &Admin{http: hs, tls: tlsConfig, log: log}
+}
+
+// Serve accepts connections on l until Close.
+func (a *Admin) Serve(l net.Listener) error { return serve(a.http, l, a.tls, a.log) }
+
+// Close closes the listener and every connection.
+func (a *Admin) Close() error { return a.http.Close() }

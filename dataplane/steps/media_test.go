@@ -1,0 +1,72 @@
+package steps
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/request"
+)
+
+// TestScanMedia is render's fallback without replace-media-urls: images of every shape become
+// entries with the client's URLs; other kinds and refused parts do not.
+func TestScanMedia(t *testing.T) {
+	obj, err := body.Parse([]byte(chatWithParts(
+		`{"type":"image_url","image_url":{"url":"http://a/1.png"}}`,
+		`{"type":"image_url","image_url":"http://a/2.png"}`,
+		`{"type":"input_image","image_url":"http://a/3.png"}`,
+		`{"image_url":{"url":"data:image/png;base64,AAAA"}}`,
+		`{"type":"video_url","video_url":{"url":"http://a/v.mp4"}}`,
+		`{"type":"image_embeds","image_embeds":"AAAA"}`,
+		`{"type":"text","text":"x","image_url":"http://a/4.png"}`,
+	)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := scanMedia(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []request.MediaEntry{
+		{Message: 1, Part: 1, Kind: "image_url", URL: "http://a/1.png"},
+		{Message: 1, Part: 2, Kind: "image_url", URL: "http://a/2.png"},
+		{Message: 1, Part: 3, Kind: "image_url", URL: "http://a/3.png"},
+		{Message: 1, Part: 4, Kind: "image_url", URL: "data:image/png;base64,AAAA"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("entries %+v", got)
+	}
+	for i := range want {
+		if g := got[i]; g.Message != want[i].Message || g.Part != want[i].Part || g.Kind != want[i].Kind || g.URL != want[i].URL {
+			t.Errorf("entry %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if _, err := scanMedia(mustParse(t, `{"messages":[1]}`)); err == nil || !strings.Contains(err.Error(), "messages[0] must be an object") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestMediaPart: encode's leg takes the media member as {"url": ...}, also from a plain string.
+func TestMediaPart(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"low"}}`: `{"url":"data:image/png;base64,AAAA","detail":"low"}`,
+		`{"type":"image_url","image_url":"data:image/png;base64,AAAA"}`:                        `{"url":"data:image/png;base64,AAAA"}`,
+	} {
+		obj := mustParse(t, chatWithParts(raw))
+		_, msgs, _ := chatMessages(obj)
+		got, err := mediaPart(msgs, &request.MediaEntry{Message: 1, Part: 1, Kind: "image_url"})
+		if err != nil || string(got) != want || !json.Valid(got) {
+			t.Errorf("%s: %s, %v", raw, got, err)
+		}
+	}
+}
+
+func mustParse(t *testing.T, raw string) *body.Object {
+	t.Helper()
+	obj, err := body.Parse([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
