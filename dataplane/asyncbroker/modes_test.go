@@ -328,3 +328,30 @@ func TestServeModels(t *testing.T) {
 		t.Fatalf("GET /v1/models = %d %s", r.status, r.body)
 	}
 }
+
+// A client's routing header never rides in an envelope, even when forward_headers names it
+// (unless server.trusted_routing_headers keeps it in the request's forwarded headers).
+func TestEnqueueDropsClientRoutingHeaders(t *testing.T) {
+	srv := startRedis(t)
+	rdb := redisClient(t, srv)
+	params := baseParams(srv)
+	params["routes"] = []any{map[string]any{"model": "m1", "tenant": "teamA", "queue": "q-teamA"}}
+	params["forward_headers"] = []any{"x-slo-ttft-ms", "x-gateway-destination-endpoint"}
+	c := startCoord(t, params, fastHooks)
+	r := c.chat(hdr("X-AP-Mode", "enqueue", "X-Team", "teamA", "x-slo-ttft-ms", "500",
+		"X-Gateway-Destination-Endpoint", "10.0.0.9:8000"))
+	if r.status != http.StatusAccepted {
+		t.Fatalf("enqueue = %d: %s", r.status, r.body)
+	}
+	zs := rdb.ZRange(context.Background(), "q-teamA", 0, -1).Val()
+	if len(zs) != 1 {
+		t.Fatalf("queue holds %d members, want 1", len(zs))
+	}
+	var env Envelope
+	if err := json.Unmarshal([]byte(zs[0]), &env); err != nil {
+		t.Fatal(err)
+	}
+	if len(env.Data.Headers) != 1 || env.Data.Headers["x-slo-ttft-ms"] != "500" {
+		t.Fatalf("headers = %v, want x-slo-ttft-ms only", env.Data.Headers)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/request"
 	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
@@ -106,7 +108,11 @@ func (b *Broker) envelope(rc *request.Context, tenant string, timeout time.Durat
 	}
 	var hdrs map[string]string
 	for _, h := range b.cfg.Forward {
-		if vs := rc.Header.Values(h); len(vs) > 0 {
+		vs := rc.Header.Values(h)
+		if slices.Contains(gateway.RoutingHeaders, http.CanonicalHeaderKey(h)) {
+			vs = rc.Forwarded.Values(h) // a client's routing header only when trusted
+		}
+		if len(vs) > 0 {
 			if hdrs == nil {
 				hdrs = map[string]string{}
 			}

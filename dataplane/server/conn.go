@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +75,12 @@ type conn struct {
 	failed    atomic.Bool // the TLS handshake failed: reads see EOF
 	plain     atomic.Bool // ...because the client spoke plain HTTP (and was answered so)
 
+	// handling counts the connection's requests in a handler; tail is set when one ends, until
+	// the next read: net/http flushes a response's last bytes after its handler returned, and
+	// only reads the next request after that. Writes then are a handler's, never canned.
+	handling atomic.Int32
+	tail     atomic.Bool
+
 	mu         sync.Mutex
 	framer     *framer
 	served     int  // requests handed to the handler
@@ -125,18 +132,23 @@ func (c *conn) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	n, err := c.Conn.Read(p)
+	c.tail.Store(false)
 	c.mu.Lock()
 	c.framer.feed(p[:n])
-	if err != nil {
-		c.readErr = true
-	}
+	// A deadline is how net/http cancels its background read between requests: the client may
+	// still send (and a later close must linger), so only a real error or EOF counts.
+	c.readErr = err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
 	c.mu.Unlock()
 	return n, err
 }
 
 // Write sends p; the canned plain-text errors net/http writes itself for requests it cannot
-// read (431, 400, 501, 505) are rewritten as OpenAI JSON.
+// read (431, 400, 501, 505) are rewritten as OpenAI JSON. Bytes written while a handler answers
+// pass as they are, so a response that looks like a canned error is never rewritten.
 func (c *conn) Write(p []byte) (int, error) {
+	if c.handling.Load() > 0 || c.tail.Load() {
+		return c.Conn.Write(p) // a handler's response, whatever its bytes look like
+	}
 	if e, ok := cannedError(p); ok {
 		if _, err := c.Conn.Write(rawResponse(e, uuid.NewString())); err != nil {
 			return 0, err
@@ -233,7 +245,12 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 // the connection. It also records how the request body ended (see trackedBody).
 func guard(next http.Handler, log logr.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hc, ok := r.Context().Value(connKey{}).(*conn); ok && r.ProtoMajor == 1 {
+		if hc, ok := r.Context().Value(connKey{}).(*conn); ok { // every request the framer counted
+			hc.handling.Add(1)
+			defer func() {
+				hc.tail.Store(true)
+				hc.handling.Add(-1)
+			}()
 			refuse, closeAfter := hc.nextRequest()
 			if closeAfter {
 				w.Header().Set("Connection", "close")

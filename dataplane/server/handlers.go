@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"time"
 
@@ -43,12 +44,8 @@ func (s *Server) handleInference(c echo.Context) error {
 		return errNoPipeline()
 	}
 	req := c.Request()
-	buf, err := bodybuf.Read(req, p.Config().Server.MaxRequestBodyBytes())
+	buf, err := readBody(c, p.Config().Server.MaxRequestBodyBytes())
 	if err != nil {
-		if e := clientBodyError(req); e != nil {
-			c.Response().Header().Set("Connection", "close") // the rest of the body may still come
-			return e
-		}
 		return err
 	}
 	defer buf.Release()
@@ -128,8 +125,6 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 	x.reqBytes = int(max(req.ContentLength, 0))
 	rw := http.NewResponseController(c.Response().Writer)
 	_ = rw.SetWriteDeadline(time.Time{})
-	// The body streams upstream while the answer streams back (see EnableFullDuplex).
-	_ = rw.EnableFullDuplex()
 	leg := gateway.Leg{Profile: gateway.ProfileDecode, Request: upstream.Request{
 		Method:      req.Method,
 		Path:        req.URL.RequestURI(),
@@ -138,7 +133,26 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 		RequestID:   x.id,
 		ContentType: req.Header.Get("Content-Type"),
 	}}
-	if req.ContentLength != 0 {
+	switch {
+	case req.ContentLength != 0 && isJSON(leg.ContentType):
+		// A JSON body is read first: no remote URL may reach a worker that would fetch it itself
+		// (the Responses, Messages and embeddings APIs take image URLs), past the media guard.
+		buf, err := readBody(c, limit)
+		if err != nil {
+			return err
+		}
+		defer buf.Release()
+		if where, found := remoteURL(buf.Bytes()); found {
+			return apierror.InvalidField(where, "%s: remote URLs are refused on %s: send the media inline as a data: URL "+
+				"(only /v1/chat/completions downloads them, through the media guard)", where, req.URL.Path)
+		}
+		bufs := net.Buffers{buf.Bytes()}
+		leg.Body, leg.Size = buf.Open(bufs), int64(len(buf.Bytes()))
+	case req.ContentLength != 0:
+		// The body streams upstream while the answer streams back (see EnableFullDuplex). A
+		// body read whole first (above) must not be full duplex: net/http then neither drains
+		// nor closes after a 413 answered before the body was read.
+		_ = rw.EnableFullDuplex()
 		// net/http's own writer: hitting the limit then closes the connection after the 413.
 		leg.Body, leg.Size = http.MaxBytesReader(c.Response().Writer, req.Body, limit), req.ContentLength
 	}
@@ -159,4 +173,18 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 		s.log.V(logging.Verbose).Info("passthrough response ended early", "request_id", x.id, "err", err.Error())
 	}
 	return nil
+}
+
+// readBody reads the whole request body under limit. A body the client failed to send is the
+// client's error (408 when it timed out), and the connection closes: the rest may still come.
+func readBody(c echo.Context, limit int64) (*bodybuf.Buffer, error) {
+	buf, err := bodybuf.Read(c.Request(), limit)
+	if err != nil {
+		if e := clientBodyError(c.Request()); e != nil {
+			c.Response().Header().Set("Connection", "close")
+			return nil, e
+		}
+		return nil, err
+	}
+	return buf, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -223,5 +224,22 @@ func TestErrorsBeforeTheHandler(t *testing.T) {
 	}
 	if h.up.count() != 0 {
 		t.Fatal("a refused request reached the gateway")
+	}
+}
+
+// A response body that looks like one of net/http's canned errors is a handler's: it reaches
+// the client byte for byte, never rewritten as JSON.
+func TestCannedLookalikeBodyPasses(t *testing.T) {
+	const lookalike = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request: injected"
+	h := start(t, func(w http.ResponseWriter, _ *http.Request) {
+		// An event stream is flushed after its headers, so the body goes out in a write of its own.
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(len(lookalike)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, lookalike)
+	}, nil)
+	resps, _ := exchange(t, h.addr, "GET /v1/files/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	if len(resps) != 1 || resps[0].StatusCode != http.StatusOK || string(resps[0].body) != lookalike {
+		t.Fatalf("got %d responses: %+v", len(resps), resps)
 	}
 }

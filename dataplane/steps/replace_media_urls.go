@@ -269,13 +269,13 @@ func (s *replaceMediaURLs) checkItemSize(it *mediaItem, n int64) error {
 	return nil
 }
 
-// readChunk is the unit in which downloads of unknown length are read and reserved: a multiple
+// readChunk is the unit in which downloads are read and reserved: a multiple
 // of 3 bytes, so that the chunks base64-encode independently.
 const readChunk = 3 << 16
 
 // fetch downloads one media item with a fresh request: no client header (Authorization, cookies)
-// ever reaches a media host. The bytes are reserved (request total and process budget) before
-// they are read: all at once when the length is declared, chunk by chunk otherwise.
+// ever reaches a media host. A declared length is checked against the item and request limits at
+// once; the process budget is reserved chunk by chunk before each chunk is read.
 func (s *replaceMediaURLs) fetch(ctx context.Context, rc *request.Context, it *mediaItem, u *url.URL, use *mediaUse) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
@@ -304,15 +304,16 @@ func (s *replaceMediaURLs) fetch(ctx context.Context, rc *request.Context, it *m
 		}
 	}
 	for {
-		n := int64(readChunk)
-		if declared {
-			n = resp.ContentLength // one chunk of the declared length
-		}
-		if err := use.hold(n); err != nil {
+		// Reserve only as the bytes arrive: a host that declares a large length and then stalls
+		// holds one chunk of the process budget per download, not its declared size.
+		if err := use.hold(readChunk); err != nil {
 			return err
 		}
-		buf := make([]byte, n)
+		buf := make([]byte, readChunk)
 		got, err := io.ReadFull(resp.Body, buf)
+		if unused := int64(readChunk - got); unused > 0 {
+			use.drop(unused)
+		}
 		if got > 0 {
 			it.data = append(it.data, buf[:got])
 			it.size += int64(got)
@@ -325,7 +326,7 @@ func (s *replaceMediaURLs) fetch(ctx context.Context, rc *request.Context, it *m
 				}
 			}
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || (err == nil && declared) {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			if declared && it.size != resp.ContentLength {
 				return mediaHostError(it, "the download broke off", err)
 			}

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -36,11 +37,28 @@ func Forwarded(in http.Header, owned []string) http.Header {
 }
 
 // CopyResponseHeader copies an upstream response's headers to the client, minus hop-by-hop ones.
+// Headers the client's response already has (the coordinator's own Connection: close) are kept.
 func CopyResponseHeader(dst, src http.Header) {
 	for k, v := range src {
-		dst[k] = v
+		if !isHopByHop(k, src) {
+			dst[k] = v
+		}
 	}
-	dropHopByHop(dst, src)
+}
+
+// isHopByHop reports a hop-by-hop header, or one that src's Connection names.
+func isHopByHop(k string, src http.Header) bool {
+	if slices.Contains(hopByHop, k) {
+		return true
+	}
+	for _, v := range src.Values("Connection") {
+		for name := range strings.SplitSeq(v, ",") {
+			if http.CanonicalHeaderKey(strings.TrimSpace(name)) == k {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // dropHopByHop deletes from h the hop-by-hop headers and those that src's Connection names.

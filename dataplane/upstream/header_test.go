@@ -50,11 +50,13 @@ func TestForwarded(t *testing.T) {
 }
 
 func TestCopyResponseHeader(t *testing.T) {
-	src := http.Header{"Content-Type": {"text/event-stream"}, "Set-Cookie": {"a=1", "b=2"}, "Connection": {"X-Hop"},
+	src := http.Header{"Content-Type": {"text/event-stream"}, "Set-Cookie": {"a=1", "b=2"}, "Connection": {"x-hop, keep-alive"},
 		"X-Hop": {"1"}, "Transfer-Encoding": {"chunked"}, "Keep-Alive": {"timeout=5"}}
-	dst := http.Header{"X-Request-Id": {"id"}}
+	// The coordinator's own Connection: close (a connection the framing guard closes) survives
+	// the copy: the worker's hop-by-hop headers are skipped, not deleted from the response.
+	dst := http.Header{"X-Request-Id": {"id"}, "Connection": {"close"}}
 	CopyResponseHeader(dst, src)
-	want := http.Header{"X-Request-Id": {"id"}, "Content-Type": {"text/event-stream"}, "Set-Cookie": {"a=1", "b=2"}}
+	want := http.Header{"X-Request-Id": {"id"}, "Connection": {"close"}, "Content-Type": {"text/event-stream"}, "Set-Cookie": {"a=1", "b=2"}}
 	if !reflect.DeepEqual(dst, want) {
 		t.Fatalf("copied %v, want %v", dst, want)
 	}

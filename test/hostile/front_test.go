@@ -58,6 +58,33 @@ func TestPassthroughStaysInV1(t *testing.T) {
 		})
 	}
 
+	t.Run("remote URLs in passthrough bodies", func(t *testing.T) {
+		// Workers fetch image URLs of the Responses and Messages APIs themselves: on the
+		// passthrough, where no media guard runs, a remote URL is refused.
+		for path, body := range map[string]string{
+			"/v1/responses": `{"model":"sim-model","input":[{"role":"user","content":[{"type":"input_image","image_url":"http://` + metadata + `/"}]}]}`,
+			"/v1/messages":  `{"model":"sim-model","messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"http://` + metadata + `/"}}]}]}`,
+		} {
+			rec.taken()
+			r := do(t, http.MethodPost, co.url+path, []byte(body), nil)
+			if r.status != http.StatusBadRequest {
+				t.Fatalf("%s: HTTP %d, want 400: %s", path, r.status, r.body)
+			}
+			if e := r.jsonError(t); !strings.Contains(e.Error.Message, "remote URLs are refused") {
+				t.Errorf("%s: %q", path, e.Error.Message)
+			}
+			if legs := rec.taken(); len(legs) > 0 {
+				t.Errorf("%s was forwarded", path)
+			}
+		}
+		// Text that mentions a URL is not a media reference.
+		rec.taken()
+		do(t, http.MethodPost, co.url+"/v1/embeddings", []byte(`{"model":"sim-model","input":"see http://example.com"}`), nil)
+		if legs := rec.taken(); len(legs) != 1 {
+			t.Errorf("%d legs for an embeddings request, want it forwarded", len(legs))
+		}
+	})
+
 	t.Run("routing headers are dropped", func(t *testing.T) {
 		rec.taken()
 		hdr := map[string]string{
@@ -120,6 +147,22 @@ func TestHTTPHygiene(t *testing.T) {
 		}
 	})
 
+	t.Run("a relayed answer closes a connection the framer lost track of", func(t *testing.T) {
+		rec.taken()
+		// A Content-Length net/http accepts but too long for the framer to follow: every answer on
+		// the connection must close it, a relayed worker answer included.
+		lost := "GET /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: " + strings.Repeat("0", 300) + "\r\n\r\n" +
+			"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
+			"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+		out, closed := rawExchange(t, addr, lost, 5*time.Second)
+		if n := strings.Count(out, "HTTP/1.1 "); n != 1 || !closed {
+			t.Fatalf("%d responses, closed %v; want one answer and the connection closed:\n%.2000s", n, closed, out)
+		}
+		if legs := rec.taken(); len(legs) > 1 {
+			t.Errorf("%d legs forwarded, want only the first request's", len(legs))
+		}
+	})
+
 	big := bytes.Repeat([]byte("x"), 8*mib)
 	t.Run("oversized body, Go client", func(t *testing.T) {
 		for i := range 20 {
@@ -177,6 +220,39 @@ print(ok)
 			t.Fatalf("HTTP %d", r.status)
 		}
 		r.jsonError(t)
+	})
+
+	t.Run("oversized body after a kept-alive request", func(t *testing.T) {
+		for i := range 10 {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			br := bufioReader(conn)
+			fmt.Fprint(conn, "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+			first, err := http.ReadResponse(br, nil)
+			if err != nil || first.StatusCode != http.StatusOK {
+				t.Fatalf("attempt %d: the first request: %v", i, err)
+			}
+			_, _ = io.Copy(io.Discard, first.Body)
+			first.Body.Close()
+			// Like urllib: send the whole body, then read.
+			fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(big))
+			_, _ = conn.Write(big)
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				conn.Close()
+				t.Fatalf("attempt %d: reading the 413 after a kept-alive request: %v", i, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			conn.Close()
+			if r := (response{status: resp.StatusCode, header: resp.Header, body: b}); r.status != http.StatusRequestEntityTooLarge {
+				t.Fatalf("attempt %d: HTTP %d", i, r.status)
+			} else {
+				r.jsonError(t)
+			}
+		}
 	})
 
 	for _, path := range []string{"/v1/chat/completions", "/v1/embeddings"} {

@@ -1,0 +1,97 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"mime"
+	"strconv"
+	"strings"
+)
+
+// isJSON reports a JSON request body (application/json or a +json type).
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// remoteURL finds, in a JSON body, the first member named url or uri or ending in _url or _uri
+// (or their plurals)
+// whose string value is an http(s) URL (or one nested in such a member, as in
+// {"image_url": {"url": ...}}), and returns its path, e.g. input[0].content[1].image_url. A body
+// that is not valid JSON is scanned as far as it parses.
+func remoteURL(data []byte) (string, bool) {
+	type frame struct {
+		array bool
+		index int
+		key   string
+	}
+	var stack []frame
+	path := func() string {
+		var b strings.Builder
+		for _, f := range stack {
+			if f.array {
+				b.WriteString("[" + strconv.Itoa(f.index) + "]")
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(f.key)
+		}
+		return b.String()
+	}
+	urlish := func(key string) bool {
+		key = strings.TrimSuffix(strings.ToLower(key), "s") // image_urls too
+		return key == "url" || key == "uri" || strings.HasSuffix(key, "_url") || strings.HasSuffix(key, "_uri")
+	}
+	// value ends a value in the innermost container: an array moves to its next index, an
+	// object waits for its next key.
+	value := func() {
+		if n := len(stack); n > 0 {
+			if stack[n-1].array {
+				stack[n-1].index++
+			} else {
+				stack[n-1].key = ""
+			}
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		top := len(stack) - 1
+		inKeyPosition := top >= 0 && !stack[top].array && stack[top].key == ""
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				stack = append(stack, frame{array: t == '['})
+			default:
+				stack = stack[:top]
+				if len(stack) == 0 {
+					return "", false
+				}
+				value()
+			}
+		case string:
+			if inKeyPosition {
+				stack[top].key = t
+				continue
+			}
+			if isRemote(t) && top >= 0 && (urlish(stack[top].key) || top > 0 && urlish(stack[top-1].key)) {
+				return path(), true
+			}
+			value()
+		default:
+			value()
+		}
+	}
+}
+
+// isRemote reports an http:// or https:// URL (any case).
+func isRemote(s string) bool {
+	s = strings.TrimSpace(s)
+	return len(s) >= 7 && strings.EqualFold(s[:7], "http://") || len(s) >= 8 && strings.EqualFold(s[:8], "https://")
+}
