@@ -26,6 +26,7 @@ import (
 
 	"github.com/epd-dev/coordinator/controllers"
 	"github.com/epd-dev/coordinator/test/atomicdir"
+	"github.com/epd-dev/coordinator/test/internal/loopback"
 )
 
 // Options configure Start.
@@ -47,7 +48,7 @@ type Cluster struct {
 	Kubeconfig string
 	env        *envtest.Environment
 	manager    *exec.Cmd
-	managerOut *lockedBuffer
+	managerOut *loopback.Log
 	dir        string
 	done       chan error
 }
@@ -155,7 +156,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the control plane: %w", err)
 	}
-	c = &Cluster{env: env, managerOut: &lockedBuffer{}, done: make(chan error, 1)}
+	c = &Cluster{env: env, managerOut: &loopback.Log{}, done: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			c.Stop()
@@ -179,7 +180,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err := os.WriteFile(c.Kubeconfig, kc, 0o600); err != nil {
 		return nil, err
 	}
-	probe, err := freeAddr()
+	probe, err := loopback.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -217,16 +218,6 @@ func (c *Cluster) Stop() {
 	if c.dir != "" {
 		_ = os.RemoveAll(c.dir)
 	}
-}
-
-// freeAddr returns a free loopback address.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // waitHTTP polls url until it answers 200, the process ends (exited) or timeout.
@@ -345,7 +336,7 @@ type Coordinator struct {
 	// URL is its API base URL; AdminURL the admin listener's (/metrics, /debug/pipeline).
 	URL, AdminURL string
 	cmd           *exec.Cmd
-	out           *lockedBuffer
+	out           *loopback.Log
 	done          chan error
 }
 
@@ -355,16 +346,16 @@ type Coordinator struct {
 func StartCoordinator(ctx context.Context, bin, config, addr string, env []string, logs io.Writer) (*Coordinator, error) {
 	if addr == "" {
 		var err error
-		if addr, err = freeAddr(); err != nil {
+		if addr, err = loopback.FreeAddr(); err != nil {
 			return nil, err
 		}
 	}
-	admin, err := freeAddr()
+	admin, err := loopback.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
 	_, adminPort, _ := net.SplitHostPort(admin)
-	c := &Coordinator{URL: "http://" + addr, AdminURL: "http://" + admin, out: &lockedBuffer{}, done: make(chan error, 1)}
+	c := &Coordinator{URL: "http://" + addr, AdminURL: "http://" + admin, out: &loopback.Log{}, done: make(chan error, 1)}
 	c.cmd = exec.Command(filepath.Join(bin, "coordinator"), "--config", config)
 	c.cmd.Env = append(append(os.Environ(), "COORDINATOR_SERVER_LISTEN_ADDR="+addr,
 		"COORDINATOR_SERVER_METRICS_HOST=127.0.0.1", "COORDINATOR_SERVER_METRICS_PORT="+adminPort), env...)
@@ -409,22 +400,4 @@ func (c *Coordinator) Stop(timeout time.Duration) error {
 		_ = c.cmd.Process.Kill()
 		return errors.New("coordinator did not stop in time")
 	}
-}
-
-// lockedBuffer is a concurrency-safe log sink.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

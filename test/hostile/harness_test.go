@@ -33,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epd-dev/coordinator/test/internal/loopback"
 	"github.com/epd-dev/coordinator/test/stack"
 )
 
@@ -69,7 +70,7 @@ type coordinator struct {
 	cmd *exec.Cmd
 	// url is the serving listener's base URL, admin the admin (metrics) listener's.
 	url, admin string
-	logs       *syncBuffer
+	logs       *loopback.Log
 }
 
 // config is what a test varies in the coordinator's configuration.
@@ -97,7 +98,7 @@ func startCoordinator(t *testing.T, gateway string, c config) *coordinator {
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	co := &coordinator{url: "http://" + addr, admin: "http://" + admin, logs: &syncBuffer{}}
+	co := &coordinator{url: "http://" + addr, admin: "http://" + admin, logs: &loopback.Log{}}
 	co.cmd = exec.Command(binary, "--config", path, "--watch=false")
 	co.cmd.Stderr = co.logs
 	if err := co.cmd.Start(); err != nil {
@@ -107,7 +108,7 @@ func startCoordinator(t *testing.T, gateway string, c config) *coordinator {
 		_ = co.cmd.Process.Kill()
 		_ = co.cmd.Wait()
 		if strings.Contains(co.logs.String(), "panic") {
-			t.Errorf("the coordinator's log has a panic:\n%s", co.logs.tail(4000))
+			t.Errorf("the coordinator's log has a panic:\n%s", co.logs.Tail(4000))
 		}
 	})
 	for deadline := time.Now().Add(20 * time.Second); ; {
@@ -118,7 +119,7 @@ func startCoordinator(t *testing.T, gateway string, c config) *coordinator {
 			}
 		}
 		if co.cmd.ProcessState != nil || time.Now().After(deadline) {
-			t.Fatalf("coordinator not ready; config:\n%s\nlog:\n%s", doc, co.logs.tail(4000))
+			t.Fatalf("coordinator not ready; config:\n%s\nlog:\n%s", doc, co.logs.Tail(4000))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -164,12 +165,11 @@ func (c *coordinator) metrics(t *testing.T) string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := loopback.FreeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // startStack starts the worker pool and the gateway double for one test.
@@ -333,32 +333,6 @@ func rawExchange(t *testing.T, addr string, raw string, idle time.Duration) (str
 			return out.String(), true // reset: closed
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the process's writer and the test's readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) tail(n int) string {
-	out := s.String()
-	if len(out) > n {
-		out = "…" + out[len(out)-n:]
-	}
-	return out
 }
 
 const mib = 1 << 20
