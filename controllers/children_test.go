@@ -211,8 +211,21 @@ func TestPodTemplateChangesOnlyForRestartSettings(t *testing.T) {
 		"step params": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 			cp.Spec.Pipeline.Steps[1].Params = params(map[string]any{"kv_connector": "kv-nixl"})
 		}},
-		"connectors":     {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.ECConnector = "ec-nixl" }},
-		"gateway":        {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Gateway.IdleConnTimeout = duration("1s") }},
+		"connectors": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.ECConnector = "ec-nixl" }},
+		"gateway":    {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Gateway.IdleConnTimeout = duration("1s") }},
+		"gateway read bounds": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Gateway.IdleTimeout, cp.Spec.Gateway.RequestTimeout = duration("0s"), duration("1h")
+			cp.Spec.Gateway.MaxResponseSizeMiB = ptr.To[int32](64)
+		}},
+		"gateway retries": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{
+				MaxAttempts: ptr.To[int32](1), InitialBackoff: duration("1ms"), MaxBackoff: duration("1ms"),
+				MaxRetryAfter: duration("0s"), BudgetPercent: ptr.To[int32](0), BudgetMinPerSecond: ptr.To[int32](0),
+			}
+		}},
+		"pool failure policy": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Pipeline.OnPoolFailure = coordinatorv1alpha1.PoolFailureFail
+		}},
 		"pool reference": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.InferencePoolRef.Name = "other" }},
 		// The data plane reloads these too.
 		"log level": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.LogLevel = 5 }},

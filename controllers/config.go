@@ -33,7 +33,7 @@ const (
 )
 
 // renderConfig builds the data-plane configuration of cp: config.Default() overlaid with the
-// spec's log level, server (TLS included), gateway and pipeline settings, listening on
+// spec's log level, server (TLS included), gateway (retries included) and pipeline settings, listening on
 // ListenPort.
 // gatewayAddress is the resolved gateway base URL. The only error is a step whose params are not
 // a JSON object (the CRD schema prevents it), reported as a *config.FieldError.
@@ -58,6 +58,14 @@ func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress st
 	if v := spec.Gateway.MaxIdleConnsPerHost; v != nil {
 		cfg.Gateway.MaxIdleConnsPerHost = int(*v)
 	}
+	setDuration(&cfg.Gateway.IdleTimeout, spec.Gateway.IdleTimeout)
+	setDuration(&cfg.Gateway.RequestTimeout, spec.Gateway.RequestTimeout)
+	if v := spec.Gateway.MaxResponseSizeMiB; v != nil {
+		cfg.Gateway.MaxResponseSize = int(*v)
+	}
+	if r := spec.Gateway.Retry; r != nil {
+		renderRetry(r, &cfg.Gateway.Retry)
+	}
 	renderTLS(cp, &cfg)
 
 	p := &spec.Pipeline
@@ -69,6 +77,9 @@ func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress st
 	}
 	if p.UseOpenAIFormat != nil {
 		cfg.Pipeline.UseOpenAIFormat = *p.UseOpenAIFormat
+	}
+	if p.OnPoolFailure != "" {
+		cfg.Pipeline.OnPoolFailure = string(p.OnPoolFailure)
 	}
 	cfg.Pipeline.Steps = make([]config.Step, 0, len(p.Steps))
 	for i, s := range p.Steps {
@@ -85,6 +96,26 @@ func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress st
 		cfg.Pipeline.Steps = append(cfg.Pipeline.Steps, step)
 	}
 	return cfg, nil
+}
+
+// renderRetry overlays the retry settings r sets on dst (gateway.retry). budgetPercent becomes
+// the data plane's budget_ratio.
+func renderRetry(r *coordinatorv1alpha1.GatewayRetrySpec, dst *config.Retry) {
+	if v := r.MaxAttempts; v != nil {
+		dst.MaxAttempts = int(*v)
+	}
+	if v := r.MaxRetriesPerRequest; v != nil {
+		dst.MaxRetriesPerRequest = int(*v)
+	}
+	setDuration(&dst.InitialBackoff, r.InitialBackoff)
+	setDuration(&dst.MaxBackoff, r.MaxBackoff)
+	setDuration(&dst.MaxRetryAfter, r.MaxRetryAfter)
+	if v := r.BudgetPercent; v != nil {
+		dst.BudgetRatio = float64(*v) / 100
+	}
+	if v := r.BudgetMinPerSecond; v != nil {
+		dst.BudgetMinPerSecond = float64(*v)
+	}
 }
 
 // setDuration overwrites dst when the spec sets d.

@@ -56,6 +56,56 @@ func TestRenderConfig(t *testing.T) {
 				c.Gateway.MaxIdleConnsPerHost = 7
 			},
 		},
+		"gateway read bounds": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.IdleTimeout = duration("0s")
+				cp.Spec.Gateway.RequestTimeout = duration("30m")
+				cp.Spec.Gateway.MaxResponseSizeMiB = ptr.To[int32](64)
+			},
+			want: func(c *config.Config) {
+				c.Gateway.IdleTimeout = 0
+				c.Gateway.RequestTimeout = config.Duration(30 * time.Minute)
+				c.Gateway.MaxResponseSize = 64
+			},
+		},
+		"gateway retry settings": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{
+					MaxAttempts: ptr.To[int32](5), MaxRetriesPerRequest: ptr.To[int32](9), InitialBackoff: duration("50ms"), MaxBackoff: duration("2s"),
+					MaxRetryAfter: duration("0s"), BudgetPercent: ptr.To[int32](35), BudgetMinPerSecond: ptr.To[int32](0),
+				}
+			},
+			want: func(c *config.Config) {
+				c.Gateway.Retry = config.Retry{
+					MaxAttempts: 5, MaxRetriesPerRequest: 9, InitialBackoff: config.Duration(50 * time.Millisecond), MaxBackoff: config.Duration(2 * time.Second),
+					MaxRetryAfter: 0, BudgetRatio: 0.35, BudgetMinPerSecond: 0,
+				}
+			},
+		},
+		"an empty retry keeps the data plane's defaults": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{}
+			},
+			want: func(*config.Config) {},
+		},
+		"retries off, budget at its bounds": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{
+					MaxAttempts: ptr.To[int32](1), BudgetPercent: ptr.To[int32](100), BudgetMinPerSecond: ptr.To[int32](1000000),
+				}
+			},
+			want: func(c *config.Config) {
+				c.Gateway.Retry.MaxAttempts = 1
+				c.Gateway.Retry.BudgetRatio = 1
+				c.Gateway.Retry.BudgetMinPerSecond = 1e6
+			},
+		},
+		"pool failure policy": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Pipeline.OnPoolFailure = coordinatorv1alpha1.PoolFailureFail
+			},
+			want: func(c *config.Config) { c.Pipeline.OnPoolFailure = config.OnPoolFailureFail },
+		},
 		"TLS: both listeners serve the mounted Secret": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 				cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "coordinator-tls"}
@@ -135,6 +185,14 @@ func TestRenderedConfigRoundTripsToTheSameRevision(t *testing.T) {
 				ShutdownTimeout: duration("45s"), MaxRequestBodySizeMiB: ptr.To[int32](7)}
 			cp.Spec.Gateway.Timeout = duration("1500ms")
 			cp.Spec.Gateway.MaxIdleConnsPerHost = ptr.To[int32](0)
+			cp.Spec.Gateway.IdleTimeout = duration("0s")
+			cp.Spec.Gateway.RequestTimeout = duration("2m30s")
+			cp.Spec.Gateway.MaxResponseSizeMiB = ptr.To[int32](32)
+			cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{
+				MaxAttempts: ptr.To[int32](4), InitialBackoff: duration("10ms"), MaxBackoff: duration("750ms"),
+				MaxRetryAfter: duration("5s"), BudgetPercent: ptr.To[int32](33), BudgetMinPerSecond: ptr.To[int32](12),
+			}
+			cp.Spec.Pipeline.OnPoolFailure = coordinatorv1alpha1.PoolFailureFail
 		},
 		"TLS and a gateway CA": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 			cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "tls", MinVersion: coordinatorv1alpha1.TLSVersion13}
@@ -186,6 +244,36 @@ func TestValidatePipeline(t *testing.T) {
 				cp.Spec.Pipeline.Steps[1].Params = params(map[string]any{"use_openai_format": false})
 			},
 			wantErr: "pipeline.steps[1].params.use_openai_format: false (tokens-in) requires a render step in pipeline.steps",
+		},
+		// The CRD's CEL rule compares the two backoffs only when both are set; the data plane's
+		// validation catches a maxBackoff below the default initialBackoff.
+		"maxBackoff below the default initialBackoff": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{MaxBackoff: duration("10ms")}
+			},
+			wantErr: "gateway.retry.max_backoff: must not be below gateway.retry.initial_backoff (25ms), got 10ms",
+		},
+		"initialBackoff above the default maxBackoff": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{InitialBackoff: duration("5s")}
+			},
+			wantErr: "gateway.retry.max_backoff: must not be below gateway.retry.initial_backoff (5s), got 1s",
+		},
+		"equal backoffs": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{InitialBackoff: duration("100ms"), MaxBackoff: duration("100ms")}
+			},
+		},
+		// The enum keeps other values out of the API; the data plane would name the key.
+		"unknown pool failure policy": {
+			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.OnPoolFailure = "retry" },
+			wantErr: `pipeline.on_pool_failure: must be "aggregate" or "fail", got "retry"`,
+		},
+		"a step overrides the pool failure policy": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Pipeline.OnPoolFailure = coordinatorv1alpha1.PoolFailureFail
+				cp.Spec.Pipeline.Steps[1].Params = params(map[string]any{"on_pool_failure": "aggregate"})
+			},
 		},
 	}
 	for name, tc := range tests {
@@ -245,6 +333,13 @@ func TestRestartHash(t *testing.T) {
 		"gateway":           {mutate: func(c *config.Config) { c.Gateway.Address = "http://other-gateway:80" }},
 		"pipeline":          {mutate: func(c *config.Config) { c.Pipeline.Steps = c.Pipeline.Steps[1:] }},
 		"default connector": {mutate: func(c *config.Config) { c.Pipeline.ECConnector = "ec-nixl" }},
+		"gateway read bounds": {mutate: func(c *config.Config) {
+			c.Gateway.IdleTimeout, c.Gateway.RequestTimeout, c.Gateway.MaxResponseSize = 0, config.Duration(time.Hour), 64
+		}},
+		"gateway retries": {mutate: func(c *config.Config) {
+			c.Gateway.Retry = config.Retry{MaxAttempts: 1, MaxBackoff: config.Duration(time.Minute), BudgetRatio: 1}
+		}},
+		"pool failure policy": {mutate: func(c *config.Config) { c.Pipeline.OnPoolFailure = config.OnPoolFailureFail }},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

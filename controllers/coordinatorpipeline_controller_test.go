@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -309,6 +310,46 @@ func TestInvalidPipelineFromTheStartDeploysNothing(t *testing.T) {
 	g.Expect(e.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "epd-config"}, &corev1.ConfigMap{})).NotTo(Succeed())
 	g.Expect(e.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "epd"}, &appsv1.Deployment{})).NotTo(Succeed())
 	g.Expect(e.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "epd"}, &corev1.Service{})).To(Succeed())
+}
+
+// A gateway setting the CRD admits but the data plane refuses (the CEL rule compares the backoffs
+// only when both are set) surfaces like an invalid step param: PipelineValid=False naming the
+// data-plane key, and the coordinators keep the last good configuration.
+func TestInvalidGatewayRetryNamesTheKey(t *testing.T) {
+	e, g := envSuite(t), gomega(t)
+	ns := e.namespace(t)
+	good := e.readyPipeline(t, g, ns, "epd")
+	before := e.children(g, ns, "epd")
+
+	e.update(g, ns, "epd", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{MaxBackoff: duration("10ms")}
+	})
+	cp := e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		c := expectCondition(g, cp, coordinatorv1alpha1.ConditionPipelineValid, metav1.ConditionFalse, coordinatorv1alpha1.ReasonInvalidPipeline)
+		g.Expect(c.Message).To(Equal("gateway.retry.max_backoff: must not be below gateway.retry.initial_backoff (25ms), got 10ms"))
+	})
+	g.Expect(cp.Status.ConfigRevision).To(Equal(good.Status.ConfigRevision), "status keeps the last applied revision")
+	g.Expect(e.children(g, ns, "epd").cm.ResourceVersion).To(Equal(before.cm.ResourceVersion), "the last good ConfigMap is left untouched")
+
+	// Fixing it applies it, in the ConfigMap only: retries are reloaded in place.
+	e.update(g, ns, "epd", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		cp.Spec.Gateway.Retry.InitialBackoff = duration("5ms")
+		cp.Spec.Pipeline.OnPoolFailure = coordinatorv1alpha1.PoolFailureFail
+	})
+	cp = e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		expectCondition(g, cp, coordinatorv1alpha1.ConditionPipelineValid, metav1.ConditionTrue, coordinatorv1alpha1.ReasonValid)
+	})
+	want := expectedConfig(g, cp, testGateway)
+	g.Expect(want.Gateway.Retry.MaxBackoff).To(Equal(config.Duration(10 * time.Millisecond)))
+	g.Expect(want.Pipeline.OnPoolFailure).To(Equal(config.OnPoolFailureFail))
+	g.Eventually(func(g Gomega) {
+		g.Expect(e.get(g, ns, "epd").Status.ConfigRevision).To(Equal(want.Revision()))
+		rendered, err := parseConfig(e.children(g, ns, "epd").cm.Data[ConfigKey])
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(rendered.Gateway.Retry).To(Equal(want.Gateway.Retry))
+		g.Expect(rendered.Revision()).To(Equal(want.Revision()))
+	}).Should(Succeed())
+	g.Expect(e.children(g, ns, "epd").dep.Spec.Template).To(Equal(before.dep.Spec.Template), "the pod template does not change")
 }
 
 func TestInferencePoolMissingThenCreated(t *testing.T) {

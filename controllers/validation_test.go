@@ -95,6 +95,58 @@ func TestCRDValidationRejects(t *testing.T) {
 			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.KVConnector = "kv-bogus" },
 			wantErr: `spec.pipeline.kvConnector: Unsupported value: "kv-bogus": supported values: "kv-nixl", "kv-sglang", "kv-shared-storage"`,
 		},
+		"unknown pool failure policy": {
+			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.OnPoolFailure = "retry" },
+			wantErr: `spec.pipeline.onPoolFailure: Unsupported value: "retry": supported values: "aggregate", "fail"`,
+		},
+		"retry maxAttempts 0": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{MaxAttempts: ptr.To[int32](0)}
+			},
+			wantErr: `spec.gateway.retry.maxAttempts: Invalid value: 0: spec.gateway.retry.maxAttempts in body should be greater than or equal to 1`,
+		},
+		"retry maxRetriesPerRequest 101": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{MaxRetriesPerRequest: ptr.To[int32](101)}
+			},
+			wantErr: `spec.gateway.retry.maxRetriesPerRequest: Invalid value: 101: spec.gateway.retry.maxRetriesPerRequest in body should be less than or equal to 100`,
+		},
+		"retry maxAttempts 11": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{MaxAttempts: ptr.To[int32](11)}
+			},
+			wantErr: `spec.gateway.retry.maxAttempts: Invalid value: 11: spec.gateway.retry.maxAttempts in body should be less than or equal to 10`,
+		},
+		"retry budgetPercent 101": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{BudgetPercent: ptr.To[int32](101)}
+			},
+			wantErr: `spec.gateway.retry.budgetPercent: Invalid value: 101: spec.gateway.retry.budgetPercent in body should be less than or equal to 100`,
+		},
+		"retry budgetMinPerSecond negative": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{BudgetMinPerSecond: ptr.To[int32](-1)}
+			},
+			wantErr: `spec.gateway.retry.budgetMinPerSecond: Invalid value: -1: spec.gateway.retry.budgetMinPerSecond in body should be greater than or equal to 0`,
+		},
+		"retry maxBackoff below initialBackoff": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{InitialBackoff: duration("1s"), MaxBackoff: duration("999ms")}
+			},
+			wantErr: `spec.gateway.retry: Invalid value: maxBackoff must not be below initialBackoff`,
+		},
+		"maxResponseSizeMiB 0": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.MaxResponseSizeMiB = ptr.To[int32](0)
+			},
+			wantErr: `spec.gateway.maxResponseSizeMiB: Invalid value: 0: spec.gateway.maxResponseSizeMiB in body should be greater than or equal to 1`,
+		},
+		"maxResponseSizeMiB above 64 GiB": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.MaxResponseSizeMiB = ptr.To[int32](65537)
+			},
+			wantErr: `spec.gateway.maxResponseSizeMiB: Invalid value: 65537: spec.gateway.maxResponseSizeMiB in body should be less than or equal to 65536`,
+		},
 		"params not an object": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 				cp.Spec.Pipeline.Steps[1].Params = &apiextensionsv1.JSON{Raw: []byte(`"max_parallel=4"`)}
@@ -295,6 +347,81 @@ func TestGatewayAddressRefusesLocalAndMetadataHosts(t *testing.T) {
 			}
 			g.Expect(err).To(HaveOccurred())
 			g.Expect(err.Error()).To(ContainSubstring(`spec.gateway.address: Invalid value: "` + tc.address + `": ` + tc.wantErr))
+		})
+	}
+}
+
+// The API server accepts the gateway retry and pool failure settings within their bounds; its CEL
+// rule compares the two backoffs as durations (whatever their units) only when both are set,
+// leaving a single one against the other's default to the data plane's validation.
+func TestRetrySettingsAccepted(t *testing.T) {
+	e := envSuite(t)
+	ns := e.namespace(t)
+	tests := map[string]func(*coordinatorv1alpha1.CoordinatorPipeline){
+		"every field at its lower bound": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Gateway.IdleTimeout, cp.Spec.Gateway.RequestTimeout = duration("0s"), duration("0s")
+			cp.Spec.Gateway.MaxResponseSizeMiB = ptr.To[int32](1)
+			cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{
+				MaxAttempts: ptr.To[int32](1), InitialBackoff: duration("0s"), MaxBackoff: duration("0s"),
+				MaxRetryAfter: duration("0s"), BudgetPercent: ptr.To[int32](0), BudgetMinPerSecond: ptr.To[int32](0),
+			}
+			cp.Spec.Pipeline.OnPoolFailure = coordinatorv1alpha1.PoolFailureAggregate
+		},
+		"every field at its upper bound": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Gateway.MaxResponseSizeMiB = ptr.To[int32](65536)
+			cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{
+				MaxAttempts: ptr.To[int32](10), BudgetPercent: ptr.To[int32](100), BudgetMinPerSecond: ptr.To[int32](1000000),
+			}
+			cp.Spec.Pipeline.OnPoolFailure = coordinatorv1alpha1.PoolFailureFail
+		},
+		"equal backoffs": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{InitialBackoff: duration("250ms"), MaxBackoff: duration("250ms")}
+		},
+		"only maxBackoff": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{MaxBackoff: duration("10ms")}
+		},
+		"only initialBackoff": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{InitialBackoff: duration("1m")}
+		},
+		"an empty retry": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{}
+		},
+	}
+	for name, mutate := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			cp := newPipeline(ns, "retry")
+			cp.UID, cp.Generation = "", 0
+			mutate(cp)
+			g.Expect(e.client.Create(context.Background(), cp, client.DryRunAll)).To(Succeed())
+		})
+	}
+
+	// Durations in other units than Go prints them: the rule compares values, not strings.
+	for name, tc := range map[string]struct {
+		initial, maxBackoff string
+		wantErr             bool
+	}{
+		"1500us and 1.5ms":  {initial: "1500us", maxBackoff: "1.5ms"},
+		"1500µs and 1ms":    {initial: "1500µs", maxBackoff: "1ms", wantErr: true},
+		"61m and 1h":        {initial: "61m", maxBackoff: "1h", wantErr: true},
+		"1h and 1h0m0.001s": {initial: "1h", maxBackoff: "1h0m0.001s"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			cp := newPipeline(ns, "retry")
+			cp.UID, cp.Generation = "", 0
+			obj, err := toUnstructured(cp)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(unstructured.SetNestedField(obj.Object, map[string]any{"initialBackoff": tc.initial, "maxBackoff": tc.maxBackoff},
+				"spec", "gateway", "retry")).To(Succeed())
+			err = e.client.Create(context.Background(), obj, client.DryRunAll)
+			if !tc.wantErr {
+				g.Expect(err).NotTo(HaveOccurred())
+				return
+			}
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(err.Error()).To(ContainSubstring(`spec.gateway.retry: Invalid value: maxBackoff must not be below initialBackoff`))
 		})
 	}
 }

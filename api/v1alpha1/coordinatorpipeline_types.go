@@ -40,6 +40,24 @@ const (
 // ECConnectors lists every EC connector accepted by the API.
 var ECConnectors = []ECConnector{ECConnectorNIXL, ECConnectorSharedStorage}
 
+// PoolFailurePolicy is what the coordinator does with a request whose encode or prefill pool
+// cannot serve it after its retries (pipeline.on_pool_failure). The enum marker lists
+// PoolFailurePolicies; a test keeps both equal to the data plane's policies.
+// +kubebuilder:validation:Enum=aggregate;fail
+type PoolFailurePolicy string
+
+// Pool failure policies of the data plane.
+const (
+	// PoolFailureAggregate serves the request on a decode worker alone, which encodes and
+	// prefills itself (aggregated serving).
+	PoolFailureAggregate PoolFailurePolicy = "aggregate"
+	// PoolFailureFail answers the request 503.
+	PoolFailureFail PoolFailurePolicy = "fail"
+)
+
+// PoolFailurePolicies lists every pool failure policy accepted by the API.
+var PoolFailurePolicies = []PoolFailurePolicy{PoolFailureAggregate, PoolFailureFail}
+
 // StepType is the registered name of a pipeline step. The enum marker lists StepTypes; a test
 // keeps both equal to the step types the data plane registers.
 // +kubebuilder:validation:Enum=async-broker;replace-media-urls;render;conditional-decode;encode;prefill;decode
@@ -162,6 +180,37 @@ type GatewaySpec struct {
 	// +kubebuilder:validation:Minimum=0
 	MaxIdleConnsPerHost *int32 `json:"maxIdleConnsPerHost,omitempty"`
 
+	// idleTimeout bounds the silence between two reads of a worker's answer once its headers
+	// arrived, streams included (gateway.idle_timeout). "0s" disables it. Defaults to the data
+	// plane's default (60s). Reloaded in place.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
+
+	// requestTimeout bounds a whole leg the coordinator reads itself or relays unstreamed
+	// (encode, prefill, a non-streaming decode), headers to last byte (gateway.request_timeout).
+	// "0s" disables it. Defaults to the data plane's default (10m). Reloaded in place.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	RequestTimeout *metav1.Duration `json:"requestTimeout,omitempty"`
+
+	// maxResponseSizeMiB is the largest answer the coordinator reads itself (the encode and
+	// prefill legs), in MiB (gateway.max_response_size). Defaults to the data plane's default
+	// (16). Reloaded in place.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65536
+	MaxResponseSizeMiB *int32 `json:"maxResponseSizeMiB,omitempty"`
+
+	// retry says when a leg that failed without being served (connection refused or reset
+	// before the answer's headers, no headers within timeout, or 502, 503, 504 or 429 from the
+	// gateway) is tried again, each attempt a new pick by the endpoint picker
+	// (gateway.retry). Unset fields take the data plane's defaults. Reloaded in place.
+	// +optional
+	Retry *GatewayRetrySpec `json:"retry,omitempty"`
+
 	// caBundle names a ConfigMap with the PEM CA certificates that verify an https:// gateway
 	// (gateway.ca_file), instead of the system roots of the coordinator image: e.g. the
 	// cluster's kube-root-ca.crt, a trust-manager Bundle, or an OpenShift service-CA ConfigMap.
@@ -170,6 +219,64 @@ type GatewaySpec struct {
 	// Ready=False with reason CABundleNotFound.
 	// +optional
 	CABundle *CABundleReference `json:"caBundle,omitempty"`
+}
+
+// GatewayRetrySpec configures the retries of the coordinator's worker legs (gateway.retry).
+// +kubebuilder:validation:XValidation:rule="!has(self.initialBackoff) || !has(self.maxBackoff) || duration(self.maxBackoff) >= duration(self.initialBackoff)",message="maxBackoff must not be below initialBackoff"
+type GatewayRetrySpec struct {
+	// maxAttempts is the most attempts one leg makes, the first included
+	// (gateway.retry.max_attempts); 1 disables retries. Defaults to the data plane's default (3).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	MaxAttempts *int32 `json:"maxAttempts,omitempty"`
+
+	// maxRetriesPerRequest caps the retries (and stream resumes) of all the legs of one request
+	// together (gateway.retry.max_retries_per_request); 0 disables retries. Defaults to the data
+	// plane's default (4).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	MaxRetriesPerRequest *int32 `json:"maxRetriesPerRequest,omitempty"`
+
+	// initialBackoff is the first retry's backoff bound: the capped exponential backoff (full
+	// jitter) starts there (gateway.retry.initial_backoff). Defaults to the data plane's
+	// default (25ms).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	InitialBackoff *metav1.Duration `json:"initialBackoff,omitempty"`
+
+	// maxBackoff caps the backoff before a retry (gateway.retry.max_backoff); it must not be
+	// below initialBackoff. Defaults to the data plane's default (1s).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	MaxBackoff *metav1.Duration `json:"maxBackoff,omitempty"`
+
+	// maxRetryAfter is the longest Retry-After of a 429 or 503 the coordinator waits for before
+	// retrying; a longer one is passed on as the client's answer (gateway.retry.max_retry_after).
+	// Defaults to the data plane's default (2s).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	MaxRetryAfter *metav1.Duration `json:"maxRetryAfter,omitempty"`
+
+	// budgetPercent caps each coordinator's retries at this percentage of its first attempts,
+	// so that a dead pool cannot cause a retry storm; rendered as gateway.retry.budget_ratio
+	// (percent/100). Defaults to the data plane's default (20, a ratio of 0.2).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	BudgetPercent *int32 `json:"budgetPercent,omitempty"`
+
+	// budgetMinPerSecond is the retry rate each coordinator is allowed whatever budgetPercent,
+	// so that a quiet coordinator can still retry (gateway.retry.budget_min_per_second).
+	// Defaults to the data plane's default (5).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	BudgetMinPerSecond *int32 `json:"budgetMinPerSecond,omitempty"`
 }
 
 // CABundleReference names a key of a ConfigMap, in the pipeline's namespace, holding
@@ -199,8 +306,8 @@ type PipelineStep struct {
 	// params are the step's own parameters, passed through verbatim as
 	// pipeline.steps[].params. Each step validates its params when the operator builds the
 	// pipeline; an unknown or invalid param sets PipelineValid=False with the key that failed,
-	// e.g. pipeline.steps[2].params.max_parallel. Steps inherit kv_connector, ec_connector and
-	// use_openai_format from the pipeline unless they set them here.
+	// e.g. pipeline.steps[2].params.max_parallel. Steps inherit kv_connector, ec_connector,
+	// use_openai_format and on_pool_failure from the pipeline unless they set them here.
 	// +optional
 	// +kubebuilder:validation:Type=object
 	// +kubebuilder:pruning:PreserveUnknownFields
@@ -228,6 +335,13 @@ type PipelineSpec struct {
 	// +optional
 	// +kubebuilder:default=true
 	UseOpenAIFormat *bool `json:"useOpenAIFormat,omitempty"`
+
+	// onPoolFailure is what happens to a request whose encode or prefill pool cannot serve it
+	// after its retries (pipeline.on_pool_failure): aggregate serves it on a decode worker
+	// alone, fail answers 503. Steps inherit it unless they set on_pool_failure in their params.
+	// Defaults to the data plane's default (aggregate).
+	// +optional
+	OnPoolFailure PoolFailurePolicy `json:"onPoolFailure,omitempty"`
 
 	// steps run in this order. The last step is decode, and decode appears only there;
 	// async-broker, when present, is the first; every step type appears at most once.

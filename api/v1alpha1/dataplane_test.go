@@ -68,6 +68,12 @@ func TestNamesMatchTheDataPlane(t *testing.T) {
 			dataPlane:   ec.Names(),
 			wantDefault: config.DefaultECConnector,
 		},
+		// No CRD default: the data plane's applies (TestPoolFailurePoliciesMatchTheDataPlane).
+		"pool failure policies": {
+			schema:    pl.Properties["onPoolFailure"],
+			api:       strs(v1alpha1.PoolFailurePolicies),
+			dataPlane: []string{config.OnPoolFailureAggregate, config.OnPoolFailureFail},
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -152,5 +158,87 @@ func TestTLSNamesMatchTheDataPlane(t *testing.T) {
 		if ids := cfg.Server.TLSCipherSuiteIDs(); len(ids) != 1 {
 			t.Errorf("cipher suite %s: the data plane would use %v", c, ids)
 		}
+	}
+}
+
+// validConfig is the smallest configuration config.Validate accepts.
+func validConfig() config.Config {
+	cfg := config.Default()
+	cfg.Gateway.Address = "http://gw"
+	cfg.Pipeline.Steps = []config.Step{{Type: "decode"}}
+	return cfg
+}
+
+// Every pool failure policy the API offers is one the data plane accepts, and the data plane's
+// default (what an unset spec.pipeline.onPoolFailure means) is one of them.
+func TestPoolFailurePoliciesMatchTheDataPlane(t *testing.T) {
+	for _, p := range v1alpha1.PoolFailurePolicies {
+		cfg := validConfig()
+		cfg.Pipeline.OnPoolFailure = string(p)
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("pool failure policy %s: the data plane refuses it: %v", p, err)
+		}
+	}
+	if !slices.Contains(strs(v1alpha1.PoolFailurePolicies), config.DefaultOnPoolFailure) {
+		t.Errorf("the data plane's default pool failure policy %q is not one the API offers", config.DefaultOnPoolFailure)
+	}
+}
+
+// The bounds of spec.gateway.maxResponseSizeMiB and spec.gateway.retry in the CRD are inside the
+// data plane's (config.Validate accepts both ends, as the operator renders them), and where the
+// data plane has the same bound the CRD does not accept more (one step out is refused).
+func TestGatewayBoundsMatchTheDataPlane(t *testing.T) {
+	gw := loadCRD(t).Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["gateway"]
+	retry := gw.Properties["retry"]
+	tests := map[string]struct {
+		schema apiextensionsv1.JSONSchemaProps
+		set    func(*config.Config, float64) // sets the rendered value of the API's v
+		// minRefused, maxRefused: the data plane refuses one step below the minimum, above the maximum.
+		minRefused, maxRefused bool
+	}{
+		"maxResponseSizeMiB": {
+			schema: gw.Properties["maxResponseSizeMiB"],
+			set:    func(c *config.Config, v float64) { c.Gateway.MaxResponseSize = int(v) },
+			// 0 is the data plane's "default"; its maximum is far above the CRD's 64 GiB.
+		},
+		"retry.maxAttempts": {
+			schema:     retry.Properties["maxAttempts"],
+			set:        func(c *config.Config, v float64) { c.Gateway.Retry.MaxAttempts = int(v) },
+			minRefused: true, maxRefused: true,
+		},
+		"retry.budgetPercent": {
+			schema:     retry.Properties["budgetPercent"],
+			set:        func(c *config.Config, v float64) { c.Gateway.Retry.BudgetRatio = v / 100 },
+			minRefused: true, maxRefused: true,
+		},
+		"retry.budgetMinPerSecond": {
+			schema:     retry.Properties["budgetMinPerSecond"],
+			set:        func(c *config.Config, v float64) { c.Gateway.Retry.BudgetMinPerSecond = v },
+			minRefused: true, maxRefused: true,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if tc.schema.Minimum == nil || tc.schema.Maximum == nil {
+				t.Fatalf("the CRD has no minimum or maximum: %+v", tc.schema)
+			}
+			check := func(v float64, wantOK bool) {
+				t.Helper()
+				cfg := validConfig()
+				tc.set(&cfg, v)
+				if err := cfg.Validate(); (err == nil) != wantOK {
+					t.Errorf("value %v: data plane error %v, want accepted=%v", v, err, wantOK)
+				}
+			}
+			lo, hi := *tc.schema.Minimum, *tc.schema.Maximum
+			check(lo, true)
+			check(hi, true)
+			if tc.minRefused {
+				check(lo-1, false)
+			}
+			if tc.maxRefused {
+				check(hi+1, false)
+			}
+		})
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/reload"
+	"github.com/epd-dev/coordinator/dataplane/retry"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers the built-in steps
 )
@@ -97,11 +98,13 @@ func run(args []string) int {
 		}()
 		tel.Tracer = tp.Tracer(observe.TracerName)
 	}
+	// One retry budget for the process: a reload keeps what was spent.
+	budget := retry.NewBudget(cfg.Gateway.Retry.BudgetRatio, cfg.Gateway.Retry.BudgetMinPerSecond)
 	build := func(c config.Config, revision string) (*pipeline.Pipeline, error) {
 		if err := gateway.CheckCA(c.Gateway); err != nil {
 			return nil, err
 		}
-		return builder.Build(c, builder.Options{Log: log, Telemetry: tel, Revision: revision})
+		return builder.Build(c, builder.Options{Log: log, Telemetry: tel, Revision: revision, RetryBudget: budget})
 	}
 	if err := gateway.CheckCA(cfg.Gateway); err != nil {
 		fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)

@@ -10,8 +10,12 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // OpenAI error types.
@@ -74,8 +78,13 @@ type UpstreamError struct {
 	Phase string
 	// Status is the upstream HTTP status, 0 for a transport error.
 	Status int
-	// Body holds the start of the upstream body, for logs only.
+	// Body holds the start of the upstream body: logged, and its error message (sanitised) is
+	// what the client is told of a rejection.
 	Body []byte
+	// ContentType is the upstream body's media type.
+	ContentType string
+	// RetryAfter is the upstream answer's Retry-After, 0 when absent.
+	RetryAfter time.Duration
 	// Err is the transport or decoding error, if any.
 	Err error
 }
@@ -94,34 +103,143 @@ func (e *UpstreamError) Error() string {
 // Unwrap returns the transport or decoding error.
 func (e *UpstreamError) Unwrap() error { return e.Err }
 
-// From maps any pipeline error to the client-facing error: an *Error as is, an upstream 4xx with
-// its own status, a cancelled request as 499 (nobody reads it), everything else as 502.
+// More OpenAI error types, for what a worker or the gateway answered.
+const (
+	TypeRateLimit = "rate_limit_error"
+	TypeTimeout   = "timeout_error"
+)
+
+// From maps any pipeline error to the client-facing error: an *Error as is; a worker's
+// rejection (4xx) with its own status and its own message (Sanitize'd; it names the phase when
+// the worker gave none); a 429 or 503 that survived the retries with its status and
+// Retry-After; a 504 as 504; a cancelled request as 499 (nobody reads it); everything else as
+// 502.
 func From(err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e
 	}
 	var up *UpstreamError
-	if errors.As(err, &up) && up.Status >= 400 && up.Status < 500 {
-		return &Error{
-			Status:  up.Status,
-			Type:    TypeInvalidRequest,
-			Code:    "upstream_rejected",
-			Message: fmt.Sprintf("%s rejected the request: HTTP %d", up.Phase, up.Status),
-			Cause:   err,
-		}
-	}
-	if errors.Is(err, context.Canceled) {
+	isUp := errors.As(err, &up)
+	switch {
+	case isUp && up.Status == http.StatusTooManyRequests:
+		return &Error{Status: up.Status, Type: TypeRateLimit, Code: "rate_limit_exceeded", Cause: err, RetryAfter: up.RetryAfter,
+			Message: up.message(fmt.Sprintf("%s is over capacity: HTTP 429", up.Phase))}
+	case isUp && up.Status >= 400 && up.Status < 500:
+		return &Error{Status: up.Status, Type: TypeInvalidRequest, Code: "upstream_rejected", Cause: err, Param: up.param(),
+			Message: up.message(fmt.Sprintf("%s rejected the request: HTTP %d", up.Phase, up.Status))}
+	case isUp && up.Status == http.StatusServiceUnavailable:
+		return &Error{Status: up.Status, Type: TypeUnavailable, Code: "upstream_unavailable", Cause: err, RetryAfter: max(up.RetryAfter, time.Second),
+			Message: fmt.Sprintf("%s is unavailable: HTTP 503", up.Phase)}
+	case isUp && up.Status == http.StatusGatewayTimeout:
+		return &Error{Status: up.Status, Type: TypeTimeout, Code: "upstream_timeout", Cause: err,
+			Message: fmt.Sprintf("%s timed out: HTTP 504", up.Phase)}
+	case errors.Is(err, context.Canceled):
 		return &Error{Status: 499, Type: TypeInvalidRequest, Code: "client_closed_request", Message: "client closed the request", Cause: err}
 	}
 	msg := "upstream error"
-	if errors.As(err, &up) {
+	if isUp {
 		msg = up.Phase + " failed"
 		if up.Status != 0 {
 			msg = fmt.Sprintf("%s failed: HTTP %d", up.Phase, up.Status)
 		}
 	}
 	return &Error{Status: http.StatusBadGateway, Type: TypeAPI, Code: "upstream_error", Message: msg, Cause: err}
+}
+
+// workerError is the error body of vLLM, SGLang and OpenAI-compatible servers
+// ({"error":{"message","param"}}), or FastAPI's {"detail": "..."}, or a bare {"message"}.
+type workerError struct {
+	Error *struct {
+		Message string          `json:"message"`
+		Param   json.RawMessage `json:"param"`
+	} `json:"error"`
+	Detail  json.RawMessage `json:"detail"`
+	Message string          `json:"message"`
+}
+
+func (e *UpstreamError) decode() (workerError, bool) {
+	var w workerError
+	if len(e.Body) == 0 || json.Unmarshal(e.Body, &w) != nil {
+		return w, false
+	}
+	return w, true
+}
+
+// message is the worker's own error message, sanitised, or fallback when it sent none (or
+// not as JSON).
+func (e *UpstreamError) message(fallback string) string {
+	w, ok := e.decode()
+	if !ok {
+		return fallback
+	}
+	var msg string
+	switch {
+	case w.Error != nil:
+		msg = w.Error.Message
+	case len(w.Detail) > 0:
+		if err := json.Unmarshal(w.Detail, &msg); err != nil {
+			msg = string(w.Detail) // pydantic's list of validation errors
+		}
+	default:
+		msg = w.Message
+	}
+	if msg = Sanitize(msg); msg == "" {
+		return fallback
+	}
+	return msg
+}
+
+// param is the request field the worker named, when it named one.
+func (e *UpstreamError) param() string {
+	w, ok := e.decode()
+	if !ok || w.Error == nil {
+		return ""
+	}
+	var p string
+	if json.Unmarshal(w.Error.Param, &p) != nil {
+		return ""
+	}
+	return Sanitize(p)
+}
+
+// MaxMessageLen bounds a forwarded worker message, in bytes.
+const MaxMessageLen = 1024
+
+var (
+	// URLs, then IPv6 and IPv4 addresses (with a port or zone), then host:port pairs.
+	urlPattern      = regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://[^\s"'<>]*`)
+	ipv6Pattern     = regexp.MustCompile(`\[?\b(?:[0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{0,4}(?:%[0-9A-Za-z._-]+)?\]?(?::\d{1,5})?`)
+	ipv4Pattern     = regexp.MustCompile(`\b(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5})?\b`)
+	hostPortPattern = regexp.MustCompile(`\b[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*:\d{2,5}\b`)
+)
+
+// Sanitize makes a worker's message safe to show to a client: URLs, IP addresses and host:port
+// pairs (pods, side channels, the gateway) become "<redacted>", control characters and invalid
+// UTF-8 are dropped, and the result is at most MaxMessageLen bytes.
+func Sanitize(msg string) string {
+	msg = strings.ToValidUTF8(msg, "")
+	msg = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' {
+			return ' '
+		}
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, msg)
+	for _, re := range []*regexp.Regexp{urlPattern, ipv6Pattern, ipv4Pattern, hostPortPattern} {
+		msg = re.ReplaceAllString(msg, "<redacted>")
+	}
+	msg = strings.TrimSpace(msg)
+	if len(msg) > MaxMessageLen {
+		cut := MaxMessageLen
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut]
+	}
+	return msg
 }
 
 type wireError struct {

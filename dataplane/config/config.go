@@ -27,6 +27,17 @@ const (
 	DefaultMaxIdleConnsPerHost = 100
 	DefaultIdleConnTimeout     = 90 * time.Second
 	DefaultGatewayTimeout      = 60 * time.Second
+	DefaultIdleTimeout         = 60 * time.Second
+	DefaultRequestTimeout      = 10 * time.Minute
+	DefaultMaxResponseMiB      = 16
+	DefaultMaxAttempts         = 3
+	DefaultMaxRetriesPerReq    = 4
+	DefaultInitialBackoff      = 25 * time.Millisecond
+	DefaultMaxBackoff          = time.Second
+	DefaultMaxRetryAfter       = 2 * time.Second
+	DefaultRetryBudgetRatio    = 0.2
+	DefaultRetryBudgetMinRate  = 5.0
+	DefaultOnPoolFailure       = OnPoolFailureAggregate
 	DefaultMetricsPort         = 9090
 	DefaultTLSMinVersion       = "VersionTLS12"
 	DefaultSampleRatio         = 0.1
@@ -113,12 +124,56 @@ type Gateway struct {
 	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host" json:"max_idle_conns_per_host"`
 	// IdleConnTimeout closes pooled connections idle for this long.
 	IdleConnTimeout Duration `yaml:"idle_conn_timeout" json:"idle_conn_timeout"`
-	// Timeout bounds the wait for a worker's response headers; response bodies stream unbounded.
+	// Timeout bounds the wait for a worker's response headers (each attempt).
 	Timeout Duration `yaml:"timeout" json:"timeout"`
+	// IdleTimeout bounds the silence between two reads of a worker's answer once its headers
+	// arrived, streams included. 0 disables it.
+	IdleTimeout Duration `yaml:"idle_timeout" json:"idle_timeout"`
+	// RequestTimeout bounds a whole leg the coordinator reads itself or relays unstreamed
+	// (encode, prefill, a non-streaming decode), headers to last byte. 0 disables it.
+	RequestTimeout Duration `yaml:"request_timeout" json:"request_timeout"`
+	// MaxResponseSize is the largest answer the coordinator reads itself (encode and prefill
+	// legs), in MiB. 0 means the default.
+	MaxResponseSize int `yaml:"max_response_size" json:"max_response_size"`
+	// Retry says when a failed leg is tried again.
+	Retry Retry `yaml:"retry" json:"retry"`
 	// CAFile is a PEM bundle of the CAs an https gateway's certificate must chain to, re-read
 	// when it changes. Empty: the system roots.
 	CAFile string `yaml:"ca_file" json:"ca_file"`
 }
+
+// Retry configures the retries of legs that failed without being served: a connection refused
+// or reset before the answer's headers, no headers within the timeout, or 502, 503, 504 or 429
+// from the gateway. Each attempt is a new pick by the endpoint picker.
+type Retry struct {
+	// MaxAttempts is the most attempts one leg makes, the first included; 1 disables retries.
+	MaxAttempts int `yaml:"max_attempts" json:"max_attempts"`
+	// MaxRetriesPerRequest caps the retries (and stream resumes) of all the legs of one request
+	// (32 encode legs of one request do not get 64 retries); 0 disables retries.
+	MaxRetriesPerRequest int `yaml:"max_retries_per_request" json:"max_retries_per_request"`
+	// InitialBackoff and MaxBackoff bound the capped exponential backoff (full jitter) before
+	// each retry.
+	InitialBackoff Duration `yaml:"initial_backoff" json:"initial_backoff"`
+	MaxBackoff     Duration `yaml:"max_backoff" json:"max_backoff"`
+	// MaxRetryAfter is the longest Retry-After (of a 429 or 503) waited for; a longer one is
+	// the client's answer.
+	MaxRetryAfter Duration `yaml:"max_retry_after" json:"max_retry_after"`
+	// BudgetRatio caps the retries of the whole process at this fraction of first attempts,
+	// so that a dead pool cannot cause a retry storm.
+	BudgetRatio float64 `yaml:"budget_ratio" json:"budget_ratio"`
+	// BudgetMinPerSecond is the retry rate allowed whatever the ratio (a quiet process can
+	// still retry).
+	BudgetMinPerSecond float64 `yaml:"budget_min_per_second" json:"budget_min_per_second"`
+}
+
+// Degradation policies of pipeline.on_pool_failure.
+const (
+	// OnPoolFailureAggregate serves a request whose encode or prefill pool cannot serve it on a
+	// decode worker alone (aggregated: the decode worker encodes and prefills itself).
+	OnPoolFailureAggregate = "aggregate"
+	// OnPoolFailureFail answers such a request 503.
+	OnPoolFailureFail = "fail"
+)
 
 // Pipeline is the ordered step list and the defaults injected into every step's params.
 type Pipeline struct {
@@ -129,6 +184,9 @@ type Pipeline struct {
 	// UseOpenAIFormat selects the OpenAI wire format (true) or tokens-in /inference/v1/generate
 	// (false, needs a render step) for the encode and prefill legs.
 	UseOpenAIFormat bool `yaml:"use_openai_format" json:"use_openai_format"`
+	// OnPoolFailure is what happens when the encode or prefill pool cannot serve a request
+	// after its retries: OnPoolFailureAggregate or OnPoolFailureFail.
+	OnPoolFailure string `yaml:"on_pool_failure" json:"on_pool_failure"`
 	// Steps run in this order.
 	Steps []Step `yaml:"steps" json:"steps"`
 }
@@ -138,6 +196,7 @@ const (
 	ParamKVConnector     = "kv_connector"
 	ParamECConnector     = "ec_connector"
 	ParamUseOpenAIFormat = "use_openai_format"
+	ParamOnPoolFailure   = "on_pool_failure"
 )
 
 // StepDefaults are the pipeline-level settings each step inherits as params of the same names,
@@ -147,6 +206,7 @@ func (p Pipeline) StepDefaults() map[string]any {
 		ParamKVConnector:     p.KVConnector,
 		ParamECConnector:     p.ECConnector,
 		ParamUseOpenAIFormat: p.UseOpenAIFormat,
+		ParamOnPoolFailure:   p.OnPoolFailure,
 	}
 }
 
@@ -175,11 +235,24 @@ func Default() Config {
 			MaxIdleConnsPerHost: DefaultMaxIdleConnsPerHost,
 			IdleConnTimeout:     Duration(DefaultIdleConnTimeout),
 			Timeout:             Duration(DefaultGatewayTimeout),
+			IdleTimeout:         Duration(DefaultIdleTimeout),
+			RequestTimeout:      Duration(DefaultRequestTimeout),
+			MaxResponseSize:     DefaultMaxResponseMiB,
+			Retry: Retry{
+				MaxAttempts:          DefaultMaxAttempts,
+				MaxRetriesPerRequest: DefaultMaxRetriesPerReq,
+				InitialBackoff:       Duration(DefaultInitialBackoff),
+				MaxBackoff:           Duration(DefaultMaxBackoff),
+				MaxRetryAfter:        Duration(DefaultMaxRetryAfter),
+				BudgetRatio:          DefaultRetryBudgetRatio,
+				BudgetMinPerSecond:   DefaultRetryBudgetMinRate,
+			},
 		},
 		Pipeline: Pipeline{
 			KVConnector:     DefaultKVConnector,
 			ECConnector:     DefaultECConnector,
 			UseOpenAIFormat: true,
+			OnPoolFailure:   DefaultOnPoolFailure,
 		},
 		Tracing: Tracing{SampleRatio: DefaultSampleRatio, ServiceName: DefaultServiceName},
 	}
@@ -191,6 +264,14 @@ func (s Server) MaxRequestBodyBytes() int64 {
 		return DefaultMaxRequestBodyMiB * MiB
 	}
 	return int64(s.MaxRequestBodySize) * MiB
+}
+
+// MaxResponseBytes is the answer limit of legs read whole, in bytes.
+func (g Gateway) MaxResponseBytes() int64 {
+	if g.MaxResponseSize == 0 {
+		return DefaultMaxResponseMiB * MiB
+	}
+	return int64(g.MaxResponseSize) * MiB
 }
 
 // Revision is a short, stable fingerprint of the effective configuration. The operator stamps it

@@ -149,6 +149,11 @@ func (c Config) Validate() error {
 		{"server.shutdown_timeout", c.Server.ShutdownTimeout},
 		{"gateway.idle_conn_timeout", c.Gateway.IdleConnTimeout},
 		{"gateway.timeout", c.Gateway.Timeout},
+		{"gateway.idle_timeout", c.Gateway.IdleTimeout},
+		{"gateway.request_timeout", c.Gateway.RequestTimeout},
+		{"gateway.retry.initial_backoff", c.Gateway.Retry.InitialBackoff},
+		{"gateway.retry.max_backoff", c.Gateway.Retry.MaxBackoff},
+		{"gateway.retry.max_retry_after", c.Gateway.Retry.MaxRetryAfter},
 	} {
 		if d.v < 0 {
 			return fieldErr(d.key, "must not be negative, got %s", d.v)
@@ -177,6 +182,14 @@ func (c Config) Validate() error {
 	if c.Gateway.MaxIdleConnsPerHost < 0 {
 		return fieldErr("gateway.max_idle_conns_per_host", "must not be negative, got %d", c.Gateway.MaxIdleConnsPerHost)
 	}
+	if err := c.Gateway.validateLimits(); err != nil {
+		return err
+	}
+	switch c.Pipeline.OnPoolFailure {
+	case OnPoolFailureAggregate, OnPoolFailureFail:
+	default:
+		return fieldErr("pipeline.on_pool_failure", "must be %q or %q, got %q", OnPoolFailureAggregate, OnPoolFailureFail, c.Pipeline.OnPoolFailure)
+	}
 	if c.Gateway.Address != "" {
 		if err := ValidateBaseURL(c.Gateway.Address); err != nil {
 			return fieldErr("gateway.address", "%v", err)
@@ -189,6 +202,30 @@ func (c Config) Validate() error {
 		if s.Type == "" {
 			return fieldErr(fmt.Sprintf("pipeline.steps[%d].type", i), "is required")
 		}
+	}
+	return nil
+}
+
+// validateLimits checks the response size and retry settings.
+func (g Gateway) validateLimits() error {
+	if g.MaxResponseSize < 0 || g.MaxResponseSize > maxBodyMiB {
+		return fieldErr("gateway.max_response_size", "must be between 0 (the default, %d) and %d MiB, got %d", DefaultMaxResponseMiB, maxBodyMiB, g.MaxResponseSize)
+	}
+	r := g.Retry
+	if r.MaxAttempts < 1 || r.MaxAttempts > 10 {
+		return fieldErr("gateway.retry.max_attempts", "must be between 1 (no retries) and 10, got %d", r.MaxAttempts)
+	}
+	if r.MaxRetriesPerRequest < 0 || r.MaxRetriesPerRequest > 100 {
+		return fieldErr("gateway.retry.max_retries_per_request", "must be between 0 (no retries) and 100, got %d", r.MaxRetriesPerRequest)
+	}
+	if r.MaxBackoff < r.InitialBackoff {
+		return fieldErr("gateway.retry.max_backoff", "must not be below gateway.retry.initial_backoff (%s), got %s", r.InitialBackoff, r.MaxBackoff)
+	}
+	if !(r.BudgetRatio >= 0 && r.BudgetRatio <= 1) { // NaN too
+		return fieldErr("gateway.retry.budget_ratio", "must be between 0 and 1, got %v", r.BudgetRatio)
+	}
+	if !(r.BudgetMinPerSecond >= 0 && r.BudgetMinPerSecond <= 1e6) {
+		return fieldErr("gateway.retry.budget_min_per_second", "must be between 0 and 1000000, got %v", r.BudgetMinPerSecond)
 	}
 	return nil
 }

@@ -9,8 +9,12 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/go-logr/logr"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/observe"
+	"github.com/epd-dev/coordinator/dataplane/retry"
 	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
@@ -62,9 +66,12 @@ func Forwarded(in http.Header) http.Header { return upstream.Forwarded(in, owned
 // (server.trusted_routing_headers).
 func ForwardedTrusted(in http.Header) http.Header { return upstream.Forwarded(in, owned) }
 
-// Client sends legs to the gateway over a keep-alive pool.
+// Client sends legs to the gateway over a keep-alive pool, retrying those that failed without
+// being served (Send, Fetch).
 type Client struct {
-	up *upstream.Client
+	up      *upstream.Client
+	cfg     config.Gateway
+	retrier retry.Retrier
 }
 
 // CheckCA reads gateway.ca_file, if set, so that a missing or unreadable bundle fails startup
@@ -79,8 +86,10 @@ func CheckCA(cfg config.Gateway) error {
 	return nil
 }
 
-// New builds the client for cfg. It neither contacts the gateway nor reads gateway.ca_file.
-func New(cfg config.Gateway, tel observe.Telemetry) (*Client, error) {
+// New builds the client for cfg. Its retries spend from budget, the process's (nil: a budget of
+// its own with cfg's rates); New sets budget's rates to cfg's. It neither contacts the gateway
+// nor reads gateway.ca_file.
+func New(cfg config.Gateway, tel observe.Telemetry, budget *retry.Budget) (*Client, error) {
 	if cfg.Address == "" {
 		return nil, fmt.Errorf("gateway.address is empty")
 	}
@@ -94,8 +103,20 @@ func New(cfg config.Gateway, tel observe.Telemetry) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{up: up}, nil
+	if budget == nil {
+		budget = retry.NewBudget(cfg.Retry.BudgetRatio, cfg.Retry.BudgetMinPerSecond)
+	} else {
+		budget.Configure(cfg.Retry.BudgetRatio, cfg.Retry.BudgetMinPerSecond)
+	}
+	return &Client{up: up, cfg: cfg, retrier: retry.Retrier{Policy: retry.PolicyOf(cfg.Retry), Budget: budget, Metrics: tel.Metrics}}, nil
 }
+
+// MaxResponseBytes is gateway.max_response_size in bytes.
+func (c *Client) MaxResponseBytes() int64 { return c.cfg.MaxResponseBytes() }
+
+// Retrier is the client's retry policy and budget, for side services (render) that follow
+// gateway.retry.
+func (c *Client) Retrier() retry.Retrier { return c.retrier }
 
 // Close drops the idle connections of the pool (used when a reload replaces the client).
 func (c *Client) Close() { c.up.Close() }
@@ -107,26 +128,97 @@ type Leg struct {
 	Profile string
 	// Prefer, when set, is sent as the Prefer header (conditional decode).
 	Prefer string
+	// Stream marks a leg whose answer is relayed as it arrives: gateway.request_timeout does not
+	// bound it (gateway.idle_timeout does).
+	Stream bool
 }
 
-// Do sends the leg and returns the raw response; the caller closes its body (upstream.Client.Do).
+// Do sends the leg once and returns the raw response; the caller closes its body
+// (upstream.Client.Do). The leg is bounded by gateway.idle_timeout and, unless it streams,
+// gateway.request_timeout.
 func (c *Client) Do(ctx context.Context, leg Leg) (*http.Response, error) {
-	r, profile, prefer := leg.parts()
+	r, profile, prefer := c.parts(leg)
 	return c.up.Do(ctx, r, profile, prefer)
 }
 
-// Call sends the leg and returns the whole body of a 200 answer (upstream.Client.Call).
-func (c *Client) Call(ctx context.Context, leg Leg) ([]byte, error) {
-	r, profile, prefer := leg.parts()
-	return c.up.Call(ctx, r, profile, prefer)
+// Build makes the leg of one attempt (a fresh body: transfer parameters such as kv-sglang's
+// bootstrap room are new for each attempt).
+type Build func() (Leg, error)
+
+// Send sends the leg build makes and, while an attempt fails without being served
+// (retry.Classify), tries again on a new pick of the endpoint picker: at most
+// gateway.retry.max_attempts attempts, after a jittered backoff (or the answer's Retry-After up
+// to gateway.retry.max_retry_after), while the process's retry budget allows. It returns the
+// last answer (the caller closes it) or the last error, an *apierror.UpstreamError; a
+// retryable answer comes back once no retry is left (a 503 from a pool that stays down). Each
+// retry is logged on log, counted, and recorded as an event of ctx's span.
+func (c *Client) Send(ctx context.Context, log logr.Logger, build Build) (*http.Response, error) {
+	var resp *http.Response
+	var err error
+	lerr := c.retrier.Run(ctx, log, func() (string, retry.Failure, bool, error) {
+		leg, berr := build()
+		if berr != nil {
+			return "", retry.Failure{}, false, berr
+		}
+		resp, err = c.Do(ctx, leg) //nolint:bodyclose // returned, or discarded by drop
+		if err != nil {
+			err = &apierror.UpstreamError{Phase: phaseOf(leg), Err: err}
+			f, again := retry.ClassifyError(ctx, err)
+			return phaseOf(leg), f, again, nil //nolint:nilerr // the attempt's error is its outcome, kept in err
+		}
+		f, again := retry.ClassifyStatus(resp.StatusCode, upstream.RetryAfter(resp.Header))
+		return phaseOf(leg), f, again, nil
+	}, func() {
+		if resp != nil {
+			upstream.Discard(resp)
+		}
+	})
+	if lerr != nil {
+		return nil, lerr
+	}
+	return resp, err
 }
 
-// parts is the leg as an upstream request (its phase defaulting to the profile) and the two
-// headers the gateway client sets.
-func (leg Leg) parts() (r upstream.Request, profile, prefer upstream.Field) {
+// Fetch is Send for a leg whose answer the coordinator reads itself (encode, prefill): it
+// returns the body of a 200 answer, at most gateway.max_response_size bytes, and retries a body
+// that broke off or stalled too. Any other answer is an *apierror.UpstreamError with its status.
+func (c *Client) Fetch(ctx context.Context, log logr.Logger, build Build) ([]byte, error) {
+	var out []byte
+	var err error
+	lerr := c.retrier.Run(ctx, log, func() (string, retry.Failure, bool, error) {
+		leg, berr := build()
+		if berr != nil {
+			return "", retry.Failure{}, false, berr
+		}
+		r, profile, prefer := c.parts(leg)
+		r.MaxResponse = c.cfg.MaxResponseBytes()
+		out, err = c.up.Call(ctx, r, profile, prefer)
+		f, again := retry.ClassifyCall(ctx, err)
+		return r.Phase, f, again, nil
+	}, func() {})
+	if lerr != nil {
+		return nil, lerr
+	}
+	return out, err
+}
+
+// parts is the leg as an upstream request (its phase defaulting to the profile, its bounds
+// gateway.idle_timeout and, unless it streams, gateway.request_timeout) and the two headers the
+// gateway client sets.
+func (c *Client) parts(leg Leg) (r upstream.Request, profile, prefer upstream.Field) {
 	r = leg.Request
-	if r.Phase == "" {
-		r.Phase = leg.Profile
+	r.Phase = phaseOf(leg)
+	r.IdleTimeout = c.cfg.IdleTimeout.Std()
+	if !leg.Stream {
+		r.Timeout = c.cfg.RequestTimeout.Std()
 	}
 	return r, upstream.Field{Name: ProfileHeader, Value: leg.Profile}, upstream.Field{Name: PreferHeader, Value: leg.Prefer}
+}
+
+// phaseOf is the leg's phase, its profile when unnamed.
+func phaseOf(leg Leg) string {
+	if leg.Phase == "" {
+		return leg.Profile
+	}
+	return leg.Phase
 }

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/upstream"
@@ -32,7 +34,7 @@ func TestLegHeaders(t *testing.T) {
 		_, _ = io.WriteString(w, "{}")
 	}))
 	defer srv.Close()
-	c, err := New(config.Gateway{Address: srv.URL, Timeout: config.Duration(5 * time.Second)}, observe.Telemetry{})
+	c, err := New(config.Gateway{Address: srv.URL, Timeout: config.Duration(5 * time.Second)}, observe.Telemetry{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +52,7 @@ func TestLegHeaders(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tc.leg.Request = upstream.Request{Path: "/v1/chat/completions", Header: Forwarded(client), RequestID: "rid",
 				Body: strings.NewReader("{}"), Size: 2}
-			if _, err := c.Call(context.Background(), tc.leg); err != nil {
+			if _, err := c.Fetch(context.Background(), logr.Discard(), func() (Leg, error) { return tc.leg, nil }); err != nil {
 				t.Fatal(err)
 			}
 			h := <-seen
@@ -64,7 +66,7 @@ func TestLegHeaders(t *testing.T) {
 
 func TestNewNeedsAnAddress(t *testing.T) {
 	for _, addr := range []string{"", "gateway:80", "ftp://gateway"} {
-		if _, err := New(config.Gateway{Address: addr}, observe.Telemetry{}); err == nil {
+		if _, err := New(config.Gateway{Address: addr}, observe.Telemetry{}, nil); err == nil {
 			t.Errorf("New(%q) succeeded", addr)
 		}
 	}
@@ -136,13 +138,15 @@ func TestGatewayOverTLS(t *testing.T) {
 	if err := CheckCA(cfg); err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(cfg, observe.Telemetry{})
+	c, err := New(cfg, observe.Telemetry{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	call := func() ([]byte, error) {
-		return c.Call(context.Background(), Leg{Profile: ProfileDecode, Request: upstream.Request{Path: "/v1/models", Method: http.MethodGet}})
+		return c.Fetch(context.Background(), logr.Discard(), func() (Leg, error) {
+			return Leg{Profile: ProfileDecode, Request: upstream.Request{Path: "/v1/models", Method: http.MethodGet}}, nil
+		})
 	}
 	var unknown x509.UnknownAuthorityError
 	if _, err := call(); !errors.As(err, &unknown) {

@@ -74,6 +74,10 @@ type Metrics struct {
 	upstreamDuration  *prometheus.HistogramVec
 	upstreamRequests  *prometheus.CounterVec
 	conditionalDecode *prometheus.CounterVec
+	retries           *prometheus.CounterVec
+	budgetExhausted   *prometheus.CounterVec
+	resumes           *prometheus.CounterVec
+	degraded          *prometheus.CounterVec
 	encodeFanout      prometheus.Histogram
 	reloads           *prometheus.CounterVec
 	configInfo        *prometheus.GaugeVec
@@ -102,6 +106,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Outbound calls by phase (render, media, encode, prefill, decode, conditional-decode, passthrough) and status (HTTP code, or error)."}, []string{"phase", "status"}),
 		conditionalDecode: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "conditional_decode_total",
 			Help: "Conditional-decode outcomes: served by decode alone, fell back to the full pipeline (412), or error."}, []string{"outcome"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "upstream_retries_total",
+			Help: "Legs tried again on another pick, by phase and the reason the attempt failed (connect, reset, timeout, idle_timeout, 429, 502, 503, 504). Attempts are upstream_requests_total."}, []string{"phase", "reason"}),
+		budgetExhausted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "retry_budget_exhausted_total",
+			Help: "Retries not made because the process's retry budget was spent, by phase."}, []string{"phase"}),
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "stream_resumes_total",
+			Help: "Decode streams that broke off after the client got tokens, by outcome: resumed on another decode pick, or failed (the client got an error event; reason: not_resumable, exhausted, failed)."}, []string{"outcome"}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "degraded_requests_total",
+			Help: "Requests whose encode or prefill pool could not serve them after retries, by phase and policy outcome (aggregated: served by decode alone; failed: answered 503)."}, []string{"phase", "outcome"}),
 		encodeFanout: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "encode_fanout",
 			Help: "Encode legs per request (media items).", Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16, 32, 64}}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "config_reloads_total",
@@ -111,7 +123,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.models.seen = map[string]string{}
 	reg.MustRegister(m.requests, m.requestDuration, m.inFlight, m.requestBytes, m.responseBytes, m.stepDuration,
-		m.upstreamDuration, m.upstreamRequests, m.conditionalDecode, m.encodeFanout, m.reloads, m.configInfo,
+		m.upstreamDuration, m.upstreamRequests, m.conditionalDecode, m.retries, m.budgetExhausted, m.resumes, m.degraded, m.encodeFanout, m.reloads, m.configInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newMediaInFlight())
 	return m
 }
@@ -269,6 +281,44 @@ func (m *Metrics) Upstream(phase string, status int, d time.Duration) {
 func (m *Metrics) ConditionalDecode(outcome string) {
 	if m != nil {
 		m.conditionalDecode.WithLabelValues(LabelValue(outcome)).Inc()
+	}
+}
+
+// Stream-resume outcomes.
+const (
+	ResumeResumed      = "resumed"
+	ResumeNotResumable = "not_resumable"
+	ResumeExhausted    = "exhausted"
+	ResumeFailed       = "failed"
+	DegradedAggregated = "aggregated"
+	DegradedFailed     = "failed"
+)
+
+// Retry records a leg tried again after failing for reason.
+func (m *Metrics) Retry(phase, reason string) {
+	if m != nil {
+		m.retries.WithLabelValues(phase, reason).Inc()
+	}
+}
+
+// RetryBudgetExhausted records a retry the budget did not allow.
+func (m *Metrics) RetryBudgetExhausted(phase string) {
+	if m != nil {
+		m.budgetExhausted.WithLabelValues(phase).Inc()
+	}
+}
+
+// StreamResume records how a broken decode stream ended.
+func (m *Metrics) StreamResume(outcome string) {
+	if m != nil {
+		m.resumes.WithLabelValues(outcome).Inc()
+	}
+}
+
+// Degraded records a request whose phase's pool could not serve it, and what the policy did.
+func (m *Metrics) Degraded(phase, outcome string) {
+	if m != nil {
+		m.degraded.WithLabelValues(phase, outcome).Inc()
 	}
 }
 

@@ -153,6 +153,9 @@ type Context struct {
 	PrefillKV json.RawMessage
 	// Prefilled is true once a prefill leg succeeded.
 	Prefilled bool
+	// Degraded names the phase whose pool could not serve the request (pipeline.on_pool_failure
+	// aggregate): the later disaggregated phases are skipped and decode serves it alone.
+	Degraded string
 
 	// Writer is the client response; only response-producing steps write to it.
 	Writer http.ResponseWriter
@@ -210,16 +213,17 @@ func (rc *Context) Leg(profile, path string, obj *body.Object) gateway.Leg {
 
 // Outbound returns a POST of obj to path with this request's forwarded headers and id, named
 // phase. The body, and every replay of it, holds a reference on the request's buffer until it has
-// been sent. At trace level the body is logged, redacted.
+// been sent. At trace level the body is logged, redacted. Safe for concurrent use (encode's legs
+// are built in parallel, one per attempt).
 func (rc *Context) Outbound(phase, path string, obj *body.Object) upstream.Request {
-	if rc.Buffer == nil {
-		rc.Buffer = bodybuf.Of(nil)
+	buf := rc.Buffer
+	if buf == nil {
+		buf = bodybuf.Of(nil) // the body's bytes are not pooled
 	}
 	bufs, n := obj.Buffers()
 	if l := rc.Log.V(logging.Trace); l.Enabled() {
 		l.Info("leg request", "phase", phase, "path", path, "body", logging.RedactJSON(obj.Bytes()))
 	}
-	buf := rc.Buffer
 	return upstream.Request{
 		Path: path, Phase: phase, Header: rc.Forwarded, RequestID: rc.ID, Body: buf.Open(bufs), Size: n,
 		GetBody: func() (io.ReadCloser, error) { return buf.Open(bufs), nil },

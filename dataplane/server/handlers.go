@@ -14,6 +14,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/retry"
 	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
@@ -73,6 +74,7 @@ func (s *Server) handleInference(c echo.Context) error {
 		Log:       logging.WithValuesLazily(s.log, "request_id", x.id),
 	}
 	x.rc, x.revision = rc, p.Revision()
+	ctx = retry.WithRequestLimit(ctx, p.Config().Gateway.Retry.MaxRetriesPerRequest)
 	if p.Config().Server.ServerTiming {
 		// Whoever writes the response (the relay, a step, the error) writes the timings so far.
 		c.Response().Before(func() { c.Response().Header().Set("Server-Timing", rc.ServerTiming()) })
@@ -170,7 +172,11 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 		return &apierror.UpstreamError{Phase: routePassthrough, Err: err}
 	}
 	if err := upstream.Relay(c.Response(), resp, x.id, false); err != nil {
+		if errors.Is(err, upstream.ErrNotStarted) {
+			return &apierror.UpstreamError{Phase: routePassthrough, Err: err}
+		}
 		s.log.V(logging.Verbose).Info("passthrough response ended early", "request_id", x.id, "err", err.Error())
+		return err // the response is cut: the connection is aborted
 	}
 	return nil
 }

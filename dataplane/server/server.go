@@ -160,6 +160,11 @@ func (s *Server) serve(next echo.HandlerFunc) echo.HandlerFunc {
 		c.Response().Header().Set(upstream.RequestIDHeader, x.id)
 		x.settle(c, s.recovered(c, x, next))
 		s.report(c, x)
+		if c.Response().Committed && errors.Is(x.cause, upstream.ErrResponseTruncated) {
+			// A cut answer must not look complete: net/http closes the connection without the
+			// terminating chunk, so every HTTP client reports an error.
+			panic(http.ErrAbortHandler)
+		}
 		return nil
 	}
 }

@@ -264,8 +264,11 @@ func TestUpstreamErrorMapping(t *testing.T) {
 		status int
 		want   int
 	}{
-		"prefill 4xx forwarded": {status: 422, want: 422},
-		"prefill 5xx is 502":    {status: 503, want: 502},
+		"prefill 4xx forwarded":       {status: 422, want: 422},
+		"prefill 500 is 502":          {status: 500, want: 502},
+		"a pool's 503 stays 503":      {status: 503, want: 503},
+		"a pool's 429 stays 429":      {status: 429, want: 429},
+		"a gateway timeout stays 504": {status: 504, want: 504},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -352,6 +355,8 @@ func TestStreamOutlivesWriteTimeout(t *testing.T) {
 	}
 }
 
+// A worker's rejection reaches the client with the worker's own message (tools detect "maximum
+// context length" errors by it), and nothing else of its body; the whole body is logged.
 func TestUpstreamBodiesAreLoggedNotEchoed(t *testing.T) {
 	var logs bytes.Buffer
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
@@ -370,7 +375,8 @@ func TestUpstreamBodiesAreLoggedNotEchoed(t *testing.T) {
 	srv := server.New(server.Options{Server: cfg.Server, Pipelines: holder, Log: logging.New(logging.Warn, &logs)})
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"messages":[]}`)))
-	if rec.Code != 400 || strings.Contains(rec.Body.String(), "prompt too long") {
+	if rec.Code != 400 || !strings.Contains(rec.Body.String(), `"message":"prompt too long for model (request_id: `) ||
+		strings.Contains(rec.Body.String(), "sss") {
 		t.Fatalf("client got %d %s", rec.Code, rec.Body)
 	}
 	line := logs.String()

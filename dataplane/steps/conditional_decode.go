@@ -2,6 +2,7 @@ package steps
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
@@ -13,6 +14,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/retry"
 	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
@@ -27,13 +29,14 @@ func init() { registry.Register(registry.Type{Name: ConditionalDecodeStep, New: 
 type conditionalDecode struct {
 	gw      *gateway.Client
 	metrics *observe.Metrics
+	ans     answerer
 }
 
 func newConditionalDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, ConditionalDecodeStep)
 	// Accepted for compatibility with upstream configs; the leg always keeps the client's format.
 	p.Bool(paramUseOpenAIFormat, true)
-	return &conditionalDecode{gw: deps.Gateway, metrics: deps.Telemetry.Metrics}, nil
+	return &conditionalDecode{gw: deps.Gateway, metrics: deps.Telemetry.Metrics, ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics)}, nil
 }
 
 func (*conditionalDecode) Name() string { return ConditionalDecodeStep }
@@ -42,6 +45,7 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) er
 	leg := rc.Leg(gateway.ProfileDecode, rc.Path, s.body(rc))
 	leg.Prefer = gateway.PreferIfAvailable
 	leg.Phase = ConditionalDecodeStep
+	leg.Stream = rc.Stream
 	resp, err := s.gw.Do(ctx, leg) //nolint:bodyclose // upstream.Discard or respond closes it
 	if err != nil {
 		s.metrics.ConditionalDecode(observe.CondError)
@@ -58,12 +62,24 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) er
 		rc.Log.V(logging.Verbose).Info("conditional decode: decode cannot serve directly (412); running the full pipeline")
 		return nil
 	}
+	if _, unserved := retry.ClassifyStatus(resp.StatusCode, 0); unserved {
+		// The picker shed it or no decode pod answered: the full cascade may still serve it.
+		s.metrics.ConditionalDecode(observe.CondError)
+		rc.Log.V(logging.Warn).Info("conditional decode not served; running the full pipeline", "status", resp.StatusCode)
+		upstream.Discard(resp)
+		return nil
+	}
 	if resp.StatusCode < 400 {
 		s.metrics.ConditionalDecode(observe.CondServed)
 	} else {
 		s.metrics.ConditionalDecode(observe.CondError)
 	}
-	if err := respond(rc, resp, ConditionalDecodeStep); err != nil {
+	if err := s.ans.respond(ctx, rc, resp, ConditionalDecodeStep); err != nil {
+		if errors.Is(err, upstream.ErrNotStarted) {
+			// Nothing reached the client: the full cascade serves it.
+			rc.Log.V(logging.Warn).Info("conditional decode answer failed before its first byte; running the full pipeline", "err", err.Error())
+			return nil
+		}
 		return err
 	}
 	return pipeline.ErrDone

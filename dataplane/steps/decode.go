@@ -3,6 +3,7 @@ package steps
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/body"
@@ -12,6 +13,8 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/retry"
+	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
 // DecodeStep is the type name of the terminal decode step.
@@ -20,15 +23,18 @@ const DecodeStep = "decode"
 func init() { registry.Register(registry.Type{Name: DecodeStep, New: newDecode}) }
 
 // decode sends the final leg on the client's own path and format (EPP-Profile: decode) and
-// streams the worker's answer, whatever its status, back to the client byte for byte.
+// streams the worker's answer back to the client byte for byte (see answerer). A leg that fails
+// before the client got anything is retried (gateway.retry); a stream that breaks later is
+// resumed.
 type decode struct {
-	gw *gateway.Client
-	kv kv.Connector
+	gw  *gateway.Client
+	kv  kv.Connector
+	ans answerer
 }
 
 func newDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, DecodeStep)
-	return &decode{gw: deps.Gateway, kv: kvConnector(deps, p)}, nil
+	return &decode{gw: deps.Gateway, kv: kvConnector(deps, p), ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics)}, nil
 }
 
 var _ pipeline.Terminal = (*decode)(nil)
@@ -36,27 +42,66 @@ var _ pipeline.Terminal = (*decode)(nil)
 func (*decode) Name() string   { return DecodeStep }
 func (*decode) Terminal() bool { return true }
 
+// Execute sends the decode leg. A retry after a prefill goes without the prefill's
+// kv_transfer_params: the failed attempt's worker may have pulled (and freed) the KV blocks, so
+// the new pick prefills the prompt itself. After a prefill, a first decode answer of 4xx is
+// such a failed transfer and is retried so too.
 func (s *decode) Execute(ctx context.Context, rc *request.Context) error {
-	obj, err := s.body(rc)
+	obj, err := s.body(rc, true)
 	if err != nil {
 		return err
 	}
-	resp, err := s.gw.Do(ctx, rc.Leg(gateway.ProfileDecode, rc.Path, obj)) //nolint:bodyclose // respond closes it
-	if err != nil {
-		return &apierror.UpstreamError{Phase: DecodeStep, Err: err}
+	attempt := 0
+	var result error
+	rerr := s.gw.Retrier().Run(ctx, rc.Log, func() (string, retry.Failure, bool, error) {
+		attempt++
+		if attempt == 2 && rc.Prefilled {
+			if obj, err = s.body(rc, false); err != nil {
+				return "", retry.Failure{}, false, err
+			}
+		}
+		leg := rc.Leg(gateway.ProfileDecode, rc.Path, obj)
+		leg.Stream = rc.Stream
+		resp, err := s.gw.Do(ctx, leg) //nolint:bodyclose // ErrorOf or respond closes it
+		if err != nil {
+			result = &apierror.UpstreamError{Phase: DecodeStep, Err: err}
+			f, again := retry.ClassifyError(ctx, err)
+			return DecodeStep, f, again, nil
+		}
+		if f, again := retry.ClassifyStatus(resp.StatusCode, upstream.RetryAfter(resp.Header)); again {
+			result = upstream.ErrorOf(DecodeStep, resp)
+			return DecodeStep, f, again, nil
+		}
+		if attempt == 1 && rc.Prefilled && resp.StatusCode >= 400 && resp.StatusCode < 500 {
+			// The prefill accepted this very request, so a decode rejecting it is a KV transfer
+			// that failed (the prefill worker died, its blocks were freed): the retry goes
+			// without the transfer parameters and the decode worker prefills itself.
+			result = upstream.ErrorOf(DecodeStep, resp)
+			return DecodeStep, retry.Failure{Reason: retry.ReasonKVTransfer}, true, nil
+		}
+		result = s.ans.respond(ctx, rc, resp, DecodeStep)
+		if errors.Is(result, upstream.ErrNotStarted) {
+			result = &apierror.UpstreamError{Phase: DecodeStep, Status: resp.StatusCode, Err: result}
+			f, again := retry.ClassifyError(ctx, result)
+			return DecodeStep, f, again, nil
+		}
+		return DecodeStep, retry.Failure{}, false, nil
+	}, func() {})
+	if rerr != nil {
+		return rerr
 	}
-	return respond(rc, resp, DecodeStep)
+	return result
 }
 
 // body is the client body plus what earlier phases produced: the rendered tokens (chat:
 // tokens{token_ids, features}, with each media part's uuid; completions: prompt as token ids) and,
 // only after a prefill, the KV connector's kv_transfer_params derived from the prefill worker's
-// answer (generate: in sampling_params.extra_args). With neither
+// answer (generate: in sampling_params.extra_args) unless !withKV. With neither
 // render nor prefill it is the client body unchanged.
-func (s *decode) body(rc *request.Context) (*body.Object, error) {
+func (s *decode) body(rc *request.Context, withKV bool) (*body.Object, error) {
 	obj := rc.Body.Clone()
 	var kvRaw json.RawMessage
-	if rc.Prefilled {
+	if rc.Prefilled && withKV {
 		var err error
 		if kvRaw, err = s.kv.DecodeParams(rc.PrefillKV); err != nil {
 			return nil, &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Err: err}

@@ -222,8 +222,12 @@ func TestConditionalDecode(t *testing.T) {
 			wantDone: true, wantCode: 200, wantBody: `{"id":"hit"}`,
 		},
 		"worker error is the answer": {
-			answer:   func(w http.ResponseWriter, _ captured) { http.Error(w, "boom", http.StatusInternalServerError) },
-			wantDone: true, wantCode: 500, wantBody: "boom\n",
+			answer: func(w http.ResponseWriter, _ captured) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = io.WriteString(w, `{"error":{"message":"boom"}}`)
+			},
+			wantDone: true, wantCode: 500, wantBody: `{"error":{"message":"boom"}}`,
 		},
 		"rendered chat carries tokens": {
 			answer:   okJSON(`{}`),

@@ -38,11 +38,13 @@ type encode struct {
 	useOpenAI   bool
 	maxParallel int
 	metrics     *observe.Metrics
+	pool        poolPolicy
 }
 
 func newEncode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, EncodeStep)
-	s := &encode{gw: deps.Gateway, ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true), maxParallel: p.Int("max_parallel", 8, 1), metrics: deps.Telemetry.Metrics}
+	s := &encode{gw: deps.Gateway, ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true), maxParallel: p.Int("max_parallel", 8, 1), metrics: deps.Telemetry.Metrics,
+		pool: onPoolFailure(deps, p)}
 	return s, nil
 }
 
@@ -73,9 +75,10 @@ func (s *encode) Execute(ctx context.Context, rc *request.Context) error {
 			return err
 		}
 		phase := "encode[" + strconv.Itoa(i) + "]"
-		leg := rc.Leg(gateway.ProfileEncode, format.Path(), obj)
 		g.Go(func() error {
-			out, err := s.gw.Call(gctx, leg)
+			out, err := s.gw.Fetch(gctx, rc.Log, func() (gateway.Leg, error) {
+				return rc.Leg(gateway.ProfileEncode, format.Path(), obj), nil
+			})
 			if up := (*apierror.UpstreamError)(nil); errors.As(err, &up) {
 				up.Phase = phase // metrics and spans say encode; the error names the item
 			}
@@ -97,7 +100,7 @@ func (s *encode) Execute(ctx context.Context, rc *request.Context) error {
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return err
+		return s.pool.handle(ctx, rc, EncodeStep, err)
 	}
 	if rc.ECParams == nil {
 		rc.ECParams = map[string]any{}

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -37,6 +38,8 @@ type fakeGateway struct {
 	mu     sync.Mutex
 	reqs   []captured
 	answer func(w http.ResponseWriter, c captured)
+	// tune, when set, changes the gateway settings of the steps' client.
+	tune func(*config.Gateway)
 }
 
 func newFakeGateway(t *testing.T, answer func(w http.ResponseWriter, c captured)) *fakeGateway {
@@ -59,7 +62,13 @@ func newFakeGateway(t *testing.T, answer func(w http.ResponseWriter, c captured)
 }
 
 func (g *fakeGateway) client() *gateway.Client {
-	c, err := gateway.New(config.Gateway{Address: g.srv.URL, MaxIdleConnsPerHost: 4}, observe.Telemetry{})
+	cfg := config.Default().Gateway
+	cfg.Address, cfg.MaxIdleConnsPerHost = g.srv.URL, 4
+	cfg.Retry.InitialBackoff, cfg.Retry.MaxBackoff = config.Duration(time.Millisecond), config.Duration(2*time.Millisecond)
+	if g.tune != nil {
+		g.tune(&cfg)
+	}
+	c, err := gateway.New(cfg, observe.Telemetry{}, nil)
 	if err != nil {
 		g.t.Fatal(err)
 	}

@@ -4,20 +4,29 @@
 package steps
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/body"
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
+	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/retry"
 )
 
 // Param names shared by several steps: the pipeline-level settings each step inherits.
@@ -41,6 +50,48 @@ func kvConnector(deps registry.Deps, p *params.Params) kv.Connector {
 		p.Fail(paramKVConnector, "%v", err)
 	}
 	return c
+}
+
+// poolPolicy is pipeline.on_pool_failure as a step reads it (the on_pool_failure param).
+type poolPolicy struct {
+	aggregate bool
+	metrics   *observe.Metrics
+}
+
+func onPoolFailure(deps registry.Deps, p *params.Params) poolPolicy {
+	v := p.String(config.ParamOnPoolFailure, config.DefaultOnPoolFailure)
+	switch v {
+	case config.OnPoolFailureAggregate, config.OnPoolFailureFail:
+	default:
+		p.Fail(config.ParamOnPoolFailure, "must be %q or %q, got %q", config.OnPoolFailureAggregate, config.OnPoolFailureFail, v)
+	}
+	return poolPolicy{aggregate: v == config.OnPoolFailureAggregate, metrics: deps.Telemetry.Metrics}
+}
+
+// handle applies the policy to err, the final error of phase's legs. A failure that says the
+// pool could not serve (retry.Unserved) either degrades the request (nil: rc.Degraded is set
+// and decode serves it alone, prefilling and encoding itself) or is a 503 naming the pool;
+// anything else (a worker's rejection) is returned as is.
+func (pp poolPolicy) handle(ctx context.Context, rc *request.Context, phase string, err error) error {
+	if !retry.Unserved(ctx, err) {
+		return err
+	}
+	if pp.aggregate {
+		pp.metrics.Degraded(phase, observe.DegradedAggregated)
+		rc.Degraded = phase
+		rc.Log.V(logging.Warn).Info("the pool cannot serve the request; serving it on decode alone (pipeline.on_pool_failure: aggregate)",
+			"phase", phase, "err", err.Error())
+		trace.SpanFromContext(ctx).AddEvent("degraded", trace.WithAttributes(observe.AttrPhase.String(phase)))
+		return nil
+	}
+	pp.metrics.Degraded(phase, observe.DegradedFailed)
+	e := &apierror.Error{Status: http.StatusServiceUnavailable, Type: apierror.TypeUnavailable, Code: "pool_unavailable",
+		Message: fmt.Sprintf("the %s pool cannot serve the request now; try again later", phase), Cause: err, RetryAfter: time.Second}
+	var up *apierror.UpstreamError
+	if errors.As(err, &up) && up.RetryAfter > 0 {
+		e.RetryAfter = up.RetryAfter
+	}
+	return e
 }
 
 func ecConnector(p *params.Params) ec.Connector {

@@ -29,24 +29,34 @@ type prefill struct {
 	kv        kv.Connector
 	ec        ec.Connector
 	useOpenAI bool
+	pool      poolPolicy
 }
 
 func newPrefill(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, PrefillStep)
-	return &prefill{gw: deps.Gateway, kv: kvConnector(deps, p), ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true)}, nil
+	return &prefill{gw: deps.Gateway, kv: kvConnector(deps, p), ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true),
+		pool: onPoolFailure(deps, p)}, nil
 }
 
 func (*prefill) Name() string { return PrefillStep }
 
+// Execute sends the prefill leg, retried with a fresh body per attempt (a kv-sglang bootstrap
+// room is new each time); a pool that cannot serve it is handled by pipeline.on_pool_failure.
+// After a degraded encode it does nothing: decode serves the request alone.
 func (s *prefill) Execute(ctx context.Context, rc *request.Context) error {
-	format := rc.API.Format(s.useOpenAI)
-	obj, err := s.body(rc, format)
-	if err != nil {
-		return err
+	if rc.Degraded != "" {
+		return nil
 	}
-	out, err := s.gw.Call(ctx, rc.Leg(gateway.ProfilePrefill, format.Path(), obj))
+	format := rc.API.Format(s.useOpenAI)
+	out, err := s.gw.Fetch(ctx, rc.Log, func() (gateway.Leg, error) {
+		obj, err := s.body(rc, format)
+		if err != nil {
+			return gateway.Leg{}, err
+		}
+		return rc.Leg(gateway.ProfilePrefill, format.Path(), obj), nil
+	})
 	if err != nil {
-		return err
+		return s.pool.handle(ctx, rc, PrefillStep, err)
 	}
 	var answer struct {
 		KV json.RawMessage `json:"kv_transfer_params"`

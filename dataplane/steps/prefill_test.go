@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
 func rendered(rc *request.Context) {
@@ -127,10 +132,10 @@ func TestPrefillAnswer(t *testing.T) {
 			},
 			status: 422,
 		},
-		"5xx": {
+		"500": {
 			kv:     "kv-nixl",
-			answer: func(w http.ResponseWriter, _ captured) { http.Error(w, "oops", http.StatusServiceUnavailable) },
-			status: 503,
+			answer: func(w http.ResponseWriter, _ captured) { http.Error(w, "oops", http.StatusInternalServerError) },
+			status: 500,
 		},
 		"200 with invalid JSON": {
 			kv: "kv-nixl", answer: okJSON(`not json`), status: 200,
@@ -172,13 +177,76 @@ func TestPrefillAnswer(t *testing.T) {
 	}
 }
 
-func TestPrefillTransportError(t *testing.T) {
-	gw := newFakeGateway(t, okJSON(`{}`))
+// A prefill pool that cannot serve (unreachable, 503, 429 after the retries) is handled by
+// on_pool_failure: aggregate lets decode serve the request alone, fail answers 503.
+func TestPrefillPoolFailure(t *testing.T) {
+	unavailable := func(w http.ResponseWriter, _ captured) {
+		w.Header().Set("Retry-After", "3")
+		http.Error(w, "no healthy upstream", http.StatusServiceUnavailable)
+	}
+	tests := map[string]struct {
+		answer     func(http.ResponseWriter, captured)
+		closed     bool
+		policy     string
+		retryAfter string
+	}{
+		"unreachable, aggregate": {closed: true, policy: "aggregate"},
+		"unreachable, fail":      {closed: true, policy: "fail", retryAfter: "1"},
+		"503, aggregate":         {answer: unavailable, policy: "aggregate"},
+		"503, fail":              {answer: unavailable, policy: "fail", retryAfter: "3"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			gw := newFakeGateway(t, tc.answer)
+			s := newStep(t, PrefillStep, gw, map[string]any{"on_pool_failure": tc.policy})
+			if tc.closed {
+				gw.srv.Close()
+			}
+			rc, _ := newRC(t, "/v1/chat/completions", `{"messages":[]}`, nil)
+			err := s.Execute(context.Background(), rc)
+			if tc.policy == "aggregate" {
+				if err != nil || rc.Degraded != PrefillStep || rc.Prefilled {
+					t.Fatalf("err = %v, degraded %q, prefilled %v; want decode to serve it alone", err, rc.Degraded, rc.Prefilled)
+				}
+				return
+			}
+			e := apierror.From(err)
+			if e.Status != 503 || e.Code != "pool_unavailable" || rc.Degraded != "" {
+				t.Fatalf("err = %v (%d %s), want a 503 naming the pool", err, e.Status, e.Code)
+			}
+			rec := httptest.NewRecorder()
+			apierror.Write(rec, e, "rid")
+			if rec.Header().Get("Retry-After") != tc.retryAfter {
+				t.Fatalf("Retry-After %q, want %q", rec.Header().Get("Retry-After"), tc.retryAfter)
+			}
+		})
+	}
+}
+
+// A prefill answer larger than gateway.max_response_size is refused as it is read (a 300 MiB
+// answer once took the process to 815 MB): at most the limit is held, and the request is a 502.
+func TestPrefillAnswerTooLarge(t *testing.T) {
+	var written atomic.Int64
+	gw := newFakeGateway(t, func(w http.ResponseWriter, _ captured) {
+		w.Header().Set("Content-Type", "application/json")
+		chunk := []byte(strings.Repeat(" ", 64<<10))
+		_, _ = w.Write([]byte(`{"kv_transfer_params":{"pad":"`))
+		for range (300 << 20) / len(chunk) {
+			n, err := w.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	})
+	gw.tune = func(g *config.Gateway) { g.MaxResponseSize = 1 }
 	s := newStep(t, PrefillStep, gw, nil)
-	gw.srv.Close()
 	rc, _ := newRC(t, "/v1/chat/completions", `{"messages":[]}`, nil)
-	var up *apierror.UpstreamError
-	if err := s.Execute(context.Background(), rc); !errors.As(err, &up) || up.Status != 0 || apierror.From(err).Status != 502 {
-		t.Fatalf("err = %v", err)
+	err := s.Execute(context.Background(), rc)
+	if !errors.Is(err, upstream.ErrResponseTooLarge) || apierror.From(err).Status != http.StatusBadGateway || rc.Prefilled || rc.Degraded != "" {
+		t.Fatalf("err = %v, want a 502 for an answer over the limit", err)
+	}
+	if w := written.Load(); w >= 300<<20 {
+		t.Fatalf("the worker wrote all %d bytes: the answer was read to its end", w)
 	}
 }

@@ -10,15 +10,21 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/retry"
 	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
 // RenderStep is the type name of the tokenize-once step.
 const RenderStep = "render"
+
+// defaultRenderMaxResponseMiB bounds a render answer: it carries each item's preprocessed
+// inputs (kwargs_data), larger than the media themselves.
+const defaultRenderMaxResponseMiB = 128
 
 // Render service paths (vLLM render endpoints).
 const (
@@ -36,6 +42,8 @@ func init() {
 // instead of sent.
 type render struct {
 	client          *upstream.Client
+	retrier         retry.Retrier
+	maxResponse     int64
 	maxTokens       int
 	maxPlaceholders int
 }
@@ -45,7 +53,12 @@ func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	timeout := p.Duration("timeout", 30*time.Second)
 	idle := p.Int("max_idle_conns_per_host", 100, 0)
 	idleTimeout := p.Duration("idle_conn_timeout", 90*time.Second)
-	s := &render{maxTokens: p.Int("max_total_tokens", 0, 0), maxPlaceholders: p.Int("max_total_placeholder_tokens", 0, 0)}
+	s := &render{maxTokens: p.Int("max_total_tokens", 0, 0), maxPlaceholders: p.Int("max_total_placeholder_tokens", 0, 0),
+		maxResponse: int64(p.Int("max_response_size", defaultRenderMaxResponseMiB, 1)) * config.MiB,
+		retrier:     retry.Retrier{Policy: retry.Policy{MaxAttempts: 1}}}
+	if deps.Gateway != nil {
+		s.retrier = deps.Gateway.Retrier() // gateway.retry applies to render calls too
+	}
 	if addr == "" {
 		p.Fail("address", "is required: the base URL of the render service, e.g. http://render:8000")
 		return s, nil
@@ -157,7 +170,7 @@ func (s *render) completions(ctx context.Context, rc *request.Context) error {
 	raw, _ := rc.Body.Get("prompt")
 	switch body.KindOf(raw) {
 	case body.KindString:
-		out, err := s.client.Call(ctx, renderLeg(rc, renderCompletionsPath))
+		out, err := s.call(ctx, rc, renderCompletionsPath)
 		if err != nil {
 			return err
 		}
@@ -205,7 +218,7 @@ func (s *render) chat(ctx context.Context, rc *request.Context) error {
 		}
 		rc.Media, rc.MediaScanned = media, true
 	}
-	out, err := s.client.Call(ctx, renderLeg(rc, renderChatPath))
+	out, err := s.call(ctx, rc, renderChatPath)
 	if err != nil {
 		return err
 	}
@@ -350,7 +363,19 @@ func parseTokenIDs(raw json.RawMessage) ([]int, error) {
 	return ids, nil
 }
 
-// renderLeg is a render-service call: forwarded headers and the request id, no EPP profile.
-func renderLeg(rc *request.Context, path string) upstream.Request {
-	return rc.Outbound(RenderStep, path, rc.Body)
+// call sends the request to the render service under gateway.retry and returns the answer.
+func (s *render) call(ctx context.Context, rc *request.Context, path string) ([]byte, error) {
+	var out []byte
+	var err error
+	rerr := s.retrier.Run(ctx, rc.Log, func() (string, retry.Failure, bool, error) {
+		r := rc.Outbound(RenderStep, path, rc.Body)
+		r.MaxResponse = s.maxResponse
+		out, err = s.client.Call(ctx, r)
+		f, again := retry.ClassifyCall(ctx, err)
+		return RenderStep, f, again, nil
+	}, func() {})
+	if rerr != nil {
+		return nil, rerr
+	}
+	return out, err
 }

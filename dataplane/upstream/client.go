@@ -1,11 +1,16 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -57,7 +62,25 @@ type Request struct {
 	// GetBody, when set, returns a fresh copy of Body, so the transport may replay the call where
 	// net/http allows it (e.g. an HTTP/2 peer answering GOAWAY or REFUSED_STREAM).
 	GetBody func() (io.ReadCloser, error)
+	// IdleTimeout, when positive, bounds the silence between two reads of the answer's body
+	// (time blocked in Read, not time the caller spends elsewhere): past it the call is
+	// cancelled and the read fails with ErrIdle.
+	IdleTimeout time.Duration
+	// Timeout, when positive, bounds the whole call, to the end of the answer's body: past it
+	// the call is cancelled and fails with ErrDeadline.
+	Timeout time.Duration
+	// MaxResponse, when positive, bounds the body Call reads (ErrResponseTooLarge past it).
+	MaxResponse int64
 }
+
+// ErrIdle fails a call whose worker sent nothing for longer than Request.IdleTimeout.
+var ErrIdle = errors.New("the worker sent nothing for longer than the idle timeout")
+
+// ErrDeadline fails a call that ran past Request.Timeout.
+var ErrDeadline = errors.New("the call ran past its timeout")
+
+// ErrResponseTooLarge fails a call whose answer is larger than Request.MaxResponse.
+var ErrResponseTooLarge = errors.New("the answer is larger than the limit")
 
 // Field is a header a caller sets on one call on top of Request.Header.
 type Field struct{ Name, Value string }
@@ -73,11 +96,25 @@ func (c *Client) Do(ctx context.Context, r Request, set ...Field) (*http.Respons
 	}
 	ctx, span := c.tel.Start(ctx, "upstream "+r.Phase, trace.SpanKindClient,
 		observe.AttrPhase.String(r.Phase), observe.AttrRequestID.String(r.RequestID))
+	// One allocation holds the call's state to the end of its body: cancellation with a cause,
+	// the timers, and what is reported when it ends.
+	call := &observedBody{c: c, phase: r.Phase, span: span, idle: r.IdleTimeout}
+	ctx, call.cancel = context.WithCancelCause(ctx)
+	call.ctx = ctx
+	if r.Timeout > 0 {
+		call.deadline = time.Now().Add(r.Timeout)
+	}
+	if first := firstCheck(r.Timeout, r.IdleTimeout); first > 0 {
+		t := time.AfterFunc(math.MaxInt64, call.fire) // armed once fire can find it
+		call.timer.Store(t)
+		t.Reset(first)
+	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+r.Path, r.Body)
 	if err != nil {
 		if rc, ok := r.Body.(io.Closer); ok {
 			rc.Close() // as the transport would have
 		}
+		call.stop()
 		observe.End(span, 0, err)
 		return nil, err
 	}
@@ -107,19 +144,27 @@ func (c *Client) Do(ctx context.Context, r Request, set ...Field) (*http.Respons
 	}
 	observe.Inject(ctx, h)
 	req.Header = h
-	start := time.Now()
+	call.start = time.Now()
 	resp, err := c.http.Do(req)
 	if err != nil {
-		c.tel.Metrics.Upstream(r.Phase, 0, time.Since(start))
+		err = causeOf(ctx, err)
+		call.stop()
+		c.tel.Metrics.Upstream(r.Phase, 0, time.Since(call.start))
 		observe.End(span, 0, err)
 		return nil, err
 	}
-	status := resp.StatusCode
-	resp.Body = &observedBody{ReadCloser: resp.Body, finish: func(err error) {
-		c.tel.Metrics.Upstream(r.Phase, status, time.Since(start))
-		observe.End(span, status, err)
-	}}
+	call.status, call.ReadCloser = resp.StatusCode, resp.Body
+	resp.Body = call
 	return resp, nil
+}
+
+// causeOf is err, or the reason the call's context was cancelled (ErrIdle, ErrDeadline) when
+// that is what failed it.
+func causeOf(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && (errors.Is(cause, ErrIdle) || errors.Is(cause, ErrDeadline)) {
+		return fmt.Errorf("%w (%w)", cause, err)
+	}
+	return err
 }
 
 // Call sends the request and returns the whole body of a 200 answer. A failed call or any other
@@ -130,35 +175,168 @@ func (c *Client) Call(ctx context.Context, r Request, set ...Field) ([]byte, err
 	if err != nil {
 		return nil, &apierror.UpstreamError{Phase: r.Phase, Err: err}
 	}
-	return ReadOK(r.Phase, resp)
+	return ReadOK(r.Phase, resp, r.MaxResponse)
 }
 
-// ReadOK reads a response that must be 200 and closes it (see Call).
-func ReadOK(phase string, resp *http.Response) ([]byte, error) {
+// ReadOK reads a response that must be 200, at most limit bytes of it when limit is positive,
+// and closes it (see Call). Any other status is an *apierror.UpstreamError carrying the start of
+// the body (for logs and the worker's own message) and the answer's Retry-After.
+func ReadOK(phase string, resp *http.Response, limit int64) ([]byte, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-		return nil, &apierror.UpstreamError{Phase: phase, Status: resp.StatusCode, Body: b}
+		return nil, ErrorOf(phase, resp)
 	}
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
+	if limit > 0 && resp.ContentLength > limit {
+		return nil, &apierror.UpstreamError{Phase: phase, Status: resp.StatusCode,
+			Err: fmt.Errorf("%w: Content-Length %d, the limit is %d bytes", ErrResponseTooLarge, resp.ContentLength, limit)}
+	}
+	var src io.Reader = resp.Body
+	if limit > 0 {
+		src = io.LimitReader(resp.Body, limit+1)
+	}
+	var buf bytes.Buffer
+	if n := resp.ContentLength; n > 0 {
+		buf.Grow(int(n) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(src); err != nil {
 		return nil, &apierror.UpstreamError{Phase: phase, Status: resp.StatusCode, Err: fmt.Errorf("reading body: %w", err)}
 	}
-	return b, nil
+	if limit > 0 && int64(buf.Len()) > limit {
+		return nil, &apierror.UpstreamError{Phase: phase, Status: resp.StatusCode,
+			Err: fmt.Errorf("%w: over %d bytes", ErrResponseTooLarge, limit)}
+	}
+	return buf.Bytes(), nil
 }
 
-// observedBody reports the end of a response body (EOF, error or Close) exactly once.
+// ErrorOf reads the start of a failed answer (for logs and the worker's own message), closes
+// it, and returns it as an *apierror.UpstreamError with its status, content type and
+// Retry-After.
+func ErrorOf(phase string, resp *http.Response) *apierror.UpstreamError {
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	return &apierror.UpstreamError{Phase: phase, Status: resp.StatusCode, Body: b,
+		ContentType: resp.Header.Get("Content-Type"), RetryAfter: RetryAfter(resp.Header)}
+}
+
+// retryAfterCap bounds a parsed Retry-After (a day), whatever a peer sends.
+const retryAfterCap = 24 * time.Hour
+
+// RetryAfter parses a Retry-After header in whole seconds or as an HTTP date, at most a day; 0
+// when absent or invalid.
+func RetryAfter(h http.Header) time.Duration {
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseUint(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		if s >= uint64(retryAfterCap/time.Second) { // also what overflows
+			return retryAfterCap
+		}
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return min(max(time.Until(t), 0), retryAfterCap)
+	}
+	return 0
+}
+
+// observedBody is a call's response body: it reports the end of the body (EOF, error or Close)
+// exactly once, and enforces the call's bounds: the idle timer runs only while a Read waits for
+// the worker, the deadline from the request on.
 type observedBody struct {
 	io.ReadCloser
-	finish func(error)
+	c      *Client
+	phase  string
+	span   trace.Span
+	start  time.Time
+	status int
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 	done   bool
+
+	// One timer serves both bounds. A Read only stores when it started waiting (no timer call
+	// per read, which a stream makes per event): the timer, armed for the deadline or an idle
+	// period, checks on firing and re-arms for what is left.
+	idle     time.Duration
+	deadline time.Time                  // zero: none
+	waiting  atomic.Int64               // UnixNano when the running Read started waiting, 0 between reads
+	timer    atomic.Pointer[time.Timer] // written by Do, read by fire on the timer's goroutine
+	stopped  atomic.Bool
+}
+
+// firstCheck is when a call's timer first fires: at its timeout or an idle period, the nearer
+// (0: no timer).
+func firstCheck(timeout, idle time.Duration) time.Duration {
+	switch {
+	case timeout > 0 && idle > 0:
+		return min(timeout, idle)
+	case timeout > 0:
+		return timeout
+	}
+	return max(idle, 0)
+}
+
+// fire cancels the call when it crossed a bound and re-arms the timer otherwise (the timer's
+// callback).
+func (b *observedBody) fire() {
+	if b.stopped.Load() {
+		return
+	}
+	now := time.Now()
+	if !b.deadline.IsZero() && !now.Before(b.deadline) {
+		b.cancel(ErrDeadline)
+		return
+	}
+	next := time.Duration(math.MaxInt64)
+	if b.idle > 0 {
+		next = b.idle
+		if since := b.waiting.Load(); since != 0 {
+			waited := now.Sub(time.Unix(0, since))
+			if waited >= b.idle {
+				b.cancel(ErrIdle)
+				return
+			}
+			next = b.idle - waited
+		}
+	}
+	if !b.deadline.IsZero() {
+		next = min(next, b.deadline.Sub(now))
+	}
+	if t := b.timer.Load(); t != nil {
+		t.Reset(next)
+	}
+}
+
+// stop releases the call's timer and context.
+func (b *observedBody) stop() {
+	b.stopped.Store(true)
+	if t := b.timer.Load(); t != nil {
+		t.Stop()
+	}
+	b.cancel(context.Canceled)
+}
+
+// finish reports the end of the body.
+func (b *observedBody) finish(err error) {
+	b.stop()
+	b.c.tel.Metrics.Upstream(b.phase, b.status, time.Since(b.start))
+	observe.End(b.span, b.status, err)
 }
 
 func (b *observedBody) Read(p []byte) (int, error) {
+	if b.idle > 0 {
+		b.waiting.Store(time.Now().UnixNano())
+	}
 	n, err := b.ReadCloser.Read(p)
+	if b.idle > 0 {
+		b.waiting.Store(0)
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = causeOf(b.ctx, err)
+	}
 	if err != nil && !b.done {
 		b.done = true
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			b.finish(nil)
 		} else {
 			b.finish(err)

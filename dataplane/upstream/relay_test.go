@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -42,6 +43,20 @@ type failWriter struct{ *httptest.ResponseRecorder }
 
 func (failWriter) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
 
+// A body that fails before its first byte writes nothing: the leg may be tried again.
+func TestRelayNotStarted(t *testing.T) {
+	rec := &flushRecorder{ResponseRecorder: httptest.NewRecorder()}
+	resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/event-stream"}},
+		Body: &chunks{parts: []string{""}, err: io.ErrUnexpectedEOF}}
+	err := Relay(rec, resp, "rid", true)
+	if !errors.Is(err, ErrNotStarted) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("err = %v, want ErrNotStarted with the cause", err)
+	}
+	if rec.Body.Len() != 0 || len(rec.flushes) != 0 || len(rec.Header()) != 0 {
+		t.Fatalf("wrote %q, flushes %v, header %v", rec.Body.String(), rec.flushes, rec.Header())
+	}
+}
+
 func TestRelay(t *testing.T) {
 	sse := http.Header{"Content-Type": {"text/event-stream; charset=utf-8"}}
 	plain := http.Header{"Content-Type": {"application/json"}}
@@ -53,20 +68,23 @@ func TestRelay(t *testing.T) {
 		flushes []int
 		err     error
 	}{
-		"event stream flushed at open and after every read": {
+		"event stream flushed after every read": {
 			header: sse, parts: []string{"data: a\n\n", "data: b\n\n"}, end: io.EOF,
-			flushes: []int{0, 9, 18},
+			flushes: []int{9, 18},
 		},
 		"stream requested flushes whatever the type": {
 			header: plain, stream: true, parts: []string{"{", "}"}, end: io.EOF,
-			flushes: []int{0, 1, 2},
+			flushes: []int{1, 2},
+		},
+		"empty stream flushed once": {
+			header: sse, end: io.EOF, flushes: []int{0},
 		},
 		"plain answer not flushed": {
 			header: plain, parts: []string{`{"a":`, `1}`}, end: io.EOF,
 		},
 		"broken upstream body is a truncation": {
 			header: sse, parts: []string{"data: a\n\n"}, end: io.ErrUnexpectedEOF,
-			flushes: []int{0, 9}, err: ErrResponseTruncated,
+			flushes: []int{9}, err: ErrResponseTruncated,
 		},
 	}
 	for name, tc := range tests {
@@ -112,3 +130,60 @@ func TestIsEventStream(t *testing.T) {
 		}
 	}
 }
+
+func TestRelayWhole(t *testing.T) {
+	big := strings.Repeat("x", 100<<10)
+	tests := map[string]struct {
+		parts   []string
+		end     error
+		limit   int64
+		err     error
+		written string
+	}{
+		"whole answer":                     {parts: []string{`{"a":`, `1}`}, end: io.EOF, limit: 1 << 20, written: `{"a":1}`},
+		"larger than the pool buffer":      {parts: []string{big[:40<<10], big[40<<10:]}, end: io.EOF, limit: 1 << 20, written: big},
+		"broken mid-body: nothing written": {parts: []string{`{"a":`}, end: io.ErrUnexpectedEOF, limit: 1 << 20, err: ErrNotStarted},
+		"over the limit streams":           {parts: []string{big[:40<<10], big[40<<10:]}, end: io.EOF, limit: 32 << 10, written: big},
+		"over the limit, then broken":      {parts: []string{big[:40<<10]}, end: io.ErrUnexpectedEOF, limit: 32 << 10, err: ErrResponseTruncated, written: big[:40<<10]},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			var rs []io.Reader
+			for _, p := range tc.parts {
+				rs = append(rs, strings.NewReader(p))
+			}
+			resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: &endReader{r: io.MultiReader(rs...), end: tc.end}}
+			err := RelayWhole(rec, resp, "rid", tc.limit)
+			if tc.err == nil && err != nil || tc.err != nil && !errors.Is(err, tc.err) {
+				t.Fatalf("err = %v, want %v", err, tc.err)
+			}
+			if rec.Body.String() != tc.written {
+				t.Fatalf("wrote %d bytes, want %d", rec.Body.Len(), len(tc.written))
+			}
+			if tc.err == nil && tc.limit > int64(len(tc.written)) && rec.Header().Get("Content-Length") != strconv.Itoa(len(tc.written)) {
+				t.Fatalf("Content-Length %q", rec.Header().Get("Content-Length"))
+			}
+			if errors.Is(tc.err, ErrNotStarted) && len(rec.Header()) != 0 {
+				t.Fatalf("headers written: %v", rec.Header())
+			}
+		})
+	}
+}
+
+// endReader reads r (partial reads honoured), then fails with end.
+type endReader struct {
+	r   io.Reader
+	end error
+}
+
+func (e *endReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		err = e.end
+	}
+	return n, err
+}
+
+func (*endReader) Close() error { return nil }

@@ -6,21 +6,79 @@
 // that pool round-robin and reverse-proxies the request unchanged (method,
 // path, query, headers, body), streaming responses through unbuffered so
 // that server-sent events arrive as they are produced. Every leg is recorded.
+//
+// # Failures
+//
+// The gateway fails the way Envoy in front of an EPP does, so that a client's
+// fault handling can be tested against several workers per role:
+//
+//   - Outlier detection. A backend whose connection fails (dial refused,
+//     reset or EOF before the response headers), whose connection breaks
+//     after the headers (Envoy counts a reset mid-response as a failure
+//     too), or that misses the route timeout is ejected for Config.EjectFor
+//     (default 30s, Envoy's base_ejection_time) once it has failed
+//     Config.EjectAfter times in a row (default 1, so that one failure
+//     shows; Envoy's consecutive_5xx, which counts such local-origin
+//     failures, defaults to 5). Any response with headers
+//     resets the count: answers with a status, even 5xx, are not failures
+//     here. Picks skip ejected backends; an ejected backend comes back when
+//     its time is up or on ClearEjections. At most Config.MaxEjectionPercent
+//     of a pool's backends are ejected at once, and at least one (Envoy's
+//     max_ejection_percent, default 10): a pool of two keeps one in rotation
+//     whatever it does. Unlike Envoy, there is no panic threshold: when every
+//     backend of a pool is ejected (a pool of one) the gateway answers 503
+//     text/plain "no healthy upstream".
+//   - A failed connection is answered 503 text/plain "upstream connect error
+//     or disconnect/reset before headers. reset reason: connection failure"
+//     (dial refused) or "... reset reason: connection termination" (reset or
+//     EOF after connecting). A connection that breaks after the headers cuts
+//     the client's response off (its connection is closed mid-body).
+//   - Config.RouteTimeout bounds the wait for a backend's response headers:
+//     past it the upstream request is cancelled and the client gets 504
+//     text/plain "upstream request timeout" (Envoy's route timeout also
+//     covers the body; here streams may run on).
+//   - Config.MaxInFlight sheds load per pool as the EPP does when saturated:
+//     429 with Retry-After (Config.RetryAfter, whole seconds, default 1) and
+//     a JSON error of type InferencePoolResourceExhausted carrying the EPP's
+//     message (the EPP itself sends that message as a plain body, without
+//     Retry-After).
+//   - Config.MaxRequestBodyBytes refuses larger bodies with 413 text/plain
+//     "Payload Too Large" (Envoy's buffer limit) without proxying them.
+//   - A profile without a pool gets 503 with a JSON error.
+//
+// # Conditional decode in the picker
+//
+// With Config.EPPConditionalDecode the picker, not the worker, decides a
+// decode-profile request with Prefer: if-available: it keeps, per decode
+// backend, the prompt keys (simworker.RequestPromptKey) of the requests that
+// backend answered 2xx, routes the request to a live backend holding its key
+// (round-robin among them) with the Prefer header removed, so that the
+// worker serves it, and answers 412 with a JSON error itself, contacting no
+// worker, when none does. Keys are kept per pool (SetPool starts afresh), at
+// most 65536 per backend, oldest forgotten first; an ejected backend's keys
+// are forgotten (a worker that drops connections has usually restarted and
+// lost its cache).
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"log"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/epd-dev/coordinator/test/internal/loopback"
+	"github.com/epd-dev/coordinator/test/simworker"
 )
 
 // Request headers that select the pool, in order of precedence.
@@ -33,6 +91,34 @@ const (
 // host:port, as the EPP does with x-gateway-destination-endpoint.
 const DestinationHeader = "X-Gateway-Destination-Endpoint"
 
+// DecodeProfile is the profile whose requests Config.EPPConditionalDecode
+// routes by prompt key.
+const DecodeProfile = "decode"
+
+// Defaults applied for zero Config fields.
+const (
+	DefaultEjectFor   = 30 * time.Second
+	DefaultEjectAfter = 1
+	// DefaultMaxEjectionPercent is Envoy's default max_ejection_percent.
+	DefaultMaxEjectionPercent = 10
+	DefaultRetryAfter         = time.Second
+)
+
+// The plain-text bodies of the answers the gateway makes itself, as Envoy words them.
+const (
+	BodyNoHealthyUpstream  = "no healthy upstream"
+	BodyConnectFailure     = "upstream connect error or disconnect/reset before headers. reset reason: connection failure"
+	BodyConnectTermination = "upstream connect error or disconnect/reset before headers. reset reason: connection termination"
+	BodyRouteTimeout       = "upstream request timeout"
+	BodyPayloadTooLarge    = "Payload Too Large"
+)
+
+// ShedMessage is the message of a 429 shedding answer (the EPP's error text).
+const ShedMessage = "inference gateway: InferencePoolResourceExhausted - dropping request due to limited backend resources"
+
+// maxKeysPerBackend bounds the prompt keys kept per decode backend.
+const maxKeysPerBackend = 1 << 16
+
 // Config configures a Gateway.
 type Config struct {
 	// Pools maps a profile name (matched case-insensitively) to the base URLs
@@ -40,13 +126,80 @@ type Config struct {
 	Pools map[string][]string
 	// Addr is the listen address used by Start. Default: "127.0.0.1:0".
 	Addr string
+	// EjectFor is how long a failing backend is skipped (outlier detection).
+	// Default: 30s; negative disables ejection.
+	EjectFor time.Duration
+	// MaxEjectionPercent caps the share of a pool's backends ejected at once; at least one may
+	// be, whatever the pool's size (Envoy's max_ejection_percent). Default: 10.
+	MaxEjectionPercent int
+	// EjectAfter is the number of consecutive failures that eject a backend.
+	// Default: 1.
+	EjectAfter int
+	// MaxInFlight bounds the requests in flight per pool; more are shed with
+	// 429. Default: 0, unlimited.
+	MaxInFlight int
+	// RetryAfter is the Retry-After of a shedding answer, sent in whole
+	// seconds (at least 1). Default: 1s.
+	RetryAfter time.Duration
+	// RouteTimeout bounds the wait for a backend's response headers (504
+	// past it). Default: 0, no bound.
+	RouteTimeout time.Duration
+	// MaxRequestBodyBytes refuses larger request bodies with 413. Default: 0,
+	// no bound.
+	MaxRequestBodyBytes int64
+	// EPPConditionalDecode makes the picker decide decode requests with
+	// Prefer: if-available (see the package documentation).
+	EPPConditionalDecode bool
 }
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	if c.EjectFor == 0 {
+		c.EjectFor = DefaultEjectFor
+	}
+	if c.MaxEjectionPercent <= 0 {
+		c.MaxEjectionPercent = DefaultMaxEjectionPercent
+	}
+	if c.EjectAfter <= 0 {
+		c.EjectAfter = DefaultEjectAfter
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	return c
+}
+
+// Failure names why the gateway answered a leg itself or cut it off.
+type Failure string
+
+// The failures a Leg records.
+const (
+	// FailureNone: the backend's answer was relayed whole (or the client left).
+	FailureNone Failure = ""
+	// FailureConnect: the backend could not be dialed (503).
+	FailureConnect Failure = "connection failure"
+	// FailureTermination: the backend's connection broke before the headers
+	// (503) or after them (the response was cut off).
+	FailureTermination Failure = "connection termination"
+	// FailureTimeout: the headers missed the route timeout (504).
+	FailureTimeout Failure = "upstream request timeout"
+	// FailureNoHealthy: every backend of the pool is ejected (503).
+	FailureNoHealthy Failure = "no healthy upstream"
+	// FailureNoPool: no pool serves the profile (503).
+	FailureNoPool Failure = "no pool"
+	// FailureShed: the pool was at Config.MaxInFlight (429).
+	FailureShed Failure = "shed"
+	// FailureTooLarge: the body exceeded Config.MaxRequestBodyBytes (413).
+	FailureTooLarge Failure = "payload too large"
+	// FailureNotHeld: no live decode backend holds the prompt (412, Config.EPPConditionalDecode).
+	FailureNotHeld Failure = "prompt not held"
+)
 
 // Leg is one request the gateway routed (or refused).
 type Leg struct {
 	// Profile is the requested profile, lower-cased ("" when absent).
 	Profile string
-	// Backend is the chosen backend base URL ("" when none was available).
+	// Backend is the chosen backend base URL ("" when none was picked).
 	Backend string
 	Method  string
 	Path    string
@@ -59,46 +212,94 @@ type Leg struct {
 	Duration time.Duration
 	// Aborted is true when the response was cut off because the client went away.
 	Aborted bool
+	// Failure is why the gateway answered itself or cut the response off.
+	Failure Failure
+	// Ejected is true when this leg's failure ejected its backend.
+	Ejected bool
 }
 
-// pool is the backends of one profile.
+// backend is one endpoint of a pool and what the gateway knows of it.
+type backend struct {
+	url      *url.URL
+	failures int       // consecutive
+	until    time.Time // ejected until
+	keys     map[string]struct{}
+	order    []string // keys, oldest first
+}
+
+// ejected reports whether b is ejected at now.
+func (b *backend) ejected(now time.Time) bool { return now.Before(b.until) }
+
+// addKey records a prompt key b has served.
+func (b *backend) addKey(key string) {
+	if _, ok := b.keys[key]; ok {
+		return
+	}
+	if len(b.order) == maxKeysPerBackend {
+		delete(b.keys, b.order[0])
+		b.order = b.order[1:]
+	}
+	b.keys[key] = struct{}{}
+	b.order = append(b.order, key)
+}
+
+// pool is the backends of one profile; its mutable state is guarded by Gateway.mu.
 type pool struct {
-	backends []*url.URL
-	next     atomic.Uint64
+	backends []*backend
+	next     uint64
+	inflight int
 }
 
 // Gateway is the loopback inference gateway. It is an http.Handler; Start
 // also runs it on its own listener. All methods are safe for concurrent use.
 type Gateway struct {
+	cfg       Config
 	transport *http.Transport
 	proxy     *httputil.ReverseProxy
+	now       func() time.Time
 
-	mu    sync.Mutex
-	pools map[string]*pool
-	legs  []*Leg
+	mu      sync.Mutex
+	pools   map[string]*pool
+	legs    []*Leg
+	changed chan struct{} // closed and replaced whenever a leg changes
 
 	srv       *loopback.Server
 	closeOnce sync.Once
 }
 
-// backendKey carries the chosen backend through the request context.
-type backendKey struct{}
+// attempt is one leg on its way to a backend, carried through the request context.
+type attempt struct {
+	g       *Gateway
+	pool    *pool
+	backend *backend
+	leg     *Leg
+	client  context.Context // the incoming request's
+	key     string          // prompt key, recorded on the backend after a 2xx (EPPConditionalDecode)
+	strip   bool            // a conditional decode the picker decides: Prefer is removed upstream
+}
+
+// attemptKey carries the attempt through the request context.
+type attemptKey struct{}
 
 // New returns a Gateway routing to cfg.Pools. It fails on an invalid URL.
 func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{
+		cfg: cfg.withDefaults(),
 		transport: &http.Transport{
 			Proxy:               nil,
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     30 * time.Second,
 		},
-		pools: map[string]*pool{},
+		now:     time.Now,
+		pools:   map[string]*pool{},
+		changed: make(chan struct{}),
 	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:       g.rewrite,
-		Transport:     g.transport,
+		Transport:     &upstream{base: g.transport},
 		FlushInterval: -1,
 		ErrorHandler:  proxyError,
+		ErrorLog:      log.New(io.Discard, "", 0), // failures are recorded on the legs
 	}
 	for profile, backends := range cfg.Pools {
 		if err := g.SetPool(profile, backends); err != nil {
@@ -141,7 +342,8 @@ func (g *Gateway) Close() error {
 	return err
 }
 
-// SetPool replaces the backends of profile; no backends removes the pool.
+// SetPool replaces the backends of profile, with fresh ejection and
+// prompt-key state; no backends removes the pool.
 func (g *Gateway) SetPool(profile string, backends []string) error {
 	p := &pool{}
 	for _, b := range backends {
@@ -149,7 +351,7 @@ func (g *Gateway) SetPool(profile string, backends []string) error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("pool %q: invalid backend URL %q", profile, b)
 		}
-		p.backends = append(p.backends, u)
+		p.backends = append(p.backends, &backend{url: u, keys: map[string]struct{}{}})
 	}
 	key := normalize(profile)
 	g.mu.Lock()
@@ -168,11 +370,40 @@ func (g *Gateway) Pools() map[string][]string {
 	defer g.mu.Unlock()
 	out := make(map[string][]string, len(g.pools))
 	for name, p := range g.pools {
-		for _, u := range p.backends {
-			out[name] = append(out[name], u.String())
+		for _, b := range p.backends {
+			out[name] = append(out[name], b.url.String())
 		}
 	}
 	return out
+}
+
+// Ejected returns the backends ejected now, by profile, in pool order
+// (profiles without an ejected backend are absent).
+func (g *Gateway) Ejected() map[string][]string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	out := map[string][]string{}
+	for name, p := range g.pools {
+		for _, b := range p.backends {
+			if b.ejected(now) {
+				out[name] = append(out[name], b.url.String())
+			}
+		}
+	}
+	return out
+}
+
+// ClearEjections readmits every ejected backend and resets their failure
+// counts (a test that restarts a worker need not wait for EjectFor).
+func (g *Gateway) ClearEjections() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, p := range g.pools {
+		for _, b := range p.backends {
+			b.until, b.failures = time.Time{}, 0
+		}
+	}
 }
 
 // Legs returns copies of the recorded legs in arrival order.
@@ -186,6 +417,19 @@ func (g *Gateway) Legs() []Leg {
 	return out
 }
 
+// Picks returns how many recorded legs of profile went to each backend,
+// failed ones included (legs refused before a pick are not counted).
+func (g *Gateway) Picks(profile string) map[string]int {
+	profile = normalize(profile)
+	out := map[string]int{}
+	for _, l := range g.Legs() {
+		if l.Profile == profile && l.Backend != "" {
+			out[l.Backend]++
+		}
+	}
+	return out
+}
+
 // SettledLegs returns the legs of requestID once none of them is in flight: a client may read
 // the end of an answer before the gateway has recorded how the leg ended. It gives up when ctx
 // ends and returns the legs as they are.
@@ -193,28 +437,40 @@ func (g *Gateway) SettledLegs(ctx context.Context, requestID string) []Leg {
 	for {
 		var legs []Leg
 		inflight := false
-		for _, l := range g.Legs() {
+		g.mu.Lock()
+		for _, l := range g.legs {
 			if l.RequestID == requestID {
-				legs = append(legs, l)
+				legs = append(legs, *l)
 				inflight = inflight || l.Status == 0
 			}
 		}
+		changed := g.changed
+		g.mu.Unlock()
 		if !inflight {
 			return legs
 		}
 		select {
 		case <-ctx.Done():
 			return legs
-		case <-time.After(5 * time.Millisecond):
+		case <-changed:
 		}
 	}
 }
 
-// Reset forgets the recorded legs.
+// Reset forgets the recorded legs (not ejections nor prompt keys).
 func (g *Gateway) Reset() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.legs = nil
+}
+
+// update changes a leg under the lock and wakes SettledLegs.
+func (g *Gateway) update(f func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	f()
+	close(g.changed)
+	g.changed = make(chan struct{})
 }
 
 // ServeHTTP routes one request by its profile header.
@@ -224,7 +480,6 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		profile = r.Header.Get(AltProfileHeader)
 	}
 	profile = normalize(profile)
-	backend := g.pick(profile)
 	leg := &Leg{
 		Profile:   profile,
 		Method:    r.Method,
@@ -232,62 +487,308 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		RequestID: r.Header.Get("X-Request-Id"),
 		Start:     time.Now(),
 	}
-	if backend != nil {
-		leg.Backend = backend.String()
-	}
 	g.mu.Lock()
 	g.legs = append(g.legs, leg)
+	p := g.pools[profile]
 	g.mu.Unlock()
 
-	// The proxy streams the request body upstream while it streams the answer back; without full
-	// duplex, net/http closes an unfinished request body when the answer starts, which breaks
-	// the upstream connection mid-response.
-	_ = http.NewResponseController(rw).EnableFullDuplex()
 	sw := loopback.NewStatusWriter(rw)
+	admitted := false
 	defer func() {
 		// ReverseProxy aborts (panics with http.ErrAbortHandler) when the client goes away
-		// mid-response; record the leg either way.
+		// mid-response or the backend breaks off; record the leg either way.
 		r := recover()
-		g.mu.Lock()
-		leg.Status, leg.Duration, leg.Aborted = answered(sw), time.Since(leg.Start), r != nil
-		g.mu.Unlock()
+		g.update(func() {
+			if admitted {
+				p.inflight--
+			}
+			leg.Status, leg.Duration = answered(sw), time.Since(leg.Start)
+			leg.Aborted = r != nil && leg.Failure == FailureNone
+		})
 		if r != nil {
 			panic(r)
 		}
 	}()
-	if backend == nil {
-		writeError(sw, http.StatusServiceUnavailable, "service_unavailable", fmt.Sprintf("no InferencePool for profile %q", profile))
-	} else {
-		g.proxy.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), backendKey{}, backend)))
+	refuse := func(f Failure, answer func()) {
+		g.update(func() { leg.Failure = f })
+		answer()
+	}
+	if p == nil {
+		refuse(FailureNoPool, func() {
+			writeError(sw, http.StatusServiceUnavailable, "service_unavailable", fmt.Sprintf("no InferencePool for profile %q", profile))
+		})
+		return
+	}
+	at := &attempt{g: g, pool: p, leg: leg, client: r.Context()}
+	// The body is read whole before a backend is picked, as Envoy's buffer filter does: a
+	// backend that dies while the transport still streams a request body to it would leave
+	// that read running after the handler returned (net/http then panics on the connection's
+	// next request).
+	epp := g.cfg.EPPConditionalDecode && profile == DecodeProfile
+	{
+		body, tooLarge, err := g.readBody(r)
+		switch {
+		case tooLarge:
+			refuse(FailureTooLarge, func() { writePlain(sw, http.StatusRequestEntityTooLarge, BodyPayloadTooLarge) })
+			return
+		case err != nil:
+			if r.Context().Err() == nil {
+				writePlain(sw, http.StatusBadRequest, "Bad Request")
+			}
+			return
+		}
+		r.Body, r.ContentLength, r.TransferEncoding = http.NoBody, 0, nil
+		if len(body) > 0 {
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		}
+		if epp {
+			at.key, _ = simworker.RequestPromptKey(r.URL.Path, body)
+			at.strip = simworker.PreferIfAvailable(r.Header)
+		}
+	}
+
+	g.mu.Lock()
+	if limit := g.cfg.MaxInFlight; limit > 0 && p.inflight >= limit {
+		g.mu.Unlock()
+		refuse(FailureShed, func() { g.shed(sw) })
+		return
+	}
+	p.inflight++
+	admitted = true
+	var failure Failure
+	if at.backend, failure = g.pickLocked(p, at); at.backend != nil {
+		leg.Backend = at.backend.url.String()
+	}
+	g.mu.Unlock()
+
+	switch failure {
+	case FailureNoHealthy:
+		refuse(failure, func() { writePlain(sw, http.StatusServiceUnavailable, BodyNoHealthyUpstream) })
+	case FailureNotHeld:
+		refuse(failure, func() {
+			writeError(sw, http.StatusPreconditionFailed, "precondition_failed",
+				"no decode endpoint holds the prompt in its prefix cache (Prefer: if-available)")
+		})
+	default:
+		g.proxy.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), attemptKey{}, at)))
 	}
 }
 
-// pick returns the next backend of profile's pool, or nil.
-func (g *Gateway) pick(profile string) *url.URL {
-	g.mu.Lock()
-	p := g.pools[profile]
-	g.mu.Unlock()
-	if p == nil {
-		return nil
+// readBody buffers the request body, reporting one over Config.MaxRequestBodyBytes.
+func (g *Gateway) readBody(r *http.Request) (body []byte, tooLarge bool, err error) {
+	limit := g.cfg.MaxRequestBodyBytes
+	if limit > 0 && r.ContentLength > limit {
+		return nil, true, nil
 	}
-	n := p.next.Add(1) - 1
-	return p.backends[n%uint64(len(p.backends))]
+	var rd io.Reader = r.Body
+	if limit > 0 {
+		rd = io.LimitReader(r.Body, limit+1)
+	}
+	body, err = io.ReadAll(rd)
+	if err != nil {
+		return nil, false, err
+	}
+	return body, limit > 0 && int64(len(body)) > limit, nil
+}
+
+// pickLocked returns the next live backend of p round-robin, or with a conditional attempt the
+// next live one holding its prompt key; otherwise why there is none. g.mu must be held.
+func (g *Gateway) pickLocked(p *pool, at *attempt) (*backend, Failure) {
+	now := g.now()
+	live := make([]*backend, 0, len(p.backends))
+	for _, b := range p.backends {
+		if !b.ejected(now) {
+			live = append(live, b)
+		}
+	}
+	if len(live) == 0 {
+		return nil, FailureNoHealthy
+	}
+	if at.strip {
+		holders := live[:0]
+		for _, b := range live {
+			if _, ok := b.keys[at.key]; ok && at.key != "" {
+				holders = append(holders, b)
+			}
+		}
+		if len(holders) == 0 {
+			return nil, FailureNotHeld
+		}
+		live = holders
+	}
+	n := p.next
+	p.next++
+	return live[n%uint64(len(live))], FailureNone
+}
+
+// shed answers a request over Config.MaxInFlight as the EPP does.
+func (g *Gateway) shed(rw http.ResponseWriter) {
+	secs := int64((g.cfg.RetryAfter + time.Second - 1) / time.Second)
+	rw.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+	writeError(rw, http.StatusTooManyRequests, "InferencePoolResourceExhausted", ShedMessage)
+}
+
+// mayEject reports whether one more backend of p may be ejected at now: at most pct percent of
+// them are, and at least one (Envoy's max_ejection_percent).
+func (p *pool) mayEject(now time.Time, pct int) bool {
+	ejected := 0
+	for _, b := range p.backends {
+		if b.ejected(now) {
+			ejected++
+		}
+	}
+	return ejected < max(1, len(p.backends)*pct/100)
+}
+
+// failed records a failure of at's backend and ejects it after Config.EjectAfter in a row.
+func (at *attempt) failed(f Failure) {
+	g := at.g
+	g.update(func() {
+		if at.leg.Failure != FailureNone {
+			return // one failure per leg
+		}
+		at.leg.Failure = f
+		b := at.backend
+		b.failures++
+		if g.cfg.EjectFor > 0 && b.failures >= g.cfg.EjectAfter && at.pool.mayEject(g.now(), g.cfg.MaxEjectionPercent) {
+			b.until, b.failures = g.now().Add(g.cfg.EjectFor), 0
+			clear(b.keys)
+			b.order = nil
+			at.leg.Ejected = true
+		}
+	})
+}
+
+// answeredHeaders records that at's backend answered with status.
+func (at *attempt) answeredHeaders(status int) {
+	at.g.mu.Lock()
+	defer at.g.mu.Unlock()
+	at.backend.failures = 0
+	if at.key != "" && status >= 200 && status < 300 {
+		at.backend.addKey(at.key)
+	}
 }
 
 // rewrite points the outbound request at the chosen backend.
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
-	target := pr.In.Context().Value(backendKey{}).(*url.URL)
+	at := pr.In.Context().Value(attemptKey{}).(*attempt)
+	target := at.backend.url
 	pr.SetURL(target)
 	pr.SetXForwarded()
 	pr.Out.Header.Set(DestinationHeader, target.Host)
+	if at.strip {
+		pr.Out.Header.Del("Prefer")
+	}
 }
 
-// proxyError answers a backend failure with 502.
-func proxyError(rw http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
-		return // the client is gone; nobody reads the answer
+// errRouteTimeout is the cause of an upstream request cancelled by Config.RouteTimeout.
+var errRouteTimeout = errors.New("upstream request timeout")
+
+// upstreamError is a backend failure the gateway answers itself.
+type upstreamError struct {
+	failure Failure
+	err     error
+}
+
+func (e *upstreamError) Error() string { return string(e.failure) + ": " + e.err.Error() }
+func (e *upstreamError) Unwrap() error { return e.err }
+
+// upstream is the proxy's transport: it applies the route timeout and classifies failures.
+type upstream struct {
+	base http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	at := req.Context().Value(attemptKey{}).(*attempt)
+	ctx, cancel := context.WithCancelCause(req.Context())
+	var timer *time.Timer
+	if d := at.g.cfg.RouteTimeout; d > 0 {
+		timer = time.AfterFunc(d, func() { cancel(errRouteTimeout) })
 	}
-	writeError(rw, http.StatusBadGateway, "bad_gateway", "upstream error: "+err.Error())
+	resp, err := u.base.RoundTrip(req.WithContext(ctx))
+	if timer != nil && !timer.Stop() {
+		if err == nil {
+			resp.Body.Close()
+		}
+		cancel(nil)
+		if at.client.Err() != nil {
+			return nil, at.client.Err()
+		}
+		at.failed(FailureTimeout)
+		return nil, &upstreamError{FailureTimeout, errRouteTimeout}
+	}
+	if err != nil {
+		cancel(nil)
+		if at.client.Err() != nil {
+			return nil, err // the client is gone: not the backend's fault
+		}
+		f := FailureTermination
+		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+			f = FailureConnect
+		}
+		at.failed(f)
+		return nil, &upstreamError{f, err}
+	}
+	at.answeredHeaders(resp.StatusCode)
+	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body = upgradedBody{rwc, cancel} // the proxy needs it writable
+		return resp, nil
+	}
+	resp.Body = &watchedBody{ReadCloser: resp.Body, at: at, cancel: cancel}
+	return resp, nil
+}
+
+// upgradedBody is the connection of a 101 answer.
+type upgradedBody struct {
+	io.ReadWriteCloser
+	cancel context.CancelCauseFunc
+}
+
+// Close implements io.Closer.
+func (b upgradedBody) Close() error {
+	err := b.ReadWriteCloser.Close()
+	b.cancel(nil)
+	return err
+}
+
+// watchedBody is a backend's response body: a read error while the client is still there is a
+// broken backend connection.
+type watchedBody struct {
+	io.ReadCloser
+	at     *attempt
+	cancel context.CancelCauseFunc
+}
+
+// Read implements io.Reader.
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && b.at.client.Err() == nil {
+		b.at.failed(FailureTermination)
+	}
+	return n, err
+}
+
+// Close implements io.Closer.
+func (b *watchedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
+}
+
+// proxyError answers a backend failure before its headers as Envoy does.
+func proxyError(rw http.ResponseWriter, r *http.Request, err error) {
+	var ue *upstreamError
+	switch {
+	case errors.As(err, &ue) && ue.failure == FailureTimeout:
+		writePlain(rw, http.StatusGatewayTimeout, BodyRouteTimeout)
+	case errors.As(err, &ue) && ue.failure == FailureConnect:
+		writePlain(rw, http.StatusServiceUnavailable, BodyConnectFailure)
+	case r.Context().Err() != nil:
+		// the client is gone; nobody reads the answer
+	default:
+		writePlain(rw, http.StatusServiceUnavailable, BodyConnectTermination)
+	}
 }
 
 // errorBody is the JSON body of gateway errors.
@@ -307,6 +808,14 @@ func writeError(rw http.ResponseWriter, status int, typ, msg string) {
 	rw.Header().Set("Content-Type", "application/json")
 	rw.WriteHeader(status)
 	_, _ = rw.Write(b)
+}
+
+// writePlain answers status with a text/plain body, as Envoy's local replies are.
+func writePlain(rw http.ResponseWriter, status int, body string) {
+	rw.Header().Set("Content-Type", "text/plain")
+	rw.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	rw.WriteHeader(status)
+	_, _ = io.WriteString(rw, body)
 }
 
 // normalize canonicalizes a profile name.

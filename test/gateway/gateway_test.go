@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -186,23 +189,6 @@ func TestSetPool(t *testing.T) {
 	}
 }
 
-func TestBackendDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := "http://" + ln.Addr().String()
-	ln.Close()
-	g := startGateway(t, map[string][]string{"prefill": {dead}})
-	resp, body := send(t, g, "POST", "/v1/completions", "{}", "EPP-Profile", "prefill")
-	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), `"type":"bad_gateway"`) {
-		t.Errorf("status %d body %s", resp.StatusCode, body)
-	}
-	if l := g.Legs()[0]; l.Status != 502 || l.Backend != dead {
-		t.Errorf("leg %+v", l)
-	}
-}
-
 func TestStreamsUnbuffered(t *testing.T) {
 	release := make(chan struct{})
 	backend := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -305,5 +291,485 @@ func TestPrefillDecodeThroughGateway(t *testing.T) {
 	}
 	if n := len(d.Requests()); n != 1 {
 		t.Errorf("decode worker saw %d requests", n)
+	}
+}
+
+// startGatewayWith starts a gateway on cfg closed at the end of the test.
+func startGatewayWith(t *testing.T, cfg Config) *Gateway {
+	t.Helper()
+	g, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return g
+}
+
+// oneShotBackend starts an echo backend that closes every connection after one answer, so
+// that the gateway keeps no idle connection to it: once closed, it refuses dials.
+func oneShotBackend(t *testing.T, name string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		rw.Header().Set("X-Backend", name)
+		_ = json.NewEncoder(rw).Encode(echoed{name, r.Method, r.URL.Path, r.URL.RawQuery, r.Header, string(b)})
+	}))
+	srv.Config.SetKeepAlivesEnabled(false)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// deadURL returns the URL of a port nothing listens on (dials are refused).
+func deadURL(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "http://" + ln.Addr().String()
+	ln.Close()
+	return u
+}
+
+// wantPlain fails the test unless the answer is status with Envoy's text/plain body.
+func wantPlain(t *testing.T, resp *http.Response, body []byte, status int, text string) {
+	t.Helper()
+	if resp.StatusCode != status || resp.Header.Get("Content-Type") != "text/plain" || string(body) != text {
+		t.Errorf("answer %d %q %q, want %d text/plain %q", resp.StatusCode, resp.Header.Get("Content-Type"), body, status, text)
+	}
+}
+
+// startWorker starts a simworker closed at the end of the test.
+func startWorker(t *testing.T, cfg simworker.Config) *simworker.Worker {
+	t.Helper()
+	w, err := simworker.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
+func TestRoundRobinThree(t *testing.T) {
+	a, b, c := echoBackend(t, "a"), echoBackend(t, "b"), echoBackend(t, "c")
+	g := startGateway(t, map[string][]string{"decode": {a.URL, b.URL, c.URL}})
+	var got []string
+	for range 7 {
+		resp, _ := send(t, g, http.MethodPost, "/v1/completions", "{}", "EPP-Profile", "decode")
+		got = append(got, resp.Header.Get("X-Backend"))
+	}
+	if want := []string{"a", "b", "c", "a", "b", "c", "a"}; !slices.Equal(got, want) {
+		t.Errorf("backends %v, want %v", got, want)
+	}
+	if picks := g.Picks("DECODE"); !maps.Equal(picks, map[string]int{a.URL: 3, b.URL: 2, c.URL: 2}) {
+		t.Errorf("Picks = %v", picks)
+	}
+}
+
+func TestEjection(t *testing.T) {
+	a, b, c := oneShotBackend(t, "a"), oneShotBackend(t, "b"), oneShotBackend(t, "c")
+	g := startGatewayWith(t, Config{Pools: map[string][]string{"prefill": {a.URL, b.URL, c.URL}}})
+	var clock atomic.Int64 // the gateway's time, in Unix nanoseconds
+	clock.Store(time.Now().UnixNano())
+	g.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	post := func() (*http.Response, []byte) {
+		return send(t, g, http.MethodPost, "/v1/completions", "{}", "EPP-Profile", "prefill")
+	}
+	for range 3 {
+		if resp, body := post(); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d %s", resp.StatusCode, body)
+		}
+	}
+	b.Close() // killed: its port refuses connections
+	// The next pick is a, then b fails and is ejected.
+	if resp, _ := post(); resp.Header.Get("X-Backend") != "a" {
+		t.Fatalf("4th leg went to %q", resp.Header.Get("X-Backend"))
+	}
+	resp, body := post()
+	wantPlain(t, resp, body, http.StatusServiceUnavailable, BodyConnectFailure)
+	legs := g.Legs()
+	if l := legs[len(legs)-1]; l.Backend != b.URL || l.Status != 503 || l.Failure != FailureConnect || !l.Ejected || l.Aborted {
+		t.Errorf("failed leg %+v", l)
+	}
+	if ej := g.Ejected(); !maps.EqualFunc(ej, map[string][]string{"prefill": {b.URL}}, slices.Equal) {
+		t.Errorf("Ejected = %v", ej)
+	}
+	// The living backends take every leg, in turn.
+	g.Reset()
+	for range 4 {
+		if resp, body := post(); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d %s after the ejection", resp.StatusCode, body)
+		}
+	}
+	if picks := g.Picks("prefill"); !maps.Equal(picks, map[string]int{a.URL: 2, c.URL: 2}) {
+		t.Errorf("Picks after the ejection = %v", picks)
+	}
+	// The ejection ends after EjectFor.
+	clock.Add(int64(DefaultEjectFor - time.Nanosecond))
+	if len(g.Ejected()) != 1 {
+		t.Error("ejection ended early")
+	}
+	clock.Add(1)
+	if ej := g.Ejected(); len(ej) != 0 {
+		t.Errorf("Ejected after EjectFor = %v", ej)
+	}
+}
+
+func TestEjectionSettings(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		// want is, per request to a pool of two dead backends, the body and whether the leg ejected.
+		want    []Failure
+		ejected []bool
+	}{
+		{"default ejects at once, but at most one of two", Config{},
+			[]Failure{FailureConnect, FailureConnect, FailureConnect, FailureConnect}, []bool{true, false, false, false}},
+		{"all ejected: no healthy upstream", Config{MaxEjectionPercent: 100},
+			[]Failure{FailureConnect, FailureConnect, FailureNoHealthy, FailureNoHealthy}, []bool{true, true, false, false}},
+		{"eject after two failures", Config{EjectAfter: 2, MaxEjectionPercent: 100},
+			[]Failure{FailureConnect, FailureConnect, FailureConnect, FailureConnect, FailureNoHealthy}, []bool{false, false, true, true, false}},
+		{"ejection disabled", Config{EjectFor: -1},
+			[]Failure{FailureConnect, FailureConnect, FailureConnect}, []bool{false, false, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.Pools = map[string][]string{"decode": {deadURL(t), deadURL(t)}}
+			g := startGatewayWith(t, tt.cfg)
+			for i, want := range tt.want {
+				resp, body := send(t, g, http.MethodPost, "/v1/chat/completions", "{}", "EPP-Profile", "decode")
+				text := BodyConnectFailure
+				if want == FailureNoHealthy {
+					text = BodyNoHealthyUpstream
+				}
+				wantPlain(t, resp, body, http.StatusServiceUnavailable, text)
+				l := g.Legs()[i]
+				if l.Failure != want || l.Ejected != tt.ejected[i] || l.Status != 503 || (l.Backend == "") != (want == FailureNoHealthy) {
+					t.Errorf("leg %d = %+v, want failure %q ejected %v", i, l, want, tt.ejected[i])
+				}
+			}
+			g.ClearEjections()
+			if ej := g.Ejected(); len(ej) != 0 {
+				t.Errorf("Ejected after ClearEjections = %v", ej)
+			}
+		})
+	}
+}
+
+// resetBeforeHeaders starts a backend that reads the request, then closes the connection with
+// a reset (linger) or a plain FIN, without answering.
+func resetBeforeHeaders(t *testing.T, reset bool) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		conn, _, err := http.NewResponseController(rw).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if tc, ok := conn.(*net.TCPConn); ok && reset {
+			_ = tc.SetLinger(0)
+		}
+		conn.Close()
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestUpstreamFailuresBeforeHeaders(t *testing.T) {
+	faulty := startWorker(t, simworker.Config{Role: simworker.RoleDecode})
+	tests := []struct {
+		name    string
+		backend func(t *testing.T) string
+		want    Failure
+		body    string
+	}{
+		{"dial refused", deadURL, FailureConnect, BodyConnectFailure},
+		{"reset before headers", func(t *testing.T) string { return resetBeforeHeaders(t, true) }, FailureTermination, BodyConnectTermination},
+		{"EOF before headers", func(t *testing.T) string { return resetBeforeHeaders(t, false) }, FailureTermination, BodyConnectTermination},
+		{"simworker reset fault", func(t *testing.T) string {
+			if err := faulty.InjectFault(simworker.Fault{Kind: simworker.FaultResetBeforeHeaders}); err != nil {
+				t.Fatal(err)
+			}
+			return faulty.URL()
+		}, FailureTermination, BodyConnectTermination},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u := tt.backend(t)
+			g := startGatewayWith(t, Config{Pools: map[string][]string{"decode": {u}}})
+			resp, body := send(t, g, http.MethodPost, simworker.PathCompletions, `{"prompt":"a","max_tokens":1}`, "EPP-Profile", "decode")
+			wantPlain(t, resp, body, http.StatusServiceUnavailable, tt.body)
+			if l := g.Legs()[0]; l.Backend != u || l.Status != 503 || l.Failure != tt.want || !l.Ejected || l.Aborted {
+				t.Errorf("leg %+v", l)
+			}
+		})
+	}
+}
+
+func TestBackendDiesMidStream(t *testing.T) {
+	dying, healthy := startWorker(t, simworker.Config{Name: "dying"}), startWorker(t, simworker.Config{Name: "healthy"})
+	if err := dying.InjectFault(simworker.Fault{Kind: simworker.FaultDieMidStream, AfterTokens: 2}); err != nil {
+		t.Fatal(err)
+	}
+	g := startGatewayWith(t, Config{Pools: map[string][]string{"decode": {dying.URL(), healthy.URL()}}})
+	req, err := http.NewRequest(http.MethodPost, g.URL()+simworker.PathCompletions,
+		strings.NewReader(`{"prompt":"a b c d","max_tokens":4,"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("EPP-Profile", "decode")
+	req.Header.Set("X-Request-Id", "dies")
+	resp, err := testClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || err == nil || strings.Count(string(body), "data: {") != 2 || strings.Contains(string(body), "[DONE]") {
+		t.Fatalf("status %d, read error %v, body %q: want 200 and two events cut off", resp.StatusCode, err, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	legs := g.SettledLegs(ctx, "dies")
+	if len(legs) != 1 || legs[0].Status != 200 || legs[0].Failure != FailureTermination || !legs[0].Ejected || legs[0].Aborted {
+		t.Fatalf("legs %+v", legs)
+	}
+	// Every later leg goes to the healthy worker.
+	for range 3 {
+		resp, body := send(t, g, http.MethodPost, simworker.PathCompletions, `{"prompt":"a","max_tokens":1}`, "EPP-Profile", "decode")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d %s", resp.StatusCode, body)
+		}
+	}
+	if picks := g.Picks("decode"); !maps.Equal(picks, map[string]int{dying.URL(): 1, healthy.URL(): 3}) {
+		t.Errorf("Picks = %v", picks)
+	}
+	if reqs := dying.Requests(); len(reqs) != 1 || reqs[0].Fault != simworker.FaultDieMidStream {
+		t.Errorf("dying worker saw %+v", reqs)
+	}
+}
+
+func TestRouteTimeout(t *testing.T) {
+	release, entered, cancelled := make(chan struct{}), make(chan struct{}, 1), make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // net/http watches for the peer closing once the body is read
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			close(cancelled)
+		}
+	}))
+	t.Cleanup(hang.Close)
+	t.Cleanup(func() { close(release) })
+	const timeout = 200 * time.Millisecond
+	g := startGatewayWith(t, Config{Pools: map[string][]string{"decode": {hang.URL}}, RouteTimeout: timeout})
+	start := time.Now()
+	resp, body := send(t, g, http.MethodPost, "/v1/chat/completions", "{}", "EPP-Profile", "decode")
+	took := time.Since(start)
+	wantPlain(t, resp, body, http.StatusGatewayTimeout, BodyRouteTimeout)
+	if took < timeout || took > 5*time.Second {
+		t.Errorf("answered after %v, want about %v", took, timeout)
+	}
+	select {
+	case <-entered:
+	default:
+		t.Error("the backend never got the request")
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the upstream request was not cancelled")
+	}
+	if l := g.Legs()[0]; l.Status != 504 || l.Failure != FailureTimeout || !l.Ejected || l.Backend != hang.URL {
+		t.Errorf("leg %+v", l)
+	}
+}
+
+func TestShedding(t *testing.T) {
+	tests := []struct {
+		name       string
+		retryAfter time.Duration
+		want       string
+	}{
+		{"default Retry-After", 0, "1"},
+		{"rounded up to seconds", 2500 * time.Millisecond, "3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			release, entered := make(chan struct{}), make(chan struct{}, 1)
+			slow := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+				entered <- struct{}{}
+				select {
+				case <-release:
+				case <-r.Context().Done():
+				}
+			}))
+			t.Cleanup(slow.Close)
+			g := startGatewayWith(t, Config{Pools: map[string][]string{"prefill": {slow.URL}}, MaxInFlight: 1, RetryAfter: tt.retryAfter})
+			first := make(chan int, 1)
+			go func() {
+				req, _ := http.NewRequest(http.MethodPost, g.URL()+"/v1/completions", strings.NewReader("{}"))
+				req.Header.Set("EPP-Profile", "prefill")
+				req.Header.Set("X-Request-Id", "first")
+				resp, err := testClient.Do(req)
+				if err != nil {
+					first <- 0
+					return
+				}
+				resp.Body.Close()
+				first <- resp.StatusCode
+			}()
+			<-entered
+			resp, body := send(t, g, http.MethodPost, "/v1/completions", "{}", "EPP-Profile", "prefill")
+			want := `{"error":{"message":"` + ShedMessage + `","type":"InferencePoolResourceExhausted","code":429}}`
+			if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != tt.want ||
+				resp.Header.Get("Content-Type") != "application/json" || string(body) != want {
+				t.Errorf("shed answer %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+			}
+			if l := g.Legs()[1]; l.Status != 429 || l.Failure != FailureShed || l.Backend != "" {
+				t.Errorf("shed leg %+v", l)
+			}
+			close(release)
+			if status := <-first; status != http.StatusOK {
+				t.Fatalf("first request: status %d", status)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if legs := g.SettledLegs(ctx, "first"); len(legs) != 1 || legs[0].Status != 200 {
+				t.Fatalf("first legs %+v", legs)
+			}
+			// The slot is free again.
+			if resp, _ := send(t, g, http.MethodPost, "/v1/completions", "{}", "EPP-Profile", "prefill"); resp.StatusCode != http.StatusOK {
+				t.Errorf("status %d once the first request ended", resp.StatusCode)
+			}
+		})
+	}
+}
+
+func TestMaxRequestBodyBytes(t *testing.T) {
+	b := echoBackend(t, "b")
+	g := startGatewayWith(t, Config{Pools: map[string][]string{"decode": {b.URL}}, MaxRequestBodyBytes: 8})
+	tests := []struct {
+		name    string
+		body    io.Reader
+		tooLong bool
+	}{
+		{"at the limit", strings.NewReader("12345678"), false},
+		{"over the limit", strings.NewReader("123456789"), true},
+		{"chunked at the limit", io.MultiReader(strings.NewReader("1234"), strings.NewReader("5678")), false},
+		{"chunked over the limit", io.MultiReader(strings.NewReader("12345"), strings.NewReader("6789")), true},
+		{"empty", strings.NewReader(""), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g.Reset()
+			req, err := http.NewRequest(http.MethodPost, g.URL()+"/v1/completions", tt.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("EPP-Profile", "decode")
+			resp, body := loopback.Fetch(t, testClient, req)
+			l := g.Legs()[0]
+			if tt.tooLong {
+				wantPlain(t, resp, body, http.StatusRequestEntityTooLarge, BodyPayloadTooLarge)
+				if l.Backend != "" || l.Status != 413 || l.Failure != FailureTooLarge {
+					t.Errorf("leg %+v", l)
+				}
+				return
+			}
+			var e echoed
+			if err := json.Unmarshal(body, &e); err != nil || resp.StatusCode != http.StatusOK || len(e.Body) > 8 || l.Backend != b.URL {
+				t.Errorf("status %d body %s leg %+v", resp.StatusCode, body, l)
+			}
+		})
+	}
+}
+
+func TestEPPConditionalDecode(t *testing.T) {
+	w0 := startWorker(t, simworker.Config{Name: "w0", Role: simworker.RoleDecode})
+	w1 := startWorker(t, simworker.Config{Name: "w1", Role: simworker.RoleDecode})
+	pre := startWorker(t, simworker.Config{Name: "p", Role: simworker.RoleBoth})
+	g := startGatewayWith(t, Config{
+		Pools:                map[string][]string{"decode": {w0.URL(), w1.URL()}, "prefill": {pre.URL()}},
+		EPPConditionalDecode: true,
+	})
+	chat := func(text, model string) string {
+		return `{"model":"` + model + `","messages":[{"role":"user","content":"` + text + `"}],"max_tokens":2}`
+	}
+	tests := []struct {
+		name    string
+		profile string
+		body    string
+		prefer  bool
+		status  int
+		backend *simworker.Worker // nil: none
+		failure Failure
+	}{
+		{"plain request served round-robin: w0 holds A", "decode", chat("alpha", "sim-model"), false, 200, w0, FailureNone},
+		{"w1 holds B", "decode", chat("beta", "sim-model"), false, 200, w1, FailureNone},
+		{"an error answer records nothing", "decode", chat("delta", "other-model"), false, 404, w0, FailureNone},
+		{"conditional A goes to its holder", "decode", chat("alpha", "sim-model"), true, 200, w0, FailureNone},
+		{"conditional A again", "decode", chat("alpha", "sim-model"), true, 200, w0, FailureNone},
+		{"conditional B goes to its holder", "decode", chat("beta", "sim-model"), true, 200, w1, FailureNone},
+		{"nobody holds C: 412 from the picker", "decode", chat("gamma", "sim-model"), true, 412, nil, FailureNotHeld},
+		{"nobody holds D", "decode", chat("delta", "sim-model"), true, 412, nil, FailureNotHeld},
+		{"not an inference request", "decode", `{}`, true, 412, nil, FailureNotHeld},
+		{"other profiles are untouched: the worker answers", "prefill", chat("gamma", "sim-model"), true, 412, pre, FailureNone},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := map[*simworker.Worker]int{w0: len(w0.Requests()), w1: len(w1.Requests()), pre: len(pre.Requests())}
+			header := []string{"EPP-Profile", tt.profile}
+			if tt.prefer {
+				header = append(header, "Prefer", "if-available")
+			}
+			resp, body := send(t, g, http.MethodPost, simworker.PathChatCompletions, tt.body, header...)
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d %s, want %d", resp.StatusCode, body, tt.status)
+			}
+			l := g.Legs()[i]
+			for w, n := range before {
+				got := w.Requests()
+				if w != tt.backend {
+					if len(got) != n {
+						t.Errorf("%s was contacted", w.Name())
+					}
+					continue
+				}
+				if len(got) != n+1 || l.Backend != w.URL() {
+					t.Fatalf("leg %+v, %s saw %d requests", l, w.Name(), len(got)-n)
+				}
+				if prefer := got[n].Header.Get("Prefer"); (prefer != "") != (tt.prefer && tt.profile != "decode") {
+					t.Errorf("%s saw Prefer %q", w.Name(), prefer)
+				}
+			}
+			if l.Failure != tt.failure || (tt.backend == nil && l.Backend != "") {
+				t.Errorf("leg %+v", l)
+			}
+			if tt.failure == FailureNotHeld && (!strings.Contains(string(body), `"type":"precondition_failed","code":412`) ||
+				resp.Header.Get("Content-Type") != "application/json") {
+				t.Errorf("412 body %s", body)
+			}
+		})
+	}
+
+	// A holder that dies is ejected and forgets its keys.
+	w0.Kill()
+	resp, body := send(t, g, http.MethodPost, simworker.PathChatCompletions, chat("alpha", "sim-model"), "EPP-Profile", "decode", "Prefer", "if-available")
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.HasPrefix(string(body), "upstream connect error or disconnect/reset before headers") {
+		t.Fatalf("status %d %s from a killed holder", resp.StatusCode, body)
+	}
+	if legs := g.Legs(); !legs[len(legs)-1].Ejected {
+		t.Fatalf("leg %+v", legs[len(legs)-1])
+	}
+	if resp, _ := send(t, g, http.MethodPost, simworker.PathChatCompletions, chat("alpha", "sim-model"), "EPP-Profile", "decode", "Prefer", "if-available"); resp.StatusCode != http.StatusPreconditionFailed {
+		t.Errorf("status %d once the holder is ejected", resp.StatusCode)
 	}
 }

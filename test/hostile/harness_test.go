@@ -25,14 +25,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	coordinatorproc "github.com/epd-dev/coordinator/test/internal/coordinator"
 	"github.com/epd-dev/coordinator/test/internal/loopback"
 	"github.com/epd-dev/coordinator/test/stack"
 )
@@ -40,34 +39,21 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	binary = os.Getenv("HOSTILE_COORDINATOR")
-	var dir string
-	if binary == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "hostile-bin-"); err != nil {
-			panic(err)
-		}
-		root, err := moduleRoot()
-		if err != nil {
-			panic(err)
-		}
-		binary = filepath.Join(dir, "coordinator")
-		cmd := exec.Command("go", "build", "-o", binary, "./cmd/coordinator")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			panic(fmt.Sprintf("building the coordinator: %v\n%s", err, out))
-		}
+	dir, err := os.MkdirTemp("", "hostile-bin-")
+	if err != nil {
+		panic(err)
+	}
+	if binary, err = coordinatorproc.Binary("HOSTILE_COORDINATOR", dir); err != nil {
+		panic(err)
 	}
 	code := m.Run()
-	if dir != "" {
-		_ = os.RemoveAll(dir)
-	}
+	_ = os.RemoveAll(dir)
 	os.Exit(code)
 }
 
 // coordinator is a running coordinator process.
 type coordinator struct {
-	cmd *exec.Cmd
+	*coordinatorproc.Process
 	// url is the serving listener's base URL, admin the admin (metrics) listener's.
 	url, admin string
 	logs       *loopback.Log
@@ -84,51 +70,23 @@ type config struct {
 // ready. The process is killed when the test ends; its log is checked for panics.
 func startCoordinator(t *testing.T, gateway string, c config) *coordinator {
 	t.Helper()
-	addr, admin := freeAddr(t), freeAddr(t)
-	_, adminPort, _ := net.SplitHostPort(admin)
 	if c.steps == "" {
 		c.steps = "{type: decode}"
 	}
-	server := fmt.Sprintf("listen_addr: %q, metrics_port: %s", addr, adminPort)
-	if c.server != "" {
-		server += ", " + c.server
-	}
-	doc := fmt.Sprintf("log_level: 3\nserver: {%s}\ngateway: {address: %s}\npipeline: {steps: [%s]}\n", server, gateway, c.steps)
-	path := filepath.Join(t.TempDir(), "coordinator.yaml")
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	co := &coordinator{url: "http://" + addr, admin: "http://" + admin, logs: &loopback.Log{}}
-	co.cmd = exec.Command(binary, "--config", path, "--watch=false")
-	co.cmd.Stderr = co.logs
-	if err := co.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = co.cmd.Process.Kill()
-		_ = co.cmd.Wait()
-		if strings.Contains(co.logs.String(), "panic") {
-			t.Errorf("the coordinator's log has a panic:\n%s", co.logs.Tail(4000))
+	p := coordinatorproc.Start(t, binary, func(addr, adminPort string) string {
+		server := fmt.Sprintf("listen_addr: %q, metrics_port: %s", addr, adminPort)
+		if c.server != "" {
+			server += ", " + c.server
 		}
+		return fmt.Sprintf("log_level: 3\nserver: {%s}\ngateway: {address: %s}\npipeline: {steps: [%s]}\n", server, gateway, c.steps)
 	})
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if resp, err := http.Get(co.url + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return co
-			}
-		}
-		if co.cmd.ProcessState != nil || time.Now().After(deadline) {
-			t.Fatalf("coordinator not ready; config:\n%s\nlog:\n%s", doc, co.logs.Tail(4000))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return &coordinator{Process: p, url: p.URL, admin: p.Admin, logs: p.Logs}
 }
 
 // memory reads a VmXXX field of the process's /proc status, in bytes.
 func (c *coordinator) memory(t *testing.T, field string) int64 {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.Cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,15 +119,6 @@ func (c *coordinator) metrics(t *testing.T) string {
 		t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
 	}
 	return string(b)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := loopback.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // startStack starts the worker pool and the gateway double for one test.
@@ -399,12 +348,3 @@ func parseRaw(t *testing.T, out string) response {
 }
 
 func bufioReader(r io.Reader) *bufio.Reader { return bufio.NewReader(r) }
-
-// moduleRoot is the directory of go.mod above the working directory.
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Dir(strings.TrimSpace(string(out))), nil
-}

@@ -239,10 +239,13 @@ func TestUpstreamErrors(t *testing.T) {
 	ctx := context.Background()
 	var apiErr *openai.Error
 
-	s.stack.Prefill[0].FailNext(1, http.StatusUnprocessableEntity, `{"error":{"message":"secret prefill detail"}}`)
+	// A worker's rejection reaches the client with the worker's own message (addresses redacted):
+	// tools detect context-length errors by it.
+	s.stack.Prefill[0].FailNext(1, http.StatusBadRequest,
+		`{"error":{"message":"This model's maximum context length is 16 tokens (worker 10.0.0.9:8000)","type":"BadRequestError","param":"messages","code":400}}`)
 	_, err := s.client.Chat.Completions.New(ctx, chatParams("x", 2))
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusUnprocessableEntity || apiErr.Type != "invalid_request_error" || strings.Contains(apiErr.Message, "secret") ||
-		!strings.Contains(apiErr.Message, "prefill rejected the request") {
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Type != "invalid_request_error" || apiErr.Param != "messages" ||
+		!strings.HasPrefix(apiErr.Message, "This model's maximum context length is 16 tokens (worker <redacted>)") {
 		t.Fatalf("prefill 4xx: %v", err)
 	}
 
@@ -255,11 +258,22 @@ func TestUpstreamErrors(t *testing.T) {
 		t.Fatal("decode ran after a failed prefill")
 	}
 
-	// The decode worker's own error answer reaches the client as the worker sent it.
-	s.stack.Decode[0].FailNext(1, http.StatusServiceUnavailable, `{"error":{"message":"decode overloaded","type":"ServiceUnavailableError","param":null,"code":503}}`)
+	// The decode worker's own error answer reaches the client as the worker sent it. After a
+	// prefill, a decode 4xx is first taken for a failed KV transfer and retried without it, so
+	// the worker refuses twice here.
+	s.stack.Decode[0].FailNext(2, http.StatusBadRequest, `{"error":{"message":"decode refuses","type":"BadRequestError","param":null,"code":400}}`)
 	resp, b := s.post("/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":"x"}]}`, nil)
-	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "decode overloaded") {
+	if resp.StatusCode != http.StatusBadRequest || string(b) != `{"error":{"message":"decode refuses","type":"BadRequestError","param":null,"code":400}}` {
 		t.Fatalf("decode error not passed through: %d %s", resp.StatusCode, b)
+	}
+	// A 503 says nothing was served: the leg is sent again and the client never sees it.
+	before := len(s.stack.Decode[0].Requests())
+	s.stack.Decode[0].FailNext(1, http.StatusServiceUnavailable, `{"error":{"message":"decode overloaded","type":"ServiceUnavailableError","param":null,"code":503}}`)
+	if _, err := s.client.Chat.Completions.New(ctx, chatParams("x", 2)); err != nil {
+		t.Fatalf("a 503 was not retried: %v", err)
+	}
+	if n := len(s.stack.Decode[0].Requests()) - before; n != 2 {
+		t.Fatalf("decode got %d legs, want the refused one and its retry", n)
 	}
 
 	// Unregistered /v1 paths pass through with the decode profile.

@@ -68,6 +68,9 @@ type renderer struct {
 	ids      []int
 	images   []chatImage
 	lastUser []string // the texts of the last user message
+	// lastRole and lastTexts are the role and texts of the final message.
+	lastRole  string
+	lastTexts []string
 }
 
 // chatMessage is the part of an OpenAI chat message the tokenizer reads.
@@ -109,6 +112,7 @@ func (r *renderer) render(messages []byte) error {
 		if m.role == "user" {
 			r.lastUser = texts
 		}
+		r.lastRole, r.lastTexts = m.role, texts
 	}
 	return nil
 }

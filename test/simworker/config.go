@@ -106,6 +106,10 @@ type Config struct {
 	// DisableRecording stops the worker from keeping a copy of every request
 	// (Requests then returns none), so that load tests run in bounded memory.
 	DisableRecording bool
+	// FaultControl serves the fault-control endpoint PathFaults (POST a
+	// Fault to queue it, DELETE to clear the queue, GET to list it), so that
+	// a test can inject faults into a worker process.
+	FaultControl bool
 }
 
 // EventStampPrefix starts the comment line of a stamped SSE event (see

@@ -24,6 +24,63 @@
 // tokenizer is deterministic too and exported so that tests can compute the
 // token ids, prompt keys and multimodal hashes a worker will produce.
 //
+// # Streams and continuations
+//
+// Every streamed event that has a choice carries exactly one generated token
+// (one word in the text formats, one id in token_ids), except the chat role
+// event that opens a chat stream (role "assistant", content ""); the usage
+// event has no choice. Counting token events therefore counts the tokens
+// produced, also for a stream cut off by a fault.
+//
+// Generation is a pure function of the context, so that a client resuming
+// an interrupted answer gets exactly its rest, as from a greedy model:
+//
+//   - Chat, as vLLM's continue_final_message: a request whose final message
+//     is the assistant's, with continue_final_message true and
+//     add_generation_prompt false, continues that message. With m words in
+//     it and max tokens n, the output is words m to m+n-1 of the cycle the
+//     request without the final message would produce (the last user
+//     message is the same), and the first piece starts with a space when
+//     m > 0: the existing content plus the pieces is what the uncontinued
+//     request with max tokens m+n would have said. usage.prompt_tokens
+//     counts the whole rendered prompt, the assistant's role token and m
+//     words included (the tokenizer has no generation-prompt or
+//     end-of-turn tokens, so this is one more than the original prompt plus
+//     m). As in vLLM, continue_final_message with add_generation_prompt true
+//     is a 400 ("Cannot set both `continue_final_message` and
+//     `add_generation_prompt` to True."); add_generation_prompt defaults to
+//     true, so leaving it out is that 400 too. Continuing a final message
+//     that is not the assistant's is a 400 of the worker's own.
+//   - Generate (tokens in): the output continues the prompt's content ids
+//     (without BOS and image placeholders) with their shortest period: C of
+//     length L with shortest period p is followed by C[(L+i) % p]. When no
+//     content id repeats, p == L and the output cycles the content from its
+//     start, as it always did; and since C followed by the first k output
+//     ids has the same shortest period, a request whose token_ids are the
+//     original prompt plus the k ids produced so far, with max tokens
+//     reduced by k, gets exactly the remaining ids. (A prompt whose content
+//     repeats a pattern, for example [7 8 7], is itself read as such a
+//     continuation: it yields 8 7 8 ..., where cycling from the start gave
+//     7 8 7 ....)
+//
+// # Faults
+//
+// A worker fails on demand the way a real one does, for fault-tolerance
+// tests: InjectFault queues Faults (FailNext is the FaultStatus shorthand),
+// each applying to the next Count inference or render requests: an error
+// status, a TCP reset before the headers, a hang before or after the
+// headers, or a death mid-answer after a given number of stream tokens (the
+// connection is reset with SO_LINGER 0 after what was flushed, as a
+// SIGKILL'd or OOM-killed vLLM looks to its peer). Requests records which
+// fault each request drew, and AwaitRequests lets a test wait for a request
+// to arrive or end. Kill stops a started worker as SIGKILL does: dials are
+// refused and open connections reset. A worker process started with
+// --fault-control (Config.FaultControl) takes faults over HTTP at
+// PathFaults: POST a Fault as JSON, for example
+// {"kind":"die-mid-stream","count":2,"after_tokens":3}, DELETE to clear the
+// queue, GET to list it; each answers {"faults":[...]}, the queue
+// afterwards, and these requests are neither recorded nor faulted.
+//
 // # Differences from vLLM
 //
 // Where the worker still differs, and why:

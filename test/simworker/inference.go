@@ -43,7 +43,7 @@ func (w *Worker) servePrefillDecode(rw http.ResponseWriter, r *http.Request, in 
 		writeAPIError(rw, err)
 		return
 	}
-	if preferIfAvailable(r.Header) && !w.cache.contains(in.promptKey) {
+	if PreferIfAvailable(r.Header) && !w.cache.contains(in.promptKey) {
 		writeError(rw, http.StatusPreconditionFailed, "prompt not in prefix cache (Prefer: if-available)")
 		return
 	}
@@ -92,9 +92,9 @@ func (w *Worker) checkLeg(lg leg, in *inference) *apiError {
 	return w.checkPrefillKV(in)
 }
 
-// preferIfAvailable reports whether the Prefer header asks for if-available
+// PreferIfAvailable reports whether the Prefer header asks for if-available
 // (RFC 7240 preference token, case-insensitive).
-func preferIfAvailable(h http.Header) bool {
+func PreferIfAvailable(h http.Header) bool {
 	for _, v := range h.Values("Prefer") {
 		for _, pref := range strings.Split(v, ",") {
 			token, _, _ := strings.Cut(pref, ";")

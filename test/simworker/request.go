@@ -64,6 +64,7 @@ type inference struct {
 	promptKey     string
 	words         []string // echo source for text formats, when known up front
 	echo          []string // otherwise: texts whose words are the echo source
+	continued     int      // chat continue_final_message: words already in the final assistant message
 	kv            rawParams
 	ec            rawParams
 	kvName        string // field path of kv, for messages
@@ -184,17 +185,31 @@ func parseChat(f fields, detail imageDetail) (*inference, *apiError) {
 	tokens := f.object("tokens")
 	ids := tokens.ints("token_ids")
 	in.features = parseFeatures(tokens.object("features"))
+	continueFinal := f.boolean("continue_final_message")
+	// add_generation_prompt defaults to true.
+	generationPrompt := f.boolean("add_generation_prompt") || f.raw("add_generation_prompt") == nil
 	if err := typeError(f); err != nil {
 		return nil, err
 	}
 	if err := in.checkStreamOptions(); err != nil {
 		return nil, err
 	}
+	if continueFinal && generationPrompt {
+		return nil, badRequest("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+	}
 	r := renderer{detail: detail}
 	if err := r.render(messages); err != nil {
 		return nil, badRequest("%v", err)
 	}
 	in.promptIDs, in.echo, in.chatImages = r.ids, r.lastUser, r.images
+	if continueFinal {
+		if r.lastRole != "assistant" {
+			return nil, badRequest("continue_final_message needs a final assistant message to continue, the last message has role %q", r.lastRole)
+		}
+		for _, t := range r.lastTexts {
+			in.continued += len(strings.Fields(t))
+		}
+	}
 	if len(ids) > 0 {
 		in.promptIDs = ids
 	}
@@ -339,18 +354,20 @@ func (in *inference) completionTokens(def int) int {
 	return def
 }
 
-// outputWords returns n words cycled from the echo source.
+// outputWords returns n words cycled from the echo source, from word
+// in.continued of the cycle on: a continuation of m words is the rest of what
+// the request without them would have produced.
 func (in *inference) outputWords(n int) []string {
 	src := in.words
 	if src == nil {
-		src = firstWords(in.echo, n)
+		src = firstWords(in.echo, in.continued+n)
 	}
 	if len(src) == 0 {
 		src = []string{fallbackWord}
 	}
 	out := make([]string, n)
 	for i := range out {
-		out[i] = src[i%len(src)]
+		out[i] = src[(in.continued+i)%len(src)]
 	}
 	return out
 }
@@ -370,14 +387,16 @@ func firstWords(texts []string, n int) []string {
 	return words
 }
 
-// outputTokenIDs returns n token ids cycled from the prompt (without BOS and
-// image placeholders).
+// outputTokenIDs returns the n token ids that continue the prompt's content
+// (its ids without BOS and image placeholders) with its shortest period: the
+// content C of length L, whose shortest period is p (C[i] == C[i+p] for
+// every i, p == L when nothing repeats), is followed by C[(L+i) % p]. When
+// no content id repeats that cycles the content from its start; and since
+// the content followed by k ids of its output has the same shortest period,
+// a prompt extended by the first k output ids is answered with the rest.
 func (in *inference) outputTokenIDs(n int) []int {
-	var src []int
+	src := make([]int, 0, len(in.promptIDs))
 	for _, id := range in.promptIDs {
-		if len(src) == n {
-			break
-		}
 		if id != BOSTokenID && id != ImageTokenID {
 			src = append(src, id)
 		}
@@ -385,11 +404,29 @@ func (in *inference) outputTokenIDs(n int) []int {
 	if len(src) == 0 {
 		src = []int{WordTokenID(fallbackWord)}
 	}
+	period := shortestPeriod(src)
 	out := make([]int, n)
 	for i := range out {
-		out[i] = src[i%len(src)]
+		out[i] = src[(len(src)+i)%period]
 	}
 	return out
+}
+
+// shortestPeriod returns the least p > 0 with s[i] == s[i+p] wherever both
+// exist: len(s) less its longest proper border (the KMP failure function).
+func shortestPeriod(s []int) int {
+	border := make([]int, len(s))
+	for i := 1; i < len(s); i++ {
+		k := border[i-1]
+		for k > 0 && s[i] != s[k] {
+			k = border[k-1]
+		}
+		if s[i] == s[k] {
+			k++
+		}
+		border[i] = k
+	}
+	return len(s) - border[len(s)-1]
 }
 
 // leg is the disaggregation leg a request asks for.

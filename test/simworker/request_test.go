@@ -157,8 +157,8 @@ func TestPreferIfAvailable(t *testing.T) {
 		for _, v := range tt.values {
 			h.Add("Prefer", v)
 		}
-		if got := preferIfAvailable(h); got != tt.want {
-			t.Errorf("preferIfAvailable(%q) = %v, want %v", tt.values, got, tt.want)
+		if got := PreferIfAvailable(h); got != tt.want {
+			t.Errorf("PreferIfAvailable(%q) = %v, want %v", tt.values, got, tt.want)
 		}
 	}
 }

@@ -1,10 +1,11 @@
 package simworker
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/epd-dev/coordinator/dataplane/retry"
 )
 
 // Usage is the token accounting of a response.
@@ -20,15 +21,16 @@ const finishLength = "length"
 
 // generation is one response being produced.
 type generation struct {
-	in      *inference
-	id      string // response id ("chatcmpl-..", "cmpl-..", or the generate request id)
-	model   string
-	created int64
-	words   []string // text formats
-	ids     []int    // generate format
-	usage   Usage
-	kv      any
-	ec      map[string]ECDescriptor
+	in        *inference
+	id        string // response id ("chatcmpl-..", "cmpl-..", or the generate request id)
+	model     string
+	created   int64
+	words     []string // text formats
+	continues bool     // words continue a final assistant message that has words: the text starts with a space
+	ids       []int    // generate format
+	usage     Usage
+	kv        any
+	ec        map[string]ECDescriptor
 }
 
 // newGeneration prepares the response to in.
@@ -53,6 +55,7 @@ func (w *Worker) newGeneration(r *http.Request, in *inference, kv any, ec map[st
 	case kindChat:
 		g.id = "chatcmpl-" + rid
 		g.words = in.outputWords(n)
+		g.continues = in.continued > 0
 	case kindCompletion:
 		g.id = "cmpl-" + rid
 		g.words = in.outputWords(n)
@@ -73,7 +76,7 @@ func (w *Worker) respond(rw http.ResponseWriter, r *http.Request, in *inference,
 		w.stream(r.Context(), rw, g)
 		return
 	}
-	if !sleepCtx(r.Context(), w.latency(g.usage.CompletionTokens)) {
+	if !retry.Sleep(r.Context(), w.latency(g.usage.CompletionTokens)) {
 		return // client gone or worker closing
 	}
 	writeJSON(rw, http.StatusOK, g.full())
@@ -84,23 +87,14 @@ func (w *Worker) latency(n int) time.Duration {
 	return w.cfg.TTFT + time.Duration(max(n-1, 0))*w.cfg.ITL
 }
 
-// sleepCtx waits d or until ctx is done; it reports whether ctx is still live.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
+// text returns the generated text: the words joined by single spaces (and
+// preceded by one for a continuation), the concatenation of the pieces.
+func (g *generation) text() string {
+	if g.continues {
+		return " " + strings.Join(g.words, " ")
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return strings.Join(g.words, " ")
 }
-
-// text returns the generated text: the words joined by single spaces.
-func (g *generation) text() string { return strings.Join(g.words, " ") }
 
 // full returns the non-streamed response body.
 func (g *generation) full() any {

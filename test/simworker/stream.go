@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/epd-dev/coordinator/dataplane/retry"
 )
 
 // ChatCompletionChunk is one streamed chat event ("chat.completion.chunk").
@@ -35,9 +37,15 @@ type ChatDelta struct {
 }
 
 // stream answers g as server-sent events: headers at once, the first token
-// after TTFT, one event per token every ITL, an optional usage event, then
-// [DONE]. It stops as soon as ctx is done or a write fails.
+// after TTFT, one event per token every ITL (each carries exactly one token),
+// an optional usage event, then [DONE]. It stops as soon as ctx is done or a
+// write fails, and strikes with a claimed FaultDieMidStream or
+// FaultHangAfterHeaders once Fault.AfterTokens token events are flushed.
 func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generation) {
+	fault := claimFault(ctx)
+	if fault != nil {
+		rw = fault.rw
+	}
 	h := rw.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -60,12 +68,16 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 		return rc.Flush() == nil
 	}
 	n := g.usage.CompletionTokens
+	if fault != nil && fault.fault.AfterTokens == 0 {
+		fault.strike(ctx)
+		return
+	}
 	for i := range n {
 		delay := w.cfg.ITL
 		if i == 0 {
 			delay = w.cfg.TTFT
 		}
-		if !sleepCtx(ctx, delay) {
+		if !retry.Sleep(ctx, delay) {
 			return
 		}
 		if i == 0 && g.in.kind == kindChat && !send(g.chatChunk(ChatDelta{Role: "assistant", Content: ptr("")}, nil)) {
@@ -74,6 +86,14 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 		if !send(g.tokenChunk(i, i == n-1)) {
 			return
 		}
+		if fault != nil && i+1 == fault.fault.AfterTokens {
+			fault.strike(ctx)
+			return
+		}
+	}
+	if fault != nil { // more tokens asked than the stream has: it dies before its end
+		fault.strike(ctx)
+		return
 	}
 	if g.in.includeUsage && !send(g.usageChunk()) {
 		return
@@ -114,9 +134,11 @@ func (g *generation) tokenChunk(i int, last bool) any {
 }
 
 // piece returns the text of token i: its word, preceded by a space unless it
-// is the first, so that the pieces concatenate to the full text.
+// is the first of a text that continues nothing, so that the pieces
+// concatenate to the full text (and, for a continuation, to the rest of the
+// continued message).
 func (g *generation) piece(i int) string {
-	if i == 0 {
+	if i == 0 && !g.continues {
 		return g.words[0]
 	}
 	return " " + g.words[i]

@@ -2,10 +2,10 @@ package simworker
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -41,11 +41,12 @@ type Worker struct {
 	blockSeq  atomic.Int64
 	idSeq     atomic.Uint64
 
-	mu         sync.Mutex
-	requests   []*Request
-	failLeft   int
-	failStatus int
-	failBody   string
+	mu       sync.Mutex
+	requests []*Request
+	faults   []Fault       // queued, the first one in use
+	active   int           // requests being served
+	idle     *sync.Cond    // on mu: active dropped to 0
+	changed  chan struct{} // closed and replaced whenever requests change
 
 	srv       *loopback.Server
 	closeOnce sync.Once
@@ -59,8 +60,11 @@ type Request struct {
 	Header http.Header
 	Body   []byte
 	Time   time.Time
-	// Status is the response status, or 0 while the request is in flight.
+	// Status is the response status, or 0 while the request is in flight
+	// (StatusNoAnswer when a fault cut the connection before any answer).
 	Status int
+	// Fault is the kind of the injected fault the request drew, if any.
+	Fault FaultKind
 }
 
 // New returns a Worker serving cfg with defaults applied. New never fails: if
@@ -81,6 +85,7 @@ func New(cfg Config) *Worker {
 		kvFreed:   newLRU[string, struct{}](handleCapacity),
 		ecDescs:   newLRU[string, ECDescriptor](handleCapacity),
 	}
+	w.idle, w.changed = sync.NewCond(&w.mu), make(chan struct{})
 	w.mux = w.routes()
 	return w
 }
@@ -122,6 +127,27 @@ func (w *Worker) Close() error {
 	return err
 }
 
+// Kill stops a started Worker the way SIGKILL stops a vLLM process: its
+// listener closes, so that dials are refused, and every open connection is
+// reset mid-flight (SO_LINGER 0), answers unfinished. It returns once no
+// request is being served any more; Close afterwards does nothing. To bring
+// the worker back, Start a new one with Addr set to this one's host:port
+// (its prefix cache and KV handles are gone, as a restarted process's are).
+// On a Worker made by New, whose connections belong to its caller's
+// server, Kill only closes idle side-channel connections.
+func (w *Worker) Kill() {
+	w.client.CloseIdleConnections()
+	if w.srv == nil {
+		return
+	}
+	w.srv.Kill() // cancels every request context: the handlers return
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.active > 0 {
+		w.idle.Wait()
+	}
+}
+
 // Config returns the worker's configuration with defaults applied.
 func (w *Worker) Config() Config { return w.cfg }
 
@@ -160,27 +186,50 @@ func (w *Worker) Requests() []Request {
 	return out
 }
 
-// Reset forgets the recorded requests and any pending injected failures. The
-// prefix cache is kept (see ClearCache).
+// AwaitRequests waits until cond holds for the recorded requests (as
+// Requests returns them; cond is checked at once and whenever a request
+// arrives or ends) and returns them, or returns them with ctx's error once
+// ctx ends. A test waits on it, for example, until a request is in flight
+// (Status 0) or served.
+func (w *Worker) AwaitRequests(ctx context.Context, cond func([]Request) bool) ([]Request, error) {
+	for {
+		w.mu.Lock()
+		changed := w.changed
+		w.mu.Unlock()
+		reqs := w.Requests()
+		if cond(reqs) {
+			return reqs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return reqs, ctx.Err()
+		case <-changed:
+		}
+	}
+}
+
+// changedLocked wakes AwaitRequests; w.mu must be held.
+func (w *Worker) changedLocked() {
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// Reset forgets the recorded requests and any queued faults. The prefix
+// cache is kept (see ClearCache).
 func (w *Worker) Reset() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.requests = nil
-	w.failLeft = 0
+	w.faults = nil
+	w.changedLocked()
 }
 
-// FailNext makes the worker answer the next n POST requests (inference and
-// render endpoints; side channels, /health and /v1/models are unaffected)
-// with status and body. An empty body is replaced by a vLLM-style error; a
-// body starting with '{' or '[' is sent as JSON, anything else as text.
-func (w *Worker) FailNext(n int, status int, body string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.failLeft, w.failStatus, w.failBody = n, status, body
-}
-
-// ServeHTTP records the request, applies injected failures and dispatches it.
+// ServeHTTP records the request, applies injected faults and dispatches it.
 func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if w.cfg.FaultControl && r.URL.Path == PathFaults {
+		w.handleFaults(rw, r) // neither recorded nor faulted
+		return
+	}
 	body, readErr := readBody(rw, r)
 	sw := loopback.NewStatusWriter(rw)
 	var rec *Request
@@ -195,33 +244,43 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.mu.Lock()
+	w.active++
+	fault, faulted := w.takeFaultLocked(r)
 	if rec != nil {
+		rec.Fault = fault.Kind
 		w.requests = append(w.requests, rec)
+		w.changedLocked()
 	}
-	fail := r.Method == http.MethodPost && w.failLeft > 0
-	if fail {
-		w.failLeft--
-	}
-	status, failBody := w.failStatus, w.failBody
 	w.mu.Unlock()
-	if rec != nil {
-		defer func() {
-			w.mu.Lock()
-			rec.Status = max(sw.Status(), http.StatusOK) // 200 if the handler wrote nothing
-			w.mu.Unlock()
-		}()
-	}
+	defer func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if rec != nil {
+			switch {
+			case sw.Status() != 0:
+				rec.Status = sw.Status()
+			case faulted:
+				rec.Status = StatusNoAnswer
+			default:
+				rec.Status = http.StatusOK // what net/http answers for a handler that wrote nothing
+			}
+			w.changedLocked()
+		}
+		if w.active--; w.active == 0 {
+			w.idle.Broadcast()
+		}
+	}()
 
 	if id := r.Header.Get("X-Request-Id"); id != "" {
 		rw.Header().Set("X-Request-Id", id)
 	}
+	r.Body = &bufferedBody{Reader: bytes.NewReader(body), data: body}
 	switch {
 	case readErr != nil:
 		writeError(sw, http.StatusRequestEntityTooLarge, "request body too large")
-	case fail:
-		writeInjected(sw, status, failBody)
+	case faulted:
+		w.serveFault(sw, r, fault, w.mux.ServeHTTP)
 	default:
-		r.Body = &bufferedBody{Reader: bytes.NewReader(body), data: body}
 		w.mux.ServeHTTP(sw, r)
 	}
 }
@@ -249,21 +308,6 @@ func (*bufferedBody) Close() error { return nil }
 
 // requestBody returns the body of a request dispatched by ServeHTTP.
 func requestBody(r *http.Request) []byte { return r.Body.(*bufferedBody).data }
-
-// writeInjected answers an injected failure.
-func writeInjected(rw http.ResponseWriter, status int, body string) {
-	if body == "" {
-		writeError(rw, status, fmt.Sprintf("injected failure (%d)", status))
-		return
-	}
-	ct := "text/plain; charset=utf-8"
-	if body[0] == '{' || body[0] == '[' {
-		ct = "application/json"
-	}
-	rw.Header().Set("Content-Type", ct)
-	rw.WriteHeader(status)
-	_, _ = io.WriteString(rw, body)
-}
 
 // routes builds the worker's request multiplexer.
 func (w *Worker) routes() *http.ServeMux {

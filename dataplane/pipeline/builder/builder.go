@@ -18,6 +18,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/retry"
 )
 
 // Options tune Build.
@@ -34,6 +35,9 @@ type Options struct {
 	Now func() time.Time
 	// Telemetry records metrics and spans (none when zero).
 	Telemetry observe.Telemetry
+	// RetryBudget is the process's retry budget, shared by the pipelines it loads (nil: each
+	// pipeline's gateway client has its own, so a reload starts it afresh).
+	RetryBudget *retry.Budget
 	// Revision overrides the reported revision (default cfg.Revision()); the coordinator passes
 	// config.FileRevision of the file it loaded.
 	Revision string
@@ -64,7 +68,7 @@ func Build(cfg config.Config, opts Options) (*pipeline.Pipeline, error) {
 		spec.Revision = cfg.Revision()
 	}
 	if cfg.Gateway.Address != "" {
-		if spec.Gateway, err = gateway.New(cfg.Gateway, opts.Telemetry); err != nil {
+		if spec.Gateway, err = gateway.New(cfg.Gateway, opts.Telemetry, opts.RetryBudget); err != nil {
 			return nil, &config.FieldError{Key: "gateway.address", Reason: err.Error()}
 		}
 	}

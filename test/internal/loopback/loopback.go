@@ -15,11 +15,15 @@ import (
 // Server is a running HTTP server.
 type Server struct {
 	url       string
+	ln        net.Listener
 	srv       *http.Server
 	cancel    context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
 	closeErr  error
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{} // the open connections, for Kill
 }
 
 // Serve listens on addr ("" means 127.0.0.1:0) and serves h until Close. Request contexts derive
@@ -35,13 +39,16 @@ func Serve(addr string, h http.Handler) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		url:    "http://" + dialable(ln.Addr()),
+		ln:     ln,
 		cancel: cancel,
 		done:   make(chan struct{}),
-		srv: &http.Server{
-			Handler:           h,
-			ReadHeaderTimeout: 10 * time.Second,
-			BaseContext:       func(net.Listener) context.Context { return ctx },
-		},
+		conns:  map[net.Conn]struct{}{},
+	}
+	s.srv = &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnState:         s.track,
 	}
 	go func() {
 		defer close(s.done)
@@ -65,6 +72,37 @@ func (s *Server) Close() error {
 		<-s.done
 	})
 	return s.closeErr
+}
+
+// track keeps the set of open connections for Kill.
+func (s *Server) track(c net.Conn, state http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch state {
+	case http.StateNew:
+		s.conns[c] = struct{}{}
+	case http.StateHijacked, http.StateClosed:
+		delete(s.conns, c)
+	}
+}
+
+// Kill stops the server the way a killed process stops: the listener closes (dials are refused)
+// and every open connection is reset (SO_LINGER 0), with no response finished; in-flight request
+// contexts are cancelled. It is safe to call more than once, and before or after Close.
+func (s *Server) Kill() {
+	s.closeOnce.Do(func() {
+		_ = s.ln.Close()
+		<-s.done // Serve has returned: every accepted connection is tracked
+		s.mu.Lock()
+		for c := range s.conns {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+		}
+		s.mu.Unlock()
+		_ = s.srv.Close() // closes the connections, which now reset
+		s.cancel()
+	})
 }
 
 // dialable turns a listen address into one a client can dial (an unspecified host becomes

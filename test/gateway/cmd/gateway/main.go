@@ -8,6 +8,10 @@
 //	  --pool encode=http://127.0.0.1:8001 \
 //	  --pool prefill=http://127.0.0.1:8002,http://127.0.0.1:8003 \
 //	  --pool decode=http://127.0.0.1:8004
+//
+// Its failure modes are flags too: --eject-for, --eject-after, --max-in-flight,
+// --retry-after, --route-timeout, --max-request-body-bytes and
+// --epp-conditional-decode (see gateway.Config).
 package main
 
 import (
@@ -57,5 +61,12 @@ func parseFlags(args []string, stderr io.Writer) (gateway.Config, error) {
 	fs := command.FlagSet("gateway", stderr)
 	fs.StringVar(&cfg.Addr, "listen", "127.0.0.1:0", "listen address")
 	fs.Var(poolFlag(cfg.Pools), "pool", "profile=url1,url2 (repeatable)")
+	fs.DurationVar(&cfg.EjectFor, "eject-for", gateway.DefaultEjectFor, "how long a failing backend is ejected (negative: never)")
+	fs.IntVar(&cfg.EjectAfter, "eject-after", gateway.DefaultEjectAfter, "consecutive failures that eject a backend")
+	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, "requests in flight per pool before shedding with 429 (0: unlimited)")
+	fs.DurationVar(&cfg.RetryAfter, "retry-after", gateway.DefaultRetryAfter, "Retry-After of a 429")
+	fs.DurationVar(&cfg.RouteTimeout, "route-timeout", 0, "bound on the wait for a backend's response headers, 504 past it (0: none)")
+	fs.Int64Var(&cfg.MaxRequestBodyBytes, "max-request-body-bytes", 0, "larger request bodies get 413 (0: no bound)")
+	fs.BoolVar(&cfg.EPPConditionalDecode, "epp-conditional-decode", false, "the picker answers decode requests with Prefer: if-available (412 when no backend holds the prompt)")
 	return cfg, command.Parse(fs, args)
 }

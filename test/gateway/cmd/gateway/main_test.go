@@ -7,9 +7,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/epd-dev/coordinator/test/gateway"
 	"github.com/epd-dev/coordinator/test/internal/command"
 	"github.com/epd-dev/coordinator/test/internal/loopback"
 )
@@ -17,24 +19,32 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestParseFlags(t *testing.T) {
+	defaults := gateway.Config{Addr: "127.0.0.1:0", Pools: map[string][]string{}, EjectFor: 30 * time.Second, EjectAfter: 1, RetryAfter: time.Second}
 	tests := []struct {
-		name      string
-		args      []string
-		wantAddr  string
-		wantPools map[string][]string
-		wantErr   string
+		name    string
+		args    []string
+		want    gateway.Config
+		wantErr string
 	}{
-		{"defaults", nil, "127.0.0.1:0", map[string][]string{}, ""},
+		{"defaults", nil, defaults, ""},
 		{
 			"pools",
 			[]string{"--listen", ":9000", "--pool", "encode=http://a:1", "--pool", "prefill=http://b:1, http://c:1", "--pool", "encode=http://d:1"},
-			":9000",
-			map[string][]string{"encode": {"http://a:1", "http://d:1"}, "prefill": {"http://b:1", "http://c:1"}},
+			gateway.Config{Addr: ":9000", Pools: map[string][]string{"encode": {"http://a:1", "http://d:1"}, "prefill": {"http://b:1", "http://c:1"}},
+				EjectFor: 30 * time.Second, EjectAfter: 1, RetryAfter: time.Second},
 			"",
 		},
-		{"no equals", []string{"--pool", "encode"}, "", nil, "want profile=url1,url2"},
-		{"no urls", []string{"--pool", "encode="}, "", nil, "want profile=url1,url2"},
-		{"positional", []string{"x"}, "", nil, "unexpected arguments"},
+		{
+			"failure modes",
+			[]string{"--eject-for", "-1s", "--eject-after", "3", "--max-in-flight", "8", "--retry-after", "5s", "--route-timeout", "2s",
+				"--max-request-body-bytes", "1024", "--epp-conditional-decode"},
+			gateway.Config{Addr: "127.0.0.1:0", Pools: map[string][]string{}, EjectFor: -time.Second, EjectAfter: 3, MaxInFlight: 8,
+				RetryAfter: 5 * time.Second, RouteTimeout: 2 * time.Second, MaxRequestBodyBytes: 1024, EPPConditionalDecode: true},
+			"",
+		},
+		{"no equals", []string{"--pool", "encode"}, gateway.Config{}, "want profile=url1,url2"},
+		{"no urls", []string{"--pool", "encode="}, gateway.Config{}, "want profile=url1,url2"},
+		{"positional", []string{"x"}, gateway.Config{}, "unexpected arguments"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,8 +58,8 @@ func TestParseFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.Addr != tt.wantAddr || !reflect.DeepEqual(cfg.Pools, tt.wantPools) {
-				t.Errorf("config %+v", cfg)
+			if !reflect.DeepEqual(cfg, tt.want) {
+				t.Errorf("config %+v, want %+v", cfg, tt.want)
 			}
 		})
 	}

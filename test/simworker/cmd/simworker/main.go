@@ -4,6 +4,11 @@
 // SIGINT or SIGTERM, then shuts down gracefully.
 //
 //	simworker --role prefill --kv-connector kv-nixl --addr 127.0.0.1:8001
+//
+// With --fault-control, faults are injected over HTTP (see simworker.Fault):
+//
+//	curl -X POST $URL/sim/faults -d '{"kind":"die-mid-stream","count":2,"after_tokens":3}'
+//	curl -X DELETE $URL/sim/faults
 package main
 
 import (
@@ -38,6 +43,7 @@ func parseFlags(args []string, stderr io.Writer) (simworker.Config, error) {
 	fs.StringVar(&cfg.AdvertiseHost, "advertise-host", "", "host advertised in transfer parameters (default: the local address)")
 	fs.BoolVar(&cfg.StampEvents, "stamp-events", false, "precede each SSE event with a ': sent_ns=<unix nanos>' comment (latency benchmarks)")
 	fs.BoolVar(&cfg.DisableRecording, "no-record", false, "keep no copy of received requests (bounded memory under load)")
+	fs.BoolVar(&cfg.FaultControl, "fault-control", false, "serve "+simworker.PathFaults+": POST a JSON fault to inject it, DELETE to clear (fault-tolerance tests)")
 	if err := command.Parse(fs, args); err != nil {
 		return cfg, err
 	}

@@ -44,6 +44,12 @@ func TestParseFlags(t *testing.T) {
 			want: simworker.Config{Role: "both", KVConnector: "kv-nixl", ECConnector: "ec-nixl", DefaultMaxTokens: 16,
 				CacheSize: 1024, ModelName: "sim-model", Addr: "127.0.0.1:0", StampEvents: true, DisableRecording: true},
 		},
+		{
+			name: "fault control",
+			args: []string{"--fault-control"},
+			want: simworker.Config{Role: "both", KVConnector: "kv-nixl", ECConnector: "ec-nixl", DefaultMaxTokens: 16,
+				CacheSize: 1024, ModelName: "sim-model", Addr: "127.0.0.1:0", FaultControl: true},
+		},
 		{name: "bad role", args: []string{"--role", "router"}, wantErr: "unknown role"},
 		{name: "missing kv dir", args: []string{"--kv-connector", "kv-shared-storage"}, wantErr: "KVDir is required"},
 		{name: "unknown flag", args: []string{"--nope"}, wantErr: "not defined"},
@@ -79,5 +85,31 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"--role", "router"}, io.Discard, io.Discard); err == nil {
 		t.Error("run served an invalid configuration")
+	}
+}
+
+func TestRunFaultControl(t *testing.T) {
+	url, stop := command.Started(t, run, "--fault-control")
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	post := func(path, body string) (*http.Response, []byte) {
+		req, err := http.NewRequest(http.MethodPost, url+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return loopback.Fetch(t, client, req)
+	}
+	if resp, body := post(simworker.PathFaults, `{"kind":"status","status":503,"body":"worker down"}`); resp.StatusCode != http.StatusOK ||
+		string(body) != `{"faults":[{"kind":"status","count":1,"status":503,"body":"worker down"}]}` {
+		t.Fatalf("POST %s: %d %s", simworker.PathFaults, resp.StatusCode, body)
+	}
+	chat := `{"messages":[{"role":"user","content":"hi"}],"max_tokens":1}`
+	if resp, body := post(simworker.PathChatCompletions, chat); resp.StatusCode != http.StatusServiceUnavailable || string(body) != "worker down" {
+		t.Errorf("faulted answer %d %s", resp.StatusCode, body)
+	}
+	if resp, _ := post(simworker.PathChatCompletions, chat); resp.StatusCode != http.StatusOK {
+		t.Errorf("status %d once the fault is used up", resp.StatusCode)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,235 @@
+package resume
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/upstream"
+)
+
+// parts is a response body returning one part per Read, then end.
+type parts struct {
+	p   []string
+	end error
+}
+
+func (b *parts) Read(p []byte) (int, error) {
+	if len(b.p) == 0 {
+		return 0, b.end
+	}
+	n := copy(p, b.p[0])
+	b.p = b.p[1:]
+	return n, nil
+}
+
+func (*parts) Close() error { return nil }
+
+func sse(end error, events ...string) *http.Response {
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: &parts{p: events, end: end}}
+}
+
+func chunk(id, content string) string {
+	b, _ := json.Marshal(map[string]any{"id": id, "object": "chat.completion.chunk", "created": 7, "model": "m",
+		"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": content}, "finish_reason": nil}}})
+	return "data: " + string(b) + "\n\n"
+}
+
+const role = `data: {"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}` + "\n\n"
+
+func chatRC(t *testing.T, raw string) *request.Context {
+	t.Helper()
+	obj, err := body.Parse([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &request.Context{ID: "rid", API: request.APIChat, Path: request.PathChat, Body: obj, Stream: true, Log: logr.Discard()}
+}
+
+// A break after tokens reached the client: the continuation carries the output so far as the
+// assistant message to continue, fewer tokens, and its events are spliced in under the
+// original id, without a second role event, with usage that adds up.
+func TestChatResume(t *testing.T) {
+	rec := httptest.NewRecorder()
+	s := New(rec, "rid")
+	err := s.Relay(sse(io.ErrUnexpectedEOF, role, chunk("c1", "Hello"), chunk("c1", " big"), `data: {"id":"c1","choi`))
+	if !errors.Is(err, ErrBroken) || !s.Started() {
+		t.Fatalf("err = %v, started %v; want a broken stream the client saw", err, s.Started())
+	}
+	if got := rec.Body.String(); got != role+chunk("c1", "Hello")+chunk("c1", " big") {
+		t.Fatalf("the client got %q: a partial event must be held back", got)
+	}
+	rc := chatRC(t, `{"model":"m","messages":[{"role":"user","content":"Hello big world"}],"stream":true,"max_tokens":5,"stream_options":{"include_usage":true}}`)
+	cont, err := s.Continuation(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(cont.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	msgs := got["messages"].([]any)
+	last := msgs[len(msgs)-1].(map[string]any)
+	if len(msgs) != 2 || last["role"] != "assistant" || last["content"] != "Hello big" || got["continue_final_message"] != true ||
+		got["add_generation_prompt"] != false || got["max_tokens"] != 3.0 {
+		t.Fatalf("continuation %s", cont.Bytes())
+	}
+	contRole := strings.ReplaceAll(role, "c1", "c2")
+	usage := `data: {"id":"c2","object":"chat.completion.chunk","created":9,"model":"m","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}` + "\n\n"
+	if err := s.Relay(sse(io.EOF, contRole, chunk("c2", " world"), usage, "data: [DONE]\n\n")); err != nil {
+		t.Fatal(err)
+	}
+	tail := strings.TrimPrefix(rec.Body.String(), role+chunk("c1", "Hello")+chunk("c1", " big"))
+	wantTail := chunk("c1", " world") +
+		`data: {"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[],"usage":{"completion_tokens":5,"prompt_tokens":10,"total_tokens":15}}` + "\n\n" +
+		"data: [DONE]\n\n"
+	if tail != wantTail {
+		t.Fatalf("spliced tail\n%s\nwant\n%s", tail, wantTail)
+	}
+}
+
+func TestGenerateResume(t *testing.T) {
+	rec := httptest.NewRecorder()
+	s := New(rec, "rid")
+	ev := func(ids string) string {
+		return `data: {"request_id":"g1","choices":[{"index":0,"token_ids":` + ids + `,"finish_reason":null}]}` + "\n\n"
+	}
+	if err := s.Relay(sse(io.ErrUnexpectedEOF, ev("[5]"), ev("[6,7]"))); !errors.Is(err, ErrBroken) {
+		t.Fatal(err)
+	}
+	obj, _ := body.Parse([]byte(`{"token_ids":[1,2,3],"sampling_params":{"max_tokens":8,"temperature":0}}`))
+	rc := &request.Context{API: request.APIGenerate, Body: obj, Stream: true}
+	cont, err := s.Continuation(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"token_ids":[1,2,3,5,6,7],"sampling_params":{"max_tokens":5,"temperature":0}}`; string(cont.Bytes()) != want {
+		t.Fatalf("continuation %s, want %s", cont.Bytes(), want)
+	}
+	if err := s.Relay(sse(io.EOF, `data: {"request_id":"other","choices":[{"index":0,"token_ids":[8],"finish_reason":null}]}`+"\n\n", "data: [DONE]\n\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(rec.Body.String(), `data: {"request_id":"g1","choices":[{"index":0,"token_ids":[8],"finish_reason":null}]}`+"\n\ndata: [DONE]\n\n") {
+		t.Fatalf("stream %q", rec.Body.String())
+	}
+}
+
+// What cannot be continued exactly is refused, naming why.
+func TestContinuationRefused(t *testing.T) {
+	tool := `data: {"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a"}}]},"finish_reason":null}]}` + "\n\n"
+	finished := `data: {"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}` + "\n\n"
+	tests := map[string]struct {
+		api    request.API
+		body   string
+		events []string
+		why    string
+	}{
+		"n > 1":             {body: `{"messages":[],"n":2}`, events: []string{chunk("c", "a")}, why: "n > 1"},
+		"logprobs":          {body: `{"messages":[],"logprobs":true}`, events: []string{chunk("c", "a")}, why: "logprobs"},
+		"json schema":       {body: `{"messages":[],"response_format":{"type":"json_schema"}}`, events: []string{chunk("c", "a")}, why: "structured output"},
+		"guided regex":      {body: `{"messages":[],"guided_regex":"a+"}`, events: []string{chunk("c", "a")}, why: "guided_regex"},
+		"tool call":         {body: `{"messages":[],"tools":[]}`, events: []string{tool}, why: "tool call"},
+		"finished":          {body: `{"messages":[]}`, events: []string{finished}, why: "had finished"},
+		"completions":       {api: request.APICompletions, body: `{"prompt":"a"}`, events: []string{chunk("c", "a")}, why: "not resumed"},
+		"already continues": {body: `{"messages":[],"continue_final_message":true}`, events: []string{chunk("c", "a")}, why: "continues a message"},
+		"limit used up":     {body: `{"messages":[{"role":"user","content":"a"}],"max_tokens":1}`, events: []string{chunk("c", "a")}, why: "max_tokens is used up"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := New(httptest.NewRecorder(), "rid")
+			_ = s.Relay(sse(io.ErrUnexpectedEOF, tc.events...))
+			rc := chatRC(t, tc.body)
+			rc.API = tc.api
+			if _, err := s.Continuation(rc); err == nil || !strings.Contains(err.Error(), tc.why) {
+				t.Fatalf("err = %v, want one saying %q", err, tc.why)
+			}
+		})
+	}
+	// A plain text response_format is no constraint.
+	s := New(httptest.NewRecorder(), "rid")
+	_ = s.Relay(sse(io.ErrUnexpectedEOF, chunk("c", "a")))
+	if _, err := s.Continuation(chatRC(t, `{"messages":[{"role":"user","content":"a"}],"response_format":{"type":"text"}}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A stream that fails before its first complete event writes nothing: the leg is retried.
+func TestNotStarted(t *testing.T) {
+	rec := httptest.NewRecorder()
+	s := New(rec, "rid")
+	err := s.Relay(sse(io.ErrUnexpectedEOF, `data: {"id":`))
+	if !errors.Is(err, upstream.ErrNotStarted) || s.Started() || rec.Body.Len() != 0 || len(rec.Header()) != 0 {
+		t.Fatalf("err = %v, started %v, wrote %q", err, s.Started(), rec.Body.String())
+	}
+}
+
+// A clean end of the body without [DONE] is a break too: the answer is not complete.
+func TestEOFWithoutDone(t *testing.T) {
+	s := New(httptest.NewRecorder(), "rid")
+	if err := s.Relay(sse(io.EOF, chunk("c", "a"))); !errors.Is(err, ErrBroken) {
+		t.Fatalf("err = %v, want ErrBroken", err)
+	}
+}
+
+// Fail sends an OpenAI error event and reports a truncated response, so the server aborts it.
+func TestFail(t *testing.T) {
+	rec := httptest.NewRecorder()
+	s := New(rec, "rid")
+	_ = s.Relay(sse(io.ErrUnexpectedEOF, chunk("c", "a")))
+	err := s.Fail("n > 1", io.ErrUnexpectedEOF)
+	if !errors.Is(err, upstream.ErrResponseTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("err = %v", err)
+	}
+	ev := strings.TrimPrefix(rec.Body.String(), chunk("c", "a"))
+	var got struct {
+		Error struct{ Message, Type, Code, RequestID string } `json:"error"`
+	}
+	payload, ok := strings.CutPrefix(ev, "data: ")
+	if !ok || !strings.HasSuffix(ev, "\n\n") || json.Unmarshal([]byte(payload), &got) != nil ||
+		got.Error.Code != "stream_interrupted" || !strings.Contains(got.Error.Message, "n > 1") {
+		t.Fatalf("error event %q", ev)
+	}
+}
+
+// Finish ends a stream whose choice finished but whose [DONE] was lost, unless usage was asked.
+func TestFinish(t *testing.T) {
+	finished := `data: {"id":"c","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}` + "\n\n"
+	for _, tc := range []struct {
+		body string
+		want bool
+	}{{`{"messages":[]}`, true}, {`{"messages":[],"stream_options":{"include_usage":true}}`, false}} {
+		rec := httptest.NewRecorder()
+		s := New(rec, "rid")
+		_ = s.Relay(sse(io.ErrUnexpectedEOF, finished))
+		if got := s.Finish(chatRC(t, tc.body)); got != tc.want || tc.want != strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
+			t.Fatalf("%s: Finish = %v, body %q", tc.body, got, rec.Body.String())
+		}
+	}
+}
+
+// Events split across reads are forwarded whole; nothing is lost or repeated.
+func TestSplitEvents(t *testing.T) {
+	all := role + chunk("c1", "a") + chunk("c1", " b") + "data: [DONE]\n\n"
+	for size := 1; size < len(all); size += 7 {
+		var p []string
+		for i := 0; i < len(all); i += size {
+			p = append(p, all[i:min(i+size, len(all))])
+		}
+		rec := httptest.NewRecorder()
+		if err := New(rec, "rid").Relay(sse(io.EOF, p...)); err != nil {
+			t.Fatalf("reads of %d: %v", size, err)
+		}
+		if !bytes.Equal(rec.Body.Bytes(), []byte(all)) {
+			t.Fatalf("reads of %d: got %q", size, rec.Body.String())
+		}
+	}
+}
