@@ -4,9 +4,13 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -210,4 +214,91 @@ func (c *cluster) checkBudget(t *testing.T, elapsed time.Duration) string {
 		t.Fatalf("%d retries for %d first attempts: over the budget (%d)", retries, legs-retries, budget)
 	}
 	return fmt.Sprintf("%d legs (%d retries) in %s", legs, retries, elapsed.Round(time.Millisecond))
+}
+
+// A stream that cannot be continued exactly (n = 2 here) and whose decode worker dies: the
+// client gets an error event and an aborted body, never a clean end (the previous coordinator
+// ended the chunked response cleanly, without [DONE]).
+func TestCutStreamIsAnError(t *testing.T) {
+	// The gateway double is told not to eject, so that both requests reach a dying worker.
+	c := startCluster(t, options{prefill: 1, decode: 1, steps: pd, gwConfig: gateway.Config{EjectFor: -1}})
+	c.pools["decode"][0].inject(t, simworker.Fault{Kind: simworker.FaultDieMidStream, AfterTokens: 3})
+	text, _ := prompt(0, 0)
+	s := c.client.Chat.Completions.NewStreaming(context.Background(), openai.ChatCompletionNewParams{
+		Model: "sim-model", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(text)},
+		MaxTokens: openai.Int(maxTokens), N: openai.Int(2),
+	})
+	events := 0
+	for s.Next() {
+		events++
+	}
+	if err := s.Err(); err == nil || !strings.Contains(err.Error(), "stream_interrupted") || events == 0 {
+		t.Fatalf("after %d events: err = %v, want the error event", events, err)
+	}
+	// At the HTTP level: the error event, then the body ends with an error (no last chunk).
+	c.pools["decode"][0].inject(t, simworker.Fault{Kind: simworker.FaultDieMidStream, AfterTokens: 3})
+	resp, err := http.Post(c.url+"/v1/chat/completions", "application/json", strings.NewReader(
+		`{"model":"sim-model","stream":true,"n":2,"max_tokens":24,"messages":[{"role":"user","content":"`+text+`"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(string(b), `data: {"error":`) || strings.Contains(string(b), "[DONE]") {
+		t.Fatalf("read err = %v, body %q: want the error event then an aborted body", err, b)
+	}
+}
+
+// A tokens-in generate stream whose decode worker dies is continued with the prompt ids plus
+// the output ids so far: the client gets exactly the uninterrupted ids.
+func TestGenerateStreamResumes(t *testing.T) {
+	c := startCluster(t, options{prefill: 1, decode: 2, steps: "{type: decode}"})
+	const req = `{"model":"sim-model","token_ids":[1,4,200,300,400,500],"stream":true,"sampling_params":{"max_tokens":12,"temperature":0}}`
+	ids := func() ([]int, string) {
+		resp, err := http.Post(c.url+"/inference/v1/generate", "application/json", strings.NewReader(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("read: %v (%q)", err, b)
+		}
+		var out []int
+		reqIDs := map[string]bool{}
+		for _, line := range strings.Split(string(b), "\n") {
+			d, ok := strings.CutPrefix(line, "data: ")
+			if !ok || d == "[DONE]" {
+				continue
+			}
+			var ev struct {
+				RequestID string `json:"request_id"`
+				Choices   []struct {
+					TokenIDs []int `json:"token_ids"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal([]byte(d), &ev); err != nil {
+				t.Fatalf("event %q: %v", d, err)
+			}
+			reqIDs[ev.RequestID] = true
+			for _, ch := range ev.Choices {
+				out = append(out, ch.TokenIDs...)
+			}
+		}
+		if len(reqIDs) != 1 || strings.Count(string(b), "data: [DONE]") != 1 {
+			t.Fatalf("ids %v, body %q: want one request id and one [DONE]", reqIDs, b)
+		}
+		return out, string(b)
+	}
+	want, _ := ids()
+	for _, w := range c.pools["decode"] {
+		w.inject(t, simworker.Fault{Kind: simworker.FaultDieMidStream, AfterTokens: 4})
+	}
+	got, body := ids()
+	if !slices.Equal(got, want) || len(want) != 12 {
+		t.Fatalf("resumed ids %v, uninterrupted %v (%s)", got, want, body)
+	}
+	if n := c.metric(t, "coordinator_stream_resumes_total", "outcome", "resumed"); n < 1 {
+		t.Fatalf("%v resumes", n)
+	}
 }
