@@ -73,6 +73,7 @@ func TestHungWorkerCostsItsDeadline(t *testing.T) {
 		if o.err != nil || o.truncated != "" {
 			t.Fatalf("stream=%v: %v %s", stream, o.err, o.truncated)
 		}
+		t.Logf("stream=%v: answered whole in %s with both decode workers hanging once (idle timeout %s)", stream, o.duration.Round(time.Millisecond), idle)
 		// Both workers hang once: two idle timeouts at most, plus the answer.
 		if o.duration > 2*idle+time.Second {
 			t.Fatalf("stream=%v took %s, want at most two idle timeouts (%s each)", stream, o.duration, idle)
