@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,6 +67,9 @@ func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress st
 	if r := spec.Gateway.Retry; r != nil {
 		renderRetry(r, &cfg.Gateway.Retry)
 	}
+	if len(spec.Gateway.ProfileHeaders) > 0 {
+		cfg.Gateway.ProfileHeaders = slices.Clone(spec.Gateway.ProfileHeaders)
+	}
 	renderTLS(cp, &cfg)
 
 	p := &spec.Pipeline
@@ -77,6 +81,9 @@ func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress st
 	}
 	if p.UseOpenAIFormat != nil {
 		cfg.Pipeline.UseOpenAIFormat = *p.UseOpenAIFormat
+	}
+	if p.ForwardResponseHeaders != nil {
+		cfg.Pipeline.ForwardResponseHeaders = slices.Clone(p.ForwardResponseHeaders)
 	}
 	if p.OnPoolFailure != "" {
 		cfg.Pipeline.OnPoolFailure = string(p.OnPoolFailure)

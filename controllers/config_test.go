@@ -82,6 +82,22 @@ func TestRenderConfig(t *testing.T) {
 				}
 			},
 		},
+		"profile and forwarded headers": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.ProfileHeaders = []string{"x-llm-d-epp-profile"}
+				cp.Spec.Pipeline.ForwardResponseHeaders = []string{"x-llm-d-disagg-revision", "x-pool-epoch"}
+			},
+			want: func(c *config.Config) {
+				c.Gateway.ProfileHeaders = []string{"x-llm-d-epp-profile"}
+				c.Pipeline.ForwardResponseHeaders = []string{"x-llm-d-disagg-revision", "x-pool-epoch"}
+			},
+		},
+		"an empty forwardResponseHeaders disables it": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Pipeline.ForwardResponseHeaders = []string{}
+			},
+			want: func(c *config.Config) { c.Pipeline.ForwardResponseHeaders = []string{} },
+		},
 		"an empty retry keeps the data plane's defaults": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{}

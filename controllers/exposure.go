@@ -66,8 +66,8 @@ func routeParent(cp *coordinatorv1alpha1.CoordinatorPipeline) (ref gatewayv1.Par
 	return ref, true
 }
 
-// desiredHTTPRoute attaches cp to its Gateway with two rules: requests carrying an EPP-Profile
-// header (the coordinator's legs) go to the InferencePool, everything else to the coordinator
+// desiredHTTPRoute attaches cp to its Gateway with two rules: requests carrying the profile
+// header (the first of gateway.profile_headers: the coordinator's legs) go to the InferencePool, everything else to the coordinator
 // Service. Both rules match every path; the header rule wins by Gateway API precedence (more
 // header matches). The caller checks routeParent first.
 func desiredHTTPRoute(cp *coordinatorv1alpha1.CoordinatorPipeline) *gatewayv1.HTTPRoute {
@@ -75,15 +75,20 @@ func desiredHTTPRoute(cp *coordinatorv1alpha1.CoordinatorPipeline) *gatewayv1.HT
 	parent, _ := routeParent(cp)
 	everyPath := &gatewayv1.HTTPPathMatch{Type: ptr.To(gatewayv1.PathMatchPathPrefix), Value: ptr.To("/")}
 
+	// Every leg carries its profile under each of gateway.profile_headers: the rule matches the first.
+	header := gatewayv1.HTTPHeaderName(config.DefaultProfileHeaders()[0])
+	if names := cp.Spec.Gateway.ProfileHeaders; len(names) > 0 {
+		header = gatewayv1.HTTPHeaderName(names[0])
+	}
 	var legMatches []gatewayv1.HTTPRouteMatch
 	if spec.EPPProfileMatch == coordinatorv1alpha1.EPPProfileMatchRegularExpression {
 		legMatches = []gatewayv1.HTTPRouteMatch{{Path: everyPath, Headers: []gatewayv1.HTTPHeaderMatch{{
-			Type: ptr.To(gatewayv1.HeaderMatchRegularExpression), Name: gateway.ProfileHeaderName, Value: ".+",
+			Type: ptr.To(gatewayv1.HeaderMatchRegularExpression), Name: header, Value: ".+",
 		}}}}
 	} else {
 		for _, profile := range eppProfiles {
 			legMatches = append(legMatches, gatewayv1.HTTPRouteMatch{Path: everyPath, Headers: []gatewayv1.HTTPHeaderMatch{{
-				Type: ptr.To(gatewayv1.HeaderMatchExact), Name: gateway.ProfileHeaderName, Value: profile,
+				Type: ptr.To(gatewayv1.HeaderMatchExact), Name: header, Value: profile,
 			}}})
 		}
 	}

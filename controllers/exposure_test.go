@@ -83,14 +83,14 @@ func TestDesiredHTTPRoute(t *testing.T) {
 	exact := func(v string) gatewayv1.HTTPRouteMatch {
 		return gatewayv1.HTTPRouteMatch{
 			Path:    &gatewayv1.HTTPPathMatch{Type: ptr.To(gatewayv1.PathMatchPathPrefix), Value: ptr.To("/")},
-			Headers: []gatewayv1.HTTPHeaderMatch{{Type: ptr.To(gatewayv1.HeaderMatchExact), Name: "EPP-Profile", Value: v}},
+			Headers: []gatewayv1.HTTPHeaderMatch{{Type: ptr.To(gatewayv1.HeaderMatchExact), Name: "x-llm-d-epp-profile", Value: v}},
 		}
 	}
 	tests := map[string]struct {
 		cp    *coordinatorv1alpha1.CoordinatorPipeline
 		check func(g Gomega, r *gatewayv1.HTTPRoute)
 	}{
-		"shape: owner, parent, EPP-Profile legs to the pool, the rest to the coordinator Service": {
+		"shape: owner, parent, profile-header legs to the pool, the rest to the coordinator Service": {
 			cp: routed(nil),
 			check: func(g Gomega, r *gatewayv1.HTTPRoute) {
 				g.Expect(r.Name).To(Equal("cp"))
@@ -123,15 +123,29 @@ func TestDesiredHTTPRoute(t *testing.T) {
 				g.Expect(*svc.Port).To(BeEquivalentTo(ListenPort))
 			},
 		},
-		"RegularExpression: one match for any EPP-Profile value": {
+		"RegularExpression: one match for any profile value": {
 			cp: routed(func(r *coordinatorv1alpha1.RouteSpec) {
 				r.EPPProfileMatch = coordinatorv1alpha1.EPPProfileMatchRegularExpression
 			}),
 			check: func(g Gomega, r *gatewayv1.HTTPRoute) {
 				g.Expect(r.Spec.Rules[0].Matches).To(HaveLen(1))
 				g.Expect(r.Spec.Rules[0].Matches[0].Headers).To(Equal([]gatewayv1.HTTPHeaderMatch{
-					{Type: ptr.To(gatewayv1.HeaderMatchRegularExpression), Name: "EPP-Profile", Value: ".+"},
+					{Type: ptr.To(gatewayv1.HeaderMatchRegularExpression), Name: "x-llm-d-epp-profile", Value: ".+"},
 				}))
+			},
+		},
+		"the rule matches the first of the pipeline's profile headers": {
+			cp: func() *coordinatorv1alpha1.CoordinatorPipeline {
+				cp := routed(nil)
+				cp.Spec.Gateway.ProfileHeaders = []string{"EPP-Profile", "x-llm-d-epp-profile"}
+				return cp
+			}(),
+			check: func(g Gomega, r *gatewayv1.HTTPRoute) {
+				g.Expect(r.Spec.Rules[0].Matches).To(HaveLen(3))
+				for _, m := range r.Spec.Rules[0].Matches {
+					g.Expect(m.Headers).To(HaveLen(1))
+					g.Expect(string(m.Headers[0].Name)).To(Equal("EPP-Profile"))
+				}
 			},
 		},
 		"unset match type means Exact": {

@@ -105,6 +105,18 @@ func TestCRDValidationRejects(t *testing.T) {
 			},
 			wantErr: `spec.gateway.retry.maxAttempts: Invalid value: 0: spec.gateway.retry.maxAttempts in body should be greater than or equal to 1`,
 		},
+		"profile header with a space": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Gateway.ProfileHeaders = []string{"epp profile"}
+			},
+			wantErr: `spec.gateway.profileHeaders[0]: Invalid value: "epp profile": spec.gateway.profileHeaders[0] in body should match '^[A-Za-z0-9][-A-Za-z0-9]*$'`,
+		},
+		"forwarded header listed twice": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Pipeline.ForwardResponseHeaders = []string{"x-a", "x-a"}
+			},
+			wantErr: `spec.pipeline.forwardResponseHeaders[1]: Duplicate value: "x-a"`,
+		},
 		"retry maxRetriesPerRequest 101": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 				cp.Spec.Gateway.Retry = &coordinatorv1alpha1.GatewayRetrySpec{MaxRetriesPerRequest: ptr.To[int32](101)}

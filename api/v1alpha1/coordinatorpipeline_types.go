@@ -204,6 +204,19 @@ type GatewaySpec struct {
 	// +kubebuilder:validation:Maximum=65536
 	MaxResponseSizeMiB *int32 `json:"maxResponseSizeMiB,omitempty"`
 
+	// profileHeaders are the request headers that carry each leg's EPP profile
+	// (gateway.profile_headers); every leg carries all of them, and the HTTPRoute's worker rule
+	// matches the first. x-llm-d-epp-profile is the spelling of llm-d 0.3 and later, EPP-Profile
+	// the earlier one. Defaults to the data plane's default (both).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9][-A-Za-z0-9]*$`
+	ProfileHeaders []string `json:"profileHeaders,omitempty"`
+
 	// retry says when a leg that failed without being served (connection refused or reset
 	// before the answer's headers, no headers within timeout, or 502, 503, 504 or 429 from the
 	// gateway) is tried again, each attempt a new pick by the endpoint picker
@@ -342,6 +355,19 @@ type PipelineSpec struct {
 	// Defaults to the data plane's default (aggregate).
 	// +optional
 	OnPoolFailure PoolFailurePolicy `json:"onPoolFailure,omitempty"`
+
+	// forwardResponseHeaders are the headers a phase's answer carries that are sent on every
+	// later leg of the same request (pipeline.forward_response_headers): the disaggregated
+	// revision keeps one request's prefill and decode on one revision during a rollout. Clients'
+	// values of them are dropped. Absent: the data plane's default (x-llm-d-disagg-revision); an
+	// empty list disables it (the field has no omitempty, so that [] survives a round trip).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9][-A-Za-z0-9]*$`
+	ForwardResponseHeaders []string `json:"forwardResponseHeaders"`
 
 	// steps run in this order. The last step is decode, and decode appears only there;
 	// async-broker, when present, is the first; every step type appears at most once.

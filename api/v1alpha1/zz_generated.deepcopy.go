@@ -318,6 +318,11 @@ func (in *GatewaySpec) DeepCopyInto(out *GatewaySpec) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.ProfileHeaders != nil {
+		in, out := &in.ProfileHeaders, &out.ProfileHeaders
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Retry != nil {
 		in, out := &in.Retry, &out.Retry
 		*out = new(GatewayRetrySpec)
@@ -430,6 +435,11 @@ func (in *PipelineSpec) DeepCopyInto(out *PipelineSpec) {
 		in, out := &in.UseOpenAIFormat, &out.UseOpenAIFormat
 		*out = new(bool)
 		**out = **in
+	}
+	if in.ForwardResponseHeaders != nil {
+		in, out := &in.ForwardResponseHeaders, &out.ForwardResponseHeaders
+		*out = make([]string, len(*in))
+		copy(*out, *in)
 	}
 	if in.Steps != nil {
 		in, out := &in.Steps, &out.Steps

@@ -38,12 +38,15 @@ const (
 	DefaultRetryBudgetRatio    = 0.2
 	DefaultRetryBudgetMinRate  = 5.0
 	DefaultOnPoolFailure       = OnPoolFailureAggregate
-	DefaultMetricsPort         = 9090
-	DefaultTLSMinVersion       = "VersionTLS12"
-	DefaultSampleRatio         = 0.1
-	DefaultServiceName         = "coordinator"
-	DefaultKVConnector         = kv.SharedStorage
-	DefaultECConnector         = ec.SharedStorage
+	// DisaggRevisionHeader is llm-d's cross-phase revision header, the default of
+	// pipeline.forward_response_headers.
+	DisaggRevisionHeader = "x-llm-d-disagg-revision"
+	DefaultMetricsPort   = 9090
+	DefaultTLSMinVersion = "VersionTLS12"
+	DefaultSampleRatio   = 0.1
+	DefaultServiceName   = "coordinator"
+	DefaultKVConnector   = kv.SharedStorage
+	DefaultECConnector   = ec.SharedStorage
 	// EnvPrefix prefixes every environment override: server.listen_addr is COORDINATOR_SERVER_LISTEN_ADDR.
 	EnvPrefix = "COORDINATOR_"
 	// MiB is the unit of server.max_request_body_size.
@@ -137,6 +140,9 @@ type Gateway struct {
 	MaxResponseSize int `yaml:"max_response_size" json:"max_response_size"`
 	// Retry says when a failed leg is tried again.
 	Retry Retry `yaml:"retry" json:"retry"`
+	// ProfileHeaders are the request headers that carry a leg's EPP profile (all of them are
+	// sent): x-llm-d-epp-profile for llm-d 0.3 and later (GAIE v1.x), EPP-Profile for earlier ones.
+	ProfileHeaders []string `yaml:"profile_headers" json:"profile_headers"`
 	// CAFile is a PEM bundle of the CAs an https gateway's certificate must chain to, re-read
 	// when it changes. Empty: the system roots.
 	CAFile string `yaml:"ca_file" json:"ca_file"`
@@ -184,6 +190,11 @@ type Pipeline struct {
 	// UseOpenAIFormat selects the OpenAI wire format (true) or tokens-in /inference/v1/generate
 	// (false, needs a render step) for the encode and prefill legs.
 	UseOpenAIFormat bool `yaml:"use_openai_format" json:"use_openai_format"`
+	// ForwardResponseHeaders are the headers a phase's answer carries that are sent on every
+	// later leg of the same request (the disaggregated revision, so that the prefill and decode
+	// of one request stay on one revision during a rollout). Clients' values of them are dropped
+	// until a phase returns one. Case-insensitive; empty: none.
+	ForwardResponseHeaders []string `yaml:"forward_response_headers" json:"forward_response_headers"`
 	// OnPoolFailure is what happens when the encode or prefill pool cannot serve a request
 	// after its retries: OnPoolFailureAggregate or OnPoolFailureFail.
 	OnPoolFailure string `yaml:"on_pool_failure" json:"on_pool_failure"`
@@ -236,6 +247,7 @@ func Default() Config {
 			IdleConnTimeout:     Duration(DefaultIdleConnTimeout),
 			Timeout:             Duration(DefaultGatewayTimeout),
 			IdleTimeout:         Duration(DefaultIdleTimeout),
+			ProfileHeaders:      DefaultProfileHeaders(),
 			RequestTimeout:      Duration(DefaultRequestTimeout),
 			MaxResponseSize:     DefaultMaxResponseMiB,
 			Retry: Retry{
@@ -249,10 +261,11 @@ func Default() Config {
 			},
 		},
 		Pipeline: Pipeline{
-			KVConnector:     DefaultKVConnector,
-			ECConnector:     DefaultECConnector,
-			UseOpenAIFormat: true,
-			OnPoolFailure:   DefaultOnPoolFailure,
+			KVConnector:            DefaultKVConnector,
+			ECConnector:            DefaultECConnector,
+			UseOpenAIFormat:        true,
+			OnPoolFailure:          DefaultOnPoolFailure,
+			ForwardResponseHeaders: []string{DisaggRevisionHeader},
 		},
 		Tracing: Tracing{SampleRatio: DefaultSampleRatio, ServiceName: DefaultServiceName},
 	}
@@ -265,6 +278,10 @@ func (s Server) MaxRequestBodyBytes() int64 {
 	}
 	return int64(s.MaxRequestBodySize) * MiB
 }
+
+// DefaultProfileHeaders are the profile header names sent by default: the current llm-d
+// spelling and the earlier one, so that either release's endpoint picker routes the legs.
+func DefaultProfileHeaders() []string { return []string{"x-llm-d-epp-profile", "epp-profile"} }
 
 // MaxResponseBytes is the answer limit of legs read whole, in bytes.
 func (g Gateway) MaxResponseBytes() int64 {

@@ -123,7 +123,7 @@ func TestEveryKeyHasAnEnvName(t *testing.T) {
 		"gateway.address", "gateway.max_idle_conns_per_host", "gateway.idle_conn_timeout", "gateway.timeout",
 		"gateway.idle_timeout", "gateway.request_timeout", "gateway.max_response_size", "gateway.retry.max_attempts", "gateway.retry.max_retries_per_request", "gateway.retry.initial_backoff",
 		"gateway.retry.max_backoff", "gateway.retry.max_retry_after", "gateway.retry.budget_ratio", "gateway.retry.budget_min_per_second",
-		"gateway.ca_file", "pipeline.kv_connector", "pipeline.ec_connector", "pipeline.use_openai_format", "pipeline.on_pool_failure", "pipeline.steps",
+		"gateway.profile_headers", "gateway.ca_file", "pipeline.kv_connector", "pipeline.ec_connector", "pipeline.use_openai_format", "pipeline.forward_response_headers", "pipeline.on_pool_failure", "pipeline.steps",
 		"tracing.enabled", "tracing.endpoint", "tracing.sample_ratio", "tracing.service_name"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Fatalf("EnvKeys = %q", keys)
@@ -154,6 +154,12 @@ func TestInvalid(t *testing.T) {
 		"budget ratio over 1":      {yaml: "gateway: {address: http://gw, retry: {budget_ratio: 1.5}}\npipeline: {steps: [{type: decode}]}", key: "gateway.retry.budget_ratio", msg: "between 0 and 1"},
 		"budget ratio NaN":         {yaml: "gateway: {address: http://gw, retry: {budget_ratio: .nan}}\npipeline: {steps: [{type: decode}]}", key: "gateway.retry.budget_ratio", msg: "between 0 and 1"},
 		"negative budget rate":     {yaml: "gateway: {address: http://gw, retry: {budget_min_per_second: -1}}\npipeline: {steps: [{type: decode}]}", key: "gateway.retry.budget_min_per_second", msg: "between 0"},
+		"no profile header":        {yaml: "gateway: {address: http://gw, profile_headers: []}\npipeline: {steps: [{type: decode}]}", key: "gateway.profile_headers", msg: "at least one"},
+		"profile header twice":     {yaml: "gateway: {address: http://gw, profile_headers: [EPP-Profile, epp-profile]}\npipeline: {steps: [{type: decode}]}", key: "gateway.profile_headers[1]", msg: "listed twice"},
+		"profile header invalid":   {yaml: "gateway: {address: http://gw, profile_headers: [\"a b\"]}\npipeline: {steps: [{type: decode}]}", key: "gateway.profile_headers[0]", msg: "not a valid header name"},
+		"profile header owned":     {yaml: "gateway: {address: http://gw, profile_headers: [Prefer]}\npipeline: {steps: [{type: decode}]}", key: "gateway.profile_headers[0]", msg: "coordinator owns"},
+		"forward header empty":     {yaml: "pipeline: {forward_response_headers: [''], steps: [{type: decode}]}", key: "pipeline.forward_response_headers[0]", msg: "must not be empty"},
+		"forward header twice":     {yaml: "pipeline: {forward_response_headers: [x-a, X-A], steps: [{type: decode}]}", key: "pipeline.forward_response_headers[1]", msg: "listed twice"},
 		"unknown pool policy":      {yaml: "pipeline: {on_pool_failure: retry, steps: [{type: decode}]}", key: "pipeline.on_pool_failure", msg: `"aggregate" or "fail"`},
 		"negative idle conns":      {yaml: "gateway: {address: http://gw, max_idle_conns_per_host: -2}\npipeline: {steps: [{type: decode}]}", key: "gateway.max_idle_conns_per_host", msg: "negative"},
 		"unknown key":              {yaml: "server: {listen_adr: ':1'}\n" + minimal, key: "server.listen_adr", msg: "unknown key"},

@@ -10,6 +10,8 @@ import (
 	"reflect"
 	"strings"
 
+	"golang.org/x/net/http/httpguts"
+
 	"go.yaml.in/yaml/v3"
 )
 
@@ -185,6 +187,15 @@ func (c Config) Validate() error {
 	if err := c.Gateway.validateLimits(); err != nil {
 		return err
 	}
+	if len(c.Gateway.ProfileHeaders) == 0 {
+		return fieldErr("gateway.profile_headers", "at least one header name is required (e.g. %s)", strings.Join(DefaultProfileHeaders(), ", "))
+	}
+	if err := validateHeaderNames("gateway.profile_headers", c.Gateway.ProfileHeaders, 4); err != nil {
+		return err
+	}
+	if err := validateHeaderNames("pipeline.forward_response_headers", c.Pipeline.ForwardResponseHeaders, 16); err != nil {
+		return err
+	}
 	switch c.Pipeline.OnPoolFailure {
 	case OnPoolFailureAggregate, OnPoolFailureFail:
 	default:
@@ -201,6 +212,36 @@ func (c Config) Validate() error {
 	for i, s := range c.Pipeline.Steps {
 		if s.Type == "" {
 			return fieldErr(fmt.Sprintf("pipeline.steps[%d].type", i), "is required")
+		}
+	}
+	return nil
+}
+
+// reservedHeaders are headers the coordinator or the transport owns: no setting may name them.
+var reservedHeaders = map[string]bool{"prefer": true, "x-request-id": true, "content-type": true, "content-length": true,
+	"host": true, "connection": true, "transfer-encoding": true, "te": true, "trailer": true, "upgrade": true,
+	"keep-alive": true, "proxy-connection": true, "traceparent": true, "tracestate": true, "authorization": true, "cookie": true}
+
+// validateHeaderNames checks a list of header names: at most most, each a valid HTTP field name
+// not owned by the coordinator, no two the same (case-insensitively).
+func validateHeaderNames(key string, names []string, most int) error {
+	if len(names) > most {
+		return fieldErr(key, "at most %d names, got %d", most, len(names))
+	}
+	seen := map[string]bool{}
+	for i, n := range names {
+		k := fmt.Sprintf("%s[%d]", key, i)
+		switch l := strings.ToLower(n); {
+		case n == "":
+			return fieldErr(k, "must not be empty")
+		case !httpguts.ValidHeaderFieldName(n):
+			return fieldErr(k, "%q is not a valid header name", n)
+		case reservedHeaders[l]:
+			return fieldErr(k, "%q is a header the coordinator owns", n)
+		case seen[l]:
+			return fieldErr(k, "%q is listed twice", n)
+		default:
+			seen[l] = true
 		}
 	}
 	return nil

@@ -45,6 +45,8 @@ func TestRestartSettings(t *testing.T) {
 		"gateway.retry.max_retry_after":         {value: "7s"},
 		"gateway.retry.budget_ratio":            {value: "0.7"},
 		"gateway.retry.budget_min_per_second":   {value: "7"},
+		"gateway.profile_headers":               {value: "[x-llm-d-epp-profile]"},
+		"pipeline.forward_response_headers":     {value: "[]"},
 		"pipeline.on_pool_failure":              {value: "fail"},
 		"pipeline.kv_connector":                 {value: "kv-nixl"},
 		"pipeline.ec_connector":                 {value: "ec-nixl"},

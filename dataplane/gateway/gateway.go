@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/textproto"
 
 	"github.com/go-logr/logr"
 
@@ -69,9 +70,10 @@ func ForwardedTrusted(in http.Header) http.Header { return upstream.Forwarded(in
 // Client sends legs to the gateway over a keep-alive pool, retrying those that failed without
 // being served (Send, Fetch).
 type Client struct {
-	up      *upstream.Client
-	cfg     config.Gateway
-	retrier retry.Retrier
+	up       *upstream.Client
+	cfg      config.Gateway
+	retrier  retry.Retrier
+	profiles []string // gateway.profile_headers, canonical
 }
 
 // CheckCA reads gateway.ca_file, if set, so that a missing or unreadable bundle fails startup
@@ -108,7 +110,16 @@ func New(cfg config.Gateway, tel observe.Telemetry, budget *retry.Budget) (*Clie
 	} else {
 		budget.Configure(cfg.Retry.BudgetRatio, cfg.Retry.BudgetMinPerSecond)
 	}
-	return &Client{up: up, cfg: cfg, retrier: retry.Retrier{Policy: retry.PolicyOf(cfg.Retry), Budget: budget, Metrics: tel.Metrics}}, nil
+	names := cfg.ProfileHeaders
+	if len(names) == 0 {
+		names = config.DefaultProfileHeaders()
+	}
+	profiles := make([]string, len(names))
+	for i, n := range names {
+		profiles[i] = textproto.CanonicalMIMEHeaderKey(n)
+	}
+	return &Client{up: up, cfg: cfg, profiles: profiles,
+		retrier: retry.Retrier{Policy: retry.PolicyOf(cfg.Retry), Budget: budget, Metrics: tel.Metrics}}, nil
 }
 
 // MaxResponseBytes is gateway.max_response_size in bytes.
@@ -137,9 +148,13 @@ type Leg struct {
 // (upstream.Client.Do). The leg is bounded by gateway.idle_timeout and, unless it streams,
 // gateway.request_timeout.
 func (c *Client) Do(ctx context.Context, leg Leg) (*http.Response, error) {
-	r, profile, prefer := c.parts(leg)
-	return c.up.Do(ctx, r, profile, prefer)
+	var buf [maxProfileHeaders + 1]upstream.Field
+	r, set := c.parts(leg, buf[:0])
+	return c.up.Do(ctx, r, set...)
 }
+
+// maxProfileHeaders is the most gateway.profile_headers the configuration accepts.
+const maxProfileHeaders = 4
 
 // Build makes the leg of one attempt (a fresh body: transfer parameters such as kv-sglang's
 // bootstrap room are new for each attempt).
@@ -190,9 +205,10 @@ func (c *Client) Fetch(ctx context.Context, log logr.Logger, build Build) ([]byt
 		if berr != nil {
 			return "", retry.Failure{}, false, berr
 		}
-		r, profile, prefer := c.parts(leg)
+		var buf [maxProfileHeaders + 1]upstream.Field
+		r, set := c.parts(leg, buf[:0])
 		r.MaxResponse = c.cfg.MaxResponseBytes()
-		out, err = c.up.Call(ctx, r, profile, prefer)
+		out, err = c.up.Call(ctx, r, set...)
 		f, again := retry.ClassifyCall(ctx, err)
 		return r.Phase, f, again, nil
 	}, func() {})
@@ -203,16 +219,20 @@ func (c *Client) Fetch(ctx context.Context, log logr.Logger, build Build) ([]byt
 }
 
 // parts is the leg as an upstream request (its phase defaulting to the profile, its bounds
-// gateway.idle_timeout and, unless it streams, gateway.request_timeout) and the two headers the
-// gateway client sets.
-func (c *Client) parts(leg Leg) (r upstream.Request, profile, prefer upstream.Field) {
-	r = leg.Request
+// gateway.idle_timeout and, unless it streams, gateway.request_timeout) and the headers the
+// gateway client sets, appended to set: the profile under each of gateway.profile_headers, and
+// Prefer.
+func (c *Client) parts(leg Leg, set []upstream.Field) (upstream.Request, []upstream.Field) {
+	r := leg.Request
 	r.Phase = phaseOf(leg)
 	r.IdleTimeout = c.cfg.IdleTimeout.Std()
 	if !leg.Stream {
 		r.Timeout = c.cfg.RequestTimeout.Std()
 	}
-	return r, upstream.Field{Name: ProfileHeader, Value: leg.Profile}, upstream.Field{Name: PreferHeader, Value: leg.Prefer}
+	for _, name := range c.profiles {
+		set = append(set, upstream.Field{Name: name, Value: leg.Profile})
+	}
+	return r, append(set, upstream.Field{Name: PreferHeader, Value: leg.Prefer})
 }
 
 // phaseOf is the leg's phase, its profile when unnamed.

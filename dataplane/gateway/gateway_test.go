@@ -27,6 +27,8 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
+// Every leg carries its profile under each of gateway.profile_headers (the client's own profile
+// and Prefer headers never pass), and Prefer only when the leg sets it.
 func TestLegHeaders(t *testing.T) {
 	seen := make(chan http.Header, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -34,30 +36,41 @@ func TestLegHeaders(t *testing.T) {
 		_, _ = io.WriteString(w, "{}")
 	}))
 	defer srv.Close()
-	c, err := New(config.Gateway{Address: srv.URL, Timeout: config.Duration(5 * time.Second)}, observe.Telemetry{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	client := http.Header{"Epp-Profile": {"decode"}, "X-Llm-D-Epp-Profile": {"decode"}, "Prefer": {"if-available"}, "Authorization": {"Bearer k"}}
+	client := http.Header{"Epp-Profile": {"decode"}, "X-Llm-D-Epp-Profile": {"decode"}, "X-Custom-Profile": {"decode"},
+		"Prefer": {"if-available"}, "Authorization": {"Bearer k"}}
 	tests := map[string]struct {
+		headers []string // gateway.profile_headers (nil: the default)
 		leg     Leg
-		profile string
-		prefer  string
+		want    map[string]string // profile headers and Prefer as the gateway sees them
 	}{
-		"prefill":            {leg: Leg{Profile: ProfilePrefill}, profile: "prefill"},
-		"conditional decode": {leg: Leg{Profile: ProfileDecode, Prefer: PreferIfAvailable}, profile: "decode", prefer: "if-available"},
+		"default: both spellings": {leg: Leg{Profile: ProfilePrefill},
+			want: map[string]string{"X-Llm-D-Epp-Profile": "prefill", "Epp-Profile": "prefill", "Prefer": ""}},
+		"conditional decode": {leg: Leg{Profile: ProfileDecode, Prefer: PreferIfAvailable},
+			want: map[string]string{"X-Llm-D-Epp-Profile": "decode", "Epp-Profile": "decode", "Prefer": "if-available"}},
+		"current llm-d only": {headers: []string{"x-llm-d-epp-profile"}, leg: Leg{Profile: ProfileEncode},
+			want: map[string]string{"X-Llm-D-Epp-Profile": "encode", "Epp-Profile": ""}},
+		"a custom name overrides the client's value": {headers: []string{"X-Custom-Profile"}, leg: Leg{Profile: ProfileEncode},
+			want: map[string]string{"X-Custom-Profile": "encode", "Epp-Profile": "", "X-Llm-D-Epp-Profile": ""}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			c, err := New(config.Gateway{Address: srv.URL, Timeout: config.Duration(5 * time.Second), ProfileHeaders: tc.headers}, observe.Telemetry{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
 			tc.leg.Request = upstream.Request{Path: "/v1/chat/completions", Header: Forwarded(client), RequestID: "rid",
 				Body: strings.NewReader("{}"), Size: 2}
 			if _, err := c.Fetch(context.Background(), logr.Discard(), func() (Leg, error) { return tc.leg, nil }); err != nil {
 				t.Fatal(err)
 			}
 			h := <-seen
-			if h.Get(ProfileHeader) != tc.profile || h.Get(PreferHeader) != tc.prefer || h.Get(ProfileHeaderNew) != "" ||
-				h.Get("Authorization") != "Bearer k" || h.Get(upstream.RequestIDHeader) != "rid" {
+			for k, v := range tc.want {
+				if got := h.Values(k); v == "" && len(got) != 0 || v != "" && (len(got) != 1 || got[0] != v) {
+					t.Errorf("%s = %q, want %q", k, got, v)
+				}
+			}
+			if h.Get("Authorization") != "Bearer k" || h.Get(upstream.RequestIDHeader) != "rid" {
 				t.Fatalf("headers %v", h)
 			}
 		})

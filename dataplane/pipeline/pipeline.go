@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/textproto"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,8 +91,9 @@ type Spec struct {
 
 // Pipeline is a built, immutable list of steps with the configuration it came from.
 type Pipeline struct {
-	spec   Spec
-	routes *http.ServeMux
+	spec    Spec
+	routes  *http.ServeMux
+	forward []string // pipeline.forward_response_headers, canonical
 
 	inflight  atomic.Int64
 	retired   atomic.Bool
@@ -101,6 +103,9 @@ type Pipeline struct {
 // New assembles a pipeline from built steps; the routes of RouteProvider steps are registered.
 func New(spec Spec) *Pipeline {
 	p := &Pipeline{spec: spec}
+	for _, name := range spec.Config.Pipeline.ForwardResponseHeaders {
+		p.forward = append(p.forward, textproto.CanonicalMIMEHeaderKey(name))
+	}
 	for _, s := range spec.Steps {
 		rp, ok := s.(RouteProvider)
 		if !ok {
@@ -157,6 +162,9 @@ func (p *Pipeline) Execute(ctx context.Context, rc *request.Context) error {
 
 // Config is the configuration the pipeline was built from.
 func (p *Pipeline) Config() config.Config { return p.spec.Config }
+
+// ForwardResponse are the canonical names of pipeline.forward_response_headers.
+func (p *Pipeline) ForwardResponse() []string { return p.forward }
 
 // Revision is the configuration's fingerprint.
 func (p *Pipeline) Revision() string { return p.spec.Revision }

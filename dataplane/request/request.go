@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -125,9 +127,13 @@ type Context struct {
 	// API is the client's request format; Path its original path.
 	API  API
 	Path string
-	// Header holds the client's headers; Forwarded the subset every leg carries.
+	// Header holds the client's headers; Forwarded the subset every leg carries (read it with
+	// LegHeader once legs run).
 	Header    http.Header
 	Forwarded http.Header
+	// ForwardResponse are the canonical names of pipeline.forward_response_headers: a value an
+	// answer carries joins Forwarded for every later leg.
+	ForwardResponse []string
 	// Body is the parsed client body. Steps that change what every later leg must see (media
 	// inlining) replace its members; legs clone it before their own edits.
 	Body *body.Object
@@ -165,6 +171,8 @@ type Context struct {
 	Timings []StepTiming
 
 	tokenJSON json.RawMessage
+	// fwdMu guards Forwarded once legs run (encode legs answer concurrently).
+	fwdMu sync.Mutex
 	// step and stepStart are the running step, for a Server-Timing header sent mid-step.
 	step      string
 	stepStart time.Time
@@ -220,13 +228,49 @@ func (rc *Context) Outbound(phase, path string, obj *body.Object) upstream.Reque
 	if buf == nil {
 		buf = bodybuf.Of(nil) // the body's bytes are not pooled
 	}
+	var onAnswer func(http.Header)
+	if len(rc.ForwardResponse) > 0 {
+		onAnswer = rc.keepForwarded
+	}
 	bufs, n := obj.Buffers()
 	if l := rc.Log.V(logging.Trace); l.Enabled() {
 		l.Info("leg request", "phase", phase, "path", path, "body", logging.RedactJSON(obj.Bytes()))
 	}
 	return upstream.Request{
-		Path: path, Phase: phase, Header: rc.Forwarded, RequestID: rc.ID, Body: buf.Open(bufs), Size: n,
-		GetBody: func() (io.ReadCloser, error) { return buf.Open(bufs), nil },
+		Path: path, Phase: phase, Header: rc.LegHeader(), RequestID: rc.ID, Body: buf.Open(bufs), Size: n,
+		GetBody: func() (io.ReadCloser, error) { return buf.Open(bufs), nil }, OnAnswer: onAnswer,
+	}
+}
+
+// LegHeader is the header set the next leg carries: Forwarded, with the values earlier answers
+// gave to pipeline.forward_response_headers. Callers must not modify it.
+func (rc *Context) LegHeader() http.Header {
+	rc.fwdMu.Lock()
+	defer rc.fwdMu.Unlock()
+	return rc.Forwarded
+}
+
+// keepForwarded records the forward_response_headers values an answer carries (copy on write:
+// legs in flight keep the header set they were sent with).
+func (rc *Context) keepForwarded(h http.Header) {
+	rc.fwdMu.Lock()
+	defer rc.fwdMu.Unlock()
+	var next http.Header
+	for _, name := range rc.ForwardResponse {
+		v := h.Values(name)
+		if len(v) == 0 || slices.Equal(v, rc.Forwarded[name]) {
+			continue
+		}
+		if next == nil {
+			next = rc.Forwarded.Clone()
+			if next == nil {
+				next = http.Header{}
+			}
+		}
+		next[name] = slices.Clone(v)
+	}
+	if next != nil {
+		rc.Forwarded = next
 	}
 }
 

@@ -227,7 +227,8 @@ func TestRoutingHeaders(t *testing.T) {
 						t.Errorf("%s leg: %s = %q, want %q", leg.Header.Get("Epp-Profile"), name, got, want)
 					}
 				}
-				if leg.Header.Get("Authorization") != "Bearer k" || leg.Header.Get("X-Llm-D-Epp-Profile") != "" || leg.Header.Get("Prefer") != "" {
+				if leg.Header.Get("Authorization") != "Bearer k" || leg.Header.Values("X-Llm-D-Epp-Profile")[0] != leg.Header.Get("Epp-Profile") ||
+					len(leg.Header.Values("X-Llm-D-Epp-Profile")) != 1 || leg.Header.Get("Prefer") != "" {
 					t.Errorf("leg headers %v", leg.Header)
 				}
 			}

@@ -61,17 +61,18 @@ func (s *Server) handleInference(c echo.Context) error {
 		_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Time{})
 	}
 	rc := &request.Context{
-		ID:        x.id,
-		API:       api,
-		Path:      req.URL.Path,
-		Header:    req.Header,
-		Forwarded: forwarded(p.Config().Server, req.Header),
-		Body:      obj,
-		Buffer:    buf,
-		Model:     model,
-		Stream:    stream,
-		Writer:    c.Response(),
-		Log:       logging.WithValuesLazily(s.log, "request_id", x.id),
+		ID:              x.id,
+		API:             api,
+		Path:            req.URL.Path,
+		Header:          req.Header,
+		Forwarded:       forwarded(p.Config(), req.Header),
+		ForwardResponse: p.ForwardResponse(),
+		Body:            obj,
+		Buffer:          buf,
+		Model:           model,
+		Stream:          stream,
+		Writer:          c.Response(),
+		Log:             logging.WithValuesLazily(s.log, "request_id", x.id),
 	}
 	x.rc, x.revision = rc, p.Revision()
 	ctx = retry.WithRequestLimit(ctx, p.Config().Gateway.Retry.MaxRetriesPerRequest)
@@ -90,13 +91,20 @@ func (s *Server) handleInference(c echo.Context) error {
 }
 
 // forwarded is the client header set every leg carries: gateway.Forwarded, or
-// gateway.ForwardedTrusted under server.trusted_routing_headers. It is taken before any step
-// runs, so that a step's own routing headers (the async broker's objective) are kept.
-func forwarded(cfg config.Server, h http.Header) http.Header {
-	if cfg.TrustedRoutingHeaders {
-		return gateway.ForwardedTrusted(h)
+// gateway.ForwardedTrusted under server.trusted_routing_headers, without the client's values of
+// pipeline.forward_response_headers (only a phase's answer sets those). It is taken before any
+// step runs, so that a step's own routing headers (the async broker's objective) are kept.
+func forwarded(cfg config.Config, h http.Header) http.Header {
+	var out http.Header
+	if cfg.Server.TrustedRoutingHeaders {
+		out = gateway.ForwardedTrusted(h)
+	} else {
+		out = gateway.Forwarded(h)
 	}
-	return gateway.Forwarded(h)
+	for _, name := range cfg.Pipeline.ForwardResponseHeaders {
+		out.Del(name)
+	}
+	return out
 }
 
 // handlePassthrough serves any other /v1 request: a route of a pipeline step when one matches,
@@ -131,7 +139,7 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 		Method:      req.Method,
 		Path:        req.URL.RequestURI(),
 		Phase:       routePassthrough,
-		Header:      forwarded(p.Config().Server, req.Header),
+		Header:      forwarded(p.Config(), req.Header),
 		RequestID:   x.id,
 		ContentType: req.Header.Get("Content-Type"),
 	}}

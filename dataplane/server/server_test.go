@@ -425,3 +425,54 @@ func TestStaleGatewayConnections(t *testing.T) {
 		}
 	}
 }
+
+// pipeline.forward_response_headers: the revision a phase's answer carries is sent on every
+// later leg; the client's own value never reaches a leg; an empty list disables it.
+func TestForwardResponseHeaders(t *testing.T) {
+	tests := map[string]struct {
+		names      []string // nil: the default
+		wantDecode string   // the decode leg's x-llm-d-disagg-revision
+	}{
+		"default: the prefill's revision follows": {wantDecode: "rev-2"},
+		"disabled":       {names: []string{}, wantDecode: "client"},
+		"another header": {names: []string{"x-other"}, wantDecode: "client"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := start(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Epp-Profile") == "prefill" {
+					w.Header().Set("X-Llm-D-Disagg-Revision", "rev-2")
+					w.Header().Set("X-Other", "o-1")
+				}
+				_, _ = io.WriteString(w, `{}`)
+			}, func(c *config.Config) {
+				c.Pipeline.Steps = []config.Step{{Type: "prefill"}, {Type: "decode"}}
+				if tc.names != nil {
+					c.Pipeline.ForwardResponseHeaders = tc.names
+				}
+			})
+			resp, b := do(t, "POST", h.url+"/v1/chat/completions", `{"messages":[]}`,
+				map[string]string{"X-Llm-D-Disagg-Revision": "client", "X-Other": "client"})
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("HTTP %d %s", resp.StatusCode, b)
+			}
+			h.up.mu.Lock()
+			legs := append([]*http.Request(nil), h.up.legs...)
+			h.up.mu.Unlock()
+			if len(legs) != 2 {
+				t.Fatalf("%d legs", len(legs))
+			}
+			prefill, decode := legs[0].Header, legs[1].Header
+			forwarded := tc.names == nil || len(tc.names) > 0
+			if wantPrefill := map[bool]string{true: "", false: "client"}[forwarded && tc.names == nil]; prefill.Get("X-Llm-D-Disagg-Revision") != wantPrefill {
+				t.Errorf("prefill leg revision %q, want %q", prefill.Get("X-Llm-D-Disagg-Revision"), wantPrefill)
+			}
+			if got := decode.Values("X-Llm-D-Disagg-Revision"); len(got) != 1 || got[0] != tc.wantDecode {
+				t.Errorf("decode leg revision %q, want %q", got, tc.wantDecode)
+			}
+			if len(tc.names) == 1 && decode.Get("X-Other") != "o-1" {
+				t.Errorf("decode leg X-Other %q, want the prefill's o-1", decode.Get("X-Other"))
+			}
+		})
+	}
+}

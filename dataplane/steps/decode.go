@@ -9,6 +9,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/body"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
@@ -29,12 +30,14 @@ func init() { registry.Register(registry.Type{Name: DecodeStep, New: newDecode})
 type decode struct {
 	gw  *gateway.Client
 	kv  kv.Connector
+	dp  kv.DataParallel
 	ans answerer
 }
 
 func newDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, DecodeStep)
-	return &decode{gw: deps.Gateway, kv: kvConnector(deps, p), ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics)}, nil
+	c := kvConnector(deps, p)
+	return &decode{gw: deps.Gateway, kv: c, dp: dataParallel(p, c), ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics)}, nil
 }
 
 var _ pipeline.Terminal = (*decode)(nil)
@@ -45,12 +48,14 @@ func (*decode) Terminal() bool { return true }
 // Execute sends the decode leg. A retry after a prefill goes without the prefill's
 // kv_transfer_params: the failed attempt's worker may have pulled (and freed) the KV blocks, so
 // the new pick prefills the prompt itself. After a prefill, a first decode answer of 4xx is
-// such a failed transfer and is retried so too.
+// such a failed transfer and is retried so too. After a prefill with kv-nixl and
+// data_parallel_size > 1, every attempt carries the same X-Data-Parallel-Rank (rankOf).
 func (s *decode) Execute(ctx context.Context, rc *request.Context) error {
 	obj, err := s.body(rc, true)
 	if err != nil {
 		return err
 	}
+	rank, pinned := s.rankOf(rc)
 	attempt := 0
 	var result error
 	rerr := s.gw.Retrier().Run(ctx, rc.Log, func() (string, retry.Failure, bool, error) {
@@ -61,6 +66,9 @@ func (s *decode) Execute(ctx context.Context, rc *request.Context) error {
 			}
 		}
 		leg := rc.Leg(gateway.ProfileDecode, rc.Path, obj)
+		if pinned {
+			leg = pinRank(leg, rank)
+		}
 		leg.Stream = rc.Stream
 		resp, err := s.gw.Do(ctx, leg) //nolint:bodyclose // ErrorOf or respond closes it
 		if err != nil {
@@ -91,6 +99,21 @@ func (s *decode) Execute(ctx context.Context, rc *request.Context) error {
 		return rerr
 	}
 	return result
+}
+
+// rankOf returns the data-parallel rank the decode legs are pinned to; pinned is false when they
+// are not. They are only after a prefill, with kv-nixl and data_parallel_size > 1: to the rank
+// the prefill worker answered in remote_dp_rank when valid, else to the prefill leg's own (the
+// request id's hash).
+func (s *decode) rankOf(rc *request.Context) (rank int, pinned bool) {
+	if !rc.Prefilled {
+		return 0, false
+	}
+	rank, answered, pinned := s.dp.DecodeRank(rc.ID, rc.PrefillKV)
+	if l := rc.Log.V(logging.Debug); pinned && l.Enabled() {
+		l.Info("decode pinned to a data-parallel rank", "rank", rank, "from_prefill_answer", answered)
+	}
+	return rank, pinned
 }
 
 // body is the client body plus what earlier phases produced: the rendered tokens (chat:

@@ -7,10 +7,12 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/request"
 )
@@ -271,5 +273,90 @@ func TestConditionalDecode(t *testing.T) {
 				t.Fatalf("tokens present = %v", hasTok)
 			}
 		})
+	}
+}
+
+// After a prefill with kv-nixl and data_parallel_size > 1, the decode leg carries the rank the
+// prefill worker answered in kv_transfer_params.remote_dp_rank when it is an integer in
+// [0, size), else the prefill leg's own (the request id's hash); without a prefill, or with
+// size 1, it carries none.
+func TestDecodeDataParallelRank(t *testing.T) {
+	hash := hashRank("req-1", 8)
+	tests := map[string]struct {
+		size      int
+		prefilled bool
+		kv        string
+		want      string
+	}{
+		"answered rank":              {size: 8, prefilled: true, kv: `{"remote_engine_id":"e","remote_dp_rank":3}`, want: "3"},
+		"answered rank zero":         {size: 8, prefilled: true, kv: `{"remote_dp_rank":0}`, want: "0"},
+		"answered last rank":         {size: 8, prefilled: true, kv: `{"remote_dp_rank":7}`, want: "7"},
+		"answered integral float":    {size: 8, prefilled: true, kv: `{"remote_dp_rank":6.0}`, want: "6"},
+		"out of range":               {size: 8, prefilled: true, kv: `{"remote_dp_rank":8}`, want: hash},
+		"negative":                   {size: 8, prefilled: true, kv: `{"remote_dp_rank":-1}`, want: hash},
+		"fractional":                 {size: 8, prefilled: true, kv: `{"remote_dp_rank":2.5}`, want: hash},
+		"string":                     {size: 8, prefilled: true, kv: `{"remote_dp_rank":"3"}`, want: hash},
+		"null":                       {size: 8, prefilled: true, kv: `{"remote_dp_rank":null}`, want: hash},
+		"absent":                     {size: 8, prefilled: true, kv: `{"remote_engine_id":"e"}`, want: hash},
+		"no params answered":         {size: 8, prefilled: true, want: hash},
+		"no prefill":                 {size: 8, kv: `{"remote_dp_rank":3}`},
+		"size 1":                     {size: 1, prefilled: true, kv: `{"remote_dp_rank":0}`},
+		"size 1, no prefill":         {size: 1},
+		"size 2, answered rank":      {size: 2, prefilled: true, kv: `{"remote_dp_rank":1}`, want: "1"},
+		"size 2, answered too large": {size: 2, prefilled: true, kv: `{"remote_dp_rank":3}`, want: hashRank("req-1", 2)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			gw := newFakeGateway(t, okJSON(`{"id":"d"}`))
+			s := newStep(t, DecodeStep, gw, map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": tc.size})
+			rc, _ := newRC(t, "/v1/chat/completions", `{"messages":[]}`, nil)
+			rc.Prefilled = tc.prefilled
+			if tc.kv != "" {
+				rc.PrefillKV = json.RawMessage(tc.kv)
+			}
+			if err := s.Execute(context.Background(), rc); err != nil {
+				t.Fatal(err)
+			}
+			if got := gw.only().Header.Values("X-Data-Parallel-Rank"); strings.Join(got, ",") != tc.want {
+				t.Fatalf("X-Data-Parallel-Rank %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// A decode retried after a failed KV transfer (no kv_transfer_params on the retry) keeps its
+// rank, and the request's forwarded headers are not edited.
+func TestDecodeDataParallelRankOnRetry(t *testing.T) {
+	var calls atomic.Int32
+	gw := newFakeGateway(t, func(w http.ResponseWriter, c captured) {
+		if calls.Add(1) == 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"error":{"message":"KV transfer failed"}}`)
+			return
+		}
+		okJSON(`{"id":"d"}`)(w, c)
+	})
+	s := newStep(t, DecodeStep, gw, map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": 4})
+	rc, rec := newRC(t, "/v1/chat/completions", `{"messages":[]}`, nil)
+	rc.Forwarded = gateway.ForwardedTrusted(http.Header{"X-Data-Parallel-Rank": {"0"}})
+	rc.Prefilled, rc.PrefillKV = true, json.RawMessage(`{"remote_engine_id":"e","remote_dp_rank":2}`)
+	if err := s.Execute(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	legs := gw.requests()
+	if len(legs) != 2 || rec.Code != 200 {
+		t.Fatalf("%d decode attempts, client got %d", len(legs), rec.Code)
+	}
+	for i, l := range legs {
+		if got := l.Header.Values("X-Data-Parallel-Rank"); len(got) != 1 || got[0] != "2" {
+			t.Fatalf("attempt %d: X-Data-Parallel-Rank %q, want 2", i+1, got)
+		}
+	}
+	if _, ok := legs[1].Body["kv_transfer_params"]; ok {
+		t.Fatal("the retry kept the failed transfer's params")
+	}
+	if rc.Forwarded.Get("X-Data-Parallel-Rank") != "0" {
+		t.Fatalf("rc.Forwarded was edited: %v", rc.Forwarded)
 	}
 }

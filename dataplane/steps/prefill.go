@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"strconv"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/body"
@@ -22,11 +24,13 @@ const PrefillStep = "prefill"
 func init() { registry.Register(registry.Type{Name: PrefillStep, New: newPrefill}) }
 
 // prefill sends one single-token leg (EPP-Profile: prefill) carrying the KV connector's
-// kv_transfer_params and the merged ec_transfer_params, and keeps the worker's kv_transfer_params
+// kv_transfer_params and the merged ec_transfer_params (and, with kv-nixl and
+// data_parallel_size > 1, X-Data-Parallel-Rank), and keeps the worker's kv_transfer_params
 // answer for decode.
 type prefill struct {
 	gw        *gateway.Client
 	kv        kv.Connector
+	dp        kv.DataParallel
 	ec        ec.Connector
 	useOpenAI bool
 	pool      poolPolicy
@@ -34,26 +38,60 @@ type prefill struct {
 
 func newPrefill(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, PrefillStep)
-	return &prefill{gw: deps.Gateway, kv: kvConnector(deps, p), ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true),
+	c := kvConnector(deps, p)
+	return &prefill{gw: deps.Gateway, kv: c, dp: dataParallel(p, c), ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true),
 		pool: onPoolFailure(deps, p)}, nil
+}
+
+// dataParallel reads data_parallel_size (≥ 1, default 1) for the step's KV connector c (nil when
+// kv_connector was invalid, already reported): more than 1 is accepted with kv-nixl only.
+func dataParallel(p *params.Params, c kv.Connector) kv.DataParallel {
+	size := p.Int(kv.ParamDataParallelSize, 1, 1)
+	if c == nil {
+		return kv.DataParallel{}
+	}
+	dp, err := kv.NewDataParallel(c.Name(), size)
+	if err != nil {
+		p.Fail(kv.ParamDataParallelSize, "%v", err)
+	}
+	return dp
+}
+
+// pinRank returns leg with X-Data-Parallel-Rank set to rank on a copy of its headers (the
+// request's forwarded set, shared by all its legs, is never edited), replacing a trusted
+// client's own value.
+func pinRank(leg gateway.Leg, rank int) gateway.Leg {
+	h := leg.Header.Clone()
+	if h == nil {
+		h = make(http.Header, 1)
+	}
+	h.Set(kv.DataParallelRankHeader, strconv.Itoa(rank))
+	leg.Header = h
+	return leg
 }
 
 func (*prefill) Name() string { return PrefillStep }
 
 // Execute sends the prefill leg, retried with a fresh body per attempt (a kv-sglang bootstrap
-// room is new each time); a pool that cannot serve it is handled by pipeline.on_pool_failure.
-// After a degraded encode it does nothing: decode serves the request alone.
+// room is new each time) and the same data-parallel rank; a pool that cannot serve it is handled
+// by pipeline.on_pool_failure. After a degraded encode it does nothing: decode serves the
+// request alone.
 func (s *prefill) Execute(ctx context.Context, rc *request.Context) error {
 	if rc.Degraded != "" {
 		return nil
 	}
 	format := rc.API.Format(s.useOpenAI)
+	rank, pinned := s.dp.PrefillRank(rc.ID)
 	out, err := s.gw.Fetch(ctx, rc.Log, func() (gateway.Leg, error) {
 		obj, err := s.body(rc, format)
 		if err != nil {
 			return gateway.Leg{}, err
 		}
-		return rc.Leg(gateway.ProfilePrefill, format.Path(), obj), nil
+		leg := rc.Leg(gateway.ProfilePrefill, format.Path(), obj)
+		if pinned {
+			leg = pinRank(leg, rank)
+		}
+		return leg, nil
 	})
 	if err != nil {
 		return s.pool.handle(ctx, rc, PrefillStep, err)

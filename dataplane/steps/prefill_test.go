@@ -2,15 +2,23 @@ package steps
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/go-logr/logr"
+	"golang.org/x/crypto/blake2s"
+
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/request"
 	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
@@ -248,5 +256,127 @@ func TestPrefillAnswerTooLarge(t *testing.T) {
 	}
 	if w := written.Load(); w >= 300<<20 {
 		t.Fatalf("the worker wrote all %d bytes: the answer was read to its end", w)
+	}
+}
+
+// hashRank is the X-Data-Parallel-Rank a request id hashes to, computed here on its own: the
+// first 8 bytes of blake2s-256(id), big-endian, mod size.
+func hashRank(id string, size int) string {
+	sum := blake2s.Sum256([]byte(id))
+	return strconv.FormatUint(binary.BigEndian.Uint64(sum[:8])%uint64(size), 10)
+}
+
+// With kv-nixl and data_parallel_size > 1 the prefill leg, on every attempt, carries
+// X-Data-Parallel-Rank = the request id's hash mod the size, replacing a trusted client's value
+// without editing the request's forwarded headers; with size 1 it carries none.
+func TestPrefillDataParallelRank(t *testing.T) {
+	tests := map[string]struct {
+		size int
+		id   string
+		want string
+	}{
+		"size 4":       {size: 4, id: "req-1", want: hashRank("req-1", 4)},
+		"size 8":       {size: 8, id: "cmpl-abc-123", want: hashRank("cmpl-abc-123", 8)},
+		"size 3, uuid": {size: 3, id: "00000000-0000-0000-0000-000000000000", want: hashRank("00000000-0000-0000-0000-000000000000", 3)},
+		"size 1":       {size: 1, id: "req-1"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var calls atomic.Int32
+			gw := newFakeGateway(t, func(w http.ResponseWriter, c captured) {
+				if calls.Add(1) == 1 {
+					http.Error(w, "no healthy upstream", http.StatusServiceUnavailable)
+					return
+				}
+				okJSON(`{"kv_transfer_params":{"remote_engine_id":"e"}}`)(w, c)
+			})
+			s := newStep(t, PrefillStep, gw, map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": tc.size})
+			rc, _ := newRC(t, "/v1/chat/completions", `{"model":"m","messages":[]}`, nil)
+			rc.ID = tc.id
+			if err := s.Execute(context.Background(), rc); err != nil {
+				t.Fatal(err)
+			}
+			legs := gw.requests()
+			if len(legs) != 2 {
+				t.Fatalf("%d prefill attempts, want 2", len(legs))
+			}
+			for i, l := range legs {
+				if got := l.Header.Values("X-Data-Parallel-Rank"); strings.Join(got, ",") != tc.want {
+					t.Fatalf("attempt %d: X-Data-Parallel-Rank %q, want %q", i+1, got, tc.want)
+				}
+			}
+		})
+	}
+
+	t.Run("a trusted client's rank is replaced, not edited in place", func(t *testing.T) {
+		gw := newFakeGateway(t, okJSON(`{}`))
+		s := newStep(t, PrefillStep, gw, map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": 4})
+		rc, _ := newRC(t, "/v1/chat/completions", `{"messages":[]}`, nil)
+		rc.Forwarded = gateway.ForwardedTrusted(http.Header{"X-Data-Parallel-Rank": {"9"}, "X-Tenant": {"t"}})
+		if err := s.Execute(context.Background(), rc); err != nil {
+			t.Fatal(err)
+		}
+		got := gw.only().Header
+		if got.Values("X-Data-Parallel-Rank")[0] != hashRank("req-1", 4) || len(got.Values("X-Data-Parallel-Rank")) != 1 || got.Get("X-Tenant") != "t" {
+			t.Fatalf("leg headers %v", got)
+		}
+		if rc.Forwarded.Get("X-Data-Parallel-Rank") != "9" || len(rc.Forwarded) != 2 {
+			t.Fatalf("rc.Forwarded was edited: %v", rc.Forwarded)
+		}
+	})
+}
+
+// buildErr builds a prefill or decode step from own (over a pipeline whose kv_connector is
+// kv-shared-storage) and returns the build error.
+func buildErr(t *testing.T, typ string, own map[string]any) error {
+	t.Helper()
+	f := map[string]registry.Factory{DecodeStep: newDecode, PrefillStep: newPrefill}[typ]
+	deps := registry.Deps{Log: logr.Discard(), Getenv: func(string) string { return "" }, Gateway: newFakeGateway(t, okJSON(`{}`)).client()}
+	p := params.New("params", own, map[string]any{"kv_connector": "kv-shared-storage", "ec_connector": "ec-shared-storage", "use_openai_format": true})
+	_, err := f(deps, p)
+	if err == nil {
+		err = p.Err()
+	}
+	return err
+}
+
+// data_parallel_size is an integer ≥ 1, and more than 1 only with kv-nixl (upstream ignores it
+// with the other connectors; a setting that would do nothing is refused here).
+func TestDataParallelSizeParam(t *testing.T) {
+	tests := map[string]struct {
+		own  map[string]any
+		want string // "" for no error
+	}{
+		"nixl 8":                   {own: map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": 8}},
+		"nixl 8.0":                 {own: map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": 8.0}},
+		"nixl 1":                   {own: map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": 1}},
+		"sglang 1":                 {own: map[string]any{"kv_connector": "kv-sglang", "data_parallel_size": 1}},
+		"inherited shared storage": {own: map[string]any{"data_parallel_size": 1}},
+		"absent":                   {own: map[string]any{"kv_connector": "kv-nixl"}},
+		"sglang 2": {own: map[string]any{"kv_connector": "kv-sglang", "data_parallel_size": 2},
+			want: `params.data_parallel_size: only kv-nixl supports data parallelism (kv_connector is "kv-sglang")`},
+		"shared storage 4": {own: map[string]any{"kv_connector": "kv-shared-storage", "data_parallel_size": 4},
+			want: `params.data_parallel_size: only kv-nixl supports data parallelism (kv_connector is "kv-shared-storage")`},
+		"inherited shared storage 2": {own: map[string]any{"data_parallel_size": 2},
+			want: `params.data_parallel_size: only kv-nixl supports data parallelism`},
+		"nixl 0":      {own: map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": 0}, want: "params.data_parallel_size: must be at least 1, got 0"},
+		"nixl -2":     {own: map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": -2}, want: "params.data_parallel_size: must be at least 1, got -2"},
+		"nixl 2.5":    {own: map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": 2.5}, want: "params.data_parallel_size: must be an integer"},
+		"nixl string": {own: map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": "2"}, want: "params.data_parallel_size: must be an integer"},
+		"unknown connector": {own: map[string]any{"kv_connector": "kv-mooncake", "data_parallel_size": 2},
+			want: `params.kv_connector: unknown KV connector "kv-mooncake"`},
+	}
+	for name, tc := range tests {
+		for _, typ := range []string{PrefillStep, DecodeStep} {
+			t.Run(name+"/"+typ, func(t *testing.T) {
+				err := buildErr(t, typ, tc.own)
+				switch {
+				case tc.want == "" && err != nil:
+					t.Fatal(err)
+				case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+					t.Fatalf("err = %v, want %q", err, tc.want)
+				}
+			})
+		}
 	}
 }

@@ -71,6 +71,8 @@ type Request struct {
 	Timeout time.Duration
 	// MaxResponse, when positive, bounds the body Call reads (ErrResponseTooLarge past it).
 	MaxResponse int64
+	// OnAnswer, when set, is called with the headers of an answer below 400, before Do returns.
+	OnAnswer func(http.Header)
 }
 
 // ErrIdle fails a call whose worker sent nothing for longer than Request.IdleTimeout.
@@ -155,6 +157,9 @@ func (c *Client) Do(ctx context.Context, r Request, set ...Field) (*http.Respons
 	}
 	call.status, call.ReadCloser = resp.StatusCode, resp.Body
 	resp.Body = call
+	if r.OnAnswer != nil && resp.StatusCode < 400 {
+		r.OnAnswer(resp.Header)
+	}
 	return resp, nil
 }
 

@@ -68,6 +68,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -86,6 +87,9 @@ const (
 	ProfileHeader    = "EPP-Profile"
 	AltProfileHeader = "X-Llm-D-Epp-Profile"
 )
+
+// RevisionHeader is llm-d's cross-phase revision header (Config.Revisions, Leg.Revision).
+const RevisionHeader = "X-Llm-D-Disagg-Revision"
 
 // DestinationHeader is set on proxied requests to the chosen backend's
 // host:port, as the EPP does with x-gateway-destination-endpoint.
@@ -129,6 +133,10 @@ type Config struct {
 	// EjectFor is how long a failing backend is skipped (outlier detection).
 	// Default: 30s; negative disables ejection.
 	EjectFor time.Duration
+	// Revisions maps a backend's base URL to the revision its answers carry in RevisionHeader
+	// (llm-d's x-llm-d-disagg-revision), as the pods of a disaggregated set being rolled out do
+	// (see also SetRevision).
+	Revisions map[string]string
 	// MaxEjectionPercent caps the share of a pool's backends ejected at once; at least one may
 	// be, whatever the pool's size (Envoy's max_ejection_percent). Default: 10.
 	MaxEjectionPercent int
@@ -205,6 +213,8 @@ type Leg struct {
 	Path    string
 	// RequestID is the request's x-request-id header.
 	RequestID string
+	// Revision is the request's RevisionHeader ("" when absent).
+	Revision string
 	// Status is the status answered to the client, or 0 while in flight.
 	Status int
 	Start  time.Time
@@ -258,10 +268,11 @@ type Gateway struct {
 	proxy     *httputil.ReverseProxy
 	now       func() time.Time
 
-	mu      sync.Mutex
-	pools   map[string]*pool
-	legs    []*Leg
-	changed chan struct{} // closed and replaced whenever a leg changes
+	mu        sync.Mutex
+	pools     map[string]*pool
+	revisions map[string]string // backend URL -> revision (Config.Revisions, SetRevision)
+	legs      []*Leg
+	changed   chan struct{} // closed and replaced whenever a leg changes
 
 	srv       *loopback.Server
 	closeOnce sync.Once
@@ -284,7 +295,8 @@ type attemptKey struct{}
 // New returns a Gateway routing to cfg.Pools. It fails on an invalid URL.
 func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{
-		cfg: cfg.withDefaults(),
+		cfg:       cfg.withDefaults(),
+		revisions: maps.Clone(cfg.Revisions),
 		transport: &http.Transport{
 			Proxy:               nil,
 			MaxIdleConnsPerHost: 64,
@@ -375,6 +387,16 @@ func (g *Gateway) Pools() map[string][]string {
 		}
 	}
 	return out
+}
+
+// SetRevision makes backend's answers carry revision in RevisionHeader ("" stops it).
+func (g *Gateway) SetRevision(backend, revision string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.revisions == nil {
+		g.revisions = map[string]string{}
+	}
+	g.revisions[strings.TrimRight(backend, "/")] = revision
 }
 
 // Ejected returns the backends ejected now, by profile, in pool order
@@ -485,6 +507,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		Method:    r.Method,
 		Path:      r.URL.Path,
 		RequestID: r.Header.Get("X-Request-Id"),
+		Revision:  r.Header.Get(RevisionHeader),
 		Start:     time.Now(),
 	}
 	g.mu.Lock()
@@ -731,6 +754,12 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, &upstreamError{f, err}
 	}
 	at.answeredHeaders(resp.StatusCode)
+	at.g.mu.Lock()
+	rev := at.g.revisions[strings.TrimRight(at.backend.url.String(), "/")]
+	at.g.mu.Unlock()
+	if rev != "" {
+		resp.Header.Set(RevisionHeader, rev) // as a disaggregated set's pods stamp their revision
+	}
 	if rwc, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
 		resp.Body = upgradedBody{rwc, cancel} // the proxy needs it writable
 		return resp, nil

@@ -43,6 +43,12 @@ type system struct {
 // steps, with {{render}} replaced by the render service's address).
 func start(t *testing.T, o stack.Options, kv, ec string, openaiFormat bool, stepsYAML string) *system {
 	t.Helper()
+	return startWith(t, o, kv, ec, openaiFormat, stepsYAML, nil)
+}
+
+// startWith is start with mutate applied to the parsed configuration.
+func startWith(t *testing.T, o stack.Options, kv, ec string, openaiFormat bool, stepsYAML string, mutate func(*config.Config)) *system {
+	t.Helper()
 	st, err := stack.Start(o)
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +59,9 @@ func start(t *testing.T, o stack.Options, kv, ec string, openaiFormat bool, step
 	cfg, err := config.Parse([]byte(doc), nil)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, doc)
+	}
+	if mutate != nil {
+		mutate(&cfg)
 	}
 	coord, err := stack.StartCoordinator(cfg, testLogger(t), stack.LoopbackMedia)
 	if err != nil {

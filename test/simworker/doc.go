@@ -102,6 +102,9 @@
 //     server; a room may be reused); shared-storage KV and EC files are keyed
 //     by prompt key and image hash and can be read any number of times; EC
 //     descriptors can be looked up any number of times.
+//   - No data-parallel ranks: a kv-nixl prefill answers remote_dp_rank equal
+//     to its leg's X-Data-Parallel-Rank (a non-negative integer; nothing
+//     without one), the rank a data-parallel vLLM would have run it on.
 //   - The prefix cache is an LRU of whole prompts, not of KV blocks, so a
 //     Prefer: if-available hit needs the exact prompt.
 //   - The render endpoints take any model, and the generate endpoint accepts

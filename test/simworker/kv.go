@@ -63,8 +63,24 @@ func (w *Worker) producePrefillKV(r *http.Request, in *inference) (any, *apiErro
 			RemotePort:      port,
 			TPSize:          1,
 			RemoteNumTokens: h.numTokens,
+			RemoteDPRank:    dataParallelRank(r),
 		}, nil
 	}
+}
+
+// DataParallelRankHeader pins a request to one data-parallel rank of a vLLM
+// server.
+const DataParallelRankHeader = "X-Data-Parallel-Rank"
+
+// dataParallelRank is the request's X-Data-Parallel-Rank when it is a
+// non-negative integer, the rank a data-parallel vLLM runs it on (nil
+// otherwise: the worker has no ranks of its own to pick from).
+func dataParallelRank(r *http.Request) *int {
+	n, err := strconv.Atoi(r.Header.Get(DataParallelRankHeader))
+	if err != nil || n < 0 {
+		return nil
+	}
+	return &n
 }
 
 // kvHandle is a published KV cache as a kv-nixl prefill worker keeps it:

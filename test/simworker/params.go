@@ -19,6 +19,10 @@ type NixlKVParams struct {
 	RemotePort      int     `json:"remote_port"`
 	TPSize          int     `json:"tp_size"`
 	RemoteNumTokens int     `json:"remote_num_tokens"`
+	// RemoteDPRank is the data-parallel rank the prefill ran on: the worker
+	// has no ranks and echoes the prefill leg's X-Data-Parallel-Rank (absent
+	// without one).
+	RemoteDPRank *int `json:"remote_dp_rank,omitempty"`
 }
 
 // SGLangKVParams is the kv_transfer_params a kv-sglang prefill worker answers.
