@@ -82,6 +82,9 @@ type Metrics struct {
 	reloads           *prometheus.CounterVec
 	configInfo        *prometheus.GaugeVec
 
+	// llmd are upstream llm-d's series (llmd.go), recorded by the same hooks.
+	llmd *llmdMetrics
+
 	models modelCap
 }
 
@@ -122,6 +125,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "1 for the loaded configuration revision."}, []string{"revision"}),
 	}
 	m.models.seen = map[string]string{}
+	m.llmd = newLLMD()
+	reg.MustRegister(m.llmd.collectors()...)
 	reg.MustRegister(m.requests, m.requestDuration, m.inFlight, m.requestBytes, m.responseBytes, m.stepDuration,
 		m.upstreamDuration, m.upstreamRequests, m.conditionalDecode, m.retries, m.budgetExhausted, m.resumes, m.degraded, m.encodeFanout, m.reloads, m.configInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newMediaInFlight())
@@ -238,28 +243,22 @@ func confirmed(status int) bool {
 	return status >= 200 && status < 300 && status != http.StatusAccepted
 }
 
-// RequestStarted counts a request in flight and returns the func that records its end.
+// RequestStarted counts a request in flight and returns the func that records its end: the
+// short form of StartRequest and Request.Done.
 func (m *Metrics) RequestStarted(route string) func(model string, status, requestBytes, responseBytes int) {
-	if m == nil {
-		return func(string, int, int, int) {}
-	}
-	start := time.Now()
-	route = LabelValue(route)
-	m.inFlight.WithLabelValues(route).Inc()
+	r := m.StartRequest(route)
 	return func(model string, status, requestBytes, responseBytes int) {
-		model = m.models.label(model, status)
-		m.inFlight.WithLabelValues(route).Dec()
-		m.requests.WithLabelValues(route, model, strconv.Itoa(status)).Inc()
-		m.requestDuration.WithLabelValues(route, model).Observe(time.Since(start).Seconds())
-		m.requestBytes.WithLabelValues(route).Observe(float64(requestBytes))
-		m.responseBytes.WithLabelValues(route).Observe(float64(responseBytes))
+		r.Done(RequestEnd{Model: model, Status: status, RequestBytes: requestBytes, ResponseBytes: responseBytes,
+			ErrorCode: ErrorCode(nil, status)})
 	}
 }
 
 // Step records one step's duration and outcome.
 func (m *Metrics) Step(step, outcome string, d time.Duration) {
 	if m != nil {
-		m.stepDuration.WithLabelValues(LabelValue(step), LabelValue(outcome)).Observe(d.Seconds())
+		step = LabelValue(step)
+		m.stepDuration.WithLabelValues(step, LabelValue(outcome)).Observe(d.Seconds())
+		m.llmd.stepDuration.WithLabelValues(step).Observe(d.Seconds())
 	}
 }
 
@@ -272,16 +271,28 @@ func (m *Metrics) Upstream(phase string, status int, d time.Duration) {
 	if status != 0 {
 		s = strconv.Itoa(status)
 	}
+	if up, ok := llmdUpstreams[phase]; ok {
+		m.llmd.upstreamRequests.WithLabelValues(up).Inc()
+		m.llmd.upstreamDuration.WithLabelValues(up).Observe(d.Seconds())
+	}
 	phase = LabelValue(phase)
 	m.upstreamRequests.WithLabelValues(phase, s).Inc()
 	m.upstreamDuration.WithLabelValues(phase, s).Observe(d.Seconds())
 }
 
-// ConditionalDecode records a conditional-decode outcome (CondServed, CondFellBack, CondError).
+// ConditionalDecode records a conditional-decode outcome (CondServed, CondFellBack, CondError, or
+// CondTransportError: an error without an HTTP answer).
 func (m *Metrics) ConditionalDecode(outcome string) {
-	if m != nil {
-		m.conditionalDecode.WithLabelValues(LabelValue(outcome)).Inc()
+	if m == nil {
+		return
 	}
+	if r, ok := llmdProbe[outcome]; ok {
+		m.llmd.probes.WithLabelValues(r).Inc()
+	}
+	if outcome == CondTransportError {
+		outcome = CondError
+	}
+	m.conditionalDecode.WithLabelValues(LabelValue(outcome)).Inc()
 }
 
 // Stream-resume outcomes.
@@ -326,6 +337,7 @@ func (m *Metrics) Degraded(phase, outcome string) {
 func (m *Metrics) EncodeFanout(n int) {
 	if m != nil {
 		m.encodeFanout.Observe(float64(n))
+		m.llmd.encodeSub.Observe(float64(n))
 	}
 }
 

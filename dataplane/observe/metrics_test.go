@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -47,7 +48,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 		}
 		n := 0
 		for _, mf := range mfs {
-			if strings.HasPrefix(mf.GetName(), "coordinator_") {
+			if strings.HasPrefix(mf.GetName(), "coordinator_") || strings.HasPrefix(mf.GetName(), "llm_d_") {
 				n += len(mf.GetMetric())
 			}
 		}
@@ -62,6 +63,11 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	m.EncodeFanout(2)
 	m.Reload(true, "r")
 	m.Loaded("r")
+	r := m.StartRequest("chat")
+	r.Model("m")
+	r.Done(RequestEnd{Model: "m", Status: 200, Ran: true})
+	m.StepStarted("decode")("ok", time.Millisecond, nil)
+	m.MediaDownload(context.Background(), nil, time.Millisecond)
 	if after := coordinatorSeries(); after != before {
 		t.Fatalf("nil metrics recorded %d series in the default registry", after-before)
 	}

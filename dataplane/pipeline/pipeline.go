@@ -129,6 +129,14 @@ func (p *Pipeline) Execute(ctx context.Context, rc *request.Context) error {
 		rc.Timings = make([]request.StepTiming, 0, len(p.spec.Steps))
 	}
 	tel := p.spec.Telemetry
+	// stepDone ends the running step's metrics; a step that panics still stops counting as running.
+	var stepDone func(outcome string, d time.Duration, err error)
+	var stepStart time.Time
+	defer func() {
+		if stepDone != nil {
+			stepDone("error", time.Since(stepStart), nil)
+		}
+	}()
 	for _, s := range p.spec.Steps {
 		name := s.Name()
 		if err := ctx.Err(); err != nil {
@@ -136,6 +144,7 @@ func (p *Pipeline) Execute(ctx context.Context, rc *request.Context) error {
 		}
 		sctx, span := tel.Start(ctx, "step "+name, trace.SpanKindInternal, observe.AttrStep.String(name))
 		rc.StartStep(name)
+		stepDone, stepStart = tel.Metrics.StepStarted(name), time.Now()
 		err := s.Execute(sctx, rc)
 		outcome := "ok"
 		switch {
@@ -145,7 +154,8 @@ func (p *Pipeline) Execute(ctx context.Context, rc *request.Context) error {
 			outcome = "error"
 		}
 		t := rc.EndStep(outcome)
-		tel.Metrics.Step(name, outcome, t.Duration)
+		stepDone(outcome, t.Duration, err)
+		stepDone = nil
 		if span.IsRecording() {
 			span.SetAttributes(attribute.String("coordinator.outcome", outcome))
 		}

@@ -8,6 +8,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
@@ -195,5 +200,57 @@ func TestAcquireUnderConcurrentSwaps(t *testing.T) {
 	wg.Wait()
 	if got := closed.Load(); got != 200 {
 		t.Fatalf("%d of 200 retired pipelines closed", got)
+	}
+}
+
+// TestStepMetrics: every step is timed once and counted running while it runs, also when it fails
+// or panics; a failure is counted with its error code.
+func TestStepMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	tel := observe.Telemetry{Metrics: observe.NewMetrics(reg)}
+	var l runLog
+	running := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0.0
+		for _, mf := range mfs {
+			if mf.GetName() == "llm_d_coordinator_step_running" {
+				for _, m := range mf.GetMetric() {
+					n += m.GetGauge().GetValue()
+				}
+			}
+		}
+		return n
+	}
+	a := l.step("a", nil)
+	a.onRun = func() {
+		if n := running(); n != 1 {
+			t.Errorf("%v steps running during a", n)
+		}
+	}
+	fail := l.step("end", &apierror.UpstreamError{Phase: "decode"})
+	if err := New(Spec{Steps: []Step{a, fail}, Telemetry: tel}).Execute(context.Background(), &request.Context{}); err == nil {
+		t.Fatal("no error")
+	}
+	p := l.step("end", nil)
+	p.onRun = func() { panic("boom") }
+	func() {
+		defer func() { _ = recover() }()
+		_ = New(Spec{Steps: []Step{p}, Telemetry: tel}).Execute(context.Background(), &request.Context{})
+	}()
+	if n := running(); n != 0 {
+		t.Fatalf("%v steps still running", n)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP llm_d_coordinator_step_errors_total Pipeline step failures, by step and error code.
+# TYPE llm_d_coordinator_step_errors_total counter
+llm_d_coordinator_step_errors_total{error_code="upstream_transport",step="end"} 1
+`), "llm_d_coordinator_step_errors_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "llm_d_coordinator_step_duration_seconds"); err != nil || n != 2 {
+		t.Fatalf("%d step duration series, %v", n, err)
 	}
 }

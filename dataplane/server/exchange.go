@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -23,11 +24,13 @@ type exchange struct {
 	start time.Time
 
 	// Set by observed handlers (observe): the metrics and the server span, ended at settle.
-	requestDone func(model string, status, requestBytes, responseBytes int)
-	span        trace.Span
+	metrics *observe.Request
+	span    trace.Span
 	// model and reqBytes are what the handler read from the request.
 	model    string
 	reqBytes int
+	// parse is the time from start until the body was read and parsed (the llm-d overhead metric).
+	parse time.Duration
 	// rc and revision are the pipeline's view of the request, for the step-timings log.
 	rc       *request.Context
 	revision string
@@ -64,7 +67,7 @@ func (s *Server) observe(c echo.Context, x *exchange, route string) context.Cont
 	ctx := observe.Extract(req.Context(), req.Header)
 	ctx, x.span = s.tel.Start(ctx, req.Method+" "+req.URL.Path, trace.SpanKindServer, //nolint:spancheck // ended in report
 		observe.AttrRequestID.String(x.id), observe.AttrPhase.String(route))
-	x.requestDone = s.tel.Metrics.RequestStarted(route)
+	x.metrics = s.tel.Metrics.StartRequest(route)
 	return ctx
 }
 
@@ -74,8 +77,8 @@ func (s *Server) report(c echo.Context, x *exchange) {
 		s.logFailure(x)
 		apierror.Write(c.Response(), x.apiErr, x.id)
 	}
-	if x.requestDone != nil {
-		x.requestDone(x.model, x.status, x.reqBytes, int(c.Response().Size))
+	if x.metrics != nil {
+		x.metrics.Done(x.requestEnd(int(c.Response().Size)))
 	}
 	if x.span != nil {
 		if x.span.IsRecording() {
@@ -120,4 +123,43 @@ func (s *Server) logFailure(x *exchange) {
 	case up != nil:
 		s.log.V(logging.Warn).Info("upstream rejected the request", append(kv, "error", x.cause.Error())...)
 	}
+}
+
+// requestEnd is what the metrics record of the settled exchange.
+func (x *exchange) requestEnd(responseBytes int) observe.RequestEnd {
+	e := observe.RequestEnd{Model: x.model, Status: x.status, RequestBytes: x.reqBytes, ResponseBytes: responseBytes,
+		ErrorCode: observe.ErrorCode(x.cause, x.status)}
+	rc := x.rc
+	if rc == nil {
+		return e
+	}
+	e.Ran, e.Stream, e.InputTokens = true, rc.Stream, len(rc.TokenIDs)
+	if e.ErrorCode == "" && x.status != http.StatusAccepted { // a 202 was queued (async broker): nothing ran yet
+		e.Path = executionPath(rc)
+	}
+	for _, m := range rc.Media {
+		if m.Kind == "image_url" {
+			e.Images++
+		} else {
+			e.OtherMedia++
+		}
+	}
+	e.Overhead = time.Since(x.start) - x.parse
+	for _, t := range rc.Timings {
+		e.Overhead -= t.Duration
+	}
+	return e
+}
+
+// executionPath is the path a served request ran: encode-prefill-decode when prefill got encoder
+// outputs (encode ran), prefill-decode when it was prefilled, else decode-only (a conditional-decode
+// hit, a degraded request, or a pipeline without prefill).
+func executionPath(rc *request.Context) string {
+	switch {
+	case rc.Prefilled && len(rc.ECParams) > 0:
+		return observe.PathEncodePrefillDecode
+	case rc.Prefilled:
+		return observe.PathPrefillDecode
+	}
+	return observe.PathDecodeOnly
 }

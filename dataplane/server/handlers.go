@@ -56,6 +56,8 @@ func (s *Server) handleInference(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	x.parse = time.Since(x.start)
+	x.metrics.Model(model)
 	if stream {
 		// Streams may legitimately outlive write_timeout; the timeout stays for non-stream answers.
 		_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Time{})

@@ -48,7 +48,7 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) er
 	leg.Stream = rc.Stream
 	resp, err := s.gw.Do(ctx, leg) //nolint:bodyclose // upstream.Discard or respond closes it
 	if err != nil {
-		s.metrics.ConditionalDecode(observe.CondError)
+		s.metrics.ConditionalDecode(observe.CondTransportError)
 		if ctx.Err() != nil {
 			return &apierror.UpstreamError{Phase: ConditionalDecodeStep, Err: err}
 		}

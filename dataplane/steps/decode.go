@@ -28,16 +28,18 @@ func init() { registry.Register(registry.Type{Name: DecodeStep, New: newDecode})
 // before the client got anything is retried (gateway.retry); a stream that breaks later is
 // resumed.
 type decode struct {
-	gw  *gateway.Client
-	kv  kv.Connector
-	dp  kv.DataParallel
-	ans answerer
+	gw    *gateway.Client
+	kv    kv.Connector
+	dp    kv.DataParallel
+	ans   answerer
+	force *forceStream // nil unless force_stream
 }
 
 func newDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, DecodeStep)
 	c := kvConnector(deps, p)
-	return &decode{gw: deps.Gateway, kv: c, dp: dataParallel(p, c), ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics)}, nil
+	return &decode{gw: deps.Gateway, kv: c, dp: dataParallel(p, c), ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics),
+		force: newForceStream(p)}, nil
 }
 
 var _ pipeline.Terminal = (*decode)(nil)
@@ -51,6 +53,16 @@ func (*decode) Terminal() bool { return true }
 // such a failed transfer and is retried so too. After a prefill with kv-nixl and
 // data_parallel_size > 1, every attempt carries the same X-Data-Parallel-Rank (rankOf).
 func (s *decode) Execute(ctx context.Context, rc *request.Context) error {
+	if s.force != nil && !rc.Stream {
+		if reservation, ok := s.force.admit(rc); ok {
+			return s.forced(ctx, rc, reservation)
+		}
+	}
+	return s.send(ctx, rc)
+}
+
+// send sends the decode leg and relays its answer (see Execute).
+func (s *decode) send(ctx context.Context, rc *request.Context) error {
 	obj, err := s.body(rc, true)
 	if err != nil {
 		return err

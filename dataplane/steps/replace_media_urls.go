@@ -253,7 +253,12 @@ func (s *replaceMediaURLs) inline(ctx context.Context, rc *request.Context, item
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(s.maxConc)
 		for i, it := range downloads {
-			g.Go(func() error { return s.fetch(gctx, rc, it, urls[i], use) })
+			g.Go(func() error {
+				start := time.Now()
+				err := s.fetch(gctx, rc, it, urls[i], use)
+				s.metrics.MediaDownload(gctx, err, time.Since(start))
+				return err
+			})
 		}
 		if err := g.Wait(); err != nil {
 			return err

@@ -303,3 +303,18 @@ func TestGenerateStreamResumes(t *testing.T) {
 		t.Fatalf("%v resumes", n)
 	}
 }
+
+// With decode's force_stream, a non-streaming client's answer is streamed from the worker and
+// folded: a decode worker dying mid-answer is resumed, and the client gets the whole JSON answer.
+func TestForceStreamSurvivesADeadDecode(t *testing.T) {
+	c := startCluster(t, options{prefill: 1, decode: 2, steps: "{type: prefill}, {type: decode, params: {force_stream: true}}"})
+	for _, w := range c.pools["decode"] {
+		w.inject(t, simworker.Fault{Kind: simworker.FaultDieMidStream, AfterTokens: 5})
+	}
+	if o := c.ask(context.Background(), 3, 0, false); o.err != nil || o.truncated != "" {
+		t.Fatalf("%v %s\n%s", o.err, o.truncated, c.logs.Tail(3000))
+	}
+	if n := c.metric(t, "coordinator_stream_resumes_total", "outcome", "resumed"); n < 1 {
+		t.Fatalf("%v resumes: the answer was not force-streamed", n)
+	}
+}

@@ -118,6 +118,7 @@ type cluster struct {
 	pools  map[string][]*worker
 	url    string // the coordinator
 	admin  string
+	logs   *loopback.Log // the coordinator's
 	client openai.Client
 }
 
@@ -166,7 +167,7 @@ func startCluster(t *testing.T, o options) *cluster {
 	p := coordinatorproc.Start(t, coordinatorBin, func(addr, adminPort string) string {
 		return fmt.Sprintf("log_level: 3\nserver: {listen_addr: %q, metrics_port: %s}\ngateway: {%s}\npipeline: {%s}\n", addr, adminPort, gwYAML, pipe)
 	})
-	c.url, c.admin = p.URL, p.Admin
+	c.url, c.admin, c.logs = p.URL, p.Admin, p.Logs
 	c.client = openai.NewClient(option.WithBaseURL(c.url+"/v1"), option.WithAPIKey("k"), option.WithMaxRetries(0),
 		option.WithHTTPClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}))
 	return c

@@ -143,44 +143,7 @@ func TestMetrics(t *testing.T) {
 	}
 	s.post("/v1/chat/completions", `{"messages":"nope"}`, nil) // a 400 before any step
 
-	count := func(name string, labels ...string) float64 {
-		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-			total := 0.0
-			for _, m := range mf.GetMetric() {
-				match := true
-				for i := 0; i+1 < len(labels); i += 2 {
-					found := false
-					for _, lp := range m.GetLabel() {
-						if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-							found = true
-						}
-					}
-					match = match && found
-				}
-				if !match {
-					continue
-				}
-				switch {
-				case m.GetCounter() != nil:
-					total += m.GetCounter().GetValue()
-				case m.GetHistogram() != nil:
-					total += float64(m.GetHistogram().GetSampleCount())
-				case m.GetGauge() != nil:
-					total += m.GetGauge().GetValue()
-				}
-			}
-			return total
-		}
-		return 0
-	}
+	count := func(name string, labels ...string) float64 { t.Helper(); return metricCount(t, reg, name, labels...) }
 	checks := []struct {
 		name   string
 		labels []string
@@ -202,6 +165,11 @@ func TestMetrics(t *testing.T) {
 		{"coordinator_upstream_duration_seconds", []string{"phase", "decode", "status", "200"}, 1},
 		{"coordinator_request_size_bytes", []string{"route", "chat"}, 3},
 		{"coordinator_response_size_bytes", []string{"route", "chat"}, 3},
+		{"llm_d_coordinator_execution_path_total", []string{"path", "encode-prefill-decode"}, 1},
+		{"llm_d_coordinator_execution_path_total", []string{"path", "decode-only"}, 1},
+		{"llm_d_coordinator_upstream_request_total", []string{"upstream", "encode"}, 2},
+		{"llm_d_coordinator_encode_subrequests", nil, 1},
+		{"llm_d_coordinator_media_items", []string{"media_type", "image"}, 2},
 	}
 	for _, c := range checks {
 		if got := count(c.name, c.labels...); got != c.want {
@@ -210,5 +178,87 @@ func TestMetrics(t *testing.T) {
 	}
 	if n, err := testutil.GatherAndCount(reg, "go_goroutines", "process_resident_memory_bytes"); err != nil || n != 2 {
 		t.Errorf("runtime collectors: %d %v", n, err)
+	}
+}
+
+// metricCount sums the values (histograms: the sample counts) of name's series with labels (name, value pairs).
+func metricCount(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		total := 0.0
+		for _, m := range mf.GetMetric() {
+			match := true
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				match = match && found
+			}
+			if !match {
+				continue
+			}
+			switch {
+			case m.GetCounter() != nil:
+				total += m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				total += float64(m.GetHistogram().GetSampleCount())
+			case m.GetGauge() != nil:
+				total += m.GetGauge().GetValue()
+			}
+		}
+		return total
+	}
+	return 0
+}
+
+// TestLLMDMetrics: the llm-d-compatible series beside ours. A text request runs prefill+decode
+// (the conditional-decode probe is deferred: 412); the same again is a conditional-decode hit.
+func TestLLMDMetrics(t *testing.T) {
+	s, reg, _ := startObserved(t, false)
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if _, err := s.client.Chat.Completions.New(ctx, chatParams("llm-d metrics", 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.post("/v1/chat/completions", `{"model":"sim-model","messages":"nope"}`, nil) // a 400 before any step
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"llm_d_coordinator_execution_path_total", []string{"model_name", "sim-model", "path", "prefill-decode"}, 1},
+		{"llm_d_coordinator_execution_path_total", []string{"model_name", "sim-model", "path", "decode-only"}, 1},
+		{"llm_d_coordinator_upstream_request_total", []string{"upstream", "prefill"}, 1},
+		{"llm_d_coordinator_upstream_request_total", []string{"upstream", "conditional-decode"}, 2},
+		{"llm_d_coordinator_upstream_request_total", []string{"upstream", "decode"}, 1},
+		{"llm_d_coordinator_upstream_request_duration_seconds", []string{"upstream", "render"}, 2},
+		{"llm_d_coordinator_conditional_decode_probes_total", []string{"result", "deferred"}, 1},
+		{"llm_d_coordinator_conditional_decode_probes_total", []string{"result", "served"}, 1},
+		{"llm_d_coordinator_request_total", []string{"model_name", "sim-model"}, 2},
+		{"llm_d_coordinator_request_total", []string{"model_name", "unknown"}, 1}, // a body that does not parse has no model
+		{"llm_d_coordinator_request_error_total", []string{"model_name", "unknown", "error_code", "bad_request"}, 1},
+		{"llm_d_coordinator_request_error_total", []string{"model_name", "sim-model"}, 0},
+		{"llm_d_coordinator_request_running", nil, 0},
+		{"llm_d_coordinator_request_input_tokens", []string{"model_name", "sim-model"}, 2},
+		{"llm_d_coordinator_step_duration_seconds", []string{"step", "prefill"}, 1},
+		{"llm_d_coordinator_step_running", nil, 0},
+		{"llm_d_coordinator_orchestration_overhead_seconds", []string{"route", "chat-completions"}, 2},
+		{"llm_d_coordinator_response_size_bytes", []string{"stream", "false"}, 3},
+		{"llm_d_coordinator_media_items", []string{"media_type", "image"}, 2},
+	} {
+		if got := metricCount(t, reg, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
 	}
 }
