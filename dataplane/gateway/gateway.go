@@ -198,24 +198,17 @@ func (c *Client) Send(ctx context.Context, log logr.Logger, build Build) (*http.
 // returns the body of a 200 answer, at most gateway.max_response_size bytes, and retries a body
 // that broke off or stalled too. Any other answer is an *apierror.UpstreamError with its status.
 func (c *Client) Fetch(ctx context.Context, log logr.Logger, build Build) ([]byte, error) {
-	var out []byte
-	var err error
-	lerr := c.retrier.Run(ctx, log, func() (string, retry.Failure, bool, error) {
-		leg, berr := build()
-		if berr != nil {
-			return "", retry.Failure{}, false, berr
+	return c.retrier.Call(ctx, log, func() (string, []byte, error, error) {
+		leg, err := build()
+		if err != nil {
+			return "", nil, nil, err
 		}
 		var buf [maxProfileHeaders + 1]upstream.Field
 		r, set := c.parts(leg, buf[:0])
 		r.MaxResponse = c.cfg.MaxResponseBytes()
-		out, err = c.up.Call(ctx, r, set...)
-		f, again := retry.ClassifyCall(ctx, err)
-		return r.Phase, f, again, nil
-	}, func() {})
-	if lerr != nil {
-		return nil, lerr
-	}
-	return out, err
+		out, err := c.up.Call(ctx, r, set...)
+		return r.Phase, out, err, nil
+	})
 }
 
 // parts is the leg as an upstream request (its phase defaulting to the profile, its bounds

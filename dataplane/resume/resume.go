@@ -164,12 +164,12 @@ func (s *Stream) feed(resp *http.Response, p []byte) error {
 // lastData reports whether the last data line of events is want.
 func lastData(events, want []byte) bool {
 	var last []byte
-	eachData(events, func(d []byte) { last = d })
+	EachData(events, func(d []byte) { last = d })
 	return bytes.Equal(last, want)
 }
 
-// eachData calls fn with the payload of every data line of events.
-func eachData(events []byte, fn func([]byte)) {
+// EachData calls fn with the payload of every data line of events (SSE).
+func EachData(events []byte, fn func([]byte)) {
 	for len(events) > 0 {
 		line := events
 		if i := bytes.IndexByte(events, '\n'); i >= 0 {
@@ -265,7 +265,7 @@ func (s *Stream) state(api request.API) (*state, error) {
 	}
 	st := &state{api: api}
 	var perr error
-	eachData(s.got, func(d []byte) {
+	EachData(s.got, func(d []byte) {
 		if perr != nil || bytes.Equal(d, dataDone) {
 			return
 		}

@@ -293,22 +293,38 @@ func (r Retrier) Run(ctx context.Context, log logr.Logger, try func() (phase str
 	}
 }
 
+// Call is Run for calls whose answer is read whole (upstream.Client.Call): call sends one
+// attempt and returns its phase, answer and error (classified by ClassifyCall), or a build error
+// that ends the leg at once. Call returns the last attempt's answer and error, the build error,
+// or ctx's when it ended during a wait.
+func (r Retrier) Call(ctx context.Context, log logr.Logger, call func() (phase string, out []byte, err error, build error)) ([]byte, error) {
+	var out []byte
+	var err error
+	if rerr := r.Run(ctx, log, func() (string, Failure, bool, error) {
+		phase, o, e, berr := call()
+		if berr != nil {
+			return "", Failure{}, false, berr
+		}
+		out, err = o, e
+		f, again := ClassifyCall(ctx, e)
+		return phase, f, again, nil
+	}, func() {}); rerr != nil {
+		return nil, rerr
+	}
+	return out, err
+}
+
 // Unserved reports whether err, the final error of a leg (an *apierror.UpstreamError), says
 // that its pool could not serve the request, as opposed to a worker rejecting it: the failures
 // ClassifyStatus and ClassifyError retry, and a leg past its overall deadline. A request its
 // client cancelled is not.
 func Unserved(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || err == nil {
+	if ctx.Err() != nil {
 		return false
-	}
-	var up *apierror.UpstreamError
-	if errors.As(err, &up) && up.Status != 0 && up.Status != http.StatusOK {
-		_, ok := ClassifyStatus(up.Status, 0)
-		return ok
 	}
 	if errors.Is(err, upstream.ErrDeadline) {
 		return true
 	}
-	_, ok := classifyError(err)
+	_, ok := ClassifyCall(ctx, err)
 	return ok
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/resume"
 	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
@@ -153,7 +154,6 @@ type heldResponse struct {
 	header   http.Header
 	status   int
 	body     bytes.Buffer // a body that is not an event stream
-	pending  []byte       // the start of an event not yet complete
 	fold     folder
 	limit    int64
 	overflow bool
@@ -177,13 +177,8 @@ func (c *heldResponse) Write(p []byte) (int, error) {
 		}
 		return c.body.Write(p)
 	}
-	c.pending = append(c.pending, p...)
-	end := bytes.LastIndex(c.pending, []byte("\n\n"))
-	if end < 0 {
-		return len(p), nil
-	}
-	eachSSEData(c.pending[:end+2], c.fold.add)
-	c.pending = c.pending[:copy(c.pending, c.pending[end+2:])]
+	// An event stream reaches it through resume.Stream, which writes complete events only.
+	resume.EachData(p, c.fold.add)
 	if c.fold.err != nil {
 		return 0, c.fold.err
 	}
@@ -307,7 +302,7 @@ func (f *folder) add(d []byte) {
 // fold assembles the events of a whole stream (see folder).
 func fold(api request.API, events []byte) ([]byte, error) {
 	var f folder
-	eachSSEData(events, f.add)
+	resume.EachData(events, f.add)
 	return f.answer(api)
 }
 
@@ -368,14 +363,4 @@ func (f *folder) answer(api request.API) ([]byte, error) {
 		}
 	}
 	return json.Marshal(answer)
-}
-
-// eachSSEData calls fn with the payload of every data line of events.
-func eachSSEData(events []byte, fn func([]byte)) {
-	for line := range bytes.Lines(events) {
-		line = bytes.TrimRight(line, "\r\n")
-		if d, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			fn(bytes.TrimPrefix(d, []byte(" ")))
-		}
-	}
 }

@@ -365,17 +365,10 @@ func parseTokenIDs(raw json.RawMessage) ([]int, error) {
 
 // call sends the request to the render service under gateway.retry and returns the answer.
 func (s *render) call(ctx context.Context, rc *request.Context, path string) ([]byte, error) {
-	var out []byte
-	var err error
-	rerr := s.retrier.Run(ctx, rc.Log, func() (string, retry.Failure, bool, error) {
+	return s.retrier.Call(ctx, rc.Log, func() (string, []byte, error, error) {
 		r := rc.Outbound(RenderStep, path, rc.Body)
 		r.MaxResponse = s.maxResponse
-		out, err = s.client.Call(ctx, r)
-		f, again := retry.ClassifyCall(ctx, err)
-		return RenderStep, f, again, nil
-	}, func() {})
-	if rerr != nil {
-		return nil, rerr
-	}
-	return out, err
+		out, err := s.client.Call(ctx, r)
+		return RenderStep, out, err, nil
+	})
 }
