@@ -61,7 +61,19 @@ func TestCRDValidationRejects(t *testing.T) {
 		},
 		"decode not last": {
 			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Pipeline.Steps = steps(decode, prefill) },
-			wantErr: `spec.pipeline.steps: Invalid value: the last step must be decode`,
+			wantErr: `spec.pipeline.steps: Invalid value: the last step must be decode or prefill-decode`,
+		},
+		"prefill-decode with decode": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Pipeline.Steps = steps(decode, coordinatorv1alpha1.StepPrefillDecode)
+			},
+			wantErr: `spec.pipeline.steps: Invalid value: prefill-decode replaces prefill and decode: a pipeline has one or the other`,
+		},
+		"kv-sglang with prefill": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Pipeline.KVConnector = coordinatorv1alpha1.KVConnectorSGLang
+			},
+			wantErr: `spec.pipeline: Invalid value: kvConnector kv-sglang needs the prefill-decode step in place of prefill and decode`,
 		},
 		"decode twice": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {

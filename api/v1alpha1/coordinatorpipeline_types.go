@@ -60,7 +60,7 @@ var PoolFailurePolicies = []PoolFailurePolicy{PoolFailureAggregate, PoolFailureF
 
 // StepType is the registered name of a pipeline step. The enum marker lists StepTypes; a test
 // keeps both equal to the step types the data plane registers.
-// +kubebuilder:validation:Enum=async-broker;replace-media-urls;render;conditional-decode;encode;prefill;decode
+// +kubebuilder:validation:Enum=async-broker;replace-media-urls;render;conditional-decode;encode;prefill;decode;prefill-decode
 type StepType string
 
 // Step types of the data plane.
@@ -81,10 +81,14 @@ const (
 	StepPrefill StepType = "prefill"
 	// StepDecode is the terminal step: it streams the decode worker's answer to the client.
 	StepDecode StepType = "decode"
+	// StepPrefillDecode is the terminal step of kv-sglang pipelines, in place of prefill and
+	// decode: it reserves a prefill endpoint through the picker and sends prefill and decode
+	// together, as SGLang's transfer needs.
+	StepPrefillDecode StepType = "prefill-decode"
 )
 
 // StepTypes lists every step type accepted by the API, in the order a pipeline runs them.
-var StepTypes = []StepType{StepAsyncBroker, StepReplaceMediaURLs, StepRender, StepConditionalDecode, StepEncode, StepPrefill, StepDecode}
+var StepTypes = []StepType{StepAsyncBroker, StepReplaceMediaURLs, StepRender, StepConditionalDecode, StepEncode, StepPrefill, StepDecode, StepPrefillDecode}
 
 // InferencePoolReference names an InferencePool (inference.networking.k8s.io/v1) in the
 // namespace of the CoordinatorPipeline.
@@ -331,6 +335,7 @@ type PipelineStep struct {
 // section of the data-plane configuration; changing it updates the ConfigMap and the
 // coordinators reload it in place, without restarting pods.
 // +kubebuilder:validation:XValidation:rule="!has(self.useOpenAIFormat) || self.useOpenAIFormat || (has(self.steps) && self.steps.exists(s, s.type == 'render'))",message="useOpenAIFormat=false (tokens-in legs) requires a render step"
+// +kubebuilder:validation:XValidation:rule="!has(self.kvConnector) || self.kvConnector != 'kv-sglang' || !has(self.steps) || !self.steps.exists(s, s.type == 'prefill')",message="kvConnector kv-sglang needs the prefill-decode step in place of prefill and decode: SGLang's transfer needs both in flight together"
 type PipelineSpec struct {
 	// kvConnector is the default KV-cache transfer protocol of the prefill and decode steps.
 	// +optional
@@ -369,12 +374,14 @@ type PipelineSpec struct {
 	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9][-A-Za-z0-9]*$`
 	ForwardResponseHeaders []string `json:"forwardResponseHeaders"`
 
-	// steps run in this order. The last step is decode, and decode appears only there;
-	// async-broker, when present, is the first; every step type appears at most once.
+	// steps run in this order. The last step is decode (or prefill-decode, which replaces prefill
+	// and decode), and it appears only there; async-broker, when present, is the first; every
+	// step type appears at most once.
 	// +required
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:XValidation:rule="size(self) > 0",message="at least one step is required; a pipeline ends with decode"
-	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self[size(self) - 1].type == 'decode'",message="the last step must be decode"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || self[size(self) - 1].type == 'decode' || self[size(self) - 1].type == 'prefill-decode'",message="the last step must be decode or prefill-decode"
+	// +kubebuilder:validation:XValidation:rule="!self.exists(s, s.type == 'prefill-decode') || !self.exists(s, s.type == 'prefill' || s.type == 'decode')",message="prefill-decode replaces prefill and decode: a pipeline has one or the other"
 	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || !self.exists(s, s.type == 'async-broker') || self[0].type == 'async-broker'",message="async-broker must be the first step"
 	// +kubebuilder:validation:XValidation:rule="self.all(s, self.exists_one(o, o.type == s.type))",messageExpression="'step type ' + self.map(s, s.type).filter(t, !self.exists_one(o, o.type == t))[0] + ' appears more than once; each step type may appear at most once'"
 	// +listType=atomic

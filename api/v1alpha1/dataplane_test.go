@@ -96,9 +96,9 @@ func TestNamesMatchTheDataPlane(t *testing.T) {
 	}
 }
 
-// The CEL rules on the pipeline and its steps name step types only as literals of StepTypes (the
-// duplicate check derives the types from the steps themselves instead of listing them), so a
-// renamed or removed step type cannot linger in a rule.
+// The CEL rules on the pipeline and its steps name step types and KV connectors only as literals
+// of StepTypes and KVConnectors (the duplicate check derives the types from the steps themselves
+// instead of listing them), so a renamed or removed one cannot linger in a rule.
 func TestCELRulesNameOnlyKnownStepTypes(t *testing.T) {
 	pl := loadCRD(t).Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["pipeline"]
 	rules := append(slices.Clone(pl.XValidations), pl.Properties["steps"].XValidations...)
@@ -108,8 +108,8 @@ func TestCELRulesNameOnlyKnownStepTypes(t *testing.T) {
 	literal := regexp.MustCompile(`'([^']*)'`)
 	for _, r := range rules {
 		for _, m := range literal.FindAllStringSubmatch(r.Rule, -1) {
-			if !slices.Contains(strs(v1alpha1.StepTypes), m[1]) {
-				t.Errorf("rule %q names %q, which is not a step type", r.Rule, m[1])
+			if !slices.Contains(strs(v1alpha1.StepTypes), m[1]) && !slices.Contains(strs(v1alpha1.KVConnectors), m[1]) {
+				t.Errorf("rule %q names %q, which is neither a step type nor a KV connector", r.Rule, m[1])
 			}
 		}
 	}

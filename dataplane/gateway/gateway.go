@@ -33,6 +33,17 @@ const (
 	PreferHeader = "Prefer"
 	// PreferIfAvailable asks the decode worker to serve only if it can without prefill.
 	PreferIfAvailable = "if-available"
+	// PreferReserveEndpoint asks the endpoint picker to choose an endpoint and name it, without
+	// forwarding the request (llm-d's reserve-endpoint plugin): 204 with ReservedHeader.
+	PreferReserveEndpoint = "reserve-endpoint"
+	// ReservedHeader names the endpoint (ip:port) a reservation chose.
+	ReservedHeader = "X-Llm-D-Reserved-Host-Port"
+	// LegacyReservedHeader is ReservedHeader as the first reserve-endpoint plugin named it (in a
+	// 200 answer).
+	LegacyReservedHeader = "X-Prefill-Host-Port"
+	// PinHeader pins a leg to one endpoint (ip:port) of its pool: llm-d's endpoint-pin-screener
+	// keeps only that endpoint, and answers 503 when it is not a candidate.
+	PinHeader = "X-Llm-D-Pin-Host-Port"
 
 	ProfileEncode  = "encode"
 	ProfilePrefill = "prefill"
@@ -54,7 +65,22 @@ var RoutingHeaders = []string{
 	"X-Gateway-Inference-Objective",
 	"X-Gateway-Inference-Fairness-Id",
 	"X-Prefill-Pin-Host-Port",
+	PinHeader,
+	"X-Prefill-Pin",
 	"X-Data-Parallel-Rank",
+	// What the picker tells workers (llm-d's disaggregation headers, legacy spellings too, and
+	// RFC llm-d-router#2178's per-profile picks): a client's value would steer a worker's own
+	// calls, e.g. a sidecar's prefill, to any address.
+	"X-Llm-D-Prefiller-Host-Port",
+	"X-Prefiller-Host-Port",
+	"X-Llm-D-Encoder-Hosts-Ports",
+	"X-Encoder-Hosts-Ports",
+	"X-Llm-D-Kv-Cache-Source-Host-Port",
+	"X-Kv-Cache-Source-Host-Port",
+	"X-Data-Parallel-Host-Port",
+	"X-Prefill-Host-Port",
+	"X-Encode-Host-Port",
+	"X-Decode-Host-Port",
 }
 
 var ownedAndRouting = append(append([]string(nil), owned...), RoutingHeaders...)

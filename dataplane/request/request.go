@@ -109,6 +109,10 @@ type MediaEntry struct {
 	Placeholder Placeholder
 	// Kwargs is the raw JSON of the item's kwargs_data (a base64 string, or null for a cache hit).
 	Kwargs json.RawMessage
+	// Metadata is the raw JSON of the item's mm_metadata from render (a base64 string of the light
+	// fields, e.g. image_grid_thw, without pixel values; vllm-project/vllm#54659), nil when render
+	// sent none for it.
+	Metadata json.RawMessage
 }
 
 // StepTiming records how long one step took.
@@ -162,6 +166,9 @@ type Context struct {
 	// Degraded names the phase whose pool could not serve the request (pipeline.on_pool_failure
 	// aggregate): the later disaggregated phases are skipped and decode serves it alone.
 	Degraded string
+	// Hints are the endpoints a conditional decode's 412 named for later phases, by profile
+	// (encode, prefill), best first, when the step reads hints: their legs are pinned to them.
+	Hints map[string][]string
 
 	// Writer is the client response; only response-producing steps write to it.
 	Writer http.ResponseWriter

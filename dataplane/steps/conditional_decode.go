@@ -30,13 +30,15 @@ type conditionalDecode struct {
 	gw      *gateway.Client
 	metrics *observe.Metrics
 	ans     answerer
+	hints   bool // read the 412's scheduling hints (hints.go)
 }
 
 func newConditionalDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, ConditionalDecodeStep)
 	// Accepted for compatibility with upstream configs; the leg always keeps the client's format.
 	p.Bool(paramUseOpenAIFormat, true)
-	return &conditionalDecode{gw: deps.Gateway, metrics: deps.Telemetry.Metrics, ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics)}, nil
+	return &conditionalDecode{gw: deps.Gateway, metrics: deps.Telemetry.Metrics, ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics),
+		hints: p.Bool("hints", false)}, nil
 }
 
 func (*conditionalDecode) Name() string { return ConditionalDecodeStep }
@@ -58,6 +60,13 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) er
 	}
 	if resp.StatusCode == http.StatusPreconditionFailed {
 		s.metrics.ConditionalDecode(observe.CondFellBack)
+		if s.hints {
+			var dropped int
+			rc.Hints, dropped = readHints(resp.Header)
+			if l := rc.Log.V(logging.Debug); l.Enabled() && (rc.Hints != nil || dropped > 0) {
+				l.Info("conditional decode: the 412 hints where the later legs go", "hints", rc.Hints, "dropped", dropped)
+			}
+		}
 		upstream.Discard(resp)
 		rc.Log.V(logging.Verbose).Info("conditional decode: decode cannot serve directly (412); running the full pipeline")
 		return nil

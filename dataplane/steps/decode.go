@@ -128,13 +128,9 @@ func (s *decode) rankOf(rc *request.Context) (rank int, pinned bool) {
 	return rank, pinned
 }
 
-// body is the client body plus what earlier phases produced: the rendered tokens (chat:
-// tokens{token_ids, features}, with each media part's uuid; completions: prompt as token ids) and,
-// only after a prefill, the KV connector's kv_transfer_params derived from the prefill worker's
-// answer (generate: in sampling_params.extra_args) unless !withKV. With neither
-// render nor prefill it is the client body unchanged.
+// body is decodeBody with, only after a prefill and unless !withKV, the KV connector's
+// kv_transfer_params derived from the prefill worker's answer.
 func (s *decode) body(rc *request.Context, withKV bool) (*body.Object, error) {
-	obj := rc.Body.Clone()
 	var kvRaw json.RawMessage
 	if rc.Prefilled && withKV {
 		var err error
@@ -142,6 +138,15 @@ func (s *decode) body(rc *request.Context, withKV bool) (*body.Object, error) {
 			return nil, &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Err: err}
 		}
 	}
+	return decodeBody(rc, kvRaw)
+}
+
+// decodeBody is the client body plus what earlier phases produced: the rendered tokens (chat:
+// tokens{token_ids, features}, with each media part's uuid; completions: prompt as token ids) and
+// kvRaw as kv_transfer_params when not nil (generate: in sampling_params.extra_args). With
+// neither render nor kvRaw it is the client body unchanged.
+func decodeBody(rc *request.Context, kvRaw json.RawMessage) (*body.Object, error) {
+	obj := rc.Body.Clone()
 	switch rc.API {
 	case request.APIChat:
 		if rc.Rendered {

@@ -76,9 +76,9 @@ func (s *encode) Execute(ctx context.Context, rc *request.Context) error {
 		}
 		phase := "encode[" + strconv.Itoa(i) + "]"
 		g.Go(func() error {
-			out, err := s.gw.Fetch(gctx, rc.Log, func() (gateway.Leg, error) {
+			out, err := s.gw.Fetch(gctx, rc.Log, hinted(rc, gateway.ProfileEncode, i, func() (gateway.Leg, error) {
 				return rc.Leg(gateway.ProfileEncode, format.Path(), obj), nil
-			})
+			}))
 			if up := (*apierror.UpstreamError)(nil); errors.As(err, &up) {
 				up.Phase = phase // metrics and spans say encode; the error names the item
 			}
@@ -144,7 +144,7 @@ func (s *encode) body(rc *request.Context, format request.API, msgs []json.RawMe
 	}
 	if format == request.APIGenerate {
 		obj.Set("token_ids", ids)
-		obj.Set("features", featuresJSON(single, true))
+		obj.Set("features", featuresJSON(single, mmKwargs))
 		obj.Set("sampling_params", json.RawMessage(`{"max_tokens":1}`))
 		obj.Set("stream", jsonFalse)
 		return obj, nil
@@ -166,7 +166,7 @@ func (s *encode) body(rc *request.Context, format request.API, msgs []json.RawMe
 	tokens = append(tokens, `{"token_ids":`...)
 	tokens = append(tokens, ids...)
 	tokens = append(tokens, `,"features":`...)
-	tokens = append(tokens, featuresJSON(single, false)...)
+	tokens = append(tokens, featuresJSON(single, mmNone)...)
 	tokens = append(tokens, '}')
 	obj.Set("tokens", tokens)
 	obj.Set("max_tokens", jsonOne)

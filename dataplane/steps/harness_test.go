@@ -37,12 +37,17 @@ type fakeGateway struct {
 	srv    *httptest.Server
 	mu     sync.Mutex
 	reqs   []captured
-	answer func(w http.ResponseWriter, c captured)
+	answer func(w http.ResponseWriter, c captured, r *http.Request)
 	// tune, when set, changes the gateway settings of the steps' client.
 	tune func(*config.Gateway)
 }
 
 func newFakeGateway(t *testing.T, answer func(w http.ResponseWriter, c captured)) *fakeGateway {
+	return newFakeGatewayReq(t, func(w http.ResponseWriter, c captured, _ *http.Request) { answer(w, c) })
+}
+
+// newFakeGatewayReq is newFakeGateway for answers that need the request (its context).
+func newFakeGatewayReq(t *testing.T, answer func(w http.ResponseWriter, c captured, r *http.Request)) *fakeGateway {
 	g := &fakeGateway{t: t, answer: answer}
 	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw, _ := io.ReadAll(r.Body)
@@ -55,7 +60,7 @@ func newFakeGateway(t *testing.T, answer func(w http.ResponseWriter, c captured)
 		g.mu.Lock()
 		g.reqs = append(g.reqs, c)
 		g.mu.Unlock()
-		g.answer(w, c)
+		g.answer(w, c, r)
 	}))
 	t.Cleanup(g.srv.Close)
 	return g
@@ -94,7 +99,7 @@ func (g *fakeGateway) only() captured {
 func newStep(t *testing.T, typ string, gw *fakeGateway, own map[string]any) pipeline.Step {
 	t.Helper()
 	f := map[string]registry.Factory{
-		DecodeStep: newDecode, PrefillStep: newPrefill, ConditionalDecodeStep: newConditionalDecode,
+		DecodeStep: newDecode, PrefillStep: newPrefill, ConditionalDecodeStep: newConditionalDecode, PrefillDecodeStep: newPrefillDecode,
 	}[typ]
 	if f == nil {
 		t.Fatalf("no factory %s", typ)

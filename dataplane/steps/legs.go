@@ -184,9 +184,60 @@ func modality(kind string) string {
 	return "image"
 }
 
-// featuresJSON builds {"mm_hashes":{m:[..]},"mm_placeholders":{m:[{offset,length}..]}} (plus
-// "kwargs_data":{m:[..]} when withKwargs) from the rendered media entries, or nil without media.
-func featuresJSON(media []request.MediaEntry, withKwargs bool) json.RawMessage {
+// mmPayload is the per-item payload a leg's features carry beside mm_hashes and mm_placeholders.
+type mmPayload int
+
+const (
+	// mmNone: hashes and placeholders only (chat tokens.features; the media are in the messages).
+	mmNone mmPayload = iota
+	// mmKwargs: kwargs_data, the preprocessed inputs (pixel values included) a worker encodes.
+	mmKwargs
+	// mmMetadata: mm_metadata, the light fields only (vllm-project/vllm#54659), for a prefill that
+	// gets the encoder outputs through ec_transfer_params; every entry must have Metadata.
+	mmMetadata
+)
+
+// key is the features member the payload fills ("" for mmNone).
+func (p mmPayload) key() string {
+	switch p {
+	case mmKwargs:
+		return "kwargs_data"
+	case mmMetadata:
+		return "mm_metadata"
+	}
+	return ""
+}
+
+// item is m's raw value of the payload (nil when it has none).
+func (p mmPayload) item(m *request.MediaEntry) json.RawMessage {
+	switch p {
+	case mmKwargs:
+		return m.Kwargs
+	case mmMetadata:
+		return m.Metadata
+	}
+	return nil
+}
+
+// prefillPayload is what the prefill leg's features carry: mm_metadata instead of kwargs_data when
+// the leg sends ec_transfer_params (withEC) and render gave every item metadata (upstream
+// llm-d-router#2723; vLLM refuses metadata-only items without ec_transfer_params), else kwargs_data.
+func prefillPayload(media []request.MediaEntry, withEC bool) mmPayload {
+	if !withEC || len(media) == 0 {
+		return mmKwargs
+	}
+	for i := range media {
+		if len(media[i].Metadata) == 0 {
+			return mmKwargs
+		}
+	}
+	return mmMetadata
+}
+
+// featuresJSON builds {"mm_hashes":{m:[..]},"mm_placeholders":{m:[{offset,length}..]}} plus, by
+// payload, "kwargs_data":{m:[..]} or "mm_metadata":{m:[..]} (an item without one is null) from the
+// rendered media entries, or nil without media.
+func featuresJSON(media []request.MediaEntry, payload mmPayload) json.RawMessage {
 	if len(media) == 0 {
 		return nil
 	}
@@ -200,8 +251,8 @@ func featuresJSON(media []request.MediaEntry, withKwargs bool) json.RawMessage {
 		byMod[k] = append(byMod[k], i)
 	}
 	size := 64
-	for _, m := range media {
-		size += len(m.Hash) + 48 + len(m.Kwargs)
+	for i := range media {
+		size += len(media[i].Hash) + 48 + len(payload.item(&media[i]))
 	}
 	b := make([]byte, 0, size)
 	section := func(name string, item func(b []byte, m *request.MediaEntry) []byte) {
@@ -234,13 +285,13 @@ func featuresJSON(media []request.MediaEntry, withKwargs bool) json.RawMessage {
 		b = strconv.AppendInt(b, int64(m.Placeholder.Length), 10)
 		return append(b, '}')
 	})
-	if withKwargs {
+	if key := payload.key(); key != "" {
 		b = append(b, ',')
-		section("kwargs_data", func(b []byte, m *request.MediaEntry) []byte {
-			if len(m.Kwargs) == 0 {
-				return append(b, jsonNull...)
+		section(key, func(b []byte, m *request.MediaEntry) []byte {
+			if v := payload.item(m); len(v) > 0 {
+				return append(b, v...)
 			}
-			return append(b, m.Kwargs...)
+			return append(b, jsonNull...)
 		})
 	}
 	return append(b, '}')
@@ -250,7 +301,7 @@ func featuresJSON(media []request.MediaEntry, withKwargs bool) json.RawMessage {
 // without kwargs, omitted without media) that lets workers and the EPP skip tokenizing.
 func tokensJSON(rc *request.Context) json.RawMessage {
 	ids := rc.TokenIDsJSON()
-	feats := featuresJSON(rc.Media, false)
+	feats := featuresJSON(rc.Media, mmNone)
 	b := make([]byte, 0, len(ids)+len(feats)+32)
 	b = append(b, `{"token_ids":`...)
 	b = append(b, ids...)

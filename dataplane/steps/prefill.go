@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strconv"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
@@ -39,6 +38,12 @@ type prefill struct {
 func newPrefill(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, PrefillStep)
 	c := kvConnector(deps, p)
+	if c != nil && c.Name() == kv.SGLang {
+		// SGLang's prefill waits for its decode to join the transfer: sent first, it never
+		// completes (llm-d-router#2974).
+		p.Fail(paramKVConnector, "%s needs prefill and decode in flight together: use the %s step in place of %s and %s",
+			kv.SGLang, PrefillDecodeStep, PrefillStep, DecodeStep)
+	}
 	return &prefill{gw: deps.Gateway, kv: c, dp: dataParallel(p, c), ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true),
 		pool: onPoolFailure(deps, p)}, nil
 }
@@ -57,17 +62,10 @@ func dataParallel(p *params.Params, c kv.Connector) kv.DataParallel {
 	return dp
 }
 
-// pinRank returns leg with X-Data-Parallel-Rank set to rank on a copy of its headers (the
-// request's forwarded set, shared by all its legs, is never edited), replacing a trusted
-// client's own value.
+// pinRank returns leg with X-Data-Parallel-Rank set to rank, replacing a trusted client's own
+// value.
 func pinRank(leg gateway.Leg, rank int) gateway.Leg {
-	h := leg.Header.Clone()
-	if h == nil {
-		h = make(http.Header, 1)
-	}
-	h.Set(kv.DataParallelRankHeader, strconv.Itoa(rank))
-	leg.Header = h
-	return leg
+	return withHeader(leg, kv.DataParallelRankHeader, strconv.Itoa(rank))
 }
 
 func (*prefill) Name() string { return PrefillStep }
@@ -82,7 +80,7 @@ func (s *prefill) Execute(ctx context.Context, rc *request.Context) error {
 	}
 	format := rc.API.Format(s.useOpenAI)
 	rank, pinned := s.dp.PrefillRank(rc.ID)
-	out, err := s.gw.Fetch(ctx, rc.Log, func() (gateway.Leg, error) {
+	out, err := s.gw.Fetch(ctx, rc.Log, hinted(rc, gateway.ProfilePrefill, 0, func() (gateway.Leg, error) {
 		obj, err := s.body(rc, format)
 		if err != nil {
 			return gateway.Leg{}, err
@@ -92,7 +90,7 @@ func (s *prefill) Execute(ctx context.Context, rc *request.Context) error {
 			leg = pinRank(leg, rank)
 		}
 		return leg, nil
-	})
+	}))
 	if err != nil {
 		return s.pool.handle(ctx, rc, PrefillStep, err)
 	}
@@ -114,16 +112,24 @@ func (s *prefill) Execute(ctx context.Context, rc *request.Context) error {
 //     ran, kv_transfer_params and ec_transfer_params (when there are any);
 //   - completions: the client body, capped, with request_id, the prompt as token ids when render
 //     ran, kv_transfer_params, features and ec_transfer_params when there are media;
-//   - generate: token_ids and features (with kwargs_data) plus the client's sampling_params when
-//     the client itself spoke generate, capped, transfer params in sampling_params.extra_args.
+//   - generate: token_ids and features plus the client's sampling_params when the client itself
+//     spoke generate, capped, transfer params in sampling_params.extra_args.
+//
+// The features carry kwargs_data, or mm_metadata instead when the leg carries ec_transfer_params
+// and render gave every item metadata (prefillPayload): the worker gets the encoder outputs
+// through the EC connector and needs no pixel values.
 //
 // Unlike upstream, completions and generate keep the client's sampling fields.
 func (s *prefill) body(rc *request.Context, format request.API) (*body.Object, error) {
-	kvRaw := s.kv.PrefillParams()
+	var kvRaw json.RawMessage // none for prefill-decode: SGLang's bootstrap fields replace them
+	if s.kv != nil {
+		kvRaw = s.kv.PrefillParams()
+	}
 	var ecRaw json.RawMessage
 	if len(rc.ECParams) > 0 && s.ec.Name() != ec.SharedStorage {
 		ecRaw = mustJSON(rc.ECParams)
 	}
+	payload := prefillPayload(rc.Media, ecRaw != nil)
 	var obj *body.Object
 	switch format {
 	case request.APIChat:
@@ -131,7 +137,9 @@ func (s *prefill) body(rc *request.Context, format request.API) (*body.Object, e
 		if rc.Rendered {
 			obj.Set("tokens", tokensJSON(rc))
 		}
-		obj.Set("kv_transfer_params", kvRaw)
+		if kvRaw != nil {
+			obj.Set("kv_transfer_params", kvRaw)
+		}
 		if ecRaw != nil {
 			obj.Set("ec_transfer_params", ecRaw)
 		}
@@ -141,21 +149,28 @@ func (s *prefill) body(rc *request.Context, format request.API) (*body.Object, e
 		if rc.Rendered && len(rc.TokenIDs) > 0 {
 			obj.Set("prompt", rc.TokenIDsJSON())
 		}
-		obj.Set("kv_transfer_params", kvRaw)
-		if f := featuresJSON(rc.Media, true); f != nil {
+		if kvRaw != nil {
+			obj.Set("kv_transfer_params", kvRaw)
+		}
+		if f := featuresJSON(rc.Media, payload); f != nil {
 			obj.Set("features", f)
 		}
 		if ecRaw != nil {
 			obj.Set("ec_transfer_params", ecRaw)
 		}
 	case request.APIGenerate:
-		obj = generateBody(rc)
-		extra := map[string]json.RawMessage{"kv_transfer_params": kvRaw}
+		obj = generateBody(rc, payload)
+		extra := map[string]json.RawMessage{}
+		if kvRaw != nil {
+			extra["kv_transfer_params"] = kvRaw
+		}
 		if ecRaw != nil {
 			extra["ec_transfer_params"] = ecRaw
 		}
-		if err := setExtraArgs(obj, extra); err != nil {
-			return nil, err
+		if len(extra) > 0 {
+			if err := setExtraArgs(obj, extra); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := capSingleToken(obj, format); err != nil {
@@ -164,10 +179,30 @@ func (s *prefill) body(rc *request.Context, format request.API) (*body.Object, e
 	return obj, nil
 }
 
+// continuation is the prefill leg of a resumed stream's continuation cont (a chat or generate
+// body in the client's format): cont capped to one token, with the merged ec_transfer_params.
+func (s *prefill) continuation(rc *request.Context, cont *body.Object) (*body.Object, error) {
+	obj := cont.Clone()
+	if len(rc.ECParams) > 0 && s.ec.Name() != ec.SharedStorage {
+		ecRaw := mustJSON(rc.ECParams)
+		if rc.API == request.APIGenerate {
+			if err := setExtraArgs(obj, map[string]json.RawMessage{"ec_transfer_params": ecRaw}); err != nil {
+				return nil, err
+			}
+		} else {
+			obj.Set("ec_transfer_params", ecRaw)
+		}
+	}
+	if err := capSingleToken(obj, rc.API); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
 // generateBody is the tokens-in body of a leg: {request_id, model, token_ids, features (with
-// kwargs_data), sampling_params}. A generate client's own body is the base (its sampling_params
-// are kept); a chat client's is translated.
-func generateBody(rc *request.Context) *body.Object {
+// payload), sampling_params}. A generate client's own body is the base (its sampling_params and
+// features are kept); a chat client's is translated.
+func generateBody(rc *request.Context, payload mmPayload) *body.Object {
 	var obj *body.Object
 	if rc.API == request.APIGenerate {
 		obj = rc.Body.Clone() // already tokens-in: token_ids and features are the client's
@@ -177,7 +212,7 @@ func generateBody(rc *request.Context) *body.Object {
 			obj.Set("model", raw)
 		}
 		obj.Set("token_ids", rc.TokenIDsJSON())
-		if f := featuresJSON(rc.Media, true); f != nil {
+		if f := featuresJSON(rc.Media, payload); f != nil {
 			obj.Set("features", f)
 		}
 	}

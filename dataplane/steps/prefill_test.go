@@ -330,7 +330,7 @@ func TestPrefillDataParallelRank(t *testing.T) {
 // kv-shared-storage) and returns the build error.
 func buildErr(t *testing.T, typ string, own map[string]any) error {
 	t.Helper()
-	f := map[string]registry.Factory{DecodeStep: newDecode, PrefillStep: newPrefill}[typ]
+	f := map[string]registry.Factory{DecodeStep: newDecode, PrefillStep: newPrefill, PrefillDecodeStep: newPrefillDecode}[typ]
 	deps := registry.Deps{Log: logr.Discard(), Getenv: func(string) string { return "" }, Gateway: newFakeGateway(t, okJSON(`{}`)).client()}
 	p := params.New("params", own, map[string]any{"kv_connector": "kv-shared-storage", "ec_connector": "ec-shared-storage", "use_openai_format": true})
 	_, err := f(deps, p)
@@ -344,16 +344,17 @@ func buildErr(t *testing.T, typ string, own map[string]any) error {
 // with the other connectors; a setting that would do nothing is refused here).
 func TestDataParallelSizeParam(t *testing.T) {
 	tests := map[string]struct {
-		own  map[string]any
-		want string // "" for no error
+		own   map[string]any
+		want  string   // "" for no error
+		steps []string // default: prefill and decode
 	}{
 		"nixl 8":                   {own: map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": 8}},
 		"nixl 8.0":                 {own: map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": 8.0}},
 		"nixl 1":                   {own: map[string]any{"kv_connector": "kv-nixl", "data_parallel_size": 1}},
-		"sglang 1":                 {own: map[string]any{"kv_connector": "kv-sglang", "data_parallel_size": 1}},
+		"sglang 1":                 {own: map[string]any{"kv_connector": "kv-sglang", "data_parallel_size": 1}, steps: []string{DecodeStep}},
 		"inherited shared storage": {own: map[string]any{"data_parallel_size": 1}},
 		"absent":                   {own: map[string]any{"kv_connector": "kv-nixl"}},
-		"sglang 2": {own: map[string]any{"kv_connector": "kv-sglang", "data_parallel_size": 2},
+		"sglang 2": {own: map[string]any{"kv_connector": "kv-sglang", "data_parallel_size": 2}, steps: []string{DecodeStep},
 			want: `params.data_parallel_size: only kv-nixl supports data parallelism (kv_connector is "kv-sglang")`},
 		"shared storage 4": {own: map[string]any{"kv_connector": "kv-shared-storage", "data_parallel_size": 4},
 			want: `params.data_parallel_size: only kv-nixl supports data parallelism (kv_connector is "kv-shared-storage")`},
@@ -367,7 +368,10 @@ func TestDataParallelSizeParam(t *testing.T) {
 			want: `params.kv_connector: unknown KV connector "kv-mooncake"`},
 	}
 	for name, tc := range tests {
-		for _, typ := range []string{PrefillStep, DecodeStep} {
+		if tc.steps == nil {
+			tc.steps = []string{PrefillStep, DecodeStep}
+		}
+		for _, typ := range tc.steps {
 			t.Run(name+"/"+typ, func(t *testing.T) {
 				err := buildErr(t, typ, tc.own)
 				switch {
@@ -378,5 +382,133 @@ func TestDataParallelSizeParam(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// renderedWithMetadata is rendered with each item's mm_metadata too (a vLLM render with
+// vllm-project/vllm#54659), and a second image; the first item's kwargs are kwargs.
+func renderedWithMetadata(rc *request.Context, kwargs string) {
+	rc.Rendered = true
+	rc.SetTokenIDs([]int{1, 4, 32000, 32000, 32000, 777, 32000, 32000})
+	rc.Media = []request.MediaEntry{
+		{Message: 0, Part: 1, Kind: "image_url", Hash: "h1", Placeholder: request.Placeholder{Offset: 2, Length: 3}, Kwargs: []byte(kwargs), Metadata: []byte(`"bWV0YTE="`)},
+		{Message: 0, Part: 2, Kind: "image_url", Hash: "h2", Placeholder: request.Placeholder{Offset: 6, Length: 2}, Kwargs: []byte(`"a3cy"`), Metadata: []byte(`"bWV0YTI="`)},
+	}
+}
+
+// The prefill leg's features carry mm_metadata instead of kwargs_data exactly when it sends
+// ec_transfer_params (EC descriptors with a connector that puts them on the wire) and every item
+// has metadata (upstream llm-d-router#2723); chat's tokens.features carry neither, as before.
+func TestPrefillMetadataInsteadOfKwargs(t *testing.T) {
+	const chat = `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}},{"type":"image_url","image_url":{"url":"data:image/png;base64,BBBB"}}]}],"max_tokens":9}`
+	descriptors := map[string]any{"h1": map[string]any{"peer_port": 1}, "h2": map[string]any{"peer_port": 2}}
+	const (
+		withMeta   = `"features":{"mm_hashes":{"image":["h1","h2"]},"mm_placeholders":{"image":[{"offset":2,"length":3},{"offset":6,"length":2}]},"mm_metadata":{"image":["bWV0YTE=","bWV0YTI="]}}`
+		withKwargs = `"features":{"mm_hashes":{"image":["h1","h2"]},"mm_placeholders":{"image":[{"offset":2,"length":3},{"offset":6,"length":2}]},"kwargs_data":{"image":["a3cx","a3cy"]}}`
+		ids        = `"token_ids":[1,4,32000,32000,32000,777,32000,32000]`
+		kvShared   = `"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false}`
+		ecJSON     = `"ec_transfer_params":{"h1":{"peer_port":1},"h2":{"peer_port":2}}`
+	)
+	generate := func(features, extra string) string {
+		return `{"model":"m",` + ids + `,` + features + `,"request_id":"req-1","sampling_params":{"max_tokens":1,"extra_args":{` + extra + `}},"stream":false}`
+	}
+	tests := map[string]struct {
+		path    string
+		params  map[string]any
+		prepare func(rc *request.Context)
+		want    string
+	}{
+		"generate format with EC descriptors: metadata": {
+			params:  map[string]any{"use_openai_format": false, "ec_connector": "ec-nixl"},
+			prepare: func(rc *request.Context) { rc.ECParams = descriptors },
+			want:    generate(withMeta, ecJSON+","+kvShared),
+		},
+		"generate format without EC descriptors: kwargs": {
+			params: map[string]any{"use_openai_format": false, "ec_connector": "ec-nixl"},
+			want:   generate(withKwargs, kvShared),
+		},
+		"generate format, empty EC descriptors: kwargs": {
+			params:  map[string]any{"use_openai_format": false, "ec_connector": "ec-nixl"},
+			prepare: func(rc *request.Context) { rc.ECParams = map[string]any{} },
+			want:    generate(withKwargs, kvShared),
+		},
+		"generate format, shared-storage EC sends no params: kwargs": {
+			params:  map[string]any{"use_openai_format": false},
+			prepare: func(rc *request.Context) { rc.ECParams = descriptors },
+			want:    generate(withKwargs, kvShared),
+		},
+		"generate format, an item without metadata: kwargs": {
+			params: map[string]any{"use_openai_format": false, "ec_connector": "ec-nixl"},
+			prepare: func(rc *request.Context) {
+				rc.ECParams = descriptors
+				rc.Media[1].Metadata = nil
+			},
+			want: generate(withKwargs, ecJSON+","+kvShared),
+		},
+		"completions format with EC descriptors: metadata": {
+			path: "/v1/completions", params: map[string]any{"ec_connector": "ec-nixl"},
+			prepare: func(rc *request.Context) { rc.ECParams = descriptors },
+			want:    `{"model":"m","prompt":[1,4,32000,32000,32000,777,32000,32000],"max_tokens":1,"stream":false,"request_id":"req-1",` + kvShared + `,` + withMeta + `,` + ecJSON + `}`,
+		},
+		"completions format without EC descriptors: kwargs": {
+			path: "/v1/completions", params: map[string]any{"ec_connector": "ec-nixl"},
+			want: `{"model":"m","prompt":[1,4,32000,32000,32000,777,32000,32000],"max_tokens":1,"stream":false,"request_id":"req-1",` + kvShared + `,` + withKwargs + `}`,
+		},
+		"chat format: tokens.features unchanged": {
+			params:  map[string]any{"ec_connector": "ec-nixl"},
+			prepare: func(rc *request.Context) { rc.ECParams = descriptors },
+			want: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}},{"type":"image_url","image_url":{"url":"data:image/png;base64,BBBB"}}]}],"max_tokens":1,"stream":false,
+			        "tokens":{` + ids + `,"features":{"mm_hashes":{"image":["h1","h2"]},"mm_placeholders":{"image":[{"offset":2,"length":3},{"offset":6,"length":2}]}}},` + kvShared + `,` + ecJSON + `}`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			gw := newFakeGateway(t, okJSON(`{"id":"x"}`))
+			s := newStep(t, PrefillStep, gw, tc.params)
+			path, raw := "/v1/chat/completions", chat
+			if tc.path != "" {
+				path, raw = tc.path, `{"model":"m","prompt":"hi","max_tokens":9}`
+			}
+			rc, _ := newRC(t, path, raw, nil)
+			renderedWithMetadata(rc, `"a3cx"`)
+			if tc.prepare != nil {
+				tc.prepare(rc)
+			}
+			if err := s.Execute(context.Background(), rc); err != nil {
+				t.Fatal(err)
+			}
+			jsonEq(t, "prefill body", gw.only().Body, tc.want)
+		})
+	}
+}
+
+// With mm_metadata the prefill leg of an HD image no longer carries its preprocessed pixels:
+// against an older render (no metadata), a 4 MiB kwargs_data item (about what an HD image's
+// pixel_values are in base64) shrinks the body to a few hundred bytes.
+func TestPrefillMetadataBodySize(t *testing.T) {
+	kwargs := `"` + strings.Repeat("QUJD", 1<<20) + `"` // 4 MiB of base64
+	sizes := map[bool]int{}
+	for _, meta := range []bool{false, true} {
+		gw := newFakeGateway(t, okJSON(`{"id":"x"}`))
+		s := newStep(t, PrefillStep, gw, map[string]any{"use_openai_format": false, "ec_connector": "ec-nixl", "kv_connector": "kv-nixl"})
+		rc, _ := newRC(t, "/v1/chat/completions", `{"model":"m","messages":[]}`, nil)
+		renderedWithMetadata(rc, kwargs)
+		rc.Media = rc.Media[:1]
+		if !meta {
+			rc.Media[0].Metadata = nil // a render before vllm-project/vllm#54659
+		}
+		rc.ECParams = map[string]any{"h1": map[string]any{"peer_host": "10.0.0.1", "peer_port": 5501, "size_bytes": 3 << 20, "nixl_agent_metadata_b64": "bml4bC1hZ2VudA=="}}
+		if err := s.Execute(context.Background(), rc); err != nil {
+			t.Fatal(err)
+		}
+		raw := gw.only().Raw
+		if strings.Contains(string(raw), "kwargs_data") == meta || strings.Contains(string(raw), "mm_metadata") != meta || !strings.Contains(string(raw), "ec_transfer_params") {
+			t.Fatalf("with metadata %v: prefill body %.300s", meta, raw)
+		}
+		sizes[meta] = len(raw)
+	}
+	t.Logf("prefill body of one image with 4 MiB of kwargs: %d bytes with kwargs_data, %d bytes with mm_metadata", sizes[false], sizes[true])
+	if sizes[false] < 4<<20 || sizes[true] > 1024 {
+		t.Fatalf("prefill body %d bytes with kwargs_data, %d with mm_metadata: want the metadata body under 1 KiB", sizes[false], sizes[true])
 	}
 }

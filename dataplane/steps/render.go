@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -37,7 +39,8 @@ func init() {
 }
 
 // render tokenizes the request once, through the render service, and records the token ids and
-// each media item's hash, placeholder and preprocessor output (kwargs_data) for the later legs.
+// each media item's hash, placeholder, preprocessor output (kwargs_data) and, from a vLLM with
+// vllm-project/vllm#54659, its light metadata (mm_metadata) for the later legs.
 // Requests that already carry tokens (a token-array prompt, the generate format) are validated
 // instead of sent.
 type render struct {
@@ -155,7 +158,7 @@ func (s *render) generate(rc *request.Context) error {
 	if rawF, ok := rc.Body.Get("features"); ok && body.KindOf(rawF) != body.KindNull {
 		var f clientFeatures
 		if err := json.Unmarshal(rawF, &f); err != nil {
-			return apierror.InvalidField("features", "\"features\" must be an object of mm_hashes, mm_placeholders and kwargs_data: %v", err)
+			return apierror.InvalidField("features", "\"features\" must be an object of mm_hashes, mm_placeholders, kwargs_data and mm_metadata: %v", err)
 		}
 		media, err := f.entries()
 		if err != nil {
@@ -242,8 +245,8 @@ func (s *render) chat(ctx context.Context, rc *request.Context) error {
 	return s.checkPlaceholders(rc, false)
 }
 
-// alignMedia copies the render service's per-item hash, placeholder and kwargs onto the request's
-// items, modality by modality in document order; the counts must agree.
+// alignMedia copies the render service's per-item hash, placeholder, kwargs and metadata onto the
+// request's items, modality by modality in document order; the counts must agree.
 func alignMedia(items, rendered []request.MediaEntry) error {
 	next := map[string]int{}
 	byMod := map[string][]int{}
@@ -258,7 +261,7 @@ func alignMedia(items, rendered []request.MediaEntry) error {
 			return fmt.Errorf("render returned %d %s items, the request has more", len(byMod[m]), m)
 		}
 		r := rendered[byMod[m][k]]
-		items[i].Hash, items[i].Placeholder, items[i].Kwargs = r.Hash, r.Placeholder, r.Kwargs
+		items[i].Hash, items[i].Placeholder, items[i].Kwargs, items[i].Metadata = r.Hash, r.Placeholder, r.Kwargs, r.Metadata
 		next[m] = k + 1
 	}
 	for m, idx := range byMod {
@@ -270,15 +273,45 @@ func alignMedia(items, rendered []request.MediaEntry) error {
 }
 
 // clientFeatures is the features object of the tokens-in format (and of a render answer).
+// MMMetadata (vllm-project/vllm#54659) is optional: null or absent when no item has metadata,
+// else an object of per-modality lists parallel to mm_hashes; it is kept raw so that a bad shape
+// gets an error naming it.
 type clientFeatures struct {
 	MMHashes       map[string]json.RawMessage `json:"mm_hashes"`
 	MMPlaceholders map[string]json.RawMessage `json:"mm_placeholders"`
 	KwargsData     map[string]json.RawMessage `json:"kwargs_data"`
+	MMMetadata     json.RawMessage            `json:"mm_metadata"`
+}
+
+// metadata returns mm_metadata by modality (nil when null or absent). Every modality must have
+// mm_hashes; the lengths are checked by entries.
+func (f *clientFeatures) metadata() (map[string]json.RawMessage, error) {
+	switch body.KindOf(f.MMMetadata) {
+	case body.KindNone, body.KindNull:
+		return nil, nil
+	case body.KindObject:
+	default:
+		return nil, errors.New("mm_metadata must be an object of per-modality lists, or null")
+	}
+	var meta map[string]json.RawMessage
+	if err := json.Unmarshal(f.MMMetadata, &meta); err != nil {
+		return nil, fmt.Errorf("mm_metadata must be an object of per-modality lists: %w", err)
+	}
+	for _, m := range slices.Sorted(maps.Keys(meta)) {
+		if _, ok := f.MMHashes[m]; !ok {
+			return nil, fmt.Errorf("mm_metadata.%s names a modality without mm_hashes", m)
+		}
+	}
+	return meta, nil
 }
 
 // entries validates the features and returns one media entry per item, modality by modality.
 // Errors name the offending path below features.
 func (f *clientFeatures) entries() ([]request.MediaEntry, error) {
+	meta, err := f.metadata()
+	if err != nil {
+		return nil, err
+	}
 	mods := make([]string, 0, len(f.MMHashes))
 	for m := range f.MMHashes {
 		mods = append(mods, m)
@@ -289,6 +322,12 @@ func (f *clientFeatures) entries() ([]request.MediaEntry, error) {
 		var hashes []json.RawMessage
 		if err := json.Unmarshal(f.MMHashes[m], &hashes); err != nil && body.KindOf(f.MMHashes[m]) != body.KindNull {
 			return nil, fmt.Errorf("mm_hashes.%s must be an array", m)
+		}
+		var metas []json.RawMessage
+		if raw, ok := meta[m]; ok && body.KindOf(raw) != body.KindNull {
+			if err := json.Unmarshal(raw, &metas); err != nil || len(metas) != len(hashes) {
+				return nil, fmt.Errorf("mm_metadata.%s must be an array with one item per hash (%d)", m, len(hashes))
+			}
 		}
 		if len(hashes) == 0 {
 			continue
@@ -327,6 +366,15 @@ func (f *clientFeatures) entries() ([]request.MediaEntry, error) {
 				}
 				if body.KindOf(kwargs[i]) == body.KindString {
 					e.Kwargs = kwargs[i]
+				}
+			}
+			if metas != nil {
+				switch body.KindOf(metas[i]) {
+				case body.KindString:
+					e.Metadata = metas[i]
+				case body.KindNull:
+				default:
+					return nil, fmt.Errorf("mm_metadata.%s[%d] must be a string or null", m, i)
 				}
 			}
 			out = append(out, e)

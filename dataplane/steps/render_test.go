@@ -208,10 +208,7 @@ func TestRenderGenerateValidation(t *testing.T) {
 			rc, _ := newRC(t, "/inference/v1/generate", tc.body, nil)
 			err := s.Execute(context.Background(), rc)
 			if tc.msg != "" {
-				var e *apierror.Error
-				if !errors.As(err, &e) || e.Status != 400 || !strings.Contains(e.Message, tc.msg) {
-					t.Fatalf("err = %v, want 400 with %q", err, tc.msg)
-				}
+				wantBadRequest(t, err, tc.msg)
 				return
 			}
 			if err != nil || len(rc.Media) != tc.media || !rc.Rendered {
@@ -244,5 +241,105 @@ func TestRenderParams(t *testing.T) {
 				t.Fatalf("err = %v, want one naming %s", p.Err(), tc.key)
 			}
 		})
+	}
+}
+
+// A render answer's mm_metadata (vllm-project/vllm#54659) is kept per item, raw, beside its
+// kwargs_data; null items and an absent or null field leave Metadata nil.
+func TestRenderChatMetadata(t *testing.T) {
+	const head = `{"token_ids":[1,4,9,32000,32000,32000,32000,32000,7],"features":{"mm_hashes":{"image":["ha","hb"]},` +
+		`"mm_placeholders":{"image":[{"offset":3,"length":2},{"offset":5,"length":3}]},"kwargs_data":{"image":["a3dh","a3di"]}`
+	tests := map[string]struct {
+		meta   string
+		wantA  string
+		wantB  string
+		status int
+		msg    string
+	}{
+		"both items":     {meta: `,"mm_metadata":{"image":["bWV0YQ==","bWV0Yg=="]}`, wantA: `"bWV0YQ=="`, wantB: `"bWV0Yg=="`},
+		"one null item":  {meta: `,"mm_metadata":{"image":[null,"bWV0Yg=="]}`, wantB: `"bWV0Yg=="`},
+		"absent":         {},
+		"null":           {meta: `,"mm_metadata":null`},
+		"null modality":  {meta: `,"mm_metadata":{"image":null}`},
+		"wrong length":   {meta: `,"mm_metadata":{"image":["bWV0YQ=="]}`, status: 502, msg: "mm_metadata.image must be an array with one item per hash (2)"},
+		"unknown modal.": {meta: `,"mm_metadata":{"image":["x","y"],"video":["z"]}`, status: 502, msg: "mm_metadata.video names a modality without mm_hashes"},
+		"not an object":  {meta: `,"mm_metadata":["x","y"]`, status: 502, msg: "mm_metadata must be an object"},
+		"non-string":     {meta: `,"mm_metadata":{"image":["x",{"image_grid_thw":[1,2,2]}]}`, status: 502, msg: "mm_metadata.image[1] must be a string or null"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			svc := newFakeGateway(t, okJSON(head+tc.meta+`}}`))
+			s := newRenderStep(t, svc.srv.URL, nil)
+			rc, _ := newRC(t, "/v1/chat/completions", chatWithImages("data:image/png;base64,AAAA", "data:image/png;base64,BBBB"), nil)
+			err := s.Execute(context.Background(), rc)
+			if tc.status != 0 {
+				var up *apierror.UpstreamError
+				if e := apierror.From(err); !errors.As(err, &up) || e.Status != tc.status || !strings.Contains(err.Error(), "features."+tc.msg) {
+					t.Fatalf("err = %v (%d), want %d naming features.%s", err, e.Status, tc.status, tc.msg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b := rc.Media[0], rc.Media[1]
+			if string(a.Metadata) != tc.wantA || string(b.Metadata) != tc.wantB || string(a.Kwargs) != `"a3dh"` || string(b.Kwargs) != `"a3di"` {
+				t.Fatalf("metadata %q %q, kwargs %q %q", a.Metadata, b.Metadata, a.Kwargs, b.Kwargs)
+			}
+		})
+	}
+}
+
+// A tokens-in client's features may carry mm_metadata too: validated like a render answer's, a
+// bad shape is a 400 naming the field.
+func TestRenderGenerateMetadataValidation(t *testing.T) {
+	feats := func(meta string) string {
+		return `{"token_ids":[1,9,9,4,9],"features":{"mm_hashes":{"image":["ha","hb"]},"mm_placeholders":{"image":[{"offset":1,"length":2},{"offset":4,"length":1}]}` + meta + `}}`
+	}
+	tests := map[string]struct {
+		meta string
+		msg  string // "" for valid
+		want []string
+	}{
+		"valid":                   {meta: `,"mm_metadata":{"image":["bQ==",null]}`, want: []string{`"bQ=="`, ""}},
+		"null":                    {meta: `,"mm_metadata":null`, want: []string{"", ""}},
+		"empty object":            {meta: `,"mm_metadata":{}`, want: []string{"", ""}},
+		"string":                  {meta: `,"mm_metadata":"bQ=="`, msg: "features.mm_metadata must be an object of per-modality lists, or null"},
+		"number":                  {meta: `,"mm_metadata":5`, msg: "features.mm_metadata must be an object"},
+		"list not an array":       {meta: `,"mm_metadata":{"image":"bQ=="}`, msg: "features.mm_metadata.image must be an array with one item per hash (2)"},
+		"too short":               {meta: `,"mm_metadata":{"image":["bQ=="]}`, msg: "features.mm_metadata.image must be an array with one item per hash (2)"},
+		"too long":                {meta: `,"mm_metadata":{"image":["bQ==","bQ==","bQ=="]}`, msg: "features.mm_metadata.image must be an array with one item per hash (2)"},
+		"modality without hashes": {meta: `,"mm_metadata":{"image":[null,null],"audio":["bQ=="]}`, msg: "features.mm_metadata.audio names a modality without mm_hashes"},
+		"number item":             {meta: `,"mm_metadata":{"image":["bQ==",7]}`, msg: "features.mm_metadata.image[1] must be a string or null"},
+		"array item":              {meta: `,"mm_metadata":{"image":[["bQ=="],null]}`, msg: "features.mm_metadata.image[0] must be a string or null"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			svc := newFakeGateway(t, func(w http.ResponseWriter, _ captured) { t.Error("generate must not call render") })
+			s := newRenderStep(t, svc.srv.URL, nil)
+			rc, _ := newRC(t, "/inference/v1/generate", feats(tc.meta), nil)
+			err := s.Execute(context.Background(), rc)
+			if tc.msg != "" {
+				wantBadRequest(t, err, tc.msg)
+				return
+			}
+			if err != nil || len(rc.Media) != 2 {
+				t.Fatalf("err = %v media = %v", err, rc.Media)
+			}
+			for i, m := range rc.Media {
+				if string(m.Metadata) != tc.want[i] {
+					t.Fatalf("item %d metadata %q, want %q", i, m.Metadata, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+// wantBadRequest fails unless err is a 400 whose message says msg.
+func wantBadRequest(t *testing.T, err error, msg string) {
+	t.Helper()
+	var e *apierror.Error
+	if !errors.As(err, &e) || e.Status != 400 || !strings.Contains(e.Message, msg) {
+		t.Fatalf("err = %v, want 400 with %q", err, msg)
 	}
 }

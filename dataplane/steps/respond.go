@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/epd-dev/coordinator/dataplane/body"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/observe"
@@ -34,6 +35,9 @@ type answerer struct {
 	gw         *gateway.Client
 	maxResumes int
 	metrics    *observe.Metrics
+	// resend sends a continuation (nil: a decode leg, retried as gateway.Send does); the
+	// prefill-decode step sends a new prefill with it.
+	resend func(ctx context.Context, rc *request.Context, cont *body.Object) (*http.Response, error)
 }
 
 func newAnswerer(gw *gateway.Client, p *params.Params, metrics *observe.Metrics) answerer {
@@ -94,11 +98,7 @@ func (a answerer) stream(ctx context.Context, rc *request.Context, resp *http.Re
 		a.metrics.StreamResume(observe.ResumeResumed)
 		rc.Log.V(logging.Warn).Info("resuming the decode stream on another decode pick", "resume", resumes+1)
 		trace.SpanFromContext(ctx).AddEvent("resume", trace.WithAttributes(attribute.Int("resume", resumes+1)))
-		next, serr := a.gw.Send(ctx, rc.Log, func() (gateway.Leg, error) { //nolint:bodyclose // ErrorOf or the stream's Relay closes it
-			leg := rc.Leg(gateway.ProfileDecode, rc.Path, cont)
-			leg.Stream = true
-			return leg, nil
-		})
+		next, serr := a.send(ctx, rc, cont) //nolint:bodyclose // ErrorOf or the stream's Relay closes it
 		if serr != nil {
 			a.metrics.StreamResume(observe.ResumeFailed)
 			return a.fail(rc, st, "no decode worker could continue it", serr)
@@ -115,6 +115,18 @@ func (a answerer) stream(ctx context.Context, rc *request.Context, resp *http.Re
 	}
 	logRelay(rc, err, phase)
 	return err
+}
+
+// send sends the continuation cont (see resend).
+func (a answerer) send(ctx context.Context, rc *request.Context, cont *body.Object) (*http.Response, error) {
+	if a.resend != nil {
+		return a.resend(ctx, rc, cont)
+	}
+	return a.gw.Send(ctx, rc.Log, func() (gateway.Leg, error) {
+		leg := rc.Leg(gateway.ProfileDecode, rc.Path, cont)
+		leg.Stream = true
+		return leg, nil
+	})
 }
 
 // fail ends a stream that cannot be resumed with an error event; the server aborts the body.

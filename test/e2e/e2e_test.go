@@ -36,6 +36,7 @@ import (
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
 	"github.com/epd-dev/coordinator/controllers"
+	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	"github.com/epd-dev/coordinator/test/cluster"
@@ -295,7 +296,13 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mount.Stop()
-	e.coord, err = cluster.StartCoordinator(e.ctx, e.bin, filepath.Join(dir, "coordinator.yaml"), "", nil, nil)
+	// The prefill worker serves SGLang's bootstrap on its own listener (for the kv-sglang stage).
+	prefillURL, err := url.Parse(e.stack.Prefill[0].URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.coord, err = cluster.StartCoordinator(e.ctx, e.bin, filepath.Join(dir, "coordinator.yaml"), "",
+		[]string{kv.SGLangBootstrapPortEnv + "=" + prefillURL.Port()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,6 +469,41 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 	if got := e.debugPipeline().Revision; got != newRevision {
 		t.Fatalf("the coordinator left the last good revision: %s", got)
 	}
+	// kv-sglang, whose transfer needs prefill and decode in flight together: the prefill-decode
+	// step reserves a prefill endpoint through the picker, pins the prefill to it and sends both.
+	sglang := e.update(func(s *coordinatorv1alpha1.CoordinatorPipelineSpec) {
+		s.Pipeline.KVConnector = "kv-sglang"
+		s.Pipeline.Steps = []coordinatorv1alpha1.PipelineStep{{Type: "prefill-decode"}}
+	})
+	e.waitFor("the kv-sglang revision to be loaded", 20*time.Second, func() (bool, error) {
+		cp := e.get()
+		return cp.Status.ObservedGeneration >= sglang && cp.Status.ConfigRevision != newRevision &&
+			e.debugPipeline().Revision == cp.Status.ConfigRevision, nil
+	})
+	if resp, err := sdk.Chat.Completions.New(e.ctx, chat("sglang end to end"), option.WithResponseInto(&httpResp)); err != nil ||
+		resp.Choices[0].Message.Content != "sglang end to end" {
+		t.Fatalf("kv-sglang chat: %v %+v", err, resp)
+	}
+	id := httpResp.Header.Get("X-Request-Id")
+	if got := sortedLegs(e.stack, id); got != "decode:200,prefill:200,prefill:204" {
+		t.Fatalf("kv-sglang legs %s", got)
+	}
+	if kvp := e.gateway.lastDecodeKV(t, id); kvp != nil {
+		t.Fatalf("kv-sglang decode leg carries kv_transfer_params %v", kvp)
+	}
+	stream = sdk.Chat.Completions.NewStreaming(e.ctx, chat("sglang streamed"))
+	acc = openai.ChatCompletionAccumulator{}
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if stream.Err() != nil || acc.Choices[0].Message.Content != "sglang streamed sglang streamed" {
+		t.Fatalf("kv-sglang stream: %v %+v", stream.Err(), acc.Choices)
+	}
+	servedBefore = served.Load()
+	e.waitFor("requests of the load on the kv-sglang pipeline", 20*time.Second, func() (bool, error) {
+		return served.Load() >= servedBefore+8, nil
+	})
+
 	stopLoad()
 	if failed.Load() != 0 {
 		t.Fatalf("%d of %d requests failed during the updates; first: %v", failed.Load(), failed.Load()+served.Load(), firstErr.Load())
@@ -469,7 +511,7 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 	if served.Load() < 20 || e.coord.PID() != pid {
 		t.Fatalf("served %d, pid %d -> %d", served.Load(), pid, e.coord.PID())
 	}
-	t.Logf("%d requests served during 2 CR updates (1 rejected), 0 failed; the coordinator never restarted", served.Load())
+	t.Logf("%d requests served during 3 CR updates (1 rejected), 0 failed; the coordinator never restarted", served.Load())
 }
 
 // legs lists a request's gateway legs as profile:status once they are recorded.
@@ -481,4 +523,11 @@ func legs(st *stack.Stack, id string) string {
 		out = append(out, fmt.Sprintf("%s:%d", l.Profile, l.Status))
 	}
 	return strings.Join(out, ",")
+}
+
+// sortedLegs is legs in sorted order (the prefill and decode of a pair race to the gateway).
+func sortedLegs(st *stack.Stack, id string) string {
+	l := strings.Split(legs(st, id), ",")
+	slices.Sort(l)
+	return strings.Join(l, ",")
 }

@@ -28,10 +28,23 @@ const pd = "{type: prefill}, {type: decode}"
 // answer fails or is cut: legs that served nothing are retried on the living workers, the cut
 // stream is resumed on the other decode worker.
 func TestKillOneWorkerPerRole(t *testing.T) {
-	c := startCluster(t, options{prefill: 2, decode: 2, steps: pd})
+	killOneWorkerPerRole(t, startCluster(t, options{prefill: 2, decode: 2, steps: pd}), 320)
+}
+
+// kv-sglang under load through prefill-decode, with one prefill and one decode process
+// SIGKILLed mid-run: a pair whose reserved prefill pod died fails before its decode produced
+// anything and is sent again; a decode stream that breaks is resumed with a new pair.
+func TestKillSGLangWorkersUnderLoad(t *testing.T) {
+	killOneWorkerPerRole(t, startCluster(t, options{prefill: 2, decode: 2, steps: "{type: prefill-decode}", sglang: true}), 160)
+}
+
+// killOneWorkerPerRole runs total requests from 8 clients through c and, a quarter of the way in,
+// SIGKILLs the first prefill worker and the first decode worker while a stream runs on it; no
+// client may see it.
+func killOneWorkerPerRole(t *testing.T, c *cluster, total int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const clients, total = 8, 320
+	const clients = 8
 	var killed atomic.Bool
 	killAt := make(chan struct{})
 	go func() {

@@ -20,6 +20,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,6 +35,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/test/gateway"
 	coordinatorproc "github.com/epd-dev/coordinator/test/internal/coordinator"
 	"github.com/epd-dev/coordinator/test/internal/loopback"
@@ -129,6 +132,9 @@ type options struct {
 	// pipeline extra YAML of the pipeline section.
 	steps, gateway, pipeline string
 	gwConfig                 gateway.Config
+	// sglang runs kv-sglang workers, each prefill on a loopback address of its own with its
+	// bootstrap server on one port (as pods have IPs), and a kv-sglang pipeline.
+	sglang bool
 }
 
 func startCluster(t *testing.T, o options) *cluster {
@@ -141,9 +147,27 @@ func startCluster(t *testing.T, o options) *cluster {
 	}{{"prefill", simworker.RolePrefill, o.prefill}, {"decode", simworker.RoleDecode, o.decode}, {"encode", simworker.RoleEncode, o.encode}}
 	cfg := o.gwConfig
 	cfg.Pools = map[string][]string{}
+	var env []string
+	var bootstrapPort string
+	if o.sglang {
+		free, err := loopback.FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, bootstrapPort, _ = net.SplitHostPort(free)
+		env = append(env, kv.SGLangBootstrapPortEnv+"="+bootstrapPort)
+	}
 	for _, r := range roles {
 		for i := range r.n {
-			w := startWorker(t, r.role, fmt.Sprintf("%s-%d", r.profile, i))
+			var extra []string
+			if o.sglang {
+				extra = append(extra, "--kv-connector", "kv-sglang")
+				if r.role == simworker.RolePrefill {
+					ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254))
+					extra = append(extra, "--addr", ip+":0", "--bootstrap-addr", net.JoinHostPort(ip, bootstrapPort))
+				}
+			}
+			w := startWorker(t, r.role, fmt.Sprintf("%s-%d", r.profile, i), extra...)
 			c.pools[r.profile] = append(c.pools[r.profile], w)
 			cfg.Pools[r.profile] = append(cfg.Pools[r.profile], w.url)
 		}
@@ -160,13 +184,17 @@ func startCluster(t *testing.T, o options) *cluster {
 	if o.gateway != "" && !legacy {
 		gwYAML += ", " + o.gateway
 	}
-	pipe := "kv_connector: kv-nixl, ec_connector: ec-nixl, steps: [" + o.steps + "]"
+	kvName := "kv-nixl"
+	if o.sglang {
+		kvName = "kv-sglang"
+	}
+	pipe := "kv_connector: " + kvName + ", ec_connector: ec-nixl, steps: [" + o.steps + "]"
 	if o.pipeline != "" && !legacy {
 		pipe += ", " + o.pipeline
 	}
 	p := coordinatorproc.Start(t, coordinatorBin, func(addr, adminPort string) string {
 		return fmt.Sprintf("log_level: 3\nserver: {listen_addr: %q, metrics_port: %s}\ngateway: {%s}\npipeline: {%s}\n", addr, adminPort, gwYAML, pipe)
-	})
+	}, env...)
 	c.url, c.admin, c.logs = p.URL, p.Admin, p.Logs
 	c.client = openai.NewClient(option.WithBaseURL(c.url+"/v1"), option.WithAPIKey("k"), option.WithMaxRetries(0),
 		option.WithHTTPClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}))

@@ -58,6 +58,46 @@
 // most 65536 per backend, oldest forgotten first; an ejected backend's keys
 // are forgotten (a worker that drops connections has usually restarted and
 // lost its cache).
+//
+// # Endpoint pin
+//
+// As llm-d's endpoint-pin-screener, a request carrying PinHeader
+// (x-llm-d-pin-host-port: ip:port, parsed with netip.ParseAddrPort) is
+// routed only to the backend of its pool whose URL host is that ip:port and
+// that is not ejected; the header is removed from the proxied request. The
+// pin fails closed: when its value does not parse or no live backend of the
+// pool matches, the gateway answers 503 with a JSON error ("...
+// (rejected-no-endpoints)"), contacting no backend, and never falls back to
+// another one. A pin narrows the candidates before anything else decides:
+// a pinned conditional decode (Config.EPPConditionalDecode) is served only
+// when the pinned backend holds its prompt, and is answered 412 otherwise.
+//
+// # Reserving an endpoint
+//
+// As llm-d's reserve-endpoint plugin, a request whose Prefer header carries
+// the preference PreferReserveEndpoint (RFC 7240; the token is matched
+// case-insensitively, its value and parameters ignored) is not forwarded:
+// the gateway picks a backend of the pool as for any request (round-robin
+// over the live ones, the pin honoured, shedding applied) and answers 204 No
+// Content, without a body, with the backend's ip:port in ReservedHeader and
+// Preference-Applied: reserve-endpoint. The request body is still read whole
+// and must not be empty (the EPP schedules on it): an empty one is answered
+// 400 with a JSON error before any pick. With Config.LegacyReserve the answer
+// is the first EPP version's: 200, the ip:port in LegacyReservedHeader, no
+// Preference-Applied. A reservation counts as a pick of its backend (Picks)
+// but records no prompt key, as no backend served it.
+//
+// # Hints on a 412
+//
+// With Config.Hints (experimental, after the llm-d-router RFC #2178, and only
+// together with Config.EPPConditionalDecode) a 412 the picker answers itself
+// tells the client where the prompt could be computed: for every other
+// profile with a live backend (e.g. prefill, encode) it carries
+// HintHeader(profile) (X-Prefill-Host-Port, X-Encode-Host-Port) listing the
+// ip:port of the pool's live backends, comma-separated, best first: those
+// that hold the request's prompt key, then the others, each in pool order.
+// To know them, the gateway then keeps prompt keys for the backends of every
+// pool, not only decode, by the same rules.
 package gateway
 
 import (
@@ -72,6 +112,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -94,6 +135,25 @@ const RevisionHeader = "X-Llm-D-Disagg-Revision"
 // DestinationHeader is set on proxied requests to the chosen backend's
 // host:port, as the EPP does with x-gateway-destination-endpoint.
 const DestinationHeader = "X-Gateway-Destination-Endpoint"
+
+// PinHeader pins a request to the backend of its pool at an ip:port (llm-d's endpoint pin).
+const PinHeader = "X-Llm-D-Pin-Host-Port"
+
+// Reservations (llm-d's reserve-endpoint plugin).
+const (
+	// PreferReserveEndpoint is the Prefer preference that asks for a reservation.
+	PreferReserveEndpoint = "reserve-endpoint"
+	// ReservedHeader carries the reserved backend's ip:port on a 204.
+	ReservedHeader = "X-Llm-D-Reserved-Host-Port"
+	// LegacyReservedHeader carries it on the 200 of Config.LegacyReserve.
+	LegacyReservedHeader = "X-Prefill-Host-Port"
+)
+
+// HintHeader returns the header of a 412 (Config.Hints) that lists the
+// backends of profile's pool, e.g. X-Prefill-Host-Port for "prefill".
+func HintHeader(profile string) string {
+	return http.CanonicalHeaderKey("x-" + normalize(profile) + "-host-port")
+}
 
 // DecodeProfile is the profile whose requests Config.EPPConditionalDecode
 // routes by prompt key.
@@ -158,6 +218,12 @@ type Config struct {
 	// EPPConditionalDecode makes the picker decide decode requests with
 	// Prefer: if-available (see the package documentation).
 	EPPConditionalDecode bool
+	// LegacyReserve answers reservations as the first EPP version did: 200 with
+	// LegacyReservedHeader instead of 204 with ReservedHeader.
+	LegacyReserve bool
+	// Hints makes the picker's 412s list the backends of the other pools, best first
+	// (with EPPConditionalDecode; see the package documentation).
+	Hints bool
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
@@ -201,6 +267,10 @@ const (
 	FailureTooLarge Failure = "payload too large"
 	// FailureNotHeld: no live decode backend holds the prompt (412, Config.EPPConditionalDecode).
 	FailureNotHeld Failure = "prompt not held"
+	// FailurePinRejected: no live backend of the pool is at the request's PinHeader (503).
+	FailurePinRejected Failure = "pinned endpoint not a candidate"
+	// FailureEmptyReservation: a reservation came without a body to schedule it (400).
+	FailureEmptyReservation Failure = "reservation without a body"
 )
 
 // Leg is one request the gateway routed (or refused).
@@ -226,13 +296,21 @@ type Leg struct {
 	Failure Failure
 	// Ejected is true when this leg's failure ejected its backend.
 	Ejected bool
+	// Pin is the request's PinHeader ("" when absent).
+	Pin string
+	// Reserved is true when the leg was answered as a reservation of Backend.
+	Reserved bool
+	// Hints maps a profile to the HintHeader value of the picker's 412 (Config.Hints;
+	// nil when none was sent).
+	Hints map[string]string
 }
 
 // backend is one endpoint of a pool and what the gateway knows of it.
 type backend struct {
 	url      *url.URL
-	failures int       // consecutive
-	until    time.Time // ejected until
+	addr     netip.AddrPort // url's host as ip:port, invalid for a host name (PinHeader)
+	failures int            // consecutive
+	until    time.Time      // ejected until
 	keys     map[string]struct{}
 	order    []string // keys, oldest first
 }
@@ -287,6 +365,7 @@ type attempt struct {
 	client  context.Context // the incoming request's
 	key     string          // prompt key, recorded on the backend after a 2xx (EPPConditionalDecode)
 	strip   bool            // a conditional decode the picker decides: Prefer is removed upstream
+	pin     string          // PinHeader, "" when absent
 }
 
 // attemptKey carries the attempt through the request context.
@@ -363,7 +442,8 @@ func (g *Gateway) SetPool(profile string, backends []string) error {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("pool %q: invalid backend URL %q", profile, b)
 		}
-		p.backends = append(p.backends, &backend{url: u, keys: map[string]struct{}{}})
+		addr, _ := netip.ParseAddrPort(u.Host)
+		p.backends = append(p.backends, &backend{url: u, addr: addr, keys: map[string]struct{}{}})
 	}
 	key := normalize(profile)
 	g.mu.Lock()
@@ -440,7 +520,8 @@ func (g *Gateway) Legs() []Leg {
 }
 
 // Picks returns how many recorded legs of profile went to each backend,
-// failed ones included (legs refused before a pick are not counted).
+// failed ones and reservations included (legs refused before a pick are not
+// counted).
 func (g *Gateway) Picks(profile string) map[string]int {
 	profile = normalize(profile)
 	out := map[string]int{}
@@ -508,6 +589,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		Path:      r.URL.Path,
 		RequestID: r.Header.Get("X-Request-Id"),
 		Revision:  r.Header.Get(RevisionHeader),
+		Pin:       r.Header.Get(PinHeader),
 		Start:     time.Now(),
 	}
 	g.mu.Lock()
@@ -542,12 +624,14 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	at := &attempt{g: g, pool: p, leg: leg, client: r.Context()}
+	at := &attempt{g: g, pool: p, leg: leg, client: r.Context(), pin: leg.Pin}
 	// The body is read whole before a backend is picked, as Envoy's buffer filter does: a
 	// backend that dies while the transport still streams a request body to it would leave
 	// that read running after the handler returned (net/http then panics on the connection's
 	// next request).
 	epp := g.cfg.EPPConditionalDecode && profile == DecodeProfile
+	hints := g.cfg.EPPConditionalDecode && g.cfg.Hints
+	reserve := hasPreference(r.Header, PreferReserveEndpoint)
 	{
 		body, tooLarge, err := g.readBody(r)
 		switch {
@@ -564,10 +648,16 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		if len(body) > 0 {
 			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		}
-		if epp {
-			at.key, _ = simworker.RequestPromptKey(r.URL.Path, body)
-			at.strip = simworker.PreferIfAvailable(r.Header)
+		if reserve && len(body) == 0 {
+			refuse(FailureEmptyReservation, func() {
+				writeError(sw, http.StatusBadRequest, "invalid_request_error", "a reservation needs the request body to schedule it")
+			})
+			return
 		}
+		if epp || hints {
+			at.key, _ = simworker.RequestPromptKey(r.URL.Path, body)
+		}
+		at.strip = epp && simworker.PreferIfAvailable(r.Header)
 	}
 
 	g.mu.Lock()
@@ -582,19 +672,96 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if at.backend, failure = g.pickLocked(p, at); at.backend != nil {
 		leg.Backend = at.backend.url.String()
 	}
+	if failure == FailureNotHeld && hints {
+		leg.Hints = g.hintsLocked(profile, at.key)
+	}
+	leg.Reserved = reserve && failure == FailureNone
+	hinted := leg.Hints // written here only
 	g.mu.Unlock()
 
-	switch failure {
-	case FailureNoHealthy:
+	switch {
+	case failure == FailureNoHealthy:
 		refuse(failure, func() { writePlain(sw, http.StatusServiceUnavailable, BodyNoHealthyUpstream) })
-	case FailureNotHeld:
+	case failure == FailurePinRejected:
 		refuse(failure, func() {
+			writeError(sw, http.StatusServiceUnavailable, "service_unavailable",
+				fmt.Sprintf("endpoint pin %q: no candidate endpoint matches (rejected-no-endpoints)", at.pin))
+		})
+	case failure == FailureNotHeld:
+		refuse(failure, func() {
+			for name, hosts := range hinted {
+				sw.Header().Set(HintHeader(name), hosts)
+			}
 			writeError(sw, http.StatusPreconditionFailed, "precondition_failed",
 				"no decode endpoint holds the prompt in its prefix cache (Prefer: if-available)")
 		})
+	case reserve:
+		g.reserved(sw, at.backend)
 	default:
 		g.proxy.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), attemptKey{}, at)))
 	}
+}
+
+// hasPreference reports whether h's Prefer headers carry the preference token (RFC 7240:
+// comma-separated preferences, the token matched case-insensitively, values and parameters
+// ignored).
+func hasPreference(h http.Header, token string) bool {
+	for _, v := range h.Values("Prefer") {
+		for _, pref := range strings.Split(v, ",") {
+			name, _, _ := strings.Cut(pref, ";")
+			name, _, _ = strings.Cut(name, "=")
+			if strings.EqualFold(strings.TrimSpace(name), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// reserved answers a reservation of b, as the EPP's reserve-endpoint plugin does (or its
+// first version, with Config.LegacyReserve).
+func (g *Gateway) reserved(rw http.ResponseWriter, b *backend) {
+	if g.cfg.LegacyReserve {
+		rw.Header().Set(LegacyReservedHeader, b.url.Host)
+		rw.Header().Set("Content-Length", "0")
+		rw.WriteHeader(http.StatusOK)
+		return
+	}
+	rw.Header().Set(ReservedHeader, b.url.Host)
+	rw.Header().Set("Preference-Applied", PreferReserveEndpoint)
+	rw.WriteHeader(http.StatusNoContent)
+}
+
+// hintsLocked returns, for every pool but exclude's with a live backend, the HintHeader value
+// of a request with prompt key: the live backends' host:port, those holding key first, each in
+// pool order; nil when there is none. g.mu must be held.
+func (g *Gateway) hintsLocked(exclude, key string) map[string]string {
+	now := g.now()
+	var out map[string]string
+	for name, p := range g.pools {
+		if name == exclude {
+			continue
+		}
+		var held, others []string
+		for _, b := range p.backends {
+			if b.ejected(now) {
+				continue
+			}
+			if _, ok := b.keys[key]; ok && key != "" {
+				held = append(held, b.url.Host)
+			} else {
+				others = append(others, b.url.Host)
+			}
+		}
+		if len(held)+len(others) == 0 {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[name] = strings.Join(append(held, others...), ",")
+	}
+	return out
 }
 
 // readBody buffers the request body, reporting one over Config.MaxRequestBodyBytes.
@@ -614,17 +781,23 @@ func (g *Gateway) readBody(r *http.Request) (body []byte, tooLarge bool, err err
 	return body, limit > 0 && int64(len(body)) > limit, nil
 }
 
-// pickLocked returns the next live backend of p round-robin, or with a conditional attempt the
-// next live one holding its prompt key; otherwise why there is none. g.mu must be held.
+// pickLocked returns the next live backend of p round-robin, only the pinned one with a pin,
+// and with a conditional attempt the next live one holding its prompt key; otherwise why there
+// is none. g.mu must be held.
 func (g *Gateway) pickLocked(p *pool, at *attempt) (*backend, Failure) {
 	now := g.now()
+	pin, err := netip.ParseAddrPort(at.pin)
+	pinned := at.pin != ""
 	live := make([]*backend, 0, len(p.backends))
 	for _, b := range p.backends {
-		if !b.ejected(now) {
+		if !b.ejected(now) && (!pinned || err == nil && b.addr == pin) {
 			live = append(live, b)
 		}
 	}
-	if len(live) == 0 {
+	switch {
+	case len(live) == 0 && pinned:
+		return nil, FailurePinRejected
+	case len(live) == 0:
 		return nil, FailureNoHealthy
 	}
 	if at.strip {
@@ -638,6 +811,9 @@ func (g *Gateway) pickLocked(p *pool, at *attempt) (*backend, Failure) {
 			return nil, FailureNotHeld
 		}
 		live = holders
+	}
+	if pinned {
+		return live[0], FailureNone // the pin chose: the rotation does not move
 	}
 	n := p.next
 	p.next++
@@ -702,6 +878,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	if at.strip {
 		pr.Out.Header.Del("Prefer")
 	}
+	pr.Out.Header.Del(PinHeader) // the EPP strips the pin
 }
 
 // errRouteTimeout is the cause of an upstream request cancelled by Config.RouteTimeout.

@@ -773,3 +773,469 @@ func TestEPPConditionalDecode(t *testing.T) {
 		t.Errorf("status %d once the holder is ejected", resp.StatusCode)
 	}
 }
+
+// fleet is a set of named echo backends that count the requests they get.
+type fleet struct {
+	srv  map[string]*httptest.Server
+	hits map[string]*atomic.Int32
+}
+
+// newFleet starts an echo backend per name, closed at the end of the test.
+func newFleet(t *testing.T, names ...string) *fleet {
+	t.Helper()
+	f := &fleet{srv: map[string]*httptest.Server{}, hits: map[string]*atomic.Int32{}}
+	for _, name := range names {
+		hits := &atomic.Int32{}
+		srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			hits.Add(1)
+			b, _ := io.ReadAll(r.Body)
+			rw.Header().Set("Content-Type", "application/json")
+			rw.Header().Set("X-Backend", name)
+			_ = json.NewEncoder(rw).Encode(echoed{name, r.Method, r.URL.Path, r.URL.RawQuery, r.Header, string(b)})
+		}))
+		t.Cleanup(srv.Close)
+		f.srv[name], f.hits[name] = srv, hits
+	}
+	return f
+}
+
+// url returns the base URL of the backend name.
+func (f *fleet) url(name string) string { return f.srv[name].URL }
+
+// host returns the ip:port of the backend name.
+func (f *fleet) host(name string) string { return f.srv[name].Listener.Addr().String() }
+
+// counts returns the requests each backend got so far.
+func (f *fleet) counts() map[string]int {
+	out := map[string]int{}
+	for name, h := range f.hits {
+		out[name] = int(h.Load())
+	}
+	return out
+}
+
+// contacted returns, sorted, the backends that got requests since before (a counts result).
+func (f *fleet) contacted(before map[string]int) []string {
+	var out []string
+	for name, n := range f.counts() {
+		if n != before[name] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// wantError fails the test unless the answer is status with the gateway's JSON error of typ
+// and message.
+func wantError(t *testing.T, resp *http.Response, body []byte, status int, typ, message string) {
+	t.Helper()
+	var e errorBody
+	if err := json.Unmarshal(body, &e); err != nil || resp.StatusCode != status || resp.Header.Get("Content-Type") != "application/json" ||
+		e.Error.Type != typ || e.Error.Message != message || e.Error.Code != status {
+		t.Errorf("answer %d %q %s, want %d %s %q", resp.StatusCode, resp.Header.Get("Content-Type"), body, status, typ, message)
+	}
+}
+
+// pinRejected is the message of a 503 for the pin value.
+func pinRejected(pin string) string {
+	return fmt.Sprintf("endpoint pin %q: no candidate endpoint matches (rejected-no-endpoints)", pin)
+}
+
+// chatBody is a chat completion request for text.
+func chatBody(text string) string {
+	return `{"model":"sim-model","messages":[{"role":"user","content":"` + text + `"}],"max_tokens":1}`
+}
+
+func TestEndpointPin(t *testing.T) {
+	f := newFleet(t, "a", "b", "c")
+	dead := deadURL(t)
+	deadHost := strings.TrimPrefix(dead, "http://")
+	g := startGatewayWith(t, Config{Pools: map[string][]string{"prefill": {f.url("a"), f.url("b"), dead}, "decode": {f.url("c")}}})
+	_, aPort, _ := net.SplitHostPort(f.host("a"))
+	tests := []struct {
+		name    string
+		pin     string
+		want    string  // the backend that serves it, "" for none
+		failure Failure // the leg's
+	}{
+		{"pinned to b", f.host("b"), "b", FailureNone},
+		{"pinned to b again: round-robin does not move it", f.host("b"), "b", FailureNone},
+		{"pinned to a", f.host("a"), "a", FailureNone},
+		{"a host name does not parse", "localhost:" + aPort, "", FailurePinRejected},
+		{"no port", "127.0.0.1", "", FailurePinRejected},
+		{"garbage", "not an endpoint", "", FailurePinRejected},
+		{"a backend of another pool", f.host("c"), "", FailurePinRejected},
+		{"no backend there", "127.0.0.1:1", "", FailurePinRejected},
+		{"pinned to a dead backend: it fails and is ejected", deadHost, "", FailureConnect},
+		{"pinned to an ejected backend: no fallback", deadHost, "", FailurePinRejected},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := f.counts()
+			resp, body := send(t, g, http.MethodPost, simworker.PathCompletions, "{}", "EPP-Profile", "prefill", PinHeader, tt.pin)
+			l := g.Legs()[i]
+			if got := f.contacted(before); tt.want == "" && len(got) != 0 || tt.want != "" && !slices.Equal(got, []string{tt.want}) {
+				t.Fatalf("contacted %v, want %q", got, tt.want)
+			}
+			if l.Pin != tt.pin || l.Failure != tt.failure {
+				t.Errorf("leg %+v", l)
+			}
+			switch tt.failure {
+			case FailureNone:
+				var e echoed
+				if err := json.Unmarshal(body, &e); err != nil || resp.StatusCode != http.StatusOK || l.Backend != f.url(tt.want) {
+					t.Fatalf("status %d %s leg %+v", resp.StatusCode, body, l)
+				}
+				if _, ok := e.Header[PinHeader]; ok {
+					t.Errorf("the backend saw the pin: %v", e.Header)
+				}
+			case FailureConnect:
+				wantPlain(t, resp, body, http.StatusServiceUnavailable, BodyConnectFailure)
+				if !l.Ejected || l.Backend != dead {
+					t.Errorf("leg %+v", l)
+				}
+			case FailurePinRejected:
+				wantError(t, resp, body, http.StatusServiceUnavailable, "service_unavailable", pinRejected(tt.pin))
+				if l.Backend != "" || l.Status != 503 {
+					t.Errorf("leg %+v", l)
+				}
+			}
+		})
+	}
+	// Unpinned requests go on round-robin over the live backends.
+	before := f.counts()
+	for range 2 {
+		if resp, body := send(t, g, http.MethodPost, simworker.PathCompletions, "{}", "EPP-Profile", "prefill"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d %s", resp.StatusCode, body)
+		}
+	}
+	if got := f.contacted(before); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("unpinned requests went to %v", got)
+	}
+}
+
+func TestEndpointPinConditionalDecode(t *testing.T) {
+	f := newFleet(t, "d0", "d1")
+	g := startGatewayWith(t, Config{Pools: map[string][]string{"decode": {f.url("d0"), f.url("d1")}}, EPPConditionalDecode: true})
+	tests := []struct {
+		name    string
+		pin     string
+		prefer  bool
+		status  int
+		want    string // the backend that serves it, "" for none
+		failure Failure
+	}{
+		{"plain, pinned to d1: d1 holds the prompt", f.host("d1"), false, 200, "d1", FailureNone},
+		{"conditional, pinned to d0 that does not hold it", f.host("d0"), true, 412, "", FailureNotHeld},
+		{"conditional, pinned to its holder", f.host("d1"), true, 200, "d1", FailureNone},
+		{"conditional, unpinned: its holder", "", true, 200, "d1", FailureNone},
+		{"conditional with a bad pin: the pin decides first", "127.0.0.1:1", true, 503, "", FailurePinRejected},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			header := []string{"EPP-Profile", "decode", PinHeader, tt.pin}
+			if tt.prefer {
+				header = append(header, "Prefer", "if-available")
+			}
+			before := f.counts()
+			resp, body := send(t, g, http.MethodPost, simworker.PathChatCompletions, chatBody("alpha"), header...)
+			l := g.Legs()[i]
+			if resp.StatusCode != tt.status || l.Failure != tt.failure {
+				t.Fatalf("status %d %s leg %+v, want %d %q", resp.StatusCode, body, l, tt.status, tt.failure)
+			}
+			if got := f.contacted(before); tt.want == "" && len(got) != 0 || tt.want != "" && !slices.Equal(got, []string{tt.want}) {
+				t.Fatalf("contacted %v, want %q", got, tt.want)
+			}
+			if tt.want == "" {
+				return
+			}
+			var e echoed
+			if err := json.Unmarshal(body, &e); err != nil || l.Backend != f.url(tt.want) {
+				t.Fatalf("body %s leg %+v", body, l)
+			}
+			if e.Header.Get("Prefer") != "" || e.Header.Get(PinHeader) != "" {
+				t.Errorf("the backend saw %v", e.Header)
+			}
+		})
+	}
+}
+
+func TestHasPreference(t *testing.T) {
+	tests := []struct {
+		name   string
+		values []string
+		want   bool
+	}{
+		{"absent", nil, false},
+		{"alone", []string{"reserve-endpoint"}, true},
+		{"any case", []string{"Reserve-Endpoint"}, true},
+		{"among others", []string{"respond-async, reserve-endpoint ,wait=5"}, true},
+		{"with a value and parameters", []string{`reserve-endpoint="x"; a=1;b`}, true},
+		{"in a second header", []string{"wait=5", "reserve-endpoint"}, true},
+		{"a longer token", []string{"reserve-endpoints"}, false},
+		{"a prefixed token", []string{"x-reserve-endpoint"}, false},
+		{"only as a value", []string{"hint=reserve-endpoint"}, false},
+		{"only as a parameter", []string{"wait=1; reserve-endpoint"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			for _, v := range tt.values {
+				h.Add("Prefer", v)
+			}
+			if got := hasPreference(h, PreferReserveEndpoint); got != tt.want {
+				t.Errorf("hasPreference(%q) = %v, want %v", tt.values, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReserveEndpoint(t *testing.T) {
+	f := newFleet(t, "a", "b")
+	g := startGatewayWith(t, Config{Pools: map[string][]string{"prefill": {f.url("a"), f.url("b")}}})
+	tests := []struct {
+		name     string
+		body     string
+		header   []string
+		reserved string // the backend reserved, "" for none
+		status   int
+	}{
+		{"reserved round-robin: a", "{}", []string{"Prefer", "reserve-endpoint"}, "a", 204},
+		{"then b", "{}", []string{"Prefer", "reserve-endpoint"}, "b", 204},
+		{"among other preferences, any case, value and parameters", "{}", []string{"Prefer", "respond-async, Reserve-Endpoint=1; x=y"}, "a", 204},
+		{"in a second Prefer header", "{}", []string{"Prefer", "wait=5", "Prefer", "reserve-endpoint"}, "b", 204},
+		{"pinned", "{}", []string{"Prefer", "reserve-endpoint", PinHeader, f.host("b")}, "b", 204},
+		{"pinned elsewhere: rejected", "{}", []string{"Prefer", "reserve-endpoint", PinHeader, "127.0.0.1:1"}, "", 503},
+		{"without a body", "", []string{"Prefer", "reserve-endpoint"}, "", 400},
+		{"not the preference: forwarded", "{}", []string{"Prefer", "reserve-endpoints, x-reserve-endpoint"}, "", 200},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := f.counts()
+			resp, body := send(t, g, http.MethodPost, simworker.PathCompletions, tt.body, append([]string{"EPP-Profile", "prefill"}, tt.header...)...)
+			l := g.Legs()[i]
+			contacted := f.contacted(before)
+			if resp.StatusCode != tt.status || l.Status != tt.status {
+				t.Fatalf("status %d %s leg %+v, want %d", resp.StatusCode, body, l, tt.status)
+			}
+			switch tt.status {
+			case 204:
+				if len(contacted) != 0 || len(body) != 0 || !l.Reserved || l.Backend != f.url(tt.reserved) || l.Failure != FailureNone ||
+					resp.Header.Get(ReservedHeader) != f.host(tt.reserved) || resp.Header.Get("Preference-Applied") != PreferReserveEndpoint {
+					t.Errorf("contacted %v, answer %v %q, leg %+v", contacted, resp.Header, body, l)
+				}
+			case 503:
+				wantError(t, resp, body, 503, "service_unavailable", pinRejected("127.0.0.1:1"))
+				if len(contacted) != 0 || l.Reserved || l.Backend != "" || l.Failure != FailurePinRejected {
+					t.Errorf("contacted %v, leg %+v", contacted, l)
+				}
+			case 400:
+				wantError(t, resp, body, 400, "invalid_request_error", "a reservation needs the request body to schedule it")
+				if len(contacted) != 0 || l.Reserved || l.Backend != "" || l.Failure != FailureEmptyReservation {
+					t.Errorf("contacted %v, leg %+v", contacted, l)
+				}
+			case 200:
+				if len(contacted) != 1 || l.Reserved || l.Backend != f.url(contacted[0]) || resp.Header.Get(ReservedHeader) != "" {
+					t.Errorf("contacted %v, leg %+v", contacted, l)
+				}
+			}
+		})
+	}
+	if picks := g.Picks("prefill"); picks[f.url("a")]+picks[f.url("b")] != 6 {
+		t.Errorf("Picks = %v, want the 5 reservations and the forwarded request", picks)
+	}
+}
+
+func TestReserveAnswer(t *testing.T) {
+	tests := []struct {
+		name    string
+		legacy  bool
+		status  int
+		header  string // carrying the reserved ip:port
+		absent  string // a header the answer must not carry
+		applied string // Preference-Applied
+	}{
+		{"reserve-endpoint", false, http.StatusNoContent, ReservedHeader, LegacyReservedHeader, PreferReserveEndpoint},
+		{"legacy", true, http.StatusOK, LegacyReservedHeader, ReservedHeader, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFleet(t, "a")
+			g := startGatewayWith(t, Config{Pools: map[string][]string{"prefill": {f.url("a")}}, LegacyReserve: tt.legacy})
+			resp, body := send(t, g, http.MethodPost, simworker.PathCompletions, chatBody("x"), "EPP-Profile", "prefill", "Prefer", "reserve-endpoint")
+			if resp.StatusCode != tt.status || resp.Header.Get(tt.header) != f.host("a") || resp.Header.Get(tt.absent) != "" ||
+				resp.Header.Get("Preference-Applied") != tt.applied || len(body) != 0 || resp.ContentLength > 0 {
+				t.Errorf("answer %d %v %q", resp.StatusCode, resp.Header, body)
+			}
+			if l := g.Legs()[0]; !l.Reserved || l.Backend != f.url("a") || l.Status != tt.status {
+				t.Errorf("leg %+v", l)
+			}
+			if n := f.counts()["a"]; n != 0 {
+				t.Errorf("the backend got %d requests", n)
+			}
+		})
+	}
+}
+
+func TestReservationRecordsNoKey(t *testing.T) {
+	f := newFleet(t, "d0", "p0", "p1")
+	g := startGatewayWith(t, Config{
+		Pools:                map[string][]string{"decode": {f.url("d0")}, "prefill": {f.url("p0"), f.url("p1")}},
+		EPPConditionalDecode: true,
+		Hints:                true,
+	})
+	reserve := func(profile string, header ...string) {
+		t.Helper()
+		resp, body := send(t, g, http.MethodPost, simworker.PathChatCompletions, chatBody("alpha"),
+			append([]string{"EPP-Profile", profile, "Prefer", "reserve-endpoint"}, header...)...)
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("reservation: status %d %s", resp.StatusCode, body)
+		}
+	}
+	reserve("decode")
+	reserve("prefill", PinHeader, f.host("p1"))
+	resp, body := send(t, g, http.MethodPost, simworker.PathChatCompletions, chatBody("alpha"), "EPP-Profile", "decode", "Prefer", "if-available")
+	if resp.StatusCode != http.StatusPreconditionFailed {
+		t.Fatalf("status %d %s: the decode reservation recorded the prompt", resp.StatusCode, body)
+	}
+	if got, want := resp.Header.Get(HintHeader("prefill")), f.host("p0")+","+f.host("p1"); got != want {
+		t.Errorf("prefill hint %q, want %q: the prefill reservation recorded the prompt", got, want)
+	}
+	// A conditional reservation needs the prompt held too.
+	resp, body = send(t, g, http.MethodPost, simworker.PathChatCompletions, chatBody("alpha"),
+		"EPP-Profile", "decode", "Prefer", "if-available, reserve-endpoint")
+	if l := g.Legs()[3]; resp.StatusCode != http.StatusPreconditionFailed || l.Reserved || l.Failure != FailureNotHeld {
+		t.Errorf("status %d %s leg %+v", resp.StatusCode, body, l)
+	}
+	if n := f.counts(); n["d0"]+n["p0"]+n["p1"] != 0 {
+		t.Errorf("backends contacted: %v", n)
+	}
+}
+
+func TestHintHeader(t *testing.T) {
+	for profile, want := range map[string]string{"prefill": "X-Prefill-Host-Port", "Encode": "X-Encode-Host-Port", "decode": "X-Decode-Host-Port"} {
+		if got := HintHeader(profile); got != want {
+			t.Errorf("HintHeader(%q) = %q, want %q", profile, got, want)
+		}
+	}
+	if HintHeader("prefill") != LegacyReservedHeader {
+		t.Error("the legacy reservation header is not the prefill hint")
+	}
+}
+
+func TestHints(t *testing.T) {
+	f := newFleet(t, "d0", "p0", "p1", "e0", "e1")
+	p2 := oneShotBackend(t, "p2")
+	p2Host := p2.Listener.Addr().String()
+	dead := deadURL(t)
+	g := startGatewayWith(t, Config{
+		Pools: map[string][]string{
+			"decode":  {f.url("d0")},
+			"prefill": {f.url("p0"), f.url("p1"), p2.URL},
+			"encode":  {f.url("e0"), f.url("e1")},
+			"embed":   {dead},
+		},
+		EPPConditionalDecode: true,
+		Hints:                true,
+	})
+	post := func(profile, body string, header ...string) (*http.Response, []byte, Leg) {
+		t.Helper()
+		resp, b := send(t, g, http.MethodPost, simworker.PathChatCompletions, body, append([]string{"EPP-Profile", profile}, header...)...)
+		legs := g.Legs()
+		return resp, b, legs[len(legs)-1]
+	}
+	// Prefill and encode backends answer prompts: alpha on p0 and p2, beta on p1, alpha on e0.
+	for _, tt := range []struct{ profile, text, backend string }{
+		{"prefill", "alpha", f.url("p0")}, {"prefill", "beta", f.url("p1")}, {"prefill", "alpha", p2.URL}, {"encode", "alpha", f.url("e0")},
+	} {
+		if resp, body, l := post(tt.profile, chatBody(tt.text)); resp.StatusCode != http.StatusOK || l.Backend != tt.backend {
+			t.Fatalf("%s %s: status %d %s leg %+v", tt.profile, tt.text, resp.StatusCode, body, l)
+		}
+	}
+	// The only embed backend fails and is ejected: that pool has no live backend.
+	if _, _, l := post("embed", chatBody("alpha")); !l.Ejected {
+		t.Fatalf("embed leg %+v", l)
+	}
+	hosts := func(names ...string) string {
+		out := make([]string, len(names))
+		for i, n := range names {
+			out[i] = p2Host
+			if n != "p2" {
+				out[i] = f.host(n)
+			}
+		}
+		return strings.Join(out, ",")
+	}
+	tests := []struct {
+		name string
+		body string
+		want map[string]string // by profile
+	}{
+		{"alpha: its holders first", chatBody("alpha"), map[string]string{"prefill": hosts("p0", "p2", "p1"), "encode": hosts("e0", "e1")}},
+		{"beta", chatBody("beta"), map[string]string{"prefill": hosts("p1", "p0", "p2"), "encode": hosts("e0", "e1")}},
+		{"nobody holds gamma: pool order", chatBody("gamma"), map[string]string{"prefill": hosts("p0", "p1", "p2"), "encode": hosts("e0", "e1")}},
+		{"not an inference request: pool order", `{}`, map[string]string{"prefill": hosts("p0", "p1", "p2"), "encode": hosts("e0", "e1")}},
+	}
+	check := func(t *testing.T, body string, want map[string]string) {
+		t.Helper()
+		before := f.counts()
+		resp, b, l := post("decode", body, "Prefer", "if-available")
+		if resp.StatusCode != http.StatusPreconditionFailed || l.Failure != FailureNotHeld || !maps.Equal(l.Hints, want) {
+			t.Fatalf("status %d %s leg %+v, want hints %v", resp.StatusCode, b, l, want)
+		}
+		for _, profile := range []string{"prefill", "encode", "decode", "embed"} {
+			if got := resp.Header.Values(HintHeader(profile)); len(got) > 1 || want[profile] != "" && got[0] != want[profile] ||
+				want[profile] == "" && len(got) != 0 {
+				t.Errorf("%s: %q, want %q", HintHeader(profile), got, want[profile])
+			}
+		}
+		if got := f.contacted(before); len(got) != 0 {
+			t.Errorf("contacted %v", got)
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { check(t, tt.body, tt.want) })
+	}
+	t.Run("an ejected backend is no hint", func(t *testing.T) {
+		p2.Close()
+		if _, _, l := post("prefill", chatBody("x"), PinHeader, p2Host); l.Failure != FailureConnect || !l.Ejected {
+			t.Fatalf("leg %+v", l)
+		}
+		check(t, chatBody("alpha"), map[string]string{"prefill": hosts("p0", "p1"), "encode": hosts("e0", "e1")})
+	})
+	t.Run("a decode served carries no hints", func(t *testing.T) {
+		if resp, body, _ := post("decode", chatBody("alpha")); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d %s", resp.StatusCode, body)
+		}
+		resp, body, l := post("decode", chatBody("alpha"), "Prefer", "if-available")
+		if resp.StatusCode != http.StatusOK || l.Hints != nil || resp.Header.Get(HintHeader("prefill")) != "" {
+			t.Errorf("status %d %s leg %+v", resp.StatusCode, body, l)
+		}
+	})
+}
+
+func TestHintsOff(t *testing.T) {
+	tests := []struct {
+		name   string
+		cfg    Config
+		status int // of a conditional decode nobody holds
+	}{
+		{"conditional decode without hints", Config{EPPConditionalDecode: true}, http.StatusPreconditionFailed},
+		{"hints without conditional decode: the worker decides", Config{Hints: true}, http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFleet(t, "d0", "p0")
+			tt.cfg.Pools = map[string][]string{"decode": {f.url("d0")}, "prefill": {f.url("p0")}}
+			g := startGatewayWith(t, tt.cfg)
+			if resp, body := send(t, g, http.MethodPost, simworker.PathChatCompletions, chatBody("alpha"), "EPP-Profile", "prefill"); resp.StatusCode != http.StatusOK {
+				t.Fatalf("prefill status %d %s", resp.StatusCode, body)
+			}
+			resp, body := send(t, g, http.MethodPost, simworker.PathChatCompletions, chatBody("alpha"), "EPP-Profile", "decode", "Prefer", "if-available")
+			if l := g.Legs()[1]; resp.StatusCode != tt.status || resp.Header.Get(HintHeader("prefill")) != "" || l.Hints != nil {
+				t.Errorf("status %d %v %s leg %+v", resp.StatusCode, resp.Header, body, l)
+			}
+		})
+	}
+}

@@ -63,7 +63,7 @@ func startWith(t *testing.T, o stack.Options, kv, ec string, openaiFormat bool, 
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	coord, err := stack.StartCoordinator(cfg, testLogger(t), stack.LoopbackMedia)
+	coord, err := stack.StartCoordinatorWith(cfg, stack.CoordinatorOptions{Log: testLogger(t), Overrides: stack.LoopbackMedia, Getenv: st.Getenv})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,13 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"image"
+	"image/png"
 	"net/http"
 	"strings"
 	"testing"
@@ -231,8 +234,12 @@ func TestTokensInFormat(t *testing.T) {
 		}
 	}
 	hash := simworker.ImageHash(mediaserver.PNG("t"))
-	kw := pre["features"].(map[string]any)["kwargs_data"].(map[string]any)["image"].([]any)
-	if hashes(t, enc, "features", "mm_hashes", "image")[0] != hash || kw[0] == nil || pre["token_ids"] == nil || pre["messages"] != nil {
+	// The encode leg carries the item's kwargs_data, the prefill leg (with ec_transfer_params) its
+	// mm_metadata only (TestPrefillMetadataInsteadOfKwargs).
+	kw := enc["features"].(map[string]any)["kwargs_data"].(map[string]any)["image"].([]any)
+	meta := pre["features"].(map[string]any)["mm_metadata"].(map[string]any)["image"].([]any)
+	if hashes(t, enc, "features", "mm_hashes", "image")[0] != hash || kw[0] == nil || meta[0] != simworker.ImageMetadata(mediaserver.PNG("t")) ||
+		pre["token_ids"] == nil || pre["messages"] != nil {
 		t.Fatalf("tokens-in legs: encode %.200s prefill %.300s", encReq.Body, preReq.Body)
 	}
 	extra := pre["sampling_params"].(map[string]any)["extra_args"].(map[string]any)
@@ -282,7 +289,11 @@ func TestEveryConnectorCombination(t *testing.T) {
 	for _, kv := range []string{"kv-nixl", "kv-sglang", "kv-shared-storage"} {
 		for _, ec := range []string{"ec-nixl", "ec-shared-storage"} {
 			t.Run(kv+"+"+ec, func(t *testing.T) {
-				s := start(t, stack.Options{KVConnector: kv, ECConnector: ec}, kv, ec, true, steps("replace-media-urls", "render", "encode", "prefill", "decode"))
+				tail := []string{"prefill", "decode"}
+				if kv == "kv-sglang" {
+					tail = []string{"prefill-decode"} // SGLang's transfer needs both legs in flight together
+				}
+				s := start(t, stack.Options{KVConnector: kv, ECConnector: ec}, kv, ec, true, steps(append([]string{"replace-media-urls", "render", "encode"}, tail...)...))
 				for _, stream := range []bool{false, true} {
 					p := imageChat("combo test", 3, dataURL(img))
 					var text string
@@ -308,8 +319,12 @@ func TestEveryConnectorCombination(t *testing.T) {
 				}
 				for _, pre := range pres {
 					kvp, _ := pre["kv_transfer_params"].(map[string]any)
+					handoff := kvp["do_remote_decode"] == true
+					if kv == "kv-sglang" {
+						handoff = kvp == nil && pre["bootstrap_room"] != nil && pre["bootstrap_host"] != nil
+					}
 					if got := hashes(t, pre, "tokens", "features", "mm_hashes", "image"); len(got) != 1 || got[0] != hash ||
-						pre["max_tokens"] != 1.0 || pre["stream"] != false || kvp["do_remote_decode"] != true {
+						pre["max_tokens"] != 1.0 || pre["stream"] != false || !handoff {
 						t.Fatalf("prefill leg %.400s", mustJSON(t, pre))
 					}
 					ecp, hasEC := pre["ec_transfer_params"]
@@ -349,5 +364,112 @@ func TestMediaErrors(t *testing.T) {
 				t.Fatal("a rejected request reached the workers")
 			}
 		})
+	}
+}
+
+// hdImage is a deterministic 1920x1080 PNG: a gradient with noise in the low bits, about as
+// compressible as a photo.
+func hdImage(t *testing.T) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, 1920, 1080))
+	x := uint32(2463534242)
+	for i := 0; i < len(img.Pix); i += 4 {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		p := i / 4
+		img.Pix[i] = byte(p%1920/8) ^ byte(x&7)
+		img.Pix[i+1] = byte(p/1920/5) ^ byte(x>>3&7)
+		img.Pix[i+2] = byte(p%255) ^ byte(x>>6&7)
+		img.Pix[i+3] = 255
+	}
+	var b bytes.Buffer
+	if err := png.Encode(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// With a render that answers mm_metadata (vllm-project/vllm#54659) and ec-nixl, the tokens-in
+// (generate-format) prefill leg of an image request carries the item's mm_metadata instead of its
+// kwargs_data: the prefill worker takes the encoder output from the EC descriptors (the double
+// refuses metadata-only items without them, and checks the metadata against the hash and the
+// descriptor) and the answer is the same. An older render (no mm_metadata) keeps kwargs_data.
+// The legs are generate format because the client speaks chat with use_openai_format false: a
+// completions client has no media and a generate client skips encode (no EC descriptors).
+func TestPrefillMetadataInsteadOfKwargs(t *testing.T) {
+	img := hdImage(t)
+	hash := simworker.ImageHash(img)
+	sizes := map[bool]int{}
+	for _, current := range []bool{false, true} {
+		name := map[bool]string{false: "render before vLLM #54659", true: "current render"}[current]
+		t.Run(name, func(t *testing.T) {
+			pipeline := steps("replace-media-urls", "render", "encode", "prefill", "decode")
+			if !current {
+				old, err := simworker.Start(simworker.Config{Name: "render-old", RenderWithoutMetadata: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = old.Close() })
+				pipeline = strings.ReplaceAll(pipeline, "{{render}}", old.URL())
+			}
+			s := start(t, stack.Options{}, "kv-nixl", "ec-nixl", false, pipeline)
+			resp, err := s.client.Chat.Completions.New(context.Background(), imageChat("describe this", 4, dataURL(img)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := resp.Choices[0].Message.Content; got != "describe this describe this" {
+				t.Fatalf("answer %q", got)
+			}
+			var pres []simworker.Request
+			for _, r := range s.stack.Prefill[0].Requests() {
+				if r.Method == http.MethodPost {
+					pres = append(pres, r)
+				}
+			}
+			if len(pres) != 1 || pres[0].Path != "/inference/v1/generate" || pres[0].Status != http.StatusOK {
+				for _, r := range s.stack.Prefill[0].Requests() {
+					t.Logf("prefill worker got %s %s: %d", r.Method, r.Path, r.Status)
+				}
+				t.Fatalf("%d prefill legs", len(pres))
+			}
+			var pre struct {
+				Features struct {
+					MMHashes   map[string][]string `json:"mm_hashes"`
+					KwargsData map[string][]string `json:"kwargs_data"`
+					MMMetadata map[string][]string `json:"mm_metadata"`
+				} `json:"features"`
+				SamplingParams struct {
+					ExtraArgs struct {
+						EC map[string]any `json:"ec_transfer_params"`
+					} `json:"extra_args"`
+				} `json:"sampling_params"`
+			}
+			if err := json.Unmarshal(pres[0].Body, &pre); err != nil {
+				t.Fatal(err)
+			}
+			f := pre.Features
+			if len(f.MMHashes["image"]) != 1 || f.MMHashes["image"][0] != hash || pre.SamplingParams.ExtraArgs.EC[hash] == nil {
+				t.Fatalf("prefill leg %.400s", pres[0].Body)
+			}
+			if current {
+				if f.KwargsData != nil || len(f.MMMetadata["image"]) != 1 || f.MMMetadata["image"][0] != simworker.ImageMetadata(img) {
+					t.Fatalf("prefill features carry kwargs_data %v, mm_metadata %v: want the metadata only", f.KwargsData != nil, f.MMMetadata)
+				}
+			} else if f.MMMetadata != nil || len(f.KwargsData["image"]) != 1 || len(f.KwargsData["image"][0]) < len(img) {
+				t.Fatalf("prefill features without render metadata: kwargs_data %d items, mm_metadata %v", len(f.KwargsData["image"]), f.MMMetadata)
+			}
+			// Encode still gets the whole kwargs_data.
+			encs := received(t, s.stack.Encode[0])
+			if len(encs) != 1 || !strings.Contains(mustJSON(t, encs[0]), `"kwargs_data"`) {
+				t.Fatalf("%d encode legs, without kwargs_data", len(encs))
+			}
+			sizes[current] = len(pres[0].Body)
+		})
+	}
+	t.Logf("prefill leg body for one %dx%d image of %d bytes: %d bytes with kwargs_data, %d bytes with mm_metadata",
+		1920, 1080, len(img), sizes[false], sizes[true])
+	if sizes[true] == 0 || sizes[true]*100 > sizes[false] {
+		t.Fatalf("prefill leg %d bytes with mm_metadata, %d with kwargs_data: want it at least 100 times smaller", sizes[true], sizes[false])
 	}
 }

@@ -106,10 +106,21 @@ type Config struct {
 	// DisableRecording stops the worker from keeping a copy of every request
 	// (Requests then returns none), so that load tests run in bounded memory.
 	DisableRecording bool
+	// RenderWithoutMetadata makes the render endpoints answer features without mm_metadata, as
+	// vLLM before vllm-project/vllm#54659 does. By default each image's features carry its
+	// mm_metadata (ImageMetadata) beside its kwargs_data, as the current vLLM render does.
+	RenderWithoutMetadata bool
 	// FaultControl serves the fault-control endpoint PathFaults (POST a
 	// Fault to queue it, DELETE to clear the queue, GET to list it), so that
 	// a test can inject faults into a worker process.
 	FaultControl bool
+	// BootstrapTimeout bounds SGLang's bootstrap waits (KVSGLang): a prefill waiting for its
+	// decode to join the room, a decode waiting for its prefill. Default: 300s, SGLang's.
+	BootstrapTimeout time.Duration
+	// BootstrapAddr, when set, also serves the bootstrap server (POST /bootstrap/{room}) on its
+	// own listener, as SGLang's --disaggregation-bootstrap-port does: decodes reach it at
+	// bootstrap_host:bootstrap_port. It is always served on the worker's own listener too.
+	BootstrapAddr string
 }
 
 // EventStampPrefix starts the comment line of a stamped SSE event (see
@@ -138,6 +149,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ModelName == "" {
 		c.ModelName = DefaultModelName
+	}
+	if c.BootstrapTimeout <= 0 {
+		c.BootstrapTimeout = DefaultBootstrapTimeout
 	}
 	return c
 }

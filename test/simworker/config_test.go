@@ -40,7 +40,7 @@ func TestConfigDefaults(t *testing.T) {
 	got := Config{Role: RoleDecode}.withDefaults()
 	want := Config{
 		Name: "simworker-decode", Role: RoleDecode, KVConnector: KVNixl, ECConnector: ECNixl,
-		DefaultMaxTokens: 16, CacheSize: 1024, ModelName: "sim-model",
+		DefaultMaxTokens: 16, CacheSize: 1024, ModelName: "sim-model", BootstrapTimeout: DefaultBootstrapTimeout,
 	}
 	if got != want {
 		t.Errorf("withDefaults = %+v, want %+v", got, want)

@@ -98,8 +98,14 @@
 //     being freed after vLLM's abort timeout. vLLM's answer to a decode whose
 //     remote blocks are gone depends on its version and kv_load_failure_policy
 //     (recompute or fail); the worker always fails, so that replays show.
-//   - SGLang bootstrap parameters are only checked for shape (no bootstrap
-//     server; a room may be reused); shared-storage KV and EC files are keyed
+//   - SGLang's transfer is a rendezvous over HTTP (POST /bootstrap/{room} on
+//     the prefill worker's bootstrap server, Config.BootstrapAddr or its own
+//     listener), not ZMQ and RDMA, but it keeps SGLang's contract: the prefill
+//     leg waits for its decode to join the room and the decode for its
+//     prefill, each failing after Config.BootstrapTimeout (300s), so a
+//     sequential prefill-then-decode fails as on SGLang (llm-d-router#2974);
+//     a room serves one prefill and one decode, and a decode whose prefill
+//     worker dies fails at once. Shared-storage KV and EC files are keyed
 //     by prompt key and image hash and can be read any number of times; EC
 //     descriptors can be looked up any number of times.
 //   - No data-parallel ranks: a kv-nixl prefill answers remote_dp_rank equal

@@ -112,7 +112,8 @@ func encodeItems(in *inference) ([]encodeItem, *apiError) {
 // since the worker could encode the images itself.
 func (w *Worker) verifyEC(ctx context.Context, in *inference, strict bool) *apiError {
 	// Items that carry their preprocessed inputs (kwargs_data) are encoded inline by this worker,
-	// as vLLM does for tokens-in requests; only the others need encoder outputs.
+	// as vLLM does for tokens-in requests; only the others (metadata-only items among them) need
+	// encoder outputs.
 	if in.features == nil {
 		return nil
 	}
@@ -183,6 +184,11 @@ func (w *Worker) verifyECNixl(ctx context.Context, in *inference, hashes []strin
 		if d.SizeBytes != peer.SizeBytes || d.NixlAgentMetadataB64 != peer.NixlAgentMetadataB64 {
 			return fmt.Errorf("mm_hash %s: descriptor mismatch: request has size_bytes=%d metadata=%q, encode worker has size_bytes=%d metadata=%q",
 				h, d.SizeBytes, d.NixlAgentMetadataB64, peer.SizeBytes, peer.NixlAgentMetadataB64)
+		}
+		// The item's mm_metadata, when it has one, must describe the image the encoder encoded.
+		if m := in.features.metadataFor(h); m != nil && ImageKwargsSize(m.Size) != peer.SizeBytes {
+			return fmt.Errorf("mm_hash %s: mm_metadata describes a %d-byte image, the encoder output has size_bytes=%d (want %d)",
+				h, m.Size, peer.SizeBytes, ImageKwargsSize(m.Size))
 		}
 	}
 	return nil

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"hash"
 	"io"
 	"strings"
@@ -124,6 +126,59 @@ func writeKwargsBase64(w io.Writer, seed [sha256.Size]byte, n int) error {
 		return err
 	}
 	return nil
+}
+
+// ImageMetadata returns the base64 mm_metadata item the render endpoints answer for an image
+// whose bytes are b (vllm-project/vllm#54659: the light fields of its MultiModalKwargsItem,
+// without pixel values): a small JSON object {"image_grid_thw":[1,2,2t],"size":n,"mm_hash":h},
+// t being ImageTokenCount(b) (a merge size of 2 makes the grid t tokens), n len(b) and h
+// ImageHash(b). The hash is the double's own field: it lets a prefill worker check that an item's
+// metadata is the one rendered for its mm_hash.
+func ImageMetadata(b []byte) string {
+	return metadataBase64(sha256.Sum256(b), len(b))
+}
+
+// metadataBase64 is ImageMetadata of an image of n bytes whose SHA-256 is sum.
+func metadataBase64(sum [sha256.Size]byte, n int) string {
+	js := fmt.Appendf(nil, `{"image_grid_thw":[1,2,%d],"size":%d,"mm_hash":%q}`, 2*imageTokens(n), n, hex.EncodeToString(sum[:]))
+	return base64.StdEncoding.EncodeToString(js)
+}
+
+// imageMeta is a decoded ImageMetadata item.
+type imageMeta struct {
+	GridTHW []int  `json:"image_grid_thw"`
+	Size    int    `json:"size"`
+	Hash    string `json:"mm_hash"`
+}
+
+// tokens is the number of placeholder tokens the grid stands for (merge size 2).
+func (m *imageMeta) tokens() int {
+	if len(m.GridTHW) != 3 {
+		return -1
+	}
+	return m.GridTHW[0] * m.GridTHW[1] * m.GridTHW[2] / 4
+}
+
+// parseImageMetadata decodes an ImageMetadata item and checks that it describes the image of
+// mm_hash hash with length placeholder tokens (length < 0: not checked).
+func parseImageMetadata(item, hash string, length int) (*imageMeta, error) {
+	raw, err := base64.StdEncoding.DecodeString(item)
+	if err != nil {
+		return nil, errors.New("is not base64")
+	}
+	var m imageMeta
+	if err := json.Unmarshal(raw, &m); err != nil || len(m.GridTHW) != 3 || m.Size < 0 {
+		return nil, errors.New("is not an item the render service produced ({image_grid_thw, size, mm_hash})")
+	}
+	switch {
+	case m.Hash != hash:
+		return nil, fmt.Errorf("was rendered for mm_hash %s, not %s", m.Hash, hash)
+	case m.tokens() != imageTokens(m.Size):
+		return nil, fmt.Errorf("image_grid_thw %v does not match a %d-byte image", m.GridTHW, m.Size)
+	case length >= 0 && m.tokens() != length:
+		return nil, fmt.Errorf("image_grid_thw %v stands for %d tokens, the placeholder has %d", m.GridTHW, m.tokens(), length)
+	}
+	return &m, nil
 }
 
 // imageDetail says how much of each image a rendering computes.

@@ -34,7 +34,7 @@ func (w *Worker) handleInference(kind apiKind) http.HandlerFunc {
 
 // servePrefillDecode serves a request on a prefill, decode or both worker.
 func (w *Worker) servePrefillDecode(rw http.ResponseWriter, r *http.Request, in *inference) {
-	lg, err := in.leg()
+	lg, err := w.legOf(in)
 	if err != nil {
 		writeAPIError(rw, err)
 		return
@@ -72,6 +72,22 @@ func (w *Worker) servePrefillDecode(rw http.ResponseWriter, r *http.Request, in 
 	}
 	w.cache.put(in.promptKey, struct{}{})
 	w.respond(rw, r, in, kvOut, nil)
+}
+
+// legOf classifies the request: by its kv_transfer_params, or for a leg with SGLang's own
+// bootstrap fields and no transfer params, by the worker's role (an SGLang server runs in
+// prefill or decode disaggregation mode).
+func (w *Worker) legOf(in *inference) (leg, *apiError) {
+	if in.bootstrap == nil || in.kv != nil {
+		return in.leg()
+	}
+	switch w.cfg.Role {
+	case RolePrefill:
+		return legPrefill, nil
+	case RoleDecode:
+		return legRemotePrefill, nil
+	}
+	return 0, badRequest("worker %s (role %s) cannot serve a leg of SGLang disaggregation (bootstrap_room): it takes a prefill or a decode worker", w.cfg.Name, w.cfg.Role)
 }
 
 // checkLeg enforces which legs the worker's role accepts and the static

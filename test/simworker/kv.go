@@ -21,10 +21,7 @@ func (w *Worker) checkPrefillKV(in *inference) *apiError {
 	if w.kvProtocol(in) != KVSGLang {
 		return nil
 	}
-	if _, err := in.kv.requirePort(in.kvName, "bootstrap_port"); err != nil {
-		return badRequest("%v", err)
-	}
-	if _, err := in.kv.requireUUID(in.kvName, "bootstrap_room"); err != nil {
+	if _, err := in.bootstrapOf(false); err != nil {
 		return badRequest("%v", err)
 	}
 	return nil
@@ -36,9 +33,7 @@ func (w *Worker) producePrefillKV(r *http.Request, in *inference) (any, *apiErro
 	host, port := w.advertised(r)
 	switch w.kvProtocol(in) {
 	case KVSGLang:
-		bport, _ := in.kv.requirePort(in.kvName, "bootstrap_port")
-		room, _ := in.kv.requireUUID(in.kvName, "bootstrap_room")
-		return SGLangKVParams{BootstrapHost: host, BootstrapPort: bport, BootstrapRoom: room}, nil
+		return w.prefillSGLang(r, in)
 	case KVSharedStorage:
 		if err := w.writeKVFile(in); err != nil {
 			return nil, &apiError{status: http.StatusInternalServerError, msg: "KV store failed: " + err.Error()}
@@ -129,7 +124,7 @@ func (w *Worker) kvProtocol(in *inference) KVConnector {
 		return w.cfg.KVConnector
 	}
 	switch {
-	case in.kv["bootstrap_room"] != nil || in.kv["bootstrap_port"] != nil:
+	case in.bootstrap != nil || in.kv["bootstrap_room"] != nil || in.kv["bootstrap_port"] != nil:
 		return KVSGLang
 	case in.kv["remote_engine_id"] != nil || in.kv["remote_request_id"] != nil:
 		return KVNixl
@@ -158,7 +153,7 @@ func (w *Worker) verifyKV(ctx context.Context, in *inference) *apiError {
 	var err error
 	switch w.kvProtocol(in) {
 	case KVSGLang:
-		err = verifySGLang(in)
+		err = w.decodeSGLang(ctx, in)
 	case KVSharedStorage:
 		if _, statErr := os.Stat(filepath.Join(w.cfg.KVDir, in.promptKey)); statErr != nil {
 			err = fmt.Errorf("no KV file for prompt %s in %s", in.promptKey, w.cfg.KVDir)
@@ -170,18 +165,6 @@ func (w *Worker) verifyKV(ctx context.Context, in *inference) *apiError {
 		return badRequest("KV transfer failed: %v", err)
 	}
 	return nil
-}
-
-// verifySGLang checks that the SGLang bootstrap parameters are well-formed.
-func verifySGLang(in *inference) error {
-	if _, err := in.kv.requireString(in.kvName, "bootstrap_host"); err != nil {
-		return err
-	}
-	if _, err := in.kv.requirePort(in.kvName, "bootstrap_port"); err != nil {
-		return err
-	}
-	_, err := in.kv.requireUUID(in.kvName, "bootstrap_room")
-	return err
 }
 
 // verifyNixl looks the KV handle up on the prefill worker, compares it with

@@ -127,21 +127,6 @@ func (p rawParams) requirePort(name, key string) (int, error) {
 	return v, nil
 }
 
-// uuidPattern matches the canonical textual form of a UUID.
-var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
-
-// requireUUID returns the UUID string at key.
-func (p rawParams) requireUUID(name, key string) (string, error) {
-	v, err := p.requireString(name, key)
-	if err != nil {
-		return "", err
-	}
-	if !uuidPattern.MatchString(v) {
-		return "", fmt.Errorf("%s.%s %q is not a UUID", name, key, v)
-	}
-	return v, nil
-}
-
 // safeNamePattern matches names usable as a single file-name component.
 var safeNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 

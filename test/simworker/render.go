@@ -10,10 +10,14 @@ import (
 
 // RenderFeatures is the multimodal part of a render answer (vLLM
 // MultiModalFeatures). Every list is empty, not null, for text-only prompts.
+// MMMetadata (vllm-project/vllm#54659) holds each image's ImageMetadata,
+// parallel to MMHashes; it is absent for text-only prompts and when the worker
+// has Config.RenderWithoutMetadata, as from an older vLLM.
 type RenderFeatures struct {
 	MMHashes       map[string][]string            `json:"mm_hashes"`
 	MMPlaceholders map[string][]RenderPlaceholder `json:"mm_placeholders"`
 	KwargsData     map[string][]string            `json:"kwargs_data"`
+	MMMetadata     map[string][]*string           `json:"mm_metadata,omitempty"`
 }
 
 // RenderPlaceholder is the token range of one image.
@@ -63,6 +67,7 @@ func (w *Worker) handleChatRender(rw http.ResponseWriter, r *http.Request) {
 		tokenIDs:  rd.ids,
 		images:    rd.images,
 		features:  true,
+		metadata:  !w.cfg.RenderWithoutMetadata,
 		sampling:  samplingParams(f.obj, "max_completion_tokens", "max_tokens"),
 	})
 }
@@ -138,6 +143,7 @@ type renderAnswer struct {
 	tokenIDs  []int
 	images    []chatImage // their features, with imageDigest detail
 	features  bool        // whether there are features (chat) or null (completions)
+	metadata  bool        // whether the features carry mm_metadata (when there are images)
 	sampling  map[string]any
 }
 
@@ -159,7 +165,7 @@ func writeRender(rw http.ResponseWriter, list bool, a renderAnswer) {
 	writeInts(bw, a.tokenIDs)
 	bw.WriteString(`,"features":`)
 	if a.features {
-		writeFeatures(bw, a.images)
+		writeFeatures(bw, a.images, a.metadata)
 	} else {
 		bw.WriteString("null")
 	}
@@ -172,8 +178,9 @@ func writeRender(rw http.ResponseWriter, list bool, a renderAnswer) {
 	_ = bw.Flush()
 }
 
-// writeFeatures writes the RenderFeatures of images.
-func writeFeatures(bw *bufio.Writer, images []chatImage) {
+// writeFeatures writes the RenderFeatures of images, with their mm_metadata
+// when metadata is set and there are images.
+func writeFeatures(bw *bufio.Writer, images []chatImage, metadata bool) {
 	var num [20]byte
 	bw.WriteString(`{"mm_hashes":{"image":[`)
 	for i := range images {
@@ -202,7 +209,18 @@ func writeFeatures(bw *bufio.Writer, images []chatImage) {
 		_ = writeKwargsBase64(bw, im.sum, im.size)
 		bw.WriteByte('"')
 	}
-	bw.WriteString(`]}}`)
+	bw.WriteString(`]}`)
+	if metadata && len(images) > 0 {
+		bw.WriteString(`,"mm_metadata":{"image":[`)
+		for i, im := range images {
+			if i > 0 {
+				bw.WriteByte(',')
+			}
+			bw.WriteString(`"` + metadataBase64(im.sum, im.size) + `"`)
+		}
+		bw.WriteString(`]}`)
+	}
+	bw.WriteByte('}')
 }
 
 // writeInts writes a JSON array of integers.

@@ -35,11 +35,75 @@ const maxGeneratedTokens = 1 << 20
 const fallbackWord = "sim"
 
 // mmFeatures is the part of vLLM's MultiModalFeatures (render output,
-// generate input) a Worker reads: the image items. The other modalities and
-// mm_placeholders are only checked to be well-typed.
+// generate input) a Worker reads: the image items. The other modalities are
+// only checked to be well-typed.
 type mmFeatures struct {
-	imageHashes []string  // mm_hashes.image
-	imageKwargs []*string // kwargs_data.image; nil items have none
+	imageHashes   []string     // mm_hashes.image
+	imageLengths  []int        // mm_placeholders.image lengths
+	imageKwargs   []*string    // kwargs_data.image; nil items have none
+	imageMetadata []*string    // mm_metadata.image (vllm-project/vllm#54659); nil items have none
+	imageMeta     []*imageMeta // imageMetadata decoded (checkMetadata)
+}
+
+// metadataOnly reports whether an item of the features carries mm_metadata but no kwargs_data:
+// vLLM then needs its encoder output from ec_transfer_params.
+func (f *mmFeatures) metadataOnly() bool {
+	if f == nil {
+		return false
+	}
+	for i, m := range f.imageMetadata {
+		if m != nil && (i >= len(f.imageKwargs) || f.imageKwargs[i] == nil) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkMetadata enforces vLLM's rule for mm_metadata on the generate and completions formats:
+// metadata-only items need ec_transfer_params (the 400 and its wording are vLLM's). Each image
+// item's metadata must also be the one the render service produced for its mm_hash and
+// placeholder (ImageMetadata), and as long as mm_hashes.image.
+func (in *inference) checkMetadata() *apiError {
+	f := in.features
+	if f == nil || f.imageMetadata == nil {
+		return nil
+	}
+	if len(f.imageMetadata) != len(f.imageHashes) {
+		return badRequest("features.mm_metadata.image must have one item per mm_hash (%d hashes, %d items)", len(f.imageHashes), len(f.imageMetadata))
+	}
+	f.imageMeta = make([]*imageMeta, len(f.imageMetadata))
+	for i, m := range f.imageMetadata {
+		if m == nil {
+			continue
+		}
+		length := -1
+		if i < len(f.imageLengths) {
+			length = f.imageLengths[i]
+		}
+		meta, err := parseImageMetadata(*m, f.imageHashes[i], length)
+		if err != nil {
+			return badRequest("features.mm_metadata.image[%d] %v", i, err)
+		}
+		f.imageMeta[i] = meta
+	}
+	if in.ec == nil && f.metadataOnly() {
+		return badRequest("metadata-only multimodal items require ec_transfer_params")
+	}
+	return nil
+}
+
+// metadataFor returns the decoded mm_metadata of an image item of mm_hash h, nil when none has
+// any (or checkMetadata did not run: chat).
+func (f *mmFeatures) metadataFor(h string) *imageMeta {
+	if f == nil {
+		return nil
+	}
+	for i, m := range f.imageMeta {
+		if m != nil && f.imageHashes[i] == h {
+			return m
+		}
+	}
+	return nil
 }
 
 // hashes returns the image mm_hashes, if any.
@@ -68,9 +132,12 @@ type inference struct {
 	kv            rawParams
 	ec            rawParams
 	kvName        string // field path of kv, for messages
-	ecName        string // field path of ec, for messages
-	features      *mmFeatures
-	chatImages    []chatImage // chat only: images found in the messages
+	// bootstrap holds SGLang's own top-level bootstrap_host, bootstrap_port and bootstrap_room
+	// (nil without a bootstrap_room): a leg of upstream's prefill-decode step.
+	bootstrap  rawParams
+	ecName     string // field path of ec, for messages
+	features   *mmFeatures
+	chatImages []chatImage // chat only: images found in the messages
 }
 
 // kindForPath maps an inference endpoint path to its format.
@@ -132,6 +199,11 @@ func parseInferenceImages(kind apiKind, body []byte, detail imageDetail) (*infer
 	if aerr != nil {
 		return nil, aerr
 	}
+	if kind != kindChat { // chat media are in the messages: its items are never metadata-only
+		if aerr := in.checkMetadata(); aerr != nil {
+			return nil, aerr
+		}
+	}
 	in.kind = kind
 	in.promptKey = PromptKey(in.promptIDs)
 	if in.maxTokens != nil && (*in.maxTokens < 1 || *in.maxTokens > maxGeneratedTokens) {
@@ -149,6 +221,7 @@ func common(f fields) *inference {
 		includeUsage:  opts.boolean("include_usage"),
 		streamOptions: opts.obj != nil && len(opts.obj.Fields()) > 0,
 		kv:            f.params("kv_transfer_params"),
+		bootstrap:     sglangFields(f),
 		ec:            f.params("ec_transfer_params"),
 		kvName:        "kv_transfer_params",
 		ecName:        "ec_transfer_params",
@@ -285,14 +358,17 @@ func parseFeatures(f fields) *mmFeatures {
 	if f.obj == nil {
 		return nil
 	}
-	placeholder := func(raw []byte, path string) (struct{}, error) {
+	placeholder := func(raw []byte, path string) (int, error) {
 		var err error
 		o, oerr := nestedObject(raw, path)
 		p := fields{obj: o, path: path, err: &err}
 		p.keep(oerr)
 		p.integer("offset")
-		p.integer("length")
-		return struct{}{}, err
+		length := p.integer("length")
+		if length == nil {
+			return -1, err
+		}
+		return *length, err
 	}
 	kwargs := func(raw []byte, path string) (*string, error) {
 		if absent(raw) {
@@ -302,10 +378,11 @@ func parseFeatures(f fields) *mmFeatures {
 		return &s, err
 	}
 	feats := &mmFeatures{
-		imageHashes: imageItems(f, "mm_hashes", jsonString),
-		imageKwargs: imageItems(f, "kwargs_data", kwargs),
+		imageHashes:   imageItems(f, "mm_hashes", jsonString),
+		imageLengths:  imageItems(f, "mm_placeholders", placeholder),
+		imageKwargs:   imageItems(f, "kwargs_data", kwargs),
+		imageMetadata: imageItems(f, "mm_metadata", kwargs),
 	}
-	imageItems(f, "mm_placeholders", placeholder)
 	return feats
 }
 
@@ -438,6 +515,22 @@ const (
 	legPrefill                  // do_remote_decode: prefill and hand KV off
 	legRemotePrefill            // do_remote_prefill: pull KV, then decode
 )
+
+// sglangFields returns the top-level SGLang bootstrap fields of a body, nil without a
+// bootstrap_room.
+func sglangFields(f fields) rawParams {
+	room := f.raw("bootstrap_room")
+	if room == nil {
+		return nil
+	}
+	p := rawParams{"bootstrap_room": room}
+	for _, k := range []string{"bootstrap_host", "bootstrap_port"} {
+		if v := f.raw(k); v != nil {
+			p[k] = v
+		}
+	}
+	return p
+}
 
 // leg classifies the request by its kv_transfer_params.
 func (in *inference) leg() (leg, *apiError) {

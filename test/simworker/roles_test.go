@@ -1,13 +1,19 @@
 package simworker
 
 import (
+	"context"
 	"encoding/json"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 const prompt = "the quick brown fox"
@@ -202,66 +208,156 @@ func TestRoleAcceptance(t *testing.T) {
 	}
 }
 
-func TestPrefillDecodeSGLang(t *testing.T) {
+func TestPrefillDecodeSGLangShape(t *testing.T) {
 	p := startWorker(t, Config{Role: RolePrefill, KVConnector: KVSGLang})
 	d := startWorker(t, Config{Role: RoleDecode, KVConnector: KVSGLang})
 	const room = "0b6a1d7e-5c7f-4f0e-9d8e-3c2b1a0f9e8d"
-	prefillTests := []struct {
+	tests := []struct {
 		name    string
+		w       *Worker
 		kv      obj
 		wantMsg string
 	}{
-		{"missing port", obj{"do_remote_decode": true, "bootstrap_room": room}, "missing kv_transfer_params.bootstrap_port"},
-		{"string port", obj{"do_remote_decode": true, "bootstrap_port": "8998", "bootstrap_room": room}, "bootstrap_port must be an integer"},
-		{"missing room", obj{"do_remote_decode": true, "bootstrap_port": 8998}, "missing kv_transfer_params.bootstrap_room"},
-		{"bad room", obj{"do_remote_decode": true, "bootstrap_port": 8998, "bootstrap_room": "42"}, "is not a UUID"},
-		{"ok", obj{"do_remote_decode": true, "bootstrap_port": 8998, "bootstrap_room": room}, ""},
+		{"prefill missing port", p, obj{"do_remote_decode": true, "bootstrap_room": room}, "missing kv_transfer_params.bootstrap_port"},
+		{"prefill string port", p, obj{"do_remote_decode": true, "bootstrap_port": "8998", "bootstrap_room": room}, "bootstrap_port must be an integer"},
+		{"prefill missing room", p, obj{"do_remote_decode": true, "bootstrap_port": 8998}, "missing kv_transfer_params.bootstrap_room"},
+		{"prefill negative room", p, obj{"do_remote_decode": true, "bootstrap_port": 8998, "bootstrap_room": -4}, "bootstrap_room must be a non-negative integer or a string"},
+		{"prefill object room", p, obj{"do_remote_decode": true, "bootstrap_port": 8998, "bootstrap_room": obj{}}, "bootstrap_room must be"},
+		{"decode missing host", d, obj{"do_remote_prefill": true, "bootstrap_port": 8998, "bootstrap_room": room}, "missing kv_transfer_params.bootstrap_host"},
+		{"decode bad port", d, obj{"do_remote_prefill": true, "bootstrap_host": "h", "bootstrap_port": 70000, "bootstrap_room": room}, "not a valid port"},
 	}
-	for _, tt := range prefillTests {
-		t.Run("prefill "+tt.name, func(t *testing.T) {
-			r := post(t, p, PathChatCompletions, userChat(prompt, obj{"max_tokens": 1, "kv_transfer_params": tt.kv}))
-			if tt.wantMsg != "" {
-				mustStatus(t, r, 400)
-				if !strings.Contains(errorMessage(t, r), tt.wantMsg) {
-					t.Errorf("message %q, want %q", errorMessage(t, r), tt.wantMsg)
-				}
-				return
-			}
-			mustStatus(t, r, 200)
-			kv := decode[struct {
-				KV SGLangKVParams `json:"kv_transfer_params"`
-			}](t, r.body).KV
-			if kv != (SGLangKVParams{BootstrapHost: "127.0.0.1", BootstrapPort: 8998, BootstrapRoom: room}) {
-				t.Errorf("kv_transfer_params = %+v", kv)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := post(t, tt.w, PathCompletions, completion(prompt, obj{"max_tokens": 1, "kv_transfer_params": tt.kv}))
+			mustStatus(t, r, 400)
+			if !strings.Contains(errorMessage(t, r), tt.wantMsg) {
+				t.Errorf("message %q, want %q", errorMessage(t, r), tt.wantMsg)
 			}
 		})
 	}
-	decodeTests := []struct {
-		name    string
-		kv      obj
-		wantMsg string
-	}{
-		{"ok", obj{"do_remote_prefill": true, "bootstrap_host": "127.0.0.1", "bootstrap_port": 8998, "bootstrap_room": room}, ""},
-		{"missing host", obj{"do_remote_prefill": true, "bootstrap_port": 8998, "bootstrap_room": room}, "missing kv_transfer_params.bootstrap_host"},
-		{"bad port", obj{"do_remote_prefill": true, "bootstrap_host": "h", "bootstrap_port": 70000, "bootstrap_room": room}, "not a valid port"},
-		{"bad room", obj{"do_remote_prefill": true, "bootstrap_host": "h", "bootstrap_port": 1, "bootstrap_room": "room"}, "is not a UUID"},
+	// A both-role worker has no disaggregation mode for SGLang's own fields.
+	b := startWorker(t, Config{Role: RoleBoth, KVConnector: KVSGLang})
+	r := post(t, b, PathCompletions, completion(prompt, obj{"max_tokens": 1, "bootstrap_room": 7, "bootstrap_port": 1}))
+	mustStatus(t, r, 400)
+}
+
+// sglangPair starts an SGLang prefill and decode worker whose bootstrap waits last wait.
+func sglangPair(t *testing.T, wait time.Duration) (p, d *Worker, port int) {
+	p = startWorker(t, Config{Role: RolePrefill, KVConnector: KVSGLang, BootstrapTimeout: wait, BootstrapAddr: "127.0.0.1:0"})
+	d = startWorker(t, Config{Role: RoleDecode, KVConnector: KVSGLang, BootstrapTimeout: wait})
+	u, err := url.Parse(p.BootstrapURL())
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range decodeTests {
-		t.Run("decode "+tt.name, func(t *testing.T) {
-			d.ClearCache()
-			r := post(t, d, PathCompletions, completion(prompt, obj{"max_tokens": 2, "kv_transfer_params": tt.kv}))
-			if tt.wantMsg != "" {
-				mustStatus(t, r, 400)
-				if msg := errorMessage(t, r); !strings.HasPrefix(msg, "KV transfer failed: ") || !strings.Contains(msg, tt.wantMsg) {
-					t.Errorf("message %q, want %q", msg, tt.wantMsg)
-				}
-				return
+	port, _ = strconv.Atoi(u.Port())
+	return p, d, port
+}
+
+// The sequential path fails where SGLang's does: a prefill alone waits for its decode and times
+// out, and so does a decode whose prefill never comes.
+func TestSGLangSequentialTimesOut(t *testing.T) {
+	p, d, port := sglangPair(t, 150*time.Millisecond)
+	room := obj{"bootstrap_host": "127.0.0.1", "bootstrap_port": port}
+	pre := post(t, p, PathCompletions, completion(prompt, withRoom(obj{"max_tokens": 1}, room, 11)))
+	mustStatus(t, pre, 500)
+	if msg := errorMessage(t, pre); !strings.Contains(msg, "KV transfer failed: bootstrap room 11: no decode joined within 150ms") {
+		t.Errorf("prefill message %q", msg)
+	}
+	// The prefill has given up: a decode sent after it waits in an empty room.
+	dec := post(t, d, PathCompletions, completion(prompt, withRoom(obj{"max_tokens": 3}, room, 11)))
+	mustStatus(t, dec, 400)
+	// (Whichever of the decode's own wait and the bootstrap server's runs out first says so.)
+	if msg := errorMessage(t, dec); !strings.HasPrefix(msg, "KV transfer failed: ") || !strings.Contains(msg, "room 11") ||
+		!strings.Contains(msg, "no prefill within 150ms") {
+		t.Errorf("decode message %q", msg)
+	}
+	// The sequential connector's shape (the room in kv_transfer_params, no host) fails alike.
+	seq := post(t, p, PathCompletions, completion(prompt, obj{"max_tokens": 1,
+		"kv_transfer_params": obj{"do_remote_decode": true, "bootstrap_port": port, "bootstrap_room": "0b6a1d7e-5c7f-4f0e-9d8e-3c2b1a0f9e8d"}}))
+	mustStatus(t, seq, 500)
+	if p.OpenBootstrapRooms() != 0 || d.OpenBootstrapRooms() != 0 {
+		t.Errorf("rooms left open: prefill %d decode %d", p.OpenBootstrapRooms(), d.OpenBootstrapRooms())
+	}
+}
+
+// withRoom returns body with SGLang's top-level bootstrap fields and bootstrap_room n.
+func withRoom(body, fields obj, n int) obj {
+	for k, v := range fields {
+		body[k] = v
+	}
+	body["bootstrap_room"] = n
+	return body
+}
+
+// Sent together, in either order, prefill and decode meet in their room and both succeed.
+func TestSGLangConcurrent(t *testing.T) {
+	p, d, port := sglangPair(t, 10*time.Second)
+	for i, decodeFirst := range []bool{false, true} {
+		room := obj{"bootstrap_host": "127.0.0.1", "bootstrap_port": port}
+		n := 100 + i
+		var wg sync.WaitGroup
+		var pre reply
+		wg.Add(1)
+		prefill := func() {
+			defer wg.Done()
+			pre = post(t, p, PathChatCompletions, userChat(prompt, withRoom(obj{"max_tokens": 1}, room, n)))
+		}
+		if !decodeFirst {
+			go prefill()
+			if _, err := p.AwaitRequests(context.Background(), func(r []Request) bool { return len(r) == i+1 }); err != nil {
+				t.Fatal(err)
 			}
-			mustStatus(t, r, 200)
-			if !d.CacheHas(PromptKey(TokenizePrompt(prompt))) {
-				t.Error("transfer not cached")
+		}
+		done := make(chan reply, 1)
+		go func() {
+			done <- post(t, d, PathChatCompletions, userChat(prompt, withRoom(obj{"max_tokens": 3}, room, n)))
+		}()
+		if decodeFirst {
+			if _, err := d.AwaitRequests(context.Background(), func(r []Request) bool { return len(r) == i+1 }); err != nil {
+				t.Fatal(err)
 			}
-		})
+			go prefill()
+		}
+		dec := <-done
+		wg.Wait()
+		mustStatus(t, pre, 200)
+		mustStatus(t, dec, 200)
+		kv := decode[struct {
+			KV obj `json:"kv_transfer_params"`
+		}](t, pre.body).KV
+		if kv["bootstrap_host"] != "127.0.0.1" || kv["bootstrap_port"] != float64(port) || kv["bootstrap_room"] != float64(n) {
+			t.Errorf("prefill answered %v", kv)
+		}
+		if got := decode[ChatCompletion](t, dec.body).Choices[0].Message.Content; got != "the quick brown" {
+			t.Errorf("decode answered %q", got)
+		}
+	}
+	// A decode whose room holds another prompt's KV refuses it.
+	room := obj{"bootstrap_host": "127.0.0.1", "bootstrap_port": port}
+	go post(t, p, PathChatCompletions, userChat("another prompt", withRoom(obj{"max_tokens": 1}, room, 7)))
+	dec := post(t, d, PathChatCompletions, userChat(prompt, withRoom(obj{"max_tokens": 3}, room, 7)))
+	mustStatus(t, dec, 400)
+	if msg := errorMessage(t, dec); !strings.Contains(msg, "prompt mismatch") {
+		t.Errorf("decode message %q", msg)
+	}
+}
+
+// A decode waiting for its prefill fails as soon as the prefill worker dies.
+func TestSGLangDecodeFailsWhenPrefillDies(t *testing.T) {
+	p, d, port := sglangPair(t, time.Minute)
+	done := make(chan reply, 1)
+	go func() {
+		done <- post(t, d, PathChatCompletions, userChat(prompt, withRoom(obj{"max_tokens": 3}, obj{"bootstrap_host": "127.0.0.1", "bootstrap_port": port}, 5)))
+	}()
+	// The decode has joined the room on the prefill's bootstrap server: kill the prefill.
+	for p.OpenBootstrapRooms() == 0 {
+		runtime.Gosched()
+	}
+	p.Kill()
+	dec := <-done
+	mustStatus(t, dec, 400)
+	if msg := errorMessage(t, dec); !strings.Contains(msg, "KV transfer failed: cannot reach the bootstrap server") {
+		t.Errorf("decode message %q", msg)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -38,6 +39,7 @@ type Worker struct {
 	kvHandles *lru[string, kvHandle]
 	kvFreed   *lru[string, struct{}] // handles a decode has pulled: their blocks are freed
 	ecDescs   *lru[string, ECDescriptor]
+	rooms     rendezvous // SGLang bootstrap rooms (KVSGLang)
 	blockSeq  atomic.Int64
 	idSeq     atomic.Uint64
 
@@ -48,8 +50,12 @@ type Worker struct {
 	idle     *sync.Cond    // on mu: active dropped to 0
 	changed  chan struct{} // closed and replaced whenever requests change
 
-	srv       *loopback.Server
-	closeOnce sync.Once
+	srv          *loopback.Server
+	bootstrapSrv *loopback.Server // Config.BootstrapAddr's
+	// bootstrapClient joins bootstrap rooms: its waits are bounded by Config.BootstrapTimeout,
+	// not by the side channel's timeout.
+	bootstrapClient *http.Client
+	closeOnce       sync.Once
 }
 
 // Request is one HTTP request a Worker received.
@@ -80,6 +86,9 @@ func New(cfg Config) *Worker {
 			Timeout:   sideChannelTimeout,
 			Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second},
 		},
+		bootstrapClient: &http.Client{
+			Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second},
+		},
 		cache:     newLRU[string, struct{}](cfg.CacheSize),
 		kvHandles: newLRU[string, kvHandle](handleCapacity),
 		kvFreed:   newLRU[string, struct{}](handleCapacity),
@@ -102,7 +111,23 @@ func Start(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.srv = srv
+	if cfg.BootstrapAddr != "" {
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST "+PathBootstrap+"{room}", w.handleBootstrap)
+		if w.bootstrapSrv, err = loopback.Serve(cfg.BootstrapAddr, mux); err != nil {
+			_ = srv.Close()
+			return nil, fmt.Errorf("bootstrap server: %w", err)
+		}
+	}
 	return w, nil
+}
+
+// BootstrapURL returns the base URL of the bootstrap server of Config.BootstrapAddr, or "".
+func (w *Worker) BootstrapURL() string {
+	if w.bootstrapSrv == nil {
+		return ""
+	}
+	return w.bootstrapSrv.URL()
 }
 
 // URL returns the base URL of a started Worker ("http://127.0.0.1:port"), or
@@ -122,7 +147,11 @@ func (w *Worker) Close() error {
 		if w.srv != nil {
 			err = w.srv.Close()
 		}
+		if w.bootstrapSrv != nil {
+			err = errors.Join(err, w.bootstrapSrv.Close())
+		}
 		w.client.CloseIdleConnections()
+		w.bootstrapClient.CloseIdleConnections()
 	})
 	return err
 }
@@ -137,8 +166,12 @@ func (w *Worker) Close() error {
 // server, Kill only closes idle side-channel connections.
 func (w *Worker) Kill() {
 	w.client.CloseIdleConnections()
+	w.bootstrapClient.CloseIdleConnections()
 	if w.srv == nil {
 		return
+	}
+	if w.bootstrapSrv != nil {
+		w.bootstrapSrv.Kill()
 	}
 	w.srv.Kill() // cancels every request context: the handlers return
 	w.mu.Lock()
@@ -322,6 +355,7 @@ func (w *Worker) routes() *http.ServeMux {
 	mux.HandleFunc("GET /kv/{id}", w.handleKVLookup)
 	mux.HandleFunc("DELETE /kv/{id}", w.handleKVRelease)
 	mux.HandleFunc("GET /ec/{hash}", w.handleECLookup)
+	mux.HandleFunc("POST "+PathBootstrap+"{room}", w.handleBootstrap)
 	mux.HandleFunc("/", func(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})

@@ -6,16 +6,20 @@ package stack
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
 
 	_ "github.com/epd-dev/coordinator/dataplane/asyncbroker" // the async-broker step's Redis runtime, as in cmd/coordinator
 	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
@@ -37,6 +41,10 @@ type Options struct {
 	TTFT, ITL, EncodeDelay time.Duration
 	// Dir holds the shared-storage directories (a temporary directory when empty).
 	Dir string
+	// BootstrapTimeout is the kv-sglang workers' bootstrap wait (simworker's default when 0).
+	BootstrapTimeout time.Duration
+	// Gateway configures the gateway (its Pools are the stack's).
+	Gateway gateway.Config
 }
 
 // Stack is a running worker pool behind a gateway.
@@ -45,8 +53,12 @@ type Stack struct {
 	// Render serves the render endpoints (vLLM's render service).
 	Render  *simworker.Worker
 	Gateway *gateway.Gateway
-	dir     string
-	ownDir  bool
+	// BootstrapPort is the port of every kv-sglang prefill worker's bootstrap server (each
+	// worker has a loopback address of its own, as pods have IPs); the coordinator's
+	// SGLANG_BOOTSTRAP_PORT. 0 with other connectors.
+	BootstrapPort int
+	dir           string
+	ownDir        bool
 }
 
 // Start launches the pool. Close stops it.
@@ -77,11 +89,15 @@ func Start(o Options) (st *Stack, err error) {
 		}
 	}
 	start := func(role simworker.Role, i int, ttft time.Duration) (*simworker.Worker, error) {
-		return simworker.Start(simworker.Config{
+		cfg := simworker.Config{
 			Name: fmt.Sprintf("%s-%d", role, i), Role: role,
 			KVConnector: simworker.KVConnector(o.KVConnector), ECConnector: simworker.ECConnector(o.ECConnector),
-			KVDir: kvDir, ECDir: ecDir, TTFT: ttft, ITL: o.ITL,
-		})
+			KVDir: kvDir, ECDir: ecDir, TTFT: ttft, ITL: o.ITL, BootstrapTimeout: o.BootstrapTimeout,
+		}
+		if role != simworker.RolePrefill || cfg.KVConnector != simworker.KVSGLang {
+			return simworker.Start(cfg)
+		}
+		return st.startSGLangPrefill(cfg)
 	}
 	pools := map[string][]string{}
 	for _, p := range []struct {
@@ -107,13 +123,51 @@ func Start(o Options) (st *Stack, err error) {
 	if st.Render, err = simworker.Start(simworker.Config{Name: "render", Role: simworker.RoleBoth}); err != nil {
 		return nil, fmt.Errorf("starting the render service: %w", err)
 	}
-	if st.Gateway, err = gateway.Start(gateway.Config{Pools: pools}); err != nil {
+	gw := o.Gateway
+	gw.Pools = pools
+	if st.Gateway, err = gateway.Start(gw); err != nil {
 		return nil, fmt.Errorf("starting the gateway: %w", err)
 	}
 	return st, nil
 }
 
 func atLeastOne(n int) int { return max(n, 1) }
+
+// Getenv is the environment a coordinator in front of the stack runs with: SGLANG_BOOTSTRAP_PORT
+// is the stack's bootstrap port when it has one; the rest is os.Getenv.
+func (s *Stack) Getenv(name string) string {
+	if name == kv.SGLangBootstrapPortEnv && s.BootstrapPort != 0 {
+		return strconv.Itoa(s.BootstrapPort)
+	}
+	return os.Getenv(name)
+}
+
+// startSGLangPrefill starts a kv-sglang prefill worker on a loopback address of its own
+// (127.x.y.z: Linux routes all of 127/8 to lo) with its bootstrap server on the stack's
+// bootstrap port there, chosen by the first such worker.
+func (s *Stack) startSGLangPrefill(cfg simworker.Config) (*simworker.Worker, error) {
+	var last error
+	for range 16 {
+		ip := netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(254)), byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
+		cfg.Addr = net.JoinHostPort(ip.String(), "0")
+		cfg.BootstrapAddr = net.JoinHostPort(ip.String(), strconv.Itoa(s.BootstrapPort))
+		w, err := simworker.Start(cfg)
+		if err != nil {
+			last = err // the address is taken: another one
+			continue
+		}
+		if s.BootstrapPort == 0 {
+			u, err := url.Parse(w.BootstrapURL())
+			if err != nil {
+				_ = w.Close()
+				return nil, err
+			}
+			s.BootstrapPort, _ = strconv.Atoi(u.Port())
+		}
+		return w, nil
+	}
+	return nil, last
+}
 
 // Workers lists every worker of the pools.
 func (s *Stack) Workers() []*simworker.Worker {
@@ -176,6 +230,8 @@ type CoordinatorOptions struct {
 	Log       logr.Logger
 	Overrides registry.Overrides
 	Telemetry observe.Telemetry
+	// Getenv supplies the pipeline's environment (SGLANG_BOOTSTRAP_PORT); os.Getenv when nil.
+	Getenv func(string) string
 }
 
 // StartCoordinator builds the pipeline of cfg and serves it on 127.0.0.1 (any port).
@@ -188,7 +244,7 @@ func StartCoordinatorWith(cfg config.Config, o CoordinatorOptions) (*Coordinator
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
 	}
-	p, err := builder.Build(cfg, builder.Options{Log: o.Log, Overrides: o.Overrides, Telemetry: o.Telemetry})
+	p, err := builder.Build(cfg, builder.Options{Log: o.Log, Overrides: o.Overrides, Telemetry: o.Telemetry, Getenv: o.Getenv})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	"math/rand/v2"
+
 	"github.com/google/uuid"
 
 	"github.com/epd-dev/coordinator/dataplane/body"
@@ -144,4 +146,38 @@ func (sharedStorage) PrefillParams() json.RawMessage {
 
 func (sharedStorage) DecodeParams(json.RawMessage) (json.RawMessage, error) {
 	return json.RawMessage(decodeFlags), nil
+}
+
+// Bootstrap is SGLang's own transfer rendezvous, which upstream's prefill-decode step sends at
+// the top level of both legs in place of kv_transfer_params: the decode worker joins room Room
+// on the prefill worker's bootstrap server at Host:Port while the prefill waits for it.
+type Bootstrap struct {
+	Host string
+	Port int
+	Room int64
+}
+
+// NewBootstrap returns the bootstrap of a prefill on host: c's bootstrap port and a fresh room
+// (a non-negative 63-bit integer, as SGLang's router picks). ok is false when c is not kv-sglang.
+func NewBootstrap(c Connector, host string) (b Bootstrap, ok bool) {
+	s, ok := c.(sglang)
+	if !ok {
+		return Bootstrap{}, false
+	}
+	return Bootstrap{Host: host, Port: s.port, Room: rand.Int64()}, true
+}
+
+// sglangRankFields are client body fields that pin SGLang data-parallel ranks: they would
+// route one leg of the pair to a rank the other does not use.
+var sglangRankFields = []string{"routed_dp_rank", "data_parallel_rank", "disagg_prefill_dp_rank"}
+
+// Apply sets bootstrap_host, bootstrap_port and bootstrap_room on o and removes the client's
+// data-parallel rank fields.
+func (b Bootstrap) Apply(o *body.Object) {
+	for _, k := range sglangRankFields {
+		o.Delete(k)
+	}
+	o.Set("bootstrap_host", json.RawMessage(strconv.Quote(b.Host)))
+	o.Set("bootstrap_port", json.RawMessage(strconv.Itoa(b.Port)))
+	o.Set("bootstrap_room", json.RawMessage(strconv.FormatInt(b.Room, 10)))
 }

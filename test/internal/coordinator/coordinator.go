@@ -52,9 +52,9 @@ type Process struct {
 }
 
 // Start runs binary with the configuration doc(listen, adminPort) returns for two free loopback
-// ports, and waits until /readyz answers 200. The process is killed when the test ends; a panic
-// in its log fails the test.
-func Start(t *testing.T, binary string, doc func(listen, adminPort string) string) *Process {
+// ports, and env (NAME=value) added to the environment, and waits until /readyz answers 200. The
+// process is killed when the test ends; a panic in its log fails the test.
+func Start(t *testing.T, binary string, doc func(listen, adminPort string) string, env ...string) *Process {
 	t.Helper()
 	addr, err := loopback.FreeAddr()
 	if err != nil {
@@ -72,6 +72,7 @@ func Start(t *testing.T, binary string, doc func(listen, adminPort string) strin
 	}
 	p := &Process{URL: "http://" + addr, Admin: "http://" + admin, Logs: &loopback.Log{}}
 	p.Cmd = exec.Command(binary, "--config", path, "--watch=false")
+	p.Cmd.Env = append(os.Environ(), env...)
 	p.Cmd.Stderr = p.Logs
 	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)

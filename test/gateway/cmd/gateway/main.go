@@ -10,8 +10,9 @@
 //	  --pool decode=http://127.0.0.1:8004
 //
 // Its failure modes are flags too: --eject-for, --eject-after, --max-in-flight,
-// --retry-after, --route-timeout, --max-request-body-bytes and
-// --epp-conditional-decode (see gateway.Config).
+// --retry-after, --route-timeout, --max-request-body-bytes,
+// --epp-conditional-decode, --epp-hints and --legacy-reserve (see
+// gateway.Config).
 package main
 
 import (
@@ -68,5 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (gateway.Config, error) {
 	fs.DurationVar(&cfg.RouteTimeout, "route-timeout", 0, "bound on the wait for a backend's response headers, 504 past it (0: none)")
 	fs.Int64Var(&cfg.MaxRequestBodyBytes, "max-request-body-bytes", 0, "larger request bodies get 413 (0: no bound)")
 	fs.BoolVar(&cfg.EPPConditionalDecode, "epp-conditional-decode", false, "the picker answers decode requests with Prefer: if-available (412 when no backend holds the prompt)")
+	fs.BoolVar(&cfg.Hints, "epp-hints", false, "with --epp-conditional-decode, the picker's 412s list the other pools' backends, best first (X-<Profile>-Host-Port)")
+	fs.BoolVar(&cfg.LegacyReserve, "legacy-reserve", false, "answer Prefer: reserve-endpoint as the first EPP did: 200 with X-Prefill-Host-Port")
 	return cfg, command.Parse(fs, args)
 }

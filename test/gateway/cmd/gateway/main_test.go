@@ -37,9 +37,10 @@ func TestParseFlags(t *testing.T) {
 		{
 			"failure modes",
 			[]string{"--eject-for", "-1s", "--eject-after", "3", "--max-in-flight", "8", "--retry-after", "5s", "--route-timeout", "2s",
-				"--max-request-body-bytes", "1024", "--epp-conditional-decode"},
+				"--max-request-body-bytes", "1024", "--epp-conditional-decode", "--epp-hints", "--legacy-reserve"},
 			gateway.Config{Addr: "127.0.0.1:0", Pools: map[string][]string{}, EjectFor: -time.Second, EjectAfter: 3, MaxInFlight: 8,
-				RetryAfter: 5 * time.Second, RouteTimeout: 2 * time.Second, MaxRequestBodyBytes: 1024, EPPConditionalDecode: true},
+				RetryAfter: 5 * time.Second, RouteTimeout: 2 * time.Second, MaxRequestBodyBytes: 1024, EPPConditionalDecode: true,
+				Hints: true, LegacyReserve: true},
 			"",
 		},
 		{"no equals", []string{"--pool", "encode"}, gateway.Config{}, "want profile=url1,url2"},

@@ -50,6 +50,18 @@ func TestParseFlags(t *testing.T) {
 			want: simworker.Config{Role: "both", KVConnector: "kv-nixl", ECConnector: "ec-nixl", DefaultMaxTokens: 16,
 				CacheSize: 1024, ModelName: "sim-model", Addr: "127.0.0.1:0", FaultControl: true},
 		},
+		{
+			name: "render without metadata",
+			args: []string{"--render-without-metadata"},
+			want: simworker.Config{Role: "both", KVConnector: "kv-nixl", ECConnector: "ec-nixl", DefaultMaxTokens: 16,
+				CacheSize: 1024, ModelName: "sim-model", Addr: "127.0.0.1:0", RenderWithoutMetadata: true},
+		},
+		{
+			name: "sglang bootstrap",
+			args: []string{"--kv-connector", "kv-sglang", "--role", "prefill", "--bootstrap-timeout", "2s", "--bootstrap-addr", "127.0.0.2:8998"},
+			want: simworker.Config{Role: "prefill", KVConnector: "kv-sglang", ECConnector: "ec-nixl", DefaultMaxTokens: 16,
+				CacheSize: 1024, ModelName: "sim-model", Addr: "127.0.0.1:0", BootstrapTimeout: 2 * time.Second, BootstrapAddr: "127.0.0.2:8998"},
+		},
 		{name: "bad role", args: []string{"--role", "router"}, wantErr: "unknown role"},
 		{name: "missing kv dir", args: []string{"--kv-connector", "kv-shared-storage"}, wantErr: "KVDir is required"},
 		{name: "unknown flag", args: []string{"--nope"}, wantErr: "not defined"},
