@@ -2,7 +2,6 @@ package steps
 
 import (
 	"net/http"
-	"net/netip"
 	"strings"
 
 	"github.com/epd-dev/coordinator/dataplane/gateway"
@@ -29,7 +28,7 @@ const (
 )
 
 // readHints returns the endpoints h hints, by profile (nil when none), and how many values it
-// dropped: not an ip:port, over the bounds, or a header over maxHintHeaderLen.
+// dropped: not a unicast ip:port (endpointOf), over the bounds, or a header over maxHintHeaderLen.
 func readHints(h http.Header) (hints map[string][]string, dropped int) {
 	for profile, names := range hintHeaders {
 		var v string
@@ -47,8 +46,8 @@ func readHints(h http.Header) (hints map[string][]string, dropped int) {
 		}
 		var list []string
 		for item := range strings.SplitSeq(v, ",") {
-			ap, err := netip.ParseAddrPort(strings.TrimSpace(item))
-			if err != nil || ap.Port() == 0 || len(list) == maxHintsPerProfile {
+			ap, ok := endpointOf(strings.TrimSpace(item))
+			if !ok || len(list) == maxHintsPerProfile {
 				dropped++
 				continue
 			}

@@ -36,9 +36,9 @@ func TestReadHints(t *testing.T) {
 		},
 		"ipv6": {header: http.Header{"X-Prefill-Host-Port": {"[fd00::1]:8000"}}, want: map[string][]string{"prefill": {"[fd00::1]:8000"}}},
 		"bad items dropped": {
-			header:  http.Header{"X-Prefill-Host-Port": {"prefill-0:8000,10.0.0.1,10.0.0.1:0,,10.0.0.2:8000,http://10.0.0.3:1"}},
+			header:  http.Header{"X-Prefill-Host-Port": {"prefill-0:8000,10.0.0.1,10.0.0.1:0,,10.0.0.2:8000,http://10.0.0.3:1,0.0.0.0:80,[fe80::1%eth0]:80,224.0.0.1:80"}},
 			want:    map[string][]string{"prefill": {"10.0.0.2:8000"}},
-			dropped: 5,
+			dropped: 8,
 		},
 		"at most 16":           {header: http.Header{"X-Prefill-Host-Port": {many}}, want: map[string][]string{"prefill": strings.Split(many, ",")[:16]}, dropped: 5},
 		"too long":             {header: http.Header{"X-Encode-Host-Port": {strings.Repeat("1", 2000)}}, dropped: 1},

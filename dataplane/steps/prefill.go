@@ -180,7 +180,8 @@ func (s *prefill) body(rc *request.Context, format request.API) (*body.Object, e
 }
 
 // continuation is the prefill leg of a resumed stream's continuation cont (a chat or generate
-// body in the client's format): cont capped to one token, with the merged ec_transfer_params.
+// body in the client's format): cont capped to one token, its ec_transfer_params replaced by
+// the request's merged ones.
 func (s *prefill) continuation(rc *request.Context, cont *body.Object) (*body.Object, error) {
 	obj := cont.Clone()
 	if len(rc.ECParams) > 0 && s.ec.Name() != ec.SharedStorage {

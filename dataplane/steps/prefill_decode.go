@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"sync"
@@ -55,7 +56,7 @@ const (
 // failing then changes nothing. A stream that breaks later is resumed with a new pair.
 type prefillDecode struct {
 	gw   *gateway.Client
-	kv   kv.Connector
+	port int      // SGLang's bootstrap port (SGLANG_BOOTSTRAP_PORT)
 	legs *prefill // builds the prefill body (without kv_transfer_params)
 	ans  answerer
 }
@@ -63,11 +64,12 @@ type prefillDecode struct {
 func newPrefillDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, PrefillDecodeStep)
 	c := kvConnector(deps, p)
-	if c != nil && c.Name() != kv.SGLang {
+	port, ok := kv.BootstrapPort(c)
+	if c != nil && !ok {
 		p.Fail(paramKVConnector, "the %s step runs SGLang's transfer and needs %s, got %q (use prefill and decode steps with other connectors)",
 			PrefillDecodeStep, kv.SGLang, c.Name())
 	}
-	s := &prefillDecode{gw: deps.Gateway, kv: c, legs: &prefill{ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true)},
+	s := &prefillDecode{gw: deps.Gateway, port: port, legs: &prefill{ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true)},
 		ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics)}
 	s.ans.resend = s.resend
 	return s, nil
@@ -80,7 +82,8 @@ func (*prefillDecode) Terminal() bool { return true }
 
 // Execute runs pairs until one is answered or no retry is left (gateway.retry): a pair whose
 // reservation or legs failed unserved, before the client got anything, is tried again whole,
-// with a new reservation and room.
+// with a new reservation and room. Once the answer is written, the prefills still running get
+// prefillGrace to answer (see settle).
 func (s *prefillDecode) Execute(ctx context.Context, rc *request.Context) error {
 	format := rc.API.Format(s.legs.useOpenAI)
 	pre, err := s.legs.body(rc, format)
@@ -91,38 +94,22 @@ func (s *prefillDecode) Execute(ctx context.Context, rc *request.Context) error 
 	if err != nil {
 		return err
 	}
+	ctx, pairs := withPairs(ctx)
+	defer pairs.settle()
 	legs := pairLegs{prefill: pre, prefillPath: format.Path(), decode: dec, stream: rc.Stream}
-	var result error
-	hint := ""
 	if h := rc.Hints[gateway.ProfilePrefill]; len(h) > 0 {
-		hint = h[0]
+		legs.hint = h[0]
 	}
-	rerr := s.gw.Retrier().Run(ctx, rc.Log, func() (string, retry.Failure, bool, error) {
-		resp, phase, err := s.pair(ctx, rc, legs, hint) //nolint:bodyclose // respond closes it
-		// A retry reserves: the hint may be why the pair failed.
-		hint = ""
-		if err != nil {
-			result = err
-			f, again := retry.ClassifyCall(ctx, err)
-			return phase, f, again, nil
+	return s.run(ctx, rc, legs, func(resp *http.Response) (string, error) {
+		err := s.ans.respond(ctx, rc, resp, PrefillDecodeStep)
+		if !errors.Is(err, upstream.ErrNotStarted) {
+			return "", err
 		}
-		result = s.ans.respond(ctx, rc, resp, PrefillDecodeStep)
-		if errors.Is(result, upstream.ErrNotStarted) {
-			phase = phasePairDecode
-			if perr := prefillFailure(resp); perr != nil {
-				result, phase = perr, phasePairPrefill
-			} else {
-				result = &apierror.UpstreamError{Phase: phasePairDecode, Status: resp.StatusCode, Err: result}
-			}
-			f, again := retry.ClassifyCall(ctx, result)
-			return phase, f, again, nil
+		if perr := prefillFailure(resp); perr != nil {
+			return phasePairPrefill, perr
 		}
-		return phasePairDecode, retry.Failure{}, false, nil
-	}, func() {})
-	if rerr != nil {
-		return rerr
-	}
-	return result
+		return phasePairDecode, &apierror.UpstreamError{Phase: phasePairDecode, Status: resp.StatusCode, Err: err}
+	})
 }
 
 // resend continues a broken stream with a new pair for cont, the continuation's body (in the
@@ -133,23 +120,37 @@ func (s *prefillDecode) resend(ctx context.Context, rc *request.Context, cont *b
 	if err != nil {
 		return nil, err
 	}
-	legs := pairLegs{prefill: pre, prefillPath: rc.Path, decode: cont, stream: true}
 	var out *http.Response
+	err = s.run(ctx, rc, pairLegs{prefill: pre, prefillPath: rc.Path, decode: cont, stream: true}, func(resp *http.Response) (string, error) {
+		out = resp
+		return "", nil
+	})
+	return out, err
+}
+
+// run sends pairs of legs until one is answered and handled by use, or no retry is left: a pair
+// that failed, or whose answer use reports failed in phase before the client got anything, is
+// retried when unserved (retry.ClassifyCall). Only the first pair takes legs.hint: the hint may
+// be why it failed. It returns the last failure.
+func (s *prefillDecode) run(ctx context.Context, rc *request.Context, legs pairLegs, use func(*http.Response) (phase string, err error)) error {
 	var result error
 	rerr := s.gw.Retrier().Run(ctx, rc.Log, func() (string, retry.Failure, bool, error) {
-		resp, phase, err := s.pair(ctx, rc, legs, "") //nolint:bodyclose // the answerer's relay closes it
-		if err != nil {
-			result = err
-			f, again := retry.ClassifyCall(ctx, err)
-			return phase, f, again, nil
+		resp, phase, err := s.pair(ctx, rc, legs) //nolint:bodyclose // use relays and closes it
+		legs.hint = ""
+		if err == nil {
+			if phase, err = use(resp); phase == "" {
+				result = err
+				return phasePairDecode, retry.Failure{}, false, nil
+			}
 		}
-		out, result = resp, nil
-		return phasePairDecode, retry.Failure{}, false, nil
+		result = err
+		f, again := retry.ClassifyCall(ctx, err)
+		return phase, f, again, nil
 	}, func() {})
 	if rerr != nil {
-		return nil, rerr
+		return rerr
 	}
-	return out, result
+	return result
 }
 
 // pairLegs are the bodies of a pair before SGLang's fields are set (each pair sets its own).
@@ -157,22 +158,23 @@ type pairLegs struct {
 	prefill     *body.Object // capped to one token
 	prefillPath string
 	decode      *body.Object
-	stream      bool // the decode leg streams
+	stream      bool   // the decode leg streams
+	hint        string // the prefill endpoint a conditional decode's 412 named, or ""
 }
 
-// pair reserves a prefill endpoint (or takes hint, a conditional decode's 412 hint) and sends
-// the prefill and decode legs together. It returns decode's answer, whose Body ends the prefill
-// when closed, or the error of the phase that failed (the decode leg's non-2xx answer comes back
-// as an error too: nothing was relayed).
-func (s *prefillDecode) pair(ctx context.Context, rc *request.Context, legs pairLegs, hint string) (*http.Response, string, error) {
-	var endpoint netip.AddrPort
-	var err error
-	if hint != "" {
-		endpoint = netip.MustParseAddrPort(hint) // readHints validated it
-	} else if endpoint, err = s.reserve(ctx, rc, legs.prefillPath, legs.prefill); err != nil {
-		return nil, phaseReserve, err
+// pair reserves a prefill endpoint (or takes legs.hint) and sends the prefill and decode legs
+// together. It returns decode's answer, whose Body ends the prefill when closed unless it was
+// read whole (withPairs' settle ends it then), or the error of the phase that failed: a decode
+// answer that is not 2xx comes back as an error too (nothing was relayed; the client gets it as
+// the OpenAI error of the other legs' failures, its worker message kept).
+func (s *prefillDecode) pair(ctx context.Context, rc *request.Context, legs pairLegs) (*http.Response, string, error) {
+	endpoint, err := netip.ParseAddrPort(legs.hint)
+	if legs.hint == "" || err != nil {
+		if endpoint, err = s.reserve(ctx, rc, legs.prefillPath, legs.prefill); err != nil {
+			return nil, phaseReserve, err
+		}
 	}
-	b, _ := kv.NewBootstrap(s.kv, endpoint.Addr().String())
+	b := kv.Bootstrap{Host: endpoint.Addr().String(), Port: s.port, Room: rand.Int64()}
 	pre := legs.prefill.Clone() // the reservation's body stays as it was sent
 	b.Apply(pre)
 	dec := legs.decode.Clone()
@@ -183,6 +185,7 @@ func (s *prefillDecode) pair(ctx context.Context, rc *request.Context, legs pair
 
 	pctx, cancel := context.WithCancelCause(ctx)
 	p := &pairedBody{cancel: cancel, done: make(chan struct{})}
+	trackPair(ctx, p)
 	pleg := withHeader(rc.Leg(gateway.ProfilePrefill, legs.prefillPath, pre), gateway.PinHeader, endpoint.String())
 	pleg.Phase = phasePairPrefill
 	go p.prefill(pctx, s.gw, pleg)
@@ -251,11 +254,22 @@ func reservedEndpoint(resp *http.Response) (netip.AddrPort, error) {
 	if len(v) > maxEndpointLen {
 		return fail(fmt.Sprintf("has a %s header of %d bytes", name, len(v)))
 	}
-	ap, err := netip.ParseAddrPort(v)
-	if err != nil || ap.Port() == 0 {
+	ap, ok := endpointOf(v)
+	if !ok {
 		return fail(fmt.Sprintf("names %q in %s, not an ip:port", v, name))
 	}
 	return ap, nil
+}
+
+// endpointOf parses a pod endpoint, ip:port: a unicast address without an IPv6 zone and a
+// non-zero port.
+func endpointOf(v string) (netip.AddrPort, bool) {
+	ap, err := netip.ParseAddrPort(v)
+	a := ap.Addr()
+	if err != nil || ap.Port() == 0 || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() {
+		return netip.AddrPort{}, false
+	}
+	return ap, true
 }
 
 // errDecodeFailed cancels a prefill whose decode failed (nobody waits for its KV any more) and
@@ -266,8 +280,8 @@ var (
 )
 
 // pairedBody is the decode answer of a pair. Its first byte means the KV arrived: from then on
-// a prefill failure no longer ends decode. Close ends the prefill leg (cancelling it when it
-// has not answered yet) and waits for it.
+// a prefill failure no longer ends decode. Close of an answer that broke off cancels the prefill
+// leg and waits for it; one read whole leaves it to settle.
 type pairedBody struct {
 	io.ReadCloser
 	cancel  context.CancelCauseFunc
@@ -312,8 +326,8 @@ func (p *pairedBody) failure() error {
 // its fault (a dead prefill pod's bootstrap server is unreachable) or the request's.
 const prefillGrace = 2 * time.Second
 
-// end ends the prefill leg and waits for it: cancelled at once with cause, or after grace when
-// it has not ended by itself by then.
+// end ends the prefill leg and waits for it: cancelled with cause at once, or once grace has
+// passed without it ending by itself.
 func (p *pairedBody) end(cause error, grace time.Duration) {
 	p.once.Do(func() {
 		if grace > 0 {
@@ -324,13 +338,8 @@ func (p *pairedBody) end(cause error, grace time.Duration) {
 			}
 			t.Stop()
 		}
-		select {
-		case <-p.done:
-		default:
-			p.cancel(cause)
-		}
+		p.cancel(cause) // nothing to cancel any more when it ended; releases the context
 		<-p.done
-		p.cancel(nil) // releases the context
 	})
 }
 
@@ -347,12 +356,46 @@ func (p *pairedBody) Read(b []byte) (int, error) {
 
 func (p *pairedBody) Close() error {
 	err := p.ReadCloser.Close()
-	if p.whole {
-		p.end(errDecodeDone, prefillGrace)
-	} else {
+	if !p.whole {
 		p.end(errDecodeFailed, 0) // decode broke off: nobody waits for the prefill's KV
 	}
 	return err
+}
+
+// pairsKey carries a request's pairs (withPairs).
+type pairsKey struct{}
+
+// pairs are the pairs one request sent, so that the prefills of answered ones are settled once
+// the client has its answer.
+type pairs struct {
+	mu   sync.Mutex
+	list []*pairedBody
+}
+
+// withPairs returns ctx recording the pairs sent under it.
+func withPairs(ctx context.Context) (context.Context, *pairs) {
+	ps := &pairs{}
+	return context.WithValue(ctx, pairsKey{}, ps), ps
+}
+
+// trackPair records p in ctx's pairs.
+func trackPair(ctx context.Context, p *pairedBody) {
+	if ps, ok := ctx.Value(pairsKey{}).(*pairs); ok {
+		ps.mu.Lock()
+		ps.list = append(ps.list, p)
+		ps.mu.Unlock()
+	}
+}
+
+// settle ends every pair's prefill leg: one still running (its answer raced decode's) gets
+// prefillGrace, in all, to answer before it is cancelled. The client has its answer by then.
+func (ps *pairs) settle() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	deadline := time.Now().Add(prefillGrace)
+	for _, p := range ps.list {
+		p.end(errDecodeDone, time.Until(deadline))
+	}
 }
 
 // prefillFailure returns the prefill failure that ended a pair's decode answer before it

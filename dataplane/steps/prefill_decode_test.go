@@ -178,6 +178,8 @@ func TestPrefillDecodeReservationFailures(t *testing.T) {
 		"204 without port":    {status: 204, header: "10.0.0.7", want: 502, msg: `names "10.0.0.7"`, tries: 1},
 		"204 host name":       {status: 204, header: "prefill-0:8000", want: 502, msg: "not an ip:port", tries: 1},
 		"204 port 0":          {status: 204, header: "10.0.0.7:0", want: 502, msg: "not an ip:port", tries: 1},
+		"204 unspecified":     {status: 204, header: "0.0.0.0:8000", want: 502, msg: "not an ip:port", tries: 1},
+		"204 ipv6 zone":       {status: 204, header: "[fe80::1%eth0]:8000", want: 502, msg: "not an ip:port", tries: 1},
 		"204 header too long": {status: 204, header: strings.Repeat("1", 100) + ":80", want: 502, msg: "of 103 bytes", tries: 1},
 	}
 	for name, tc := range tests {
@@ -469,5 +471,32 @@ func TestPrefillDecodeResumeRetriesThePair(t *testing.T) {
 	}
 	if g.count("reserve") != 3 || g.count("prefill") != 3 {
 		t.Fatalf("legs %v", g.legs)
+	}
+}
+
+// A prefill whose answer comes after decode's (the two race) never holds the client's answer
+// back: it is written first, and the prefill gets its grace afterwards.
+func TestPrefillDecodeLatePrefillDoesNotDelayTheAnswer(t *testing.T) {
+	g := newSGLangGateway(t)
+	written := make(chan struct{})
+	g.prefill = func(w http.ResponseWriter, c captured, r *http.Request) {
+		select {
+		case <-written:
+		case <-time.After(time.Second):
+			t.Error("the client's answer waited for the prefill's")
+		}
+		okJSON(`{"choices":[{"text":"x"}]}`)(w, c)
+	}
+	g.decode = func(w http.ResponseWriter, c captured, r *http.Request) {
+		okJSON(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"a"},"finish_reason":"stop"}]}`)(w, c)
+	}
+	s := newStep(t, PrefillDecodeStep, g.fakeGateway, sglangParams)
+	rc, rec := newRC(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`, nil)
+	rc.Writer = &firstWrite{ResponseWriter: rec, done: written}
+	if err := s.Execute(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rec.Body.String(), `"content":"a"`) || g.cancelled.Load() != 0 {
+		t.Fatalf("client got %q; %d legs cancelled", rec.Body.String(), g.cancelled.Load())
 	}
 }

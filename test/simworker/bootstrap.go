@@ -37,8 +37,14 @@ const maxRooms = 4096
 // PathBootstrap is the bootstrap server's route: POST PathBootstrap + room joins a room.
 const PathBootstrap = "/bootstrap/"
 
-// errBootstrapTimeout reports a bootstrap wait that ran out.
-var errBootstrapTimeout = errors.New("bootstrap timed out")
+// Errors of a bootstrap wait.
+var (
+	errBootstrapTimeout = errors.New("bootstrap timed out")
+	errRoomsFull        = fmt.Errorf("%d bootstrap rooms are open", maxRooms)
+)
+
+// maxRoomKey bounds a room's name (a decimal int64, or a UUID).
+const maxRoomKey = 64
 
 // kvOffer is the KV a prefill offers in a room: what the decode checks against its own prompt.
 type kvOffer struct {
@@ -70,7 +76,7 @@ func (z *rendezvous) acquire(key string) (*room, error) {
 	rm := z.rooms[key]
 	if rm == nil {
 		if len(z.rooms) >= maxRooms {
-			return nil, fmt.Errorf("%d bootstrap rooms are open", maxRooms)
+			return nil, errRoomsFull
 		}
 		if z.rooms == nil {
 			z.rooms = map[string]*room{}
@@ -186,7 +192,7 @@ func (in *inference) bootstrapOf(decode bool) (sglangBootstrap, error) {
 		return b, fmt.Errorf("missing %s.bootstrap_room", name)
 	case json.Unmarshal(b.raw, &n) == nil && n >= 0:
 		b.room = strconv.FormatInt(n, 10)
-	case json.Unmarshal(b.raw, &s) == nil && s != "" && len(s) <= 64:
+	case json.Unmarshal(b.raw, &s) == nil && s != "" && len(s) <= maxRoomKey:
 		b.room = s
 	default:
 		return b, fmt.Errorf("%s.bootstrap_room must be a non-negative integer or a string of at most 64 characters", name)
@@ -202,6 +208,8 @@ func (w *Worker) prefillSGLang(r *http.Request, in *inference) (any, *apiError) 
 	}
 	offer := kvOffer{PromptKey: in.promptKey, NumTokens: len(in.promptIDs), Worker: w.cfg.Name}
 	switch err := w.rooms.offerKV(r.Context(), b.room, offer, w.cfg.BootstrapTimeout); {
+	case errors.Is(err, errRoomsFull):
+		return nil, &apiError{status: http.StatusServiceUnavailable, msg: "KV transfer failed: " + err.Error()}
 	case errors.Is(err, errBootstrapTimeout):
 		return nil, &apiError{status: http.StatusInternalServerError, msg: fmt.Sprintf(
 			"KV transfer failed: bootstrap room %s: no decode joined within %s (SGLang's prefill waits for its decode: send both together)",
@@ -263,8 +271,14 @@ func (w *Worker) decodeSGLang(ctx context.Context, in *inference) error {
 // prefill has offered its KV, with that KV; 504 after Config.BootstrapTimeout without one.
 func (w *Worker) handleBootstrap(rw http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("room")
+	if len(key) > maxRoomKey {
+		writeError(rw, http.StatusBadRequest, fmt.Sprintf("a bootstrap room is named in at most %d characters", maxRoomKey))
+		return
+	}
 	o, err := w.rooms.take(r.Context(), key, w.cfg.BootstrapTimeout)
 	switch {
+	case errors.Is(err, errRoomsFull):
+		writeError(rw, http.StatusServiceUnavailable, err.Error())
 	case errors.Is(err, errBootstrapTimeout):
 		writeError(rw, http.StatusGatewayTimeout, fmt.Sprintf("bootstrap room %s: no prefill within %s", key, w.cfg.BootstrapTimeout))
 	case err != nil:

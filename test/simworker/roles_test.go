@@ -411,3 +411,13 @@ func TestConditionalDecodeLRU(t *testing.T) {
 		t.Errorf("recorded status %d, want 412", got)
 	}
 }
+
+// A room name is bounded, as SGLang's integer rooms are.
+func TestSGLangRoomNameBounded(t *testing.T) {
+	p := startWorker(t, Config{Role: RolePrefill, KVConnector: KVSGLang})
+	r := post(t, p, PathBootstrap+strings.Repeat("r", 65), nil)
+	mustStatus(t, r, 400)
+	if p.OpenBootstrapRooms() != 0 {
+		t.Fatal("a room was opened")
+	}
+}

@@ -5,6 +5,7 @@
 package stack
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -152,17 +154,22 @@ func (s *Stack) startSGLangPrefill(cfg simworker.Config) (*simworker.Worker, err
 		cfg.Addr = net.JoinHostPort(ip.String(), "0")
 		cfg.BootstrapAddr = net.JoinHostPort(ip.String(), strconv.Itoa(s.BootstrapPort))
 		w, err := simworker.Start(cfg)
-		if err != nil {
-			last = err // the address is taken: another one
+		if errors.Is(err, syscall.EADDRINUSE) {
+			last = err // another address
 			continue
+		}
+		if err != nil {
+			return nil, err
 		}
 		if s.BootstrapPort == 0 {
 			u, err := url.Parse(w.BootstrapURL())
+			if err == nil {
+				s.BootstrapPort, err = strconv.Atoi(u.Port())
+			}
 			if err != nil {
 				_ = w.Close()
-				return nil, err
+				return nil, fmt.Errorf("bootstrap server address %q: %w", w.BootstrapURL(), err)
 			}
-			s.BootstrapPort, _ = strconv.Atoi(u.Port())
 		}
 		return w, nil
 	}

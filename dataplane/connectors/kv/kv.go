@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"math/rand/v2"
-
 	"github.com/google/uuid"
 
 	"github.com/epd-dev/coordinator/dataplane/body"
@@ -157,14 +155,11 @@ type Bootstrap struct {
 	Room int64
 }
 
-// NewBootstrap returns the bootstrap of a prefill on host: c's bootstrap port and a fresh room
-// (a non-negative 63-bit integer, as SGLang's router picks). ok is false when c is not kv-sglang.
-func NewBootstrap(c Connector, host string) (b Bootstrap, ok bool) {
+// BootstrapPort returns the bootstrap port kv-sglang advertises (SGLANG_BOOTSTRAP_PORT); ok is
+// false when c is not kv-sglang.
+func BootstrapPort(c Connector) (port int, ok bool) {
 	s, ok := c.(sglang)
-	if !ok {
-		return Bootstrap{}, false
-	}
-	return Bootstrap{Host: host, Port: s.port, Room: rand.Int64()}, true
+	return s.port, ok
 }
 
 // sglangRankFields are client body fields that pin SGLang data-parallel ranks: they would
@@ -172,12 +167,14 @@ func NewBootstrap(c Connector, host string) (b Bootstrap, ok bool) {
 var sglangRankFields = []string{"routed_dp_rank", "data_parallel_rank", "disagg_prefill_dp_rank"}
 
 // Apply sets bootstrap_host, bootstrap_port and bootstrap_room on o and removes the client's
-// data-parallel rank fields.
+// data-parallel rank fields and kv_transfer_params (the bootstrap replaces them).
 func (b Bootstrap) Apply(o *body.Object) {
 	for _, k := range sglangRankFields {
 		o.Delete(k)
 	}
-	o.Set("bootstrap_host", json.RawMessage(strconv.Quote(b.Host)))
+	o.Delete("kv_transfer_params")
+	host, _ := json.Marshal(b.Host)
+	o.Set("bootstrap_host", host)
 	o.Set("bootstrap_port", json.RawMessage(strconv.Itoa(b.Port)))
 	o.Set("bootstrap_room", json.RawMessage(strconv.FormatInt(b.Room, 10)))
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+
+	"github.com/epd-dev/coordinator/dataplane/body"
 )
 
 // same compares JSON texts by meaning (key order aside).
@@ -135,5 +137,26 @@ func TestBootstrapPort(t *testing.T) {
 func TestUnknown(t *testing.T) {
 	if _, err := New("kv-mooncake", nil); err == nil || !strings.Contains(err.Error(), "known: kv-nixl, kv-sglang, kv-shared-storage") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestBootstrap(t *testing.T) {
+	c, err := New(SGLang, func(string) string { return "9000" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if port, ok := BootstrapPort(c); port != 9000 || !ok {
+		t.Fatalf("BootstrapPort = %d %v", port, ok)
+	}
+	if _, ok := BootstrapPort(nixl{}); ok {
+		t.Fatal("kv-nixl has a bootstrap port")
+	}
+	o, err := body.Parse([]byte(`{"model":"m","routed_dp_rank":1,"data_parallel_rank":2,"disagg_prefill_dp_rank":3,"kv_transfer_params":{"x":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	Bootstrap{Host: "fd00::7", Port: 9000, Room: 42}.Apply(o)
+	if got := string(o.Bytes()); got != `{"model":"m","bootstrap_host":"fd00::7","bootstrap_port":9000,"bootstrap_room":42}` {
+		t.Fatalf("body %s", got)
 	}
 }
