@@ -11,6 +11,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	_ "github.com/epd-dev/coordinator/dataplane/asyncbroker" // the async-broker step's Redis runtime
@@ -43,11 +46,19 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
+// defaultConfigPath is where the operator mounts the rendered ConfigMap (controllers.ConfigPath)
+// and where the image carries the annotated example, so the image starts with no flag.
+const defaultConfigPath = "/etc/coordinator/coordinator.yaml"
+
 func run(args []string) int {
 	flags := pflag.NewFlagSet("coordinator", pflag.ContinueOnError)
-	configPath := flags.String("config", "config/coordinator/coordinator.yaml", "path of the coordinator YAML config")
+	configPath := flags.String("config", defaultConfigPath,
+		"path of the coordinator YAML config; the default is where the operator mounts it and the image carries the annotated example")
 	verbosity := flags.IntP("v", "v", 0, "log verbosity (1 warn, 2 info, 3 verbose, 4 debug, 5 trace); overrides log_level")
 	watch := flags.Bool("watch", true, "reload the pipeline when the config file changes")
+	check := flags.Bool("check", false,
+		"validate the config file as startup does, print the result and exit (0 valid, 1 invalid); opens no listener")
+	showVersion := flags.Bool("version", false, "print the version, commit and Go version, and exit")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -55,25 +66,57 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-
-	data, err := os.ReadFile(*configPath)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "coordinator: reading config: %v\n", err)
-		return 1
+	if *showVersion {
+		fmt.Printf("coordinator %s (commit %s, %s %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return 0
 	}
-	cfg, err := config.Parse(data, os.LookupEnv)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)
-		return 1
-	}
+	// -v overrides log_level, at startup, on reload (lookupEnv) and for --check.
 	lookupEnv := os.LookupEnv
+	applyVerbosity := func(c *config.Config) {}
 	if flags.Changed("v") {
-		cfg.LogLevel = *verbosity
-		lookupEnv = withEnv(config.EnvName("log_level"), fmt.Sprint(*verbosity)) // -v keeps winning on reload
+		applyVerbosity = func(c *config.Config) { c.LogLevel = *verbosity }
+		lookupEnv = withEnv(config.EnvName("log_level"), fmt.Sprint(*verbosity))
 	}
-	log, level := logging.NewLeveled(cfg.LogLevel, os.Stderr)
-	log.V(logging.Info).Info("starting coordinator", "version", version, "commit", commit, "config", *configPath,
-		"log_level", cfg.LogLevel, "kv_connector", cfg.Pipeline.KVConnector, "ec_connector", cfg.Pipeline.ECConnector)
+	if *check {
+		return checkConfig(*configPath, applyVerbosity)
+	}
+
+	var (
+		log    logr.Logger
+		level  *logging.Level
+		reg    = prometheus.NewRegistry()
+		tel    = observe.Telemetry{Metrics: observe.NewMetrics(reg)}
+		budget *retry.Budget
+		tp     *sdktrace.TracerProvider
+	)
+	defer func() {
+		if tp != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = tp.Shutdown(ctx)
+		}
+	}()
+	start, err := load(*configPath, func(cfg *config.Config) (builder.Options, error) {
+		applyVerbosity(cfg)
+		log, level = logging.NewLeveled(cfg.LogLevel, os.Stderr)
+		log.V(logging.Info).Info("starting coordinator", "version", version, "commit", commit, "config", *configPath,
+			"log_level", cfg.LogLevel, "kv_connector", cfg.Pipeline.KVConnector, "ec_connector", cfg.Pipeline.ECConnector)
+		if cfg.Tracing.Enabled {
+			var err error
+			if tp, err = observe.NewTracerProvider(context.Background(), cfg.Tracing.Endpoint, cfg.Tracing.ServiceName, cfg.Tracing.SampleRatio); err != nil {
+				return builder.Options{}, fmt.Errorf("tracing: %w", err)
+			}
+			tel.Tracer = tp.Tracer(observe.TracerName)
+		}
+		// One retry budget for the process: a reload keeps what was spent.
+		budget = retry.NewBudget(cfg.Gateway.Retry.BudgetRatio, cfg.Gateway.Retry.BudgetMinPerSecond)
+		return builder.Options{Log: log, Telemetry: tel, RetryBudget: budget}, nil
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "coordinator: %v\n", err)
+		return 1
+	}
+	cfg, data, p := start.cfg, start.data, start.pipeline
 	// The garbage collector works to stay under 90% of the container's memory limit (cgroup), so
 	// media and bodies freed by finished requests are reclaimed before the pod nears its limit.
 	// GOMEMLIMIT or AUTOMEMLIMIT (a ratio, or off) in the environment take precedence.
@@ -82,38 +125,11 @@ func run(args []string) int {
 	} else if limit > 0 {
 		log.V(logging.Info).Info("memory limit", "gomemlimit_bytes", limit)
 	}
-
-	reg := prometheus.NewRegistry()
-	tel := observe.Telemetry{Metrics: observe.NewMetrics(reg)}
-	if cfg.Tracing.Enabled {
-		tp, err := observe.NewTracerProvider(context.Background(), cfg.Tracing.Endpoint, cfg.Tracing.ServiceName, cfg.Tracing.SampleRatio)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "coordinator: tracing: %v\n", err)
-			return 1
-		}
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = tp.Shutdown(ctx)
-		}()
-		tel.Tracer = tp.Tracer(observe.TracerName)
-	}
-	// One retry budget for the process: a reload keeps what was spent.
-	budget := retry.NewBudget(cfg.Gateway.Retry.BudgetRatio, cfg.Gateway.Retry.BudgetMinPerSecond)
 	build := func(c config.Config, revision string) (*pipeline.Pipeline, error) {
 		if err := gateway.CheckCA(c.Gateway); err != nil {
 			return nil, err
 		}
 		return builder.Build(c, builder.Options{Log: log, Telemetry: tel, Revision: revision, RetryBudget: budget})
-	}
-	if err := gateway.CheckCA(cfg.Gateway); err != nil {
-		fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)
-		return 1
-	}
-	p, err := build(cfg, config.FileRevision(data))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "coordinator: invalid pipeline in %s: %v\n", *configPath, err)
-		return 1
 	}
 	var holder pipeline.Holder
 	holder.Swap(p)
@@ -170,6 +186,67 @@ func run(args []string) int {
 	log.V(logging.Info).Info("serving", "addr", l.Addr().String(), "revision", p.Revision(), "steps", len(p.Steps()), "watch", *watch,
 		"tracing", cfg.Tracing.Enabled, "tls", opts.TLS != nil, "cert_path", cfg.Server.CertPath)
 	return serve(ctx, srv, l, &holder, log)
+}
+
+// loaded is a config file as startup read it and the pipeline built from it.
+type loaded struct {
+	cfg      config.Config
+	data     []byte
+	pipeline *pipeline.Pipeline
+}
+
+// load does with the config file at path what startup does before it opens a listener, and what
+// --check does: read it, parse it with the COORDINATOR_* environment, check gateway.ca_file, and
+// build the pipeline (revision config.FileRevision) with the options setup returns for the parsed
+// config, which setup may adjust (-v). It dials nothing. The error is the one line the coordinator
+// prints after "coordinator: "; an error of setup's is returned as it is.
+func load(path string, setup func(*config.Config) (builder.Options, error)) (loaded, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return loaded{}, fmt.Errorf("reading config: %w", err)
+	}
+	cfg, err := config.Parse(data, os.LookupEnv)
+	if err != nil {
+		return loaded{}, fmt.Errorf("invalid config %s: %w", path, err)
+	}
+	opts, err := setup(&cfg)
+	if err != nil {
+		return loaded{}, err
+	}
+	if err := gateway.CheckCA(cfg.Gateway); err != nil {
+		return loaded{}, fmt.Errorf("invalid config %s: %w", path, err)
+	}
+	opts.Revision = config.FileRevision(data)
+	p, err := builder.Build(cfg, opts)
+	if err != nil {
+		return loaded{}, fmt.Errorf("invalid pipeline in %s: %w", path, err)
+	}
+	return loaded{cfg: cfg, data: data, pipeline: p}, nil
+}
+
+// checkConfig is --check: load, as startup would, with a logger at the config's level (steps'
+// build-time warnings show) and without the tracer, then print one line and return the exit code.
+// The serving TLS certificates (server.cert_path, server.metrics_cert_dir) are not read: they are
+// loaded, and watched, only when the listeners start.
+func checkConfig(path string, applyVerbosity func(*config.Config)) int {
+	res, err := load(path, func(cfg *config.Config) (builder.Options, error) {
+		applyVerbosity(cfg)
+		log := logging.New(cfg.LogLevel, os.Stderr)
+		tel := observe.Telemetry{Metrics: observe.NewMetrics(prometheus.NewRegistry())}
+		budget := retry.NewBudget(cfg.Gateway.Retry.BudgetRatio, cfg.Gateway.Retry.BudgetMinPerSecond)
+		return builder.Options{Log: log, Telemetry: tel, RetryBudget: budget}, nil
+	})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "coordinator: %v\n", err)
+		return 1
+	}
+	res.pipeline.Close()
+	var steps []string
+	for _, s := range res.pipeline.Steps() {
+		steps = append(steps, s.Type)
+	}
+	fmt.Printf("coordinator: config OK: %s (revision %s, steps %s)\n", path, res.pipeline.Revision(), strings.Join(steps, ", "))
+	return 0
 }
 
 // serve runs until ctx ends (SIGINT/SIGTERM), then drains in-flight requests within the serving

@@ -10,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/epd-dev/coordinator/controllers"
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
@@ -23,13 +25,20 @@ import (
 
 var binary string
 
+// The build information TestMain stamps into the binary, as the Dockerfile does.
+const (
+	testVersion = "v0.0.0-test"
+	testCommit  = "0123abc"
+)
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "coordinator-bin-")
 	if err != nil {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "coordinator")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+	ldflags := "-X main.version=" + testVersion + " -X main.commit=" + testCommit
+	if out, err := exec.Command("go", "build", "-ldflags", ldflags, "-o", binary, ".").CombinedOutput(); err != nil {
 		panic(fmt.Sprintf("building the coordinator: %v\n%s", err, out))
 	}
 	code := m.Run()
@@ -128,6 +137,113 @@ func TestInvalidConfigFailsStartup(t *testing.T) {
 			last := lines[len(lines)-1]
 			if !strings.Contains(last, tc.key) {
 				t.Fatalf("the error line does not name %s: %q", tc.key, last)
+			}
+		})
+	}
+}
+
+// runBinary runs the coordinator binary with args and extra environment, and returns its exit
+// code, stdout and stderr.
+func runBinary(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.String(), stderr.String()
+	case errors.As(err, &exit):
+		return exit.ExitCode(), stdout.String(), stderr.String()
+	}
+	t.Fatalf("running the coordinator: %v", err)
+	return 0, "", ""
+}
+
+// lastLine is the last line of out.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
+}
+
+func TestVersion(t *testing.T) {
+	// No config is read: a missing one does not matter.
+	code, stdout, stderr := runBinary(t, nil, "--version", "--config", "/nonexistent/coordinator.yaml")
+	want := fmt.Sprintf("coordinator %s (commit %s, %s %s/%s)\n", testVersion, testCommit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if code != 0 || stdout != want || stderr != "" {
+		t.Fatalf("--version: exit %d, stdout %q (want %q), stderr %q", code, stdout, want, stderr)
+	}
+}
+
+func TestDefaultConfigPath(t *testing.T) {
+	if defaultConfigPath != controllers.ConfigPath {
+		t.Fatalf("the default --config %s is not where the operator mounts the config (%s)", defaultConfigPath, controllers.ConfigPath)
+	}
+	if _, err := os.Stat(defaultConfigPath); err == nil {
+		t.Skipf("%s exists on this machine", defaultConfigPath)
+	}
+	// Without --config the binary reads the default path.
+	code, _, stderr := runBinary(t, nil, "--check")
+	if want := "coordinator: reading config: open " + defaultConfigPath + ": "; code != 1 || !strings.HasPrefix(stderr, want) {
+		t.Fatalf("--check without --config: exit %d, stderr %q, want %q...", code, stderr, want)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	// A port in use: --check opens no listener, so it does not notice.
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	annotated, err := os.ReadFile("../../config/coordinator/coordinator.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const decodeOnly = "gateway: {address: http://gw}\npipeline: {steps: [{type: decode}]}"
+	inUse := fmt.Sprintf("server: {listen_addr: %q, metrics_port: 0}\n%s", busy.Addr(), decodeOnly)
+	tests := map[string]struct {
+		doc  string // empty: a missing file
+		env  []string
+		want string // the line on stdout after the path (exit 0), or the start of the last line on stderr (exit 1)
+		code int
+	}{
+		"annotated example": {doc: string(annotated), code: 0,
+			want: "(revision " + config.FileRevision(annotated) + ", steps prefill, decode)"},
+		"listen address in use": {doc: inUse, code: 0, want: "(revision " + config.FileRevision([]byte(inUse)) + ", steps decode)"},
+		"revision ignores environment overrides": {doc: decodeOnly, env: []string{"COORDINATOR_LOG_LEVEL=3"}, code: 0,
+			want: "(revision " + config.FileRevision([]byte(decodeOnly)) + ", steps decode)"},
+		"unknown key":        {doc: "server: {listen_adr: ':8080'}\n" + decodeOnly, code: 1, want: "invalid config %s: server.listen_adr"},
+		"bad env override":   {doc: decodeOnly, env: []string{"COORDINATOR_GATEWAY_TIMEOUT=5"}, code: 1, want: "invalid config %s: gateway.timeout"},
+		"unknown step":       {doc: "gateway: {address: http://gw}\npipeline: {steps: [{type: prefil}, {type: decode}]}", code: 1, want: "invalid pipeline in %s: pipeline.steps[0].type"},
+		"missing gateway CA": {doc: "gateway: {address: https://gw, ca_file: /nonexistent/ca.crt}\npipeline: {steps: [{type: decode}]}", code: 1, want: "invalid config %s: gateway.ca_file"},
+		"missing file":       {code: 1, want: "reading config: open %s: no such file"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "missing.yaml")
+			if tc.doc != "" {
+				path = writeConfig(t, tc.doc)
+			}
+			code, stdout, stderr := runBinary(t, tc.env, "--check", "--config", path)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d (stdout %q, stderr %q)", code, tc.code, stdout, stderr)
+			}
+			if tc.code == 0 {
+				if want := "coordinator: config OK: " + path + " " + tc.want + "\n"; stdout != want {
+					t.Fatalf("stdout %q, want %q", stdout, want)
+				}
+				return
+			}
+			if want := "coordinator: " + strings.ReplaceAll(tc.want, "%s", path); !strings.HasPrefix(lastLine(stderr), want) || stdout != "" {
+				t.Fatalf("stderr %q, want a last line starting with %q (stdout %q)", stderr, want, stdout)
+			}
+			// The same line as a normal start prints for the same file.
+			startCode, _, startStderr := runBinary(t, tc.env, "--config", path)
+			if startCode != 1 || lastLine(startStderr) != lastLine(stderr) {
+				t.Fatalf("startup: exit %d, last line %q; --check: %q", startCode, lastLine(startStderr), lastLine(stderr))
 			}
 		})
 	}

@@ -2,7 +2,10 @@ package observe
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -67,8 +70,14 @@ func End(span trace.Span, status int, err error) {
 
 // NewTracerProvider builds an OTLP/HTTP exporting provider. endpoint is a URL such as
 // http://otel-collector:4318 (empty: the OTEL_EXPORTER_OTLP_* environment, default
-// localhost:4318); ratio is the parent-based sampling ratio for new traces.
+// localhost:4318); ratio is the parent-based sampling ratio for new traces. The resource is
+// service's name and the OTEL_* environment (see newResource); a malformed
+// OTEL_RESOURCE_ATTRIBUTES is an error.
 func NewTracerProvider(ctx context.Context, endpoint, service string, ratio float64) (*sdktrace.TracerProvider, error) {
+	res, err := newResource(ctx, service)
+	if err != nil {
+		return nil, err
+	}
 	var opts []otlptracehttp.Option
 	if endpoint != "" {
 		opts = append(opts, otlptracehttp.WithEndpointURL(endpoint))
@@ -77,17 +86,44 @@ func NewTracerProvider(ctx context.Context, endpoint, service string, ratio floa
 	if err != nil {
 		return nil, err
 	}
-	return NewTracerProviderWith(sdktrace.NewBatchSpanProcessor(exp), service, ratio), nil
+	return newProvider(sdktrace.NewBatchSpanProcessor(exp), res, ratio), nil
 }
 
 // NewTracerProviderWith builds a provider around any span processor (tests use an in-memory one).
+// Its resource is NewTracerProvider's; the well-formed pairs of a malformed
+// OTEL_RESOURCE_ATTRIBUTES are kept.
 func NewTracerProviderWith(sp sdktrace.SpanProcessor, service string, ratio float64) *sdktrace.TracerProvider {
-	res := resource.NewSchemaless(semconv.ServiceName(service))
+	res, _ := newResource(context.Background(), service) // a partial resource is still usable
+	return newProvider(sp, res, ratio)
+}
+
+func newProvider(sp sdktrace.SpanProcessor, res *resource.Resource, ratio float64) *sdktrace.TracerProvider {
 	return sdktrace.NewTracerProvider(
 		sdktrace.WithSpanProcessor(sp),
 		sdktrace.WithResource(res),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))),
 	)
+}
+
+// newResource is the tracer provider's resource, following the OpenTelemetry precedence:
+// OTEL_SERVICE_NAME, when set, names the service, else service (tracing.service_name), which
+// wins over a service.name in OTEL_RESOURCE_ATTRIBUTES; OTEL_RESOURCE_ATTRIBUTES adds its other
+// attributes. (sdktrace.WithResource merges OTEL_RESOURCE_ATTRIBUTES under it again, to the same
+// effect.) A malformed OTEL_RESOURCE_ATTRIBUTES returns the resource of its well-formed pairs
+// with an error.
+func newResource(ctx context.Context, service string) (*resource.Resource, error) {
+	env, envErr := resource.New(ctx, resource.WithFromEnv())
+	if name := strings.TrimSpace(os.Getenv("OTEL_SERVICE_NAME")); name != "" {
+		service = name // as the SDK's environment detector reads it
+	}
+	res, err := resource.Merge(env, resource.NewSchemaless(semconv.ServiceName(service)))
+	if err != nil {
+		return res, err // a schema URL conflict, which cannot happen: neither side sets one
+	}
+	if envErr != nil {
+		return res, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", envErr)
+	}
+	return res, nil
 }
 
 // Attribute keys used on coordinator spans.
