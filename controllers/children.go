@@ -144,8 +144,6 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 		image = DefaultImage
 	}
 	replicas := ptr.Deref(spec.Replicas, 1)
-	podLabels := selectorLabels(cp)
-	podLabels[LabelManagedBy] = ManagedBy
 
 	// Integer fields the API server defaults are set explicitly (e.g. probes' SuccessThreshold):
 	// the drift check treats an unset string, pointer, slice or map as "don't care", but 0 as a
@@ -155,6 +153,8 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 		Image:           image,
 		ImagePullPolicy: spec.ImagePullPolicy,
 		Args:            []string{"--config", ConfigPath},
+		Env:             containerEnv(cp, cfg),
+		EnvFrom:         containerEnvFrom(cp),
 		Ports:           containerPorts(cfg),
 		Resources:       *spec.Resources.DeepCopy(),
 		LivenessProbe: &corev1.Probe{
@@ -193,6 +193,7 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 		}}},
 	}
 	volumes, container.VolumeMounts = addTLSVolumes(cp, cfg, volumes, container.VolumeMounts)
+	volumes, container.VolumeMounts = addUserVolumes(cp, volumes, container.VolumeMounts)
 	if secureServing(&cfg) {
 		for _, probe := range []*corev1.Probe{container.LivenessProbe, container.ReadinessProbe} {
 			probe.HTTPGet.Scheme = corev1.URISchemeHTTPS
@@ -215,14 +216,16 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 			},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
-					Labels: podLabels,
-					Annotations: map[string]string{
+					Labels: podLabels(cp),
+					Annotations: podAnnotations(cp, map[string]string{
 						AnnotationRestartHash:                     restartHash(cfg),
 						"kubectl.kubernetes.io/default-container": containerName,
-					},
+					}),
 				},
 				Spec: corev1.PodSpec{
-					ServiceAccountName:            cp.Name,
+					ServiceAccountName:            serviceAccountName(cp),
+					ImagePullSecrets:              imagePullSecrets(cp),
+					PriorityClassName:             spec.PriorityClassName,
 					AutomountServiceAccountToken:  ptr.To(false),
 					EnableServiceLinks:            ptr.To(false),
 					TerminationGracePeriodSeconds: ptr.To(terminationGracePeriodSeconds(cfg)),

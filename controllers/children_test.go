@@ -250,6 +250,34 @@ func TestPodTemplateChangesOnlyForRestartSettings(t *testing.T) {
 		"resources": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 			cp.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
 		}, wantRoll: true},
+		"pod labels": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.PodLabels = map[string]string{"team": "a"}
+		}, wantRoll: true},
+		"pod annotations": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.PodAnnotations = map[string]string{"a": "b"}
+		}, wantRoll: true},
+		"env": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Env = []corev1.EnvVar{{Name: "A", Value: "b"}}
+		}, wantRoll: true},
+		"envFrom": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}}}}
+		}, wantRoll: true},
+		"image pull secrets": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "r"}}
+		}, wantRoll: true},
+		"priority class":  {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.PriorityClassName = "high" }, wantRoll: true},
+		"service account": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.ServiceAccountName = "sa" }, wantRoll: true},
+		"volumes and mounts": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+			cp.Spec.VolumeMounts = []corev1.VolumeMount{{Name: "v", MountPath: "/v"}}
+		}, wantRoll: true},
+		// The coordinator sets up its tracer provider at start.
+		"tracing": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Tracing = &coordinatorv1alpha1.TracingSpec{Endpoint: "http://otel:4318"}
+		}, wantRoll: true},
+		"tracing sampling": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Tracing = &coordinatorv1alpha1.TracingSpec{Enabled: ptr.To(false), SamplingRatePerMillion: ptr.To[int32](1)}
+		}, wantRoll: true},
 	}
 	base := deploymentFor(t, newPipeline("ns", "cp"), "")
 	for name, tc := range tests {

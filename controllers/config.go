@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
@@ -34,7 +35,7 @@ const (
 )
 
 // renderConfig builds the data-plane configuration of cp: config.Default() overlaid with the
-// spec's log level, server (TLS included), gateway (retries included) and pipeline settings, listening on
+// spec's log level, server (TLS included), gateway (retries included), tracing and pipeline settings, listening on
 // ListenPort.
 // gatewayAddress is the resolved gateway base URL. The only error is a step whose params are not
 // a JSON object (the CRD schema prevents it), reported as a *config.FieldError.
@@ -71,6 +72,9 @@ func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress st
 		cfg.Gateway.ProfileHeaders = slices.Clone(spec.Gateway.ProfileHeaders)
 	}
 	renderTLS(cp, &cfg)
+	if t := spec.Tracing; t != nil {
+		renderTracing(t, &cfg.Tracing)
+	}
 
 	p := &spec.Pipeline
 	if p.KVConnector != "" {
@@ -122,6 +126,22 @@ func renderRetry(r *coordinatorv1alpha1.GatewayRetrySpec, dst *config.Retry) {
 	}
 	if v := r.BudgetMinPerSecond; v != nil {
 		dst.BudgetMinPerSecond = float64(*v)
+	}
+}
+
+// renderTracing overlays spec.tracing on dst (the tracing section): enabled unless t.enabled is
+// false, and the endpoint, service name and sampling ratio it sets. Its resourceAttributes go to
+// the container's environment (containerEnv).
+func renderTracing(t *coordinatorv1alpha1.TracingSpec, dst *config.Tracing) {
+	dst.Enabled = ptr.Deref(t.Enabled, true)
+	if t.Endpoint != "" {
+		dst.Endpoint = t.Endpoint
+	}
+	if t.ServiceName != "" {
+		dst.ServiceName = t.ServiceName
+	}
+	if v := t.SamplingRatePerMillion; v != nil {
+		dst.SampleRatio = float64(*v) / 1e6
 	}
 }
 

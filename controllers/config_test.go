@@ -6,6 +6,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/utils/ptr"
 
@@ -149,6 +150,44 @@ func TestRenderConfig(t *testing.T) {
 			},
 			want: func(c *config.Config) { c.Gateway.CAFile = "/etc/coordinator-gateway-ca/ca.crt" },
 		},
+		"tracing: enabled by its presence, with every setting": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Tracing = &coordinatorv1alpha1.TracingSpec{
+					Endpoint: "http://otel-collector.monitoring:4318", ServiceName: "epd-coordinator",
+					SamplingRatePerMillion: ptr.To[int32](2500),
+					ResourceAttributes:     []coordinatorv1alpha1.TracingResourceAttribute{{Name: "k8s.cluster.name", Value: "prod"}},
+				}
+			},
+			want: func(c *config.Config) {
+				c.Tracing = config.Tracing{Enabled: true, Endpoint: "http://otel-collector.monitoring:4318", ServiceName: "epd-coordinator", SampleRatio: 0.0025}
+			},
+		},
+		"tracing: an empty section keeps the data plane's endpoint, name and ratio": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Tracing = &coordinatorv1alpha1.TracingSpec{}
+			},
+			want: func(c *config.Config) { c.Tracing.Enabled = true },
+		},
+		"tracing: disabled keeps its settings, sampling at its bounds": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Tracing = &coordinatorv1alpha1.TracingSpec{Enabled: ptr.To(false), SamplingRatePerMillion: ptr.To[int32](1000000)}
+			},
+			want: func(c *config.Config) { c.Tracing.Enabled, c.Tracing.SampleRatio = false, 1 },
+		},
+		"tracing: sampling off": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Tracing = &coordinatorv1alpha1.TracingSpec{SamplingRatePerMillion: ptr.To[int32](0)}
+			},
+			want: func(c *config.Config) { c.Tracing.Enabled, c.Tracing.SampleRatio = true, 0 },
+		},
+		"pod settings do not reach the configuration": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Env = []corev1.EnvVar{{Name: "HF_TOKEN", Value: "x"}}
+				cp.Spec.PodLabels = map[string]string{"team": "a"}
+				cp.Spec.Volumes = []corev1.Volume{{Name: "tok"}}
+			},
+			want: func(*config.Config) {},
+		},
 		"pipeline connectors, format and params": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 				cp.Spec.Pipeline.KVConnector = coordinatorv1alpha1.KVConnectorSGLang
@@ -214,6 +253,9 @@ func TestRenderedConfigRoundTripsToTheSameRevision(t *testing.T) {
 			cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "tls", MinVersion: coordinatorv1alpha1.TLSVersion13}
 			cp.Spec.Gateway.Address = "https://inference-gateway.infra.svc:443"
 			cp.Spec.Gateway.CABundle = &coordinatorv1alpha1.CABundleReference{ConfigMapName: "ca", Key: "bundle.pem"}
+		},
+		"tracing": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.Tracing = &coordinatorv1alpha1.TracingSpec{Endpoint: "https://otel:4318", ServiceName: "c", SamplingRatePerMillion: ptr.To[int32](333333)}
 		},
 		"params of every JSON type": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 			cp.Spec.Pipeline.Steps[1].Params = params(map[string]any{

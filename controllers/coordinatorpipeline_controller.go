@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -66,6 +67,12 @@ type CoordinatorPipelineReconciler struct {
 	// WatchNamespace is the one namespace the manager's cache sees (CacheOptions), empty for
 	// all: a gatewayRef to a Gateway elsewhere cannot be read and is reported as such.
 	WatchNamespace string
+	// PipelineStatus asks a coordinator pod which configuration it serves (GET /debug/pipeline
+	// on its admin port). Defaults to HTTPPipelineStatusGetter.
+	PipelineStatus PipelineStatusGetter
+	// OperatorNamespace is the namespace the operator runs in ("" when unknown): a pipeline's
+	// NetworkPolicy admits it to the admin port, which the rollout probe asks.
+	OperatorNamespace string
 
 	// poolAPI, gatewayAPI and routeAPI record whether the InferencePool, Gateway and HTTPRoute
 	// CRDs were installed at start-up; without them references cannot resolve, routes cannot be
@@ -84,7 +91,9 @@ type scope struct {
 }
 
 // phase is one step of a reconcile. Every input is watched, so phases never ask for a timed
-// requeue: they return an error (retried with backoff) or nil. A phase whose findings feed the
+// requeue: they return an error (retried with backoff) or nil. (The one exception is what the
+// coordinator pods report: Reconcile requeues while they have not all loaded the current
+// revision, see revisionRollout.requeue.) A phase whose findings feed the
 // status records them as found(...) in the scope's observed results; the results of phases that
 // did not run stay zero.
 type phase struct {
@@ -109,6 +118,7 @@ func (r *CoordinatorPipelineReconciler) phases() []phase {
 		{"PodDisruptionBudget", r.reconcilePodDisruptionBudget},
 		{"Deployment", r.reconcileDeployment},
 		{"HTTPRoute", r.reconcileRoute},
+		{"coordinator pods", r.reconcilePodRevisions},
 	}
 }
 
@@ -117,6 +127,7 @@ func (r *CoordinatorPipelineReconciler) phases() []phase {
 // +kubebuilder:rbac:groups=coordinator.epd.dev,resources=coordinatorpipelines/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=configmaps;services;serviceaccounts,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gateways,verbs=get;list;watch
@@ -127,10 +138,10 @@ func (r *CoordinatorPipelineReconciler) phases() []phase {
 
 // Reconcile brings a CoordinatorPipeline's children in line with its spec and writes its status
 // once, at the end, only when it changed.
-func (r *CoordinatorPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+func (r *CoordinatorPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, reterr error) {
 	cp := &coordinatorv1alpha1.CoordinatorPipeline{}
 	if err := r.Get(ctx, req.NamespacedName, cp); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, client.IgnoreNotFound(forgetDeleted(req.NamespacedName, err)) // gone: drop its metrics
 	}
 	if !cp.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil // children carry owner references: the garbage collector removes them
@@ -139,6 +150,11 @@ func (r *CoordinatorPipelineReconciler) Reconcile(ctx context.Context, req ctrl.
 	s := &scope{cp: cp, before: cp.DeepCopy()}
 	defer func() {
 		reterr = r.patchStatus(ctx, s, reterr)
+		// A coordinator's reload changes no object: while the pods have not all loaded the
+		// current revision, ask them again soon.
+		if reterr == nil && s.obs.pods.ran {
+			res.RequeueAfter = revisionRolloutOf(s.cp, s.obs.pods.value).requeue
+		}
 	}()
 
 	for _, p := range r.phases() {
@@ -311,8 +327,11 @@ func (r *CoordinatorPipelineReconciler) reconcileConfigMap(ctx context.Context, 
 
 // reconcileService exposes the API port, named for the applied configuration (https with TLS).
 func (r *CoordinatorPipelineReconciler) reconcileService(ctx context.Context, s *scope) error {
-	_, _, err := ensureChild(ctx, r, s.cp, serviceKind, desiredService(s.cp, s.obs.applied.value))
-	return err
+	if _, _, err := ensureChild(ctx, r, s.cp, serviceKind, desiredService(s.cp, s.obs.applied.value)); err != nil {
+		return err
+	}
+	s.obs.serviceURL = found(serviceURL(s.cp, s.obs.applied.value))
+	return nil
 }
 
 // reconcileDeployment runs the coordinators with the applied configuration. With no valid
@@ -337,7 +356,7 @@ func (r *CoordinatorPipelineReconciler) reconcileNetworkPolicy(ctx context.Conte
 	if !networkPolicyEnabled(s.cp) {
 		return deleteChild[networkingv1.NetworkPolicy](ctx, r, s.cp, s.cp.Name)
 	}
-	_, _, err := ensureChild(ctx, r, s.cp, networkPolicyKind, desiredNetworkPolicy(s.cp, s.obs.applied.value))
+	_, _, err := ensureChild(ctx, r, s.cp, networkPolicyKind, desiredNetworkPolicy(s.cp, s.obs.applied.value, r.OperatorNamespace))
 	return err
 }
 
@@ -453,6 +472,8 @@ func CacheByObject() map[client.Object]cache.ByObject {
 		&corev1.Service{}:        managed,
 		&corev1.ServiceAccount{}: managed,
 		&appsv1.Deployment{}:     managed,
+		// The coordinator pods (their template carries the label), for the rollout status.
+		&corev1.Pod{}: managed,
 		// Built-in kinds only: a ByObject entry needs the kind's API installed when the manager
 		// starts, so HTTPRoutes (Gateway API, optional) are cached unfiltered.
 		&policyv1.PodDisruptionBudget{}: managed,
@@ -532,6 +553,15 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 		Owns(&appsv1.Deployment{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&networkingv1.NetworkPolicy{})
+	// Coordinator pods belong to ReplicaSets, not to the pipeline: map them by their instance
+	// label, on the changes the rollout status reads.
+	b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(pipelineForPod), builder.WithPredicates(predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, okOld := e.ObjectOld.(*corev1.Pod)
+			cur, okCur := e.ObjectNew.(*corev1.Pod)
+			return !okOld || !okCur || podChanged(old, cur)
+		},
+	}))
 	if r.routeAPI {
 		b = b.Owns(&gatewayv1.HTTPRoute{})
 	}
@@ -542,6 +572,15 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 		b = b.Watches(&gatewayv1.Gateway{}, handler.EnqueueRequestsFromMapFunc(r.pipelinesForGateway))
 	}
 	return b.Complete(r)
+}
+
+// pipelineForPod maps a coordinator pod to its pipeline (LabelInstance, same namespace).
+func pipelineForPod(_ context.Context, pod client.Object) []reconcile.Request {
+	l := pod.GetLabels()
+	if l[LabelName] != AppName || l[LabelInstance] == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: pod.GetNamespace(), Name: l[LabelInstance]}}}
 }
 
 // pipelinesForPool maps an InferencePool to the pipelines of its namespace that reference it.

@@ -3,6 +3,10 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -41,6 +45,10 @@ type observed struct {
 	deployment result[*appsv1.Deployment]
 	// route is the gateway's verdict on the HTTPRoute; nil when spec.route is unset.
 	route result[*acceptance]
+	// serviceURL is the URL of the coordinator Service.
+	serviceURL result[string]
+	// pods is what the ready coordinator pods report serving; nil when there is no Deployment.
+	pods result[*podSurvey]
 	// err is the error that ended the reconcile early, if any.
 	err error
 }
@@ -64,12 +72,18 @@ func computeStatus(cp *coordinatorv1alpha1.CoordinatorPipeline, o observed) {
 	if o.route.ran {
 		setRouteAcceptedCondition(cp, o.route.value)
 	}
+	if o.serviceURL.ran {
+		cp.Status.URL = o.serviceURL.value
+	}
 	var r *rollout
 	if o.deployment.ran {
 		ro := rolloutOf(o.deployment.value)
 		r = &ro
 		setReplicas(cp, o.deployment.value)
 		setProgressingCondition(cp, ro)
+	}
+	if o.pods.ran {
+		setRolledOutCondition(cp, revisionRolloutOf(cp, o.pods.value))
 	}
 	setDegradedCondition(cp, o.err, r)
 	setReadyCondition(cp, o.err, o.tls, r)
@@ -138,16 +152,23 @@ func setConfigStatus(cp *coordinatorv1alpha1.CoordinatorPipeline, applied config
 	cp.Status.GatewayAddress = applied.Gateway.Address
 }
 
-// setReplicas copies the Deployment's replica counts and the pod selector (scale subresource).
+// setReplicas copies the Deployment's replica counts and the pod selector (scale subresource),
+// and writes readyFraction (ready over desired replicas). updatedReplicas comes from the pods
+// (setRolledOutCondition).
 func setReplicas(cp *coordinatorv1alpha1.CoordinatorPipeline, dep *appsv1.Deployment) {
 	cp.Status.Selector = selectorString(cp)
 	if dep == nil {
-		cp.Status.Replicas, cp.Status.UpdatedReplicas, cp.Status.ReadyReplicas = 0, 0, 0
-		return
+		cp.Status.Replicas, cp.Status.ReadyReplicas = 0, 0
+	} else {
+		cp.Status.Replicas = dep.Status.Replicas
+		cp.Status.ReadyReplicas = dep.Status.ReadyReplicas
 	}
-	cp.Status.Replicas = dep.Status.Replicas
-	cp.Status.UpdatedReplicas = dep.Status.UpdatedReplicas
-	cp.Status.ReadyReplicas = dep.Status.ReadyReplicas
+	cp.Status.ReadyFraction = fmt.Sprintf("%d/%d", cp.Status.ReadyReplicas, desiredReplicas(cp))
+}
+
+// desiredReplicas is the number of coordinator pods the Deployment asks for.
+func desiredReplicas(cp *coordinatorv1alpha1.CoordinatorPipeline) int32 {
+	return ptr.Deref(cp.Spec.Replicas, 1)
 }
 
 // rollout is the state of the coordinator Deployment's rollout.
@@ -284,4 +305,138 @@ func setReadyCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error, t
 		setCondition(cp, coordinatorv1alpha1.ConditionReady, true, coordinatorv1alpha1.ReasonReady,
 			fmt.Sprintf("%d coordinator replicas ready; configuration revision %s applied", cp.Status.ReadyReplicas, cp.Status.ConfigRevision))
 	}
+}
+
+// Bounds of the RolledOut condition's message.
+const (
+	// rolloutPodsNamed is how many pods a RolledOut message names per kind of problem.
+	rolloutPodsNamed = 3
+	// rolloutErrorLen bounds one pod's error in the message.
+	rolloutErrorLen = 256
+)
+
+// Requeue intervals while the pipeline is not rolled out: a coordinator's reload changes no
+// object, so nothing else would bring the status up to date.
+const (
+	// rolloutPollInterval: pods on an older revision, or that could not be asked.
+	rolloutPollInterval = 2 * time.Second
+	// rejectedPollInterval: a pod rejected the current revision; it only changes on a new one (a
+	// CR update, watched) or when what it rejected for appears (e.g. a CA file).
+	rejectedPollInterval = 30 * time.Second
+)
+
+// revisionRollout is the RolledOut condition and updatedReplicas, from what the pods reported.
+type revisionRollout struct {
+	status  metav1.ConditionStatus
+	reason  coordinatorv1alpha1.ConditionReason
+	message string
+	// updated counts the ready pods that serve the current revision with nothing waiting for a
+	// restart.
+	updated int32
+	// requeue is how soon to ask the pods again (0: watches suffice).
+	requeue time.Duration
+}
+
+// revisionRolloutOf compares what the ready pods of survey report with cp.Status.ConfigRevision.
+// A pod that rejected the current revision makes it ConfigRejected; otherwise every desired
+// replica must be ready, by the pods and by the Deployment's readyReplicas (which readyFraction
+// shows), and every ready pod serve the revision (RolledOut), else pods on other revisions or
+// missing replicas make it Progressing, and pods that could not be asked Unknown.
+func revisionRolloutOf(cp *coordinatorv1alpha1.CoordinatorPipeline, survey *podSurvey) revisionRollout {
+	revision := cp.Status.ConfigRevision
+	if survey == nil || revision == "" {
+		return revisionRollout{status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonNoValidConfig,
+			message: "no coordinator Deployment: no valid configuration has been rendered yet"}
+	}
+	var updated int32
+	var rejected, old, restart, unknown []string
+	for _, p := range survey.pods {
+		st := p.status
+		switch {
+		case p.err != "":
+			unknown = append(unknown, fmt.Sprintf("%s: %s", p.pod, truncate(p.err, rolloutErrorLen)))
+		case st.Revision == revision && st.Reload != nil && len(st.Reload.RestartRequired) > 0:
+			restart = append(restart, fmt.Sprintf("%s (waits for a restart for %s)", p.pod, truncate(strings.Join(st.Reload.RestartRequired, ", "), rolloutErrorLen)))
+		case st.Revision == revision:
+			updated++
+		case st.Reload != nil && st.Reload.RejectedRevision == revision:
+			rejected = append(rejected, fmt.Sprintf("%s serves %s: %s", p.pod, st.Revision, truncate(st.Reload.LastError, rolloutErrorLen)))
+		default:
+			old = append(old, fmt.Sprintf("%s serves %s", p.pod, st.Revision))
+		}
+	}
+	desired := desiredReplicas(cp)
+	ready := int32(len(survey.pods))
+	out := revisionRollout{status: metav1.ConditionFalse, updated: updated}
+	summary := fmt.Sprintf("%d of %d desired replicas serve revision %s (%d ready)", updated, desired, revision, ready)
+	depReady := cp.Status.ReadyReplicas
+	if depReady < ready {
+		summary = fmt.Sprintf("%d of %d desired replicas serve revision %s (%d ready; the Deployment counts %d)", updated, desired, revision, ready, depReady)
+	}
+	switch {
+	case len(rejected) > 0:
+		out.reason, out.requeue = coordinatorv1alpha1.ReasonConfigRejected, rejectedPollInterval
+		out.message = fmt.Sprintf("revision %s rejected by %d of %d ready pods, which keep their last good revision: %s; %s",
+			revision, len(rejected), ready, namePods(rejected), summary)
+	case updated == ready && updated >= desired && depReady >= desired:
+		out.status, out.reason = metav1.ConditionTrue, coordinatorv1alpha1.ReasonRolledOut
+		out.message = summary
+	case len(old) > 0 || len(restart) > 0 || ready < desired || depReady < desired:
+		out.reason = coordinatorv1alpha1.ReasonProgressing
+		out.message = summary
+		if pending := slices.Concat(old, restart); len(pending) > 0 {
+			out.message += "; not yet: " + namePods(pending)
+			out.requeue = rolloutPollInterval
+		}
+		if len(unknown) > 0 {
+			out.message += "; not asked: " + namePods(unknown)
+			out.requeue = rolloutPollInterval
+		}
+	default:
+		out.status, out.reason, out.requeue = metav1.ConditionUnknown, coordinatorv1alpha1.ReasonRevisionUnknown, rolloutPollInterval
+		out.message = fmt.Sprintf("%d of %d ready pods could not be asked which revision they serve: %s; %s", len(unknown), ready, namePods(unknown), summary)
+	}
+	return out
+}
+
+// setRolledOutCondition writes updatedReplicas and the RolledOut condition.
+func setRolledOutCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, r revisionRollout) {
+	cp.Status.UpdatedReplicas = r.updated
+	meta.SetStatusCondition(&cp.Status.Conditions, metav1.Condition{
+		Type:               string(coordinatorv1alpha1.ConditionRolledOut),
+		Status:             r.status,
+		Reason:             string(r.reason),
+		Message:            r.message,
+		ObservedGeneration: cp.Generation,
+	})
+}
+
+// namePods joins the first rolloutPodsNamed entries and counts the rest.
+func namePods(entries []string) string {
+	if len(entries) <= rolloutPodsNamed {
+		return strings.Join(entries, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more", strings.Join(entries[:rolloutPodsNamed], "; "), len(entries)-rolloutPodsNamed)
+}
+
+// truncate cuts s to at most n bytes (on a rune boundary), marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("...")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// serviceURL is the in-cluster URL of cp's coordinator Service: https when cfg, the applied
+// configuration, serves TLS.
+func serviceURL(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg *config.Config) string {
+	scheme := "http"
+	if secureServing(cfg) {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://%s.%s.svc:%d", scheme, cp.Name, cp.Namespace, ListenPort)
 }

@@ -223,11 +223,12 @@ func networkPolicyEnabled(cp *coordinatorv1alpha1.CoordinatorPipeline) bool {
 // desiredNetworkPolicy selects cp's coordinator pods. Ingress: the API port from
 // spec.networkPolicy.ingressFrom (by default the gateway's namespaces, ingressDefaultPeers) and,
 // when cfg enables metrics, the metrics and admin port from metricsFrom (by default cp's own
-// namespace). Egress, only with spec.networkPolicy.egress: DNS, the gateway ports towards
+// namespace) and from operatorNamespace (the operator's rollout probe asks that port; "" when
+// unknown). Egress, only with spec.networkPolicy.egress: DNS, the gateway ports towards
 // gatewayTo, and the additional rules. cfg is the applied configuration (nil when none was
 // rendered yet: no metrics rule, and the gateway port is only known from gatewayPorts); it also
 // names the API port (http, or https with TLS).
-func desiredNetworkPolicy(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg *config.Config) *networkingv1.NetworkPolicy {
+func desiredNetworkPolicy(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg *config.Config, operatorNamespace string) *networkingv1.NetworkPolicy {
 	spec := cp.Spec.NetworkPolicy
 	tcp := ptr.To(corev1.ProtocolTCP)
 	ingressFrom := deepCopyPeers(spec.IngressFrom)
@@ -249,6 +250,9 @@ func desiredNetworkPolicy(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg *conf
 		metricsFrom := deepCopyPeers(spec.MetricsFrom)
 		if len(metricsFrom) == 0 {
 			metricsFrom = namespacePeers([]string{cp.Namespace})
+		}
+		if operatorNamespace != "" && (len(spec.MetricsFrom) > 0 || operatorNamespace != cp.Namespace) {
+			metricsFrom = append(metricsFrom, namespacePeers([]string{operatorNamespace})...)
 		}
 		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{
 			From:  metricsFrom,

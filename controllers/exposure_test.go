@@ -394,7 +394,7 @@ func TestDesiredNetworkPolicy(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			cp := newPipeline("ns", "cp", func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.NetworkPolicy = &tc.spec })
-			np := desiredNetworkPolicy(cp, tc.cfg)
+			np := desiredNetworkPolicy(cp, tc.cfg, "")
 			expectOwnedBy(g, np, cp)
 			g.Expect(np.Name).To(Equal("cp"))
 			g.Expect(np.Spec.PodSelector.MatchLabels).To(Equal(selectorLabels(cp)))
@@ -494,9 +494,39 @@ func TestNetworkPolicyDefaultIngressIsTheGatewayNamespace(t *testing.T) {
 				want[i] = namespacePeer(ns)
 			}
 			cfg := config.Default()
-			np := desiredNetworkPolicy(cp, &cfg)
+			np := desiredNetworkPolicy(cp, &cfg, "")
 			g.Expect(np.Spec.Ingress[0].From).To(Equal(want))
 			g.Expect(np.Spec.Ingress[1].From).To(Equal([]networkingv1.NetworkPolicyPeer{namespacePeer("ns")}), "metrics: the pipeline's namespace")
+		})
+	}
+}
+
+// The operator's namespace reaches the admin port (the rollout probe asks it) whatever
+// metricsFrom says, and is not listed twice.
+func TestNetworkPolicyAdmitsTheRolloutProbe(t *testing.T) {
+	peer := func(ns string) networkingv1.NetworkPolicyPeer { return namespacePeers([]string{ns})[0] }
+	custom := []networkingv1.NetworkPolicyPeer{peer("monitoring")}
+	tests := map[string]struct {
+		metricsFrom []networkingv1.NetworkPolicyPeer
+		operatorNS  string
+		want        []networkingv1.NetworkPolicyPeer
+	}{
+		"operator elsewhere":             {operatorNS: "coordinator-system", want: []networkingv1.NetworkPolicyPeer{peer("ns"), peer("coordinator-system")}},
+		"operator in the same namespace": {operatorNS: "ns", want: []networkingv1.NetworkPolicyPeer{peer("ns")}},
+		"custom metricsFrom":             {metricsFrom: custom, operatorNS: "coordinator-system", want: []networkingv1.NetworkPolicyPeer{peer("monitoring"), peer("coordinator-system")}},
+		"operator namespace unknown":     {metricsFrom: custom, want: custom},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			cp := newPipeline("ns", "cp", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.NetworkPolicy = &coordinatorv1alpha1.NetworkPolicySpec{Enabled: true, MetricsFrom: tc.metricsFrom}
+			})
+			cfg := config.Default()
+			cfg.Gateway.Address, cfg.Server.MetricsPort = testGateway, 9090
+			np := desiredNetworkPolicy(cp, &cfg, tc.operatorNS)
+			g.Expect(np.Spec.Ingress).To(HaveLen(2))
+			g.Expect(np.Spec.Ingress[1].From).To(Equal(tc.want))
 		})
 	}
 }

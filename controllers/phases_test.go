@@ -32,8 +32,9 @@ import (
 // works on fails.
 func TestReconcileErrorNamesThePhase(t *testing.T) {
 	tests := map[string]struct {
-		failGet client.Object // reads of this type fail
-		mutate  func(*coordinatorv1alpha1.CoordinatorPipeline)
+		failGet  client.Object     // reads of this type fail
+		failList client.ObjectList // lists of this type fail
+		mutate   func(*coordinatorv1alpha1.CoordinatorPipeline)
 	}{
 		"InferencePool reference": {failGet: &infv1.InferencePool{}},
 		"gateway address": {failGet: &gatewayv1.Gateway{}, mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
@@ -49,6 +50,7 @@ func TestReconcileErrorNamesThePhase(t *testing.T) {
 		"PodDisruptionBudget": {failGet: &policyv1.PodDisruptionBudget{}},
 		"Deployment":          {failGet: &appsv1.Deployment{}},
 		"HTTPRoute":           {failGet: &gatewayv1.HTTPRoute{}},
+		"coordinator pods":    {failList: &corev1.PodList{}},
 	}
 	var names []string
 	for _, p := range (&CoordinatorPipelineReconciler{}).phases() {
@@ -71,10 +73,16 @@ func TestReconcileErrorNamesThePhase(t *testing.T) {
 				WithObjects(cp).WithStatusSubresource(cp).
 				WithInterceptorFuncs(interceptor.Funcs{
 					Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-						if reflect.TypeOf(obj) == reflect.TypeOf(tc.failGet) {
+						if tc.failGet != nil && reflect.TypeOf(obj) == reflect.TypeOf(tc.failGet) {
 							return boom
 						}
 						return c.Get(ctx, key, obj, opts...)
+					},
+					List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+						if tc.failList != nil && reflect.TypeOf(list) == reflect.TypeOf(tc.failList) {
+							return boom
+						}
+						return c.List(ctx, list, opts...)
 					},
 				}).Build()
 			r := &CoordinatorPipelineReconciler{Client: c, APIReader: c, Recorder: events.NewFakeRecorder(100),

@@ -28,6 +28,11 @@ const (
 	// for its parent Gateway, as written by the gateway controller: Unknown until one reports,
 	// False when the route is rejected or its backends do not resolve (ResolvedRefs=False).
 	ConditionRouteAccepted ConditionType = "RouteAccepted"
+	// ConditionRolledOut reports whether the coordinators serve status.configRevision: True when
+	// every desired replica is ready and every ready coordinator pod reports (on its admin port,
+	// GET /debug/pipeline) that it serves that revision. The coordinators reload the
+	// configuration without a restart, so the Deployment's status cannot tell this.
+	ConditionRolledOut ConditionType = "RolledOut"
 )
 
 // ConditionReason is the CamelCase reason of a CoordinatorPipeline status condition.
@@ -124,4 +129,21 @@ const (
 	// ReasonChildConflict: an object the operator would create exists and is not controlled by
 	// this CoordinatorPipeline.
 	ReasonChildConflict ConditionReason = "ChildConflict"
+)
+
+// Reasons of the RolledOut condition (it also uses ReasonNoValidConfig).
+const (
+	// ReasonRolledOut: RolledOut=True, every desired replica is ready and serves the current
+	// configuration revision.
+	ReasonRolledOut ConditionReason = "RolledOut"
+	// ReasonProgressing: RolledOut=False, some ready pods still serve an older revision (the
+	// kubelet has not refreshed the mounted ConfigMap yet, or the pod has not reloaded it), wait
+	// for a restart the new revision needs, or fewer replicas than desired are ready.
+	ReasonProgressing ConditionReason = "Progressing"
+	// ReasonConfigRejected: RolledOut=False, a coordinator pod rejected the current revision and
+	// keeps serving its last good one; the message names the pods (a few) and their errors.
+	ReasonConfigRejected ConditionReason = "ConfigRejected"
+	// ReasonRevisionUnknown: RolledOut=Unknown, some ready pods could not be asked which
+	// revision they serve (not reachable, no admin port, or an unreadable answer).
+	ReasonRevisionUnknown ConditionReason = "Unknown"
 )

@@ -495,10 +495,72 @@ type ServerTLSSpec struct {
 	CipherSuites []TLSCipherSuite `json:"cipherSuites,omitempty"`
 }
 
+// TracingSpec configures the coordinator's OpenTelemetry tracing: spans of each request and
+// each of its legs, exported over OTLP/HTTP (the data plane's tracing section).
+type TracingSpec struct {
+	// enabled turns span export on (tracing.enabled). false keeps the other settings and turns
+	// export off.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// endpoint is the OTLP/HTTP collector's base URL, e.g. http://otel-collector.monitoring:4318
+	// (tracing.endpoint). Unset: the OTEL_EXPORTER_OTLP_* environment (set it in env), else
+	// localhost:4318. With networkPolicy.egress, allow the collector in egress.additional.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && self.matches('^https?://') && url(self).getHostname() != ''",message="endpoint must be an http:// or https:// URL with a host, e.g. http://otel-collector:4318"
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// serviceName is the service.name resource attribute of the spans (tracing.service_name).
+	// Defaults to the data plane's default (coordinator).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	ServiceName string `json:"serviceName,omitempty"`
+
+	// samplingRatePerMillion is how many of a million new traces are sampled, as in the
+	// Kubernetes components' tracing configuration; a sampled client trace (traceparent) is
+	// always followed. Rendered as tracing.sample_ratio (rate / 1000000). Defaults to the data
+	// plane's default (100000, a ratio of 0.1).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
+	SamplingRatePerMillion *int32 `json:"samplingRatePerMillion,omitempty"`
+
+	// resourceAttributes are added to the spans' resource, e.g. deployment.environment.name or
+	// k8s.cluster.name. They are rendered as the coordinator container's OTEL_RESOURCE_ATTRIBUTES
+	// (sorted by name, values percent-encoded); service.name is set with serviceName instead.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(a, a.name != 'service.name')",message="resourceAttributes must not set service.name: set tracing.serviceName"
+	ResourceAttributes []TracingResourceAttribute `json:"resourceAttributes,omitempty"`
+}
+
+// TracingResourceAttribute is one OpenTelemetry resource attribute.
+type TracingResourceAttribute struct {
+	// name of the attribute, e.g. deployment.environment.name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][-._/A-Za-z0-9]*$`
+	Name string `json:"name"`
+
+	// value of the attribute (any text; the operator percent-encodes it).
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	Value string `json:"value"`
+}
+
 // CoordinatorPipelineSpec is the desired state of a CoordinatorPipeline: which InferencePool and
 // Gateway it fronts, the request pipeline, how the coordinator pods run, and how they are exposed
 // and protected.
 // +kubebuilder:validation:XValidation:rule="!has(self.route) || has(self.route.parentRef) || has(self.gateway.gatewayRef)",message="route needs a Gateway to attach to: set route.parentRef or gateway.gatewayRef"
+// +kubebuilder:validation:XValidation:rule="!has(self.env) || !has(self.tracing) || !has(self.tracing.resourceAttributes) || !self.env.exists(e, e.name == 'OTEL_RESOURCE_ATTRIBUTES')",message="env must not set OTEL_RESOURCE_ATTRIBUTES when tracing.resourceAttributes is set: the operator renders it from them",fieldPath=".env"
+// +kubebuilder:validation:XValidation:rule="!has(self.env) || !has(self.tracing) || !has(self.tracing.serviceName) || !self.env.exists(e, e.name == 'OTEL_SERVICE_NAME')",message="env must not set OTEL_SERVICE_NAME when tracing.serviceName is set: it would override it",fieldPath=".env"
 type CoordinatorPipelineSpec struct {
 	// inferencePoolRef names the InferencePool whose workers the pipeline's legs are routed to
 	// (through the gateway, by EPP-Profile).
@@ -557,6 +619,103 @@ type CoordinatorPipelineSpec struct {
 	// +listType=atomic
 	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
 
+	// podLabels are added to the labels of the coordinator pods (the Deployment's pod template),
+	// e.g. for a service mesh or cost attribution. The operator's own labels win:
+	// app.kubernetes.io/name, app.kubernetes.io/instance (the pod selector) and
+	// app.kubernetes.io/managed-by, and keys under coordinator.epd.dev/, are refused. Changing
+	// them rolls the Deployment.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['app.kubernetes.io/name', 'app.kubernetes.io/instance', 'app.kubernetes.io/managed-by']) && !k.startsWith('coordinator.epd.dev/'))",message="podLabels must not set app.kubernetes.io/name, app.kubernetes.io/instance, app.kubernetes.io/managed-by or a coordinator.epd.dev/ key: the operator owns them (name and instance select the coordinator pods)"
+	PodLabels map[string]string `json:"podLabels,omitempty"`
+
+	// podAnnotations are added to the annotations of the coordinator pods, e.g. a service mesh's
+	// injection settings or a secret injector's. Keys under coordinator.epd.dev/ and
+	// kubectl.kubernetes.io/default-container are the operator's and are refused. Changing them
+	// rolls the Deployment.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('coordinator.epd.dev/') && k != 'kubectl.kubernetes.io/default-container')",message="podAnnotations must not set a coordinator.epd.dev/ key or kubectl.kubernetes.io/default-container: the operator owns them"
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+
+	// env are extra environment variables of the coordinator container: values, or references to
+	// Secret and ConfigMap keys and pod fields (valueFrom), e.g. a render service's token or the
+	// OTEL_EXPORTER_OTLP_* settings of the trace exporter. COORDINATOR_* variables are refused:
+	// they override the configuration the operator renders from this spec (set the spec field
+	// instead). With tracing.resourceAttributes set, OTEL_RESOURCE_ATTRIBUTES is the operator's,
+	// and with tracing.serviceName, OTEL_SERVICE_NAME. Changing env rolls the Deployment.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !e.name.startsWith('COORDINATOR_'))",message="env must not set COORDINATOR_* variables: they override the configuration the operator renders from the spec; set the matching spec field instead"
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// envFrom adds every key of Secrets and ConfigMaps as environment variables of the
+	// coordinator container. Variables of env win over them. Their keys are not checked: a
+	// COORDINATOR_* key would override the rendered configuration. Changing envFrom rolls the
+	// Deployment (a change of the Secret's or ConfigMap's content does not: restart the pods).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	EnvFrom []corev1.EnvFromSource `json:"envFrom,omitempty"`
+
+	// imagePullSecrets name Secrets in the pipeline's namespace with the credentials to pull the
+	// coordinator image from a private registry.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// priorityClassName of the coordinator pods. The coordinator is on every request's path: a
+	// class above the workers' keeps it from being preempted by them.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// serviceAccountName runs the coordinator pods as this ServiceAccount of the pipeline's
+	// namespace (e.g. one bound to a cloud identity) instead of the one the operator creates,
+	// named like the pipeline. The service-account token is still not mounted
+	// (automountServiceAccountToken: false): the coordinator never calls the Kubernetes API.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// volumes are extra volumes of the coordinator pods, mounted with volumeMounts: e.g.
+	// tokenizer files, certificates of a render service. The names config, tmp, tls and
+	// gateway-ca are the operator's; hostPath volumes are refused (the coordinator pods run
+	// under the restricted Pod Security profile). Changing volumes rolls the Deployment.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(v, !(v.name in ['config', 'tmp', 'tls', 'gateway-ca']))",message="volume names config, tmp, tls and gateway-ca are the operator's: choose another name"
+	// +kubebuilder:validation:XValidation:rule="self.all(v, !has(v.hostPath))",message="hostPath volumes are not allowed: the coordinator pods run under the restricted Pod Security profile"
+	Volumes []corev1.Volume `json:"volumes,omitempty"`
+
+	// volumeMounts mount volumes of spec.volumes into the coordinator container. A mountPath
+	// must be absolute and must not be, or be under, the operator's mounts: /etc/coordinator
+	// (the configuration), /etc/coordinator-tls, /etc/coordinator-gateway-ca and /tmp; a mount
+	// that reaches one of them only once cleaned (e.g. /etc//coordinator) is left out of the pod.
+	// A mount of a volume not in spec.volumes is refused by the API server when the operator
+	// writes the Deployment (Degraded, reason ReconcileError). Changing them rolls the Deployment.
+	// +optional
+	// +listType=map
+	// +listMapKey=mountPath
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(m, m.mountPath.startsWith('/'))",message="volumeMounts mountPath must be an absolute path"
+	// +kubebuilder:validation:XValidation:rule="self.all(m, !['/etc/coordinator', '/etc/coordinator-tls', '/etc/coordinator-gateway-ca', '/tmp'].exists(d, m.mountPath == d || m.mountPath.startsWith(d + '/')))",message="volumeMounts must not mount at or under /etc/coordinator, /etc/coordinator-tls, /etc/coordinator-gateway-ca or /tmp: the operator mounts the configuration, TLS files and scratch space there"
+	VolumeMounts []corev1.VolumeMount `json:"volumeMounts,omitempty"`
+
+	// tracing configures the coordinator's OpenTelemetry tracing (the tracing section of its
+	// configuration, and OTEL_RESOURCE_ATTRIBUTES). Unset, tracing is off (trace context is
+	// still propagated to every leg). The coordinator sets up tracing at start, so changing it
+	// rolls the Deployment.
+	// +optional
+	Tracing *TracingSpec `json:"tracing,omitempty"`
+
 	// logLevel is the coordinator's log verbosity (log_level): 1 warn, 2 info, 3 verbose,
 	// 4 debug, 5 trace. Reloaded in place: changing it does not restart the pods.
 	// +optional
@@ -594,7 +753,7 @@ type CoordinatorPipelineStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// conditions: Ready, Progressing, Degraded, PipelineValid, InferencePoolResolved,
+	// conditions: Ready, Progressing, RolledOut, Degraded, PipelineValid, InferencePoolResolved,
 	// GatewayResolved and, when spec.route is set, RouteAccepted.
 	// +optional
 	// +listType=map
@@ -618,17 +777,30 @@ type CoordinatorPipelineStatus struct {
 	// +optional
 	GatewayAddress string `json:"gatewayAddress,omitempty"`
 
-	// replicas is the number of coordinator pods (the scale subresource's status path).
+	// replicas is the number of coordinator pods, from the Deployment (the scale subresource's
+	// status path).
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
 
-	// updatedReplicas is the number of coordinator pods running the current pod template.
+	// updatedReplicas is the number of ready coordinator pods that report (GET /debug/pipeline
+	// on their admin port) serving configRevision, with no setting of it waiting for a restart.
+	// The coordinators reload their configuration in place, so the Deployment cannot tell this;
+	// a pod that cannot be asked is not counted.
 	// +optional
 	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
 
-	// readyReplicas is the number of ready coordinator pods.
+	// readyReplicas is the number of ready coordinator pods, from the Deployment.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// readyFraction is readyReplicas over the desired replicas (spec.replicas), e.g. "2/2".
+	// +optional
+	ReadyFraction string `json:"readyFraction,omitempty"`
+
+	// url is the in-cluster URL of the coordinator Service that clients call, e.g.
+	// http://epd.llm-d.svc:8080 (https with spec.server.tls).
+	// +optional
+	URL string `json:"url,omitempty"`
 
 	// selector is the label selector of the coordinator pods, in string form (the scale
 	// subresource's selector path, used by HorizontalPodAutoscalers).
@@ -646,12 +818,15 @@ type CoordinatorPipelineStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=cpl,categories=epd
-// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.readyFraction`
+// +kubebuilder:printcolumn:name="Updated",type=integer,JSONPath=`.status.updatedReplicas`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
-// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.inferencePoolRef.name`
-// +kubebuilder:printcolumn:name="Steps",type=string,JSONPath=`.status.pipelineSteps`
-// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.readyReplicas`,priority=1
+// +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.conditions[?(@.type=="RolledOut")].reason`,priority=1
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.configRevision`
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.inferencePoolRef.name`,priority=1
+// +kubebuilder:printcolumn:name="Steps",type=string,JSONPath=`.status.pipelineSteps`,priority=1
 // +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.status.gatewayAddress`,priority=1
 // +kubebuilder:printcolumn:name="Route",type=string,JSONPath=`.status.conditions[?(@.type=="RouteAccepted")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

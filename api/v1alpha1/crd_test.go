@@ -83,14 +83,27 @@ func TestCRDDiscoveryAndPrinterColumns(t *testing.T) {
 			order = append(order, c.Name)
 		}
 	}
-	if got, want := strings.Join(order, ","), "Ready,Pool,Steps,Revision,Age"; got != want {
+	if got, want := strings.Join(order, ","), "Ready,Updated,URL,Revision,Age"; got != want {
 		t.Errorf("default printer columns = %s, want %s", got, want)
 	}
 	for name, path := range map[string]string{
-		"Reason":   `.status.conditions[?(@.type=="Ready")].reason`,
-		"Replicas": ".status.readyReplicas",
-		"Gateway":  ".status.gatewayAddress",
-		"Route":    `.status.conditions[?(@.type=="RouteAccepted")].status`,
+		"Ready":    ".status.readyFraction",
+		"Updated":  ".status.updatedReplicas",
+		"URL":      ".status.url",
+		"Revision": ".status.configRevision",
+	} {
+		if c, ok := cols[name]; !ok || c.JSONPath != path {
+			t.Errorf("printer column %s = %+v, want JSONPath %s", name, c, path)
+		}
+	}
+	for name, path := range map[string]string{
+		"Status":  `.status.conditions[?(@.type=="Ready")].status`,
+		"Reason":  `.status.conditions[?(@.type=="Ready")].reason`,
+		"Rollout": `.status.conditions[?(@.type=="RolledOut")].reason`,
+		"Pool":    ".spec.inferencePoolRef.name",
+		"Steps":   ".status.pipelineSteps",
+		"Gateway": ".status.gatewayAddress",
+		"Route":   `.status.conditions[?(@.type=="RouteAccepted")].status`,
 	} {
 		c, ok := cols[name]
 		if !ok || c.JSONPath != path || c.Priority != 1 {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -46,17 +47,18 @@ func main() {
 
 func run() int {
 	var (
-		metricsAddr      string
-		secureMetrics    bool
-		enableHTTP2      bool
-		probeAddr        string
-		leaderElect      bool
-		leaderElectionNS string
-		coordinatorImage string
-		maxConcurrent    int
-		kubeAPIQPS       float64
-		kubeAPIBurst     int
-		watchNamespace   string
+		metricsAddr       string
+		secureMetrics     bool
+		enableHTTP2       bool
+		probeAddr         string
+		leaderElect       bool
+		leaderElectionNS  string
+		coordinatorImage  string
+		maxConcurrent     int
+		kubeAPIQPS        float64
+		kubeAPIBurst      int
+		watchNamespace    string
+		operatorNamespace string
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
 		"Address of the metrics endpoint, e.g. :8443 (HTTPS with --metrics-secure) or :8080; 0 disables it.")
@@ -74,6 +76,8 @@ func run() int {
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 4, "CoordinatorPipelines reconciled in parallel.")
 	flag.Float64Var(&kubeAPIQPS, "kube-api-qps", 50, "Client-side rate limit towards the API server (queries per second).")
 	flag.IntVar(&kubeAPIBurst, "kube-api-burst", 100, "Client-side burst towards the API server.")
+	flag.StringVar(&operatorNamespace, "operator-namespace", ownNamespace(),
+		"Namespace the operator runs in: pipelines' NetworkPolicies admit it to the coordinators' admin port, which the rollout probe asks (default: $POD_NAMESPACE, else the service account's namespace).")
 	flag.StringVar(&watchNamespace, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
 		"Only reconcile CoordinatorPipelines in this namespace (all when empty); $WATCH_NAMESPACE sets the default (OLM sets it for the OwnNamespace and SingleNamespace install modes). The manager then caches and watches that namespace only and needs only a Role there.")
 	opts := zap.Options{Development: false}
@@ -119,7 +123,8 @@ func run() int {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	r := &controllers.CoordinatorPipelineReconciler{Client: mgr.GetClient(), DefaultImage: coordinatorImage, WatchNamespace: watchNamespace}
+	r := &controllers.CoordinatorPipelineReconciler{Client: mgr.GetClient(), DefaultImage: coordinatorImage, WatchNamespace: watchNamespace,
+		OperatorNamespace: operatorNamespace}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		log.Error(err, "setting up the controller", "controller", controllers.ControllerName)
 		return 1
@@ -139,4 +144,19 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// serviceAccountNamespace is where Kubernetes mounts the pod's namespace with its token.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// ownNamespace is the operator's namespace: $POD_NAMESPACE, else its service account's, else "".
+func ownNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	b, err := os.ReadFile(serviceAccountNamespace)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }

@@ -62,6 +62,10 @@ type Status struct {
 	LastError string `json:"last_error,omitempty"`
 	// LastErrorKey is the key the last error names.
 	LastErrorKey string `json:"last_error_key,omitempty"`
+	// RejectedRevision is the revision (config.FileRevision) of the file content the last error
+	// rejected, so that a reader (the operator) can tell whether the revision it expects was
+	// refused: "" after a success, or when the file could not be read.
+	RejectedRevision string `json:"rejected_revision,omitempty"`
 	// RestartRequired lists settings that changed in the file but only take effect on restart.
 	RestartRequired []string `json:"restart_required,omitempty"`
 	// Succeeded and Failed count reload attempts.
@@ -189,7 +193,7 @@ func (w *Watcher) Reload() error {
 	w.mu.Lock()
 	w.digest = digest
 	w.mu.Unlock()
-	return w.fail(err)
+	return w.reject(err, config.FileRevision(data))
 }
 
 func (w *Watcher) install(cfg config.Config, p *pipeline.Pipeline, digest [32]byte) {
@@ -201,7 +205,7 @@ func (w *Watcher) install(cfg config.Config, p *pipeline.Pipeline, digest [32]by
 	w.mu.Lock()
 	w.digest = digest
 	w.status.LastAttempt = time.Now()
-	w.status.LastError, w.status.LastErrorKey = "", ""
+	w.status.LastError, w.status.LastErrorKey, w.status.RejectedRevision = "", "", ""
 	w.status.RestartRequired = restart
 	w.status.Succeeded++
 	w.mu.Unlock()
@@ -219,18 +223,25 @@ func (w *Watcher) install(cfg config.Config, p *pipeline.Pipeline, digest [32]by
 	}
 }
 
-func (w *Watcher) fail(err error) error {
+// fail records a reload that could not read the file.
+func (w *Watcher) fail(err error) error { return w.reject(err, "") }
+
+// reject records a rejected reload: err, and the revision of the rejected content ("" when the
+// file could not be read).
+func (w *Watcher) reject(err error, revision string) error {
 	w.mu.Lock()
 	w.status.LastAttempt = time.Now()
 	w.status.LastError = err.Error()
 	w.status.LastErrorKey = config.KeyOf(err)
+	w.status.RejectedRevision = revision
 	w.status.Failed++
 	w.mu.Unlock()
 	keep := ""
 	if p := w.opts.Holder.Load(); p != nil {
 		keep = p.Revision()
 	}
-	w.opts.Log.Error(err, "config reload rejected; the last good pipeline keeps serving", "key", config.KeyOf(err), "serving_revision", keep, "path", w.opts.Path)
+	w.opts.Log.Error(err, "config reload rejected; the last good pipeline keeps serving", "key", config.KeyOf(err), "serving_revision", keep,
+		"rejected_revision", revision, "path", w.opts.Path)
 	if w.opts.OnReload != nil {
 		w.opts.OnReload(false, keep)
 	}

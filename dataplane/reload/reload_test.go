@@ -163,13 +163,17 @@ func TestInvalidConfigKeepsServing(t *testing.T) {
 			if f.holder.Load() != good || st.LastError == "" || st.LastErrorKey != tc.key {
 				t.Fatalf("status %+v", st)
 			}
+			// The rejected revision is the one the operator computes for the content.
+			if want := config.FileRevision([]byte(tc.doc)); st.RejectedRevision != want || want == good.Revision() {
+				t.Fatalf("rejected_revision %q, want %q (serving %s)", st.RejectedRevision, want, good.Revision())
+			}
 			// The rejected content is not retried; the next good one clears the error.
 			if err := f.w.Reload(); err != nil || f.w.Status().Failed != 1 {
 				t.Fatalf("rejected content rebuilt: %v", err)
 			}
 			f.write(prefillNIXL, true)
 			f.waitFor("recovery", func() bool { return f.w.Status().Succeeded == 1 })
-			if st := f.w.Status(); st.LastError != "" || steps(f.holder.Load()) != "prefill,decode" {
+			if st := f.w.Status(); st.LastError != "" || st.RejectedRevision != "" || steps(f.holder.Load()) != "prefill,decode" {
 				t.Fatalf("status %+v", st)
 			}
 		})

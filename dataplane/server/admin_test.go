@@ -52,7 +52,7 @@ func TestAdminHandler(t *testing.T) {
 	}
 	holder := &pipeline.Holder{}
 	holder.Swap(p)
-	url := startAdmin(t, holder, fixedStatus{Watching: true, LastErrorKey: "pipeline.steps"}, nil)
+	url := startAdmin(t, holder, fixedStatus{Watching: true, LastError: "bad", LastErrorKey: "pipeline.steps", RejectedRevision: "rev-2"}, nil)
 	tests := map[string]struct {
 		method, path string
 		status       int
@@ -60,6 +60,7 @@ func TestAdminHandler(t *testing.T) {
 	}{
 		"metrics":        {method: "GET", path: "/metrics", status: 200, contains: "coordinator_test_total 0"},
 		"pipeline":       {method: "GET", path: "/debug/pipeline", status: 200, contains: `"revision":"rev-1"`},
+		"rejection":      {method: "GET", path: "/debug/pipeline", status: 200, contains: `"last_error":"bad","last_error_key":"pipeline.steps","rejected_revision":"rev-2"`},
 		"HEAD":           {method: "HEAD", path: "/metrics", status: 200},
 		"POST":           {method: "POST", path: "/debug/pipeline", status: 405},
 		"the API is not": {method: "POST", path: "/v1/chat/completions", status: 404},

@@ -313,6 +313,13 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 	if got := e.debugPipeline().Revision; got != revision {
 		t.Fatalf("coordinator runs revision %s, the CR says %s", got, revision)
 	}
+	// Its Pod stand-in: the operator asks it which revision it serves.
+	e.podFor(ns, "epd", "epd-0", e.coord)
+	e.deploymentReady(ns, "epd")
+	if got := e.waitRollout(ns, "epd", 1, metav1.ConditionTrue, coordinatorv1alpha1.ReasonRolledOut, 1); got.Status.ReadyFraction != "1/1" ||
+		got.Status.URL != "http://epd.e2e.svc:8080" {
+		t.Fatalf("status: ready %q, url %q", got.Status.ReadyFraction, got.Status.URL)
+	}
 
 	// Text and streaming requests through prefill + decode.
 	var httpResp *http.Response
@@ -405,6 +412,7 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 		return e.debugPipeline().Revision == newRevision, nil
 	})
 	t.Logf("CR update reached the running coordinator in %s", time.Since(start).Round(time.Millisecond))
+	e.waitRollout(ns, "epd", gen, metav1.ConditionTrue, coordinatorv1alpha1.ReasonRolledOut, 1)
 	dp := e.debugPipeline()
 	if dp.KVConnector != "kv-shared-storage" || len(dp.Steps) != 3 || dp.Steps[0].Type != "conditional-decode" {
 		t.Fatalf("debug pipeline %+v", dp)
@@ -469,6 +477,8 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 	if got := e.debugPipeline().Revision; got != newRevision {
 		t.Fatalf("the coordinator left the last good revision: %s", got)
 	}
+	// The applied revision did not move: the coordinator still serves it.
+	e.waitRollout(ns, "epd", bad, metav1.ConditionTrue, coordinatorv1alpha1.ReasonRolledOut, 1)
 	// kv-sglang, whose transfer needs prefill and decode in flight together: the prefill-decode
 	// step reserves a prefill endpoint through the picker, pins the prefill to it and sends both.
 	sglang := e.update(func(s *coordinatorv1alpha1.CoordinatorPipelineSpec) {
@@ -480,6 +490,7 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 		return cp.Status.ObservedGeneration >= sglang && cp.Status.ConfigRevision != newRevision &&
 			e.debugPipeline().Revision == cp.Status.ConfigRevision, nil
 	})
+	e.waitRollout(ns, "epd", sglang, metav1.ConditionTrue, coordinatorv1alpha1.ReasonRolledOut, 1)
 	if resp, err := sdk.Chat.Completions.New(e.ctx, chat("sglang end to end"), option.WithResponseInto(&httpResp)); err != nil ||
 		resp.Choices[0].Message.Content != "sglang end to end" {
 		t.Fatalf("kv-sglang chat: %v %+v", err, resp)

@@ -1,0 +1,282 @@
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+)
+
+// Rollout truth: the coordinators reload their configuration without a restart, so neither the
+// Deployment nor the pods' objects say which configuration a pod serves. The operator asks each
+// ready coordinator pod on its admin port (GET /debug/pipeline, the port named "metrics").
+
+const (
+	// DebugPipelinePath is the coordinator admin listener's pipeline report.
+	DebugPipelinePath = "/debug/pipeline"
+	// podProbeTimeout bounds one pod's answer.
+	podProbeTimeout = 2 * time.Second
+	// podProbeBudget bounds the whole survey of one pipeline's pods: a pod not asked by then is
+	// unknown.
+	podProbeBudget = 5 * time.Second
+	// podProbeParallel is how many pods of one pipeline are asked at once.
+	podProbeParallel = 8
+	// maxPipelineStatusBytes bounds the answer read from a pod.
+	maxPipelineStatusBytes = 1 << 20
+)
+
+// PodPipelineStatus is the part of a coordinator's GET /debug/pipeline answer
+// (server.PipelineStatus) the operator reads. A test keeps the two in step.
+type PodPipelineStatus struct {
+	// Revision is the configuration revision the pod serves.
+	Revision string `json:"revision"`
+	// Reload is the pod's config watcher (absent when it does not watch the file).
+	Reload *PodReloadStatus `json:"reload,omitempty"`
+}
+
+// PodReloadStatus is the part of the coordinator's reload.Status the operator reads.
+type PodReloadStatus struct {
+	// LastError is the last rejected configuration's error ("" after a success).
+	LastError string `json:"last_error,omitempty"`
+	// RejectedRevision is the revision that LastError rejected.
+	RejectedRevision string `json:"rejected_revision,omitempty"`
+	// RestartRequired lists settings of the loaded file that wait for a restart.
+	RestartRequired []string `json:"restart_required,omitempty"`
+}
+
+// PipelineStatusGetter asks one coordinator for its GET /debug/pipeline answer at url. The
+// reconciler's default is HTTPPipelineStatusGetter; tests may substitute their own.
+type PipelineStatusGetter interface {
+	GetPipelineStatus(ctx context.Context, url string) (PodPipelineStatus, error)
+}
+
+// HTTPPipelineStatusGetter is the PipelineStatusGetter over HTTP(S).
+type HTTPPipelineStatusGetter struct {
+	// Client sends the requests (NewPodHTTPClient when nil).
+	Client *http.Client
+}
+
+// NewPodHTTPClient is the client that asks coordinator pods: no proxy (pod IPs are reached
+// directly), podProbeTimeout per request, and certificates not verified. The admin listener
+// serves the pipeline's TLS certificate (spec.server.tls), issued for the Service's names, not
+// for pod IPs, and the operator never reads Secrets' data to learn its CA; what it reads is only
+// reported in status.
+func NewPodHTTPClient() *http.Client {
+	return &http.Client{
+		Timeout: podProbeTimeout,
+		Transport: &http.Transport{
+			Proxy:                 nil,
+			DialContext:           (&net.Dialer{Timeout: podProbeTimeout}).DialContext,
+			TLSClientConfig:       &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec // see the comment above
+			TLSHandshakeTimeout:   podProbeTimeout,
+			ResponseHeaderTimeout: podProbeTimeout,
+			MaxIdleConnsPerHost:   1,
+			IdleConnTimeout:       30 * time.Second,
+		},
+		// The admin listener does not redirect; following one would leave the pod.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// GetPipelineStatus implements PipelineStatusGetter: one GET, its answer read up to
+// maxPipelineStatusBytes.
+func (g HTTPPipelineStatusGetter) GetPipelineStatus(ctx context.Context, url string) (PodPipelineStatus, error) {
+	var st PodPipelineStatus
+	hc := g.Client
+	if hc == nil {
+		hc = defaultPodHTTPClient
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return st, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPipelineStatusBytes+1))
+	if err != nil {
+		return st, fmt.Errorf("reading the answer: %w", err)
+	}
+	switch {
+	case resp.StatusCode != http.StatusOK:
+		return st, fmt.Errorf("HTTP %d", resp.StatusCode)
+	case len(body) > maxPipelineStatusBytes:
+		return st, fmt.Errorf("answer larger than %d bytes", maxPipelineStatusBytes)
+	}
+	if err := json.Unmarshal(body, &st); err != nil {
+		return st, fmt.Errorf("decoding the answer: %w", err)
+	}
+	if st.Revision == "" {
+		return st, errors.New("the answer names no revision")
+	}
+	return st, nil
+}
+
+var defaultPodHTTPClient = NewPodHTTPClient()
+
+// podRevision is what one ready coordinator pod said about the configuration it serves.
+type podRevision struct {
+	// pod is the pod's name.
+	pod string
+	// status is its answer; valid when err is "".
+	status PodPipelineStatus
+	// err says why the pod could not be asked ("" when it answered).
+	err string
+}
+
+// podSurvey is what the operator learned from a pipeline's coordinator pods.
+type podSurvey struct {
+	// pods are the ready pods, by name, with their answers.
+	pods []podRevision
+}
+
+// readyPod reports whether p counts as a serving coordinator: not terminating, Ready, with an IP.
+func readyPod(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.PodIP == "" {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// adminURL is the GET /debug/pipeline URL of pod p: its IP and the container port named
+// "metrics" of the coordinator container, https when the container's readiness probe uses
+// HTTPS (spec.server.tls serves both listeners with TLS). Each pod is read on its own: during a
+// roll old and new pods may differ.
+func adminURL(p *corev1.Pod) (string, error) {
+	for i := range p.Spec.Containers {
+		c := &p.Spec.Containers[i]
+		if c.Name != containerName && len(p.Spec.Containers) > 1 {
+			continue
+		}
+		for _, port := range c.Ports {
+			if port.Name != metricsPortName {
+				continue
+			}
+			scheme := "http"
+			if rp := c.ReadinessProbe; rp != nil && rp.HTTPGet != nil && rp.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+				scheme = "https"
+			}
+			return scheme + "://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port.ContainerPort))) + DebugPipelinePath, nil
+		}
+	}
+	return "", fmt.Errorf("no container port named %q (the admin listener is off?)", metricsPortName)
+}
+
+// surveyPods asks every ready pod of pods, at most podProbeParallel at once, each within
+// podProbeTimeout and all within podProbeBudget. A pod that cannot be asked is recorded with
+// the reason; nothing here fails.
+func surveyPods(ctx context.Context, getter PipelineStatusGetter, pods []corev1.Pod) podSurvey {
+	ctx, cancel := context.WithTimeout(ctx, podProbeBudget)
+	defer cancel()
+	var ready []*corev1.Pod
+	for i := range pods {
+		if readyPod(&pods[i]) {
+			ready = append(ready, &pods[i])
+		}
+	}
+	out := make([]podRevision, len(ready))
+	sem := make(chan struct{}, podProbeParallel)
+	var wg sync.WaitGroup
+	for i, p := range ready {
+		out[i].pod = p.Name
+		url, err := adminURL(p)
+		if err != nil {
+			out[i].err = err.Error()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+				defer func() { <-sem }()
+			case <-ctx.Done():
+				out[i].err = "not asked in time"
+				return
+			}
+			pctx, pcancel := context.WithTimeout(ctx, podProbeTimeout)
+			defer pcancel()
+			st, err := getter.GetPipelineStatus(pctx, url)
+			if err != nil {
+				out[i].err = err.Error()
+				return
+			}
+			out[i].status = st
+		}()
+	}
+	wg.Wait()
+	slices.SortFunc(out, func(a, b podRevision) int { return cmp.Compare(a.pod, b.pod) })
+	return podSurvey{pods: out}
+}
+
+// listPods lists the pods of cp's coordinator Deployment (its selector labels), from the
+// manager's cache.
+func (r *CoordinatorPipelineReconciler) listPods(ctx context.Context, cp *coordinatorv1alpha1.CoordinatorPipeline) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := r.List(ctx, &list, client.InNamespace(cp.Namespace), client.MatchingLabels(selectorLabels(cp))); err != nil {
+		return nil, fmt.Errorf("listing coordinator pods: %w", err)
+	}
+	return list.Items, nil
+}
+
+// reconcilePodRevisions asks the coordinator pods which configuration they serve (no
+// Deployment: nothing to ask).
+func (r *CoordinatorPipelineReconciler) reconcilePodRevisions(ctx context.Context, s *scope) error {
+	if s.obs.deployment.value == nil {
+		s.obs.pods = found[*podSurvey](nil)
+		return nil
+	}
+	pods, err := r.listPods(ctx, s.cp)
+	if err != nil {
+		return err
+	}
+	getter := r.PipelineStatus
+	if getter == nil {
+		getter = HTTPPipelineStatusGetter{}
+	}
+	survey := surveyPods(ctx, getter, pods)
+	s.obs.pods = found(&survey)
+	return nil
+}
+
+// podChanged is true when an update changes what the rollout status reads of a pod: readiness,
+// IP, ports, deletion or labels.
+func podChanged(old, cur *corev1.Pod) bool {
+	if readyPod(old) != readyPod(cur) || old.Status.PodIP != cur.Status.PodIP ||
+		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) {
+		return true
+	}
+	if len(old.Labels) != len(cur.Labels) {
+		return true
+	}
+	for k, v := range cur.Labels {
+		if old.Labels[k] != v {
+			return true
+		}
+	}
+	a, _ := adminURL(old)
+	b, _ := adminURL(cur)
+	return a != b
+}
