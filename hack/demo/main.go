@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -22,7 +23,6 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -129,7 +129,24 @@ func run(ctx context.Context, addr string, once bool) error {
 		return err
 	}
 	defer func() { _ = coord.Stop(10 * time.Second) }()
-	markAvailable(ctx, c.Client, name)
+	// Envtest runs no Deployment controller and no kubelet: play both for the coordinator
+	// process, so that the operator's rollout probe asks it which revision it serves.
+	if err := c.DeploymentReady(ctx, namespace, name); err != nil {
+		return err
+	}
+	if err := c.StandInPod(ctx, namespace, name, name+"-0", coord); err != nil {
+		return err
+	}
+	kubectl := filepath.Join(assets, "kubectl")
+	step("waiting for the operator to see the pod serve revision %s (RolledOut), then kubectl get cpl", cp.Status.ConfigRevision)
+	if err := waitRolledOut(ctx, c.Client, name); err != nil {
+		return fmt.Errorf("%w\noperator logs:\n%s", err, c.ManagerLogs())
+	}
+	get := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "get", "cpl", "-n", namespace)
+	get.Stdout, get.Stderr = os.Stdout, os.Stderr
+	if err := get.Run(); err != nil {
+		return fmt.Errorf("kubectl get cpl: %w", err)
+	}
 
 	step("sending one chat request with an image through the full pipeline")
 	if err := firstRequest(ctx, coord.URL, st); err != nil {
@@ -139,7 +156,7 @@ func run(ctx context.Context, addr string, once bool) error {
 		return nil
 	}
 
-	kubectl := fmt.Sprintf("KUBECONFIG=%s %s", c.Kubeconfig, filepath.Join(assets, "kubectl"))
+	kubectl = fmt.Sprintf("KUBECONFIG=%s %s", c.Kubeconfig, kubectl)
 	fmt.Printf(`
 The system is up. Try it:
 
@@ -247,17 +264,26 @@ func waitValid(ctx context.Context, k client.Client, name string) (*coordinatorv
 	}
 }
 
-// markAvailable plays the Deployment controller (envtest runs none): the coordinator process
-// started above is the Deployment's one available replica.
-func markAvailable(ctx context.Context, k client.Client, name string) {
-	var d appsv1.Deployment
-	if err := k.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &d); err != nil {
-		return
+// waitRolledOut waits until the pipeline's RolledOut condition is True.
+func waitRolledOut(ctx context.Context, k client.Client, name string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var cp coordinatorv1alpha1.CoordinatorPipeline
+		if err := k.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &cp); err == nil {
+			if meta.IsStatusConditionTrue(cp.Status.Conditions, string(coordinatorv1alpha1.ConditionRolledOut)) {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			c := meta.FindStatusCondition(cp.Status.Conditions, string(coordinatorv1alpha1.ConditionRolledOut))
+			return fmt.Errorf("CoordinatorPipeline %s not rolled out within a minute: %+v", name, c)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	d.Status.ObservedGeneration = d.Generation
-	d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.ReadyReplicas, d.Status.AvailableReplicas = 1, 1, 1, 1
-	d.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: "True", Reason: "MinimumReplicasAvailable"}}
-	_ = k.Status().Update(ctx, &d)
 }
 
 // firstRequest sends a chat request with an inline image and prints the answer and its legs.

@@ -13,14 +13,20 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -400,4 +406,61 @@ func (c *Coordinator) Stop(timeout time.Duration) error {
 		_ = c.cmd.Process.Kill()
 		return errors.New("coordinator did not stop in time")
 	}
+}
+
+// StandInPod plays kubelet for a coordinator process: it creates a Ready Pod pod with IP
+// 127.0.0.1 from the template of Deployment namespace/deployment, its metrics port the admin port
+// of co (nil: a port nothing listens on), so that the operator's rollout probe asks co.
+func (c *Cluster) StandInPod(ctx context.Context, namespace, deployment, pod string, co *Coordinator) error {
+	var dep appsv1.Deployment
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: deployment}, &dep); err != nil {
+		return err
+	}
+	port := 1 // nothing listens on tcpmux
+	if co != nil {
+		u, err := url.Parse(co.AdminURL)
+		if err != nil {
+			return err
+		}
+		if port, err = strconv.Atoi(u.Port()); err != nil {
+			return err
+		}
+	}
+	container := *dep.Spec.Template.Spec.Containers[0].DeepCopy()
+	container.Ports, container.VolumeMounts = nil, nil // a stand-in: the volumes are the caller's files
+	for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
+		if p.Name == "metrics" {
+			p.ContainerPort = int32(port) //nolint:gosec // a TCP port
+		}
+		container.Ports = append(container.Ports, p)
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: pod, Labels: dep.Spec.Template.Labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{container}},
+	}
+	if err := c.Client.Create(ctx, p); err != nil {
+		return err
+	}
+	p.Status = corev1.PodStatus{
+		Phase:      corev1.PodRunning,
+		PodIP:      "127.0.0.1",
+		PodIPs:     []corev1.PodIP{{IP: "127.0.0.1"}},
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}},
+	}
+	return c.Client.Status().Update(ctx, p)
+}
+
+// DeploymentReady plays the Deployment controller (envtest runs none): every desired replica of
+// namespace/name is ready and available.
+func (c *Cluster) DeploymentReady(ctx context.Context, namespace, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var dep appsv1.Deployment
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &dep); err != nil {
+			return err
+		}
+		n := ptr.Deref(dep.Spec.Replicas, 1)
+		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
+			Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}}}
+		return c.Client.Status().Update(ctx, &dep)
+	})
 }

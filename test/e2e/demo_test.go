@@ -11,7 +11,7 @@ import (
 )
 
 // TestDemo runs `make demo`'s program once (first request, then exit), so the README's first
-// command keeps working. The coordinator serves on a free loopback port.
+// command keeps working: the pipeline rolled out (kubectl get cpl's READY, UPDATED and URL). The coordinator serves on a free loopback port.
 func TestDemo(t *testing.T) {
 	prereq.KubebuilderAssets(t)
 	root, err := cluster.Root()
@@ -30,7 +30,8 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out)
 	}
-	for _, want := range []string{"status.configRevision = ", "starting the coordinator on " + addr, "answer: \"what is in this picture", "EPP-Profile: encode ", "EPP-Profile: prefill", "EPP-Profile: decode  -> decode-0   HTTP 200"} {
+	for _, want := range []string{"status.configRevision = ", "starting the coordinator on " + addr, "answer: \"what is in this picture", "EPP-Profile: encode ", "EPP-Profile: prefill", "EPP-Profile: decode  -> decode-0   HTTP 200",
+		"READY   UPDATED   URL", "1/1     1         http://"} {
 		if !strings.Contains(string(out), want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out)
 		}

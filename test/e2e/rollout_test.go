@@ -2,15 +2,12 @@ package e2e
 
 import (
 	"fmt"
-	"net/url"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"testing"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,47 +27,10 @@ import (
 // (GET /debug/pipeline) which revision it serves: the operator's real HTTP path, against the
 // real coordinator binary.
 
-// podFor creates the Pod object of coordinator process co (nil: a pod whose admin port nothing
-// listens on) for the Deployment ns/name, and marks it Ready.
+// podFor registers co as a ready pod of the Deployment namespace/deployment (cluster.StandInPod).
 func (e *env) podFor(namespace, deployment, pod string, co *cluster.Coordinator) {
 	e.t.Helper()
-	k := e.cluster.Client
-	var dep appsv1.Deployment
-	if err := k.Get(e.ctx, client.ObjectKey{Namespace: namespace, Name: deployment}, &dep); err != nil {
-		e.t.Fatal(err)
-	}
-	port := 1 // nothing listens on tcpmux
-	if co != nil {
-		u, err := url.Parse(co.AdminURL)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if port, err = strconv.Atoi(u.Port()); err != nil {
-			e.t.Fatal(err)
-		}
-	}
-	container := *dep.Spec.Template.Spec.Containers[0].DeepCopy()
-	container.Ports, container.VolumeMounts = nil, nil // a stand-in: the volumes are the test's files
-	for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
-		if p.Name == "metrics" {
-			p.ContainerPort = int32(port)
-		}
-		container.Ports = append(container.Ports, p)
-	}
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: pod, Labels: dep.Spec.Template.Labels},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{container}},
-	}
-	if err := k.Create(e.ctx, p); err != nil {
-		e.t.Fatal(err)
-	}
-	p.Status = corev1.PodStatus{
-		Phase:      corev1.PodRunning,
-		PodIP:      "127.0.0.1",
-		PodIPs:     []corev1.PodIP{{IP: "127.0.0.1"}},
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}},
-	}
-	if err := k.Status().Update(e.ctx, p); err != nil {
+	if err := e.cluster.StandInPod(e.ctx, namespace, deployment, pod, co); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -78,16 +38,7 @@ func (e *env) podFor(namespace, deployment, pod string, co *cluster.Coordinator)
 // deploymentReady plays the Deployment controller: every desired replica is ready.
 func (e *env) deploymentReady(namespace, name string) {
 	e.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var dep appsv1.Deployment
-		if err := e.cluster.Client.Get(e.ctx, client.ObjectKey{Namespace: namespace, Name: name}, &dep); err != nil {
-			return err
-		}
-		n := ptr.Deref(dep.Spec.Replicas, 1)
-		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
-		return e.cluster.Client.Status().Update(e.ctx, &dep)
-	})
-	if err != nil {
+	if err := e.cluster.DeploymentReady(e.ctx, namespace, name); err != nil {
 		e.t.Fatal(err)
 	}
 }
