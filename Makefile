@@ -114,7 +114,7 @@ undeploy: build-installer ## Remove the operator from the cluster.
 	$(KUBECTL) delete --ignore-not-found -f $(INSTALLER)
 
 .PHONY: helm-chart
-helm-chart: ## Regenerate the Helm chart's CRD and RBAC templates (charts/coordinator-operator) from config/.
+helm-chart: ## Regenerate the Helm chart's CRD, RBAC and monitoring files (charts/coordinator-operator) from config/, and its README values table from values.yaml.
 	$(GO) run ./hack/chartgen
 
 .PHONY: helm-lint

@@ -268,14 +268,19 @@ func (r *CoordinatorPipelineReconciler) exists(ctx context.Context, kind, namesp
 
 // renderAndValidate renders the spec into the data-plane configuration and validates its
 // pipeline with the data plane's builder. An unresolved gateway does not stop validation (a
-// placeholder address stands in), but such a configuration is not applied.
+// placeholder address stands in), but such a configuration is not applied. A coordinator image
+// that declares an older configuration schema (checkImageSchema) is refused before rendering.
 func (r *CoordinatorPipelineReconciler) renderAndValidate(_ context.Context, s *scope) error {
 	gw := s.obs.gateway.value
 	address := validationGatewayAddress
 	if gw.ok {
 		address = gw.address
 	}
-	cfg, err := renderConfig(s.cp, address)
+	err := checkImageSchema(s.cp, config.SchemaVersion)
+	var cfg config.Config
+	if err == nil {
+		cfg, err = renderConfig(s.cp, address)
+	}
 	if err == nil {
 		err = validatePipeline(cfg)
 	}
@@ -335,11 +340,12 @@ func (r *CoordinatorPipelineReconciler) reconcileService(ctx context.Context, s 
 }
 
 // reconcileDeployment runs the coordinators with the applied configuration. With no valid
-// configuration ever rendered there is nothing to run.
+// configuration ever rendered there is nothing to run. A refused coordinator image leaves the
+// Deployment as it is: its pods would reject the configuration the operator renders.
 func (r *CoordinatorPipelineReconciler) reconcileDeployment(ctx context.Context, s *scope) error {
 	var dep *appsv1.Deployment
 	var err error
-	if applied := s.obs.applied.value; applied == nil {
+	if applied := s.obs.applied.value; applied == nil || imageRefused(s.obs.pipeline.value) {
 		dep, err = getChild[appsv1.Deployment](ctx, r, s.cp, s.cp.Name)
 	} else {
 		dep, _, err = ensureChild(ctx, r, s.cp, deploymentKind, desiredDeployment(s.cp, *applied, r.DefaultImage))
@@ -430,6 +436,7 @@ func (r *CoordinatorPipelineReconciler) emitTransitionEvents(before, after *coor
 		action   string
 	}{
 		{coordinatorv1alpha1.ConditionPipelineValid, coordinatorv1alpha1.ReasonInvalidPipeline, "ValidatePipeline"},
+		{coordinatorv1alpha1.ConditionPipelineValid, coordinatorv1alpha1.ReasonConfigSchemaUnsupported, "CheckConfigSchema"},
 		{coordinatorv1alpha1.ConditionDegraded, coordinatorv1alpha1.ReasonChildConflict, "ApplyChildren"},
 		{coordinatorv1alpha1.ConditionRouteAccepted, coordinatorv1alpha1.ReasonNotAccepted, "AttachRoute"},
 		{coordinatorv1alpha1.ConditionRouteAccepted, coordinatorv1alpha1.ReasonRefsNotResolved, "AttachRoute"},

@@ -115,6 +115,10 @@ func conditionFalse(cp *coordinatorv1alpha1.CoordinatorPipeline, t coordinatorv1
 // setPipelineValidCondition reports the pipeline's validation. The message of an invalid
 // pipeline is the data plane's error verbatim, naming the key that failed.
 func setPipelineValidCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error) {
+	if imageRefused(err) {
+		setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, false, coordinatorv1alpha1.ReasonConfigSchemaUnsupported, err.Error())
+		return
+	}
 	if err != nil {
 		setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, false, coordinatorv1alpha1.ReasonInvalidPipeline, err.Error())
 		return
@@ -237,6 +241,13 @@ func setDegradedCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error
 		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonChildConflict, conflict.Error())
 	case err != nil:
 		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonReconcileError, err.Error())
+	case conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid) != nil &&
+		conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid).Reason == string(coordinatorv1alpha1.ReasonConfigSchemaUnsupported):
+		msg := "spec.image cannot read the configuration this operator renders (see PipelineValid); nothing is deployed until it is fixed"
+		if cp.Status.ConfigRevision != "" {
+			msg = fmt.Sprintf("spec.image cannot read the configuration this operator renders (see PipelineValid); the coordinators keep their image and configuration revision %s", cp.Status.ConfigRevision)
+		}
+		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonConfigSchemaUnsupported, msg)
 	case conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid) != nil:
 		msg := "spec.pipeline is invalid (see PipelineValid); nothing is deployed until it is fixed"
 		if cp.Status.ConfigRevision != "" {
@@ -268,7 +279,8 @@ func setReadyCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error, t
 		return
 	}
 	if c := conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid); c != nil {
-		notReady(coordinatorv1alpha1.ReasonInvalidPipeline, c.Message)
+		// InvalidPipeline or ConfigSchemaUnsupported.
+		notReady(coordinatorv1alpha1.ConditionReason(c.Reason), c.Message)
 		return
 	}
 	if c := conditionFalse(cp, coordinatorv1alpha1.ConditionGatewayResolved); c != nil {

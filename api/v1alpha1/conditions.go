@@ -70,6 +70,11 @@ const (
 	// ReasonInvalidPipeline: the pipeline does not build; the message is the data plane's error,
 	// naming the key (e.g. pipeline.steps[2].params.max_parallel: must be at least 1, got 0).
 	ReasonInvalidPipeline ConditionReason = "InvalidPipeline"
+	// ReasonConfigSchemaUnsupported: spec.image declares (annotation
+	// coordinator.epd.dev/config-schema) a configuration schema older than the one the operator
+	// renders, or the annotation is not a number. Nothing is changed until it is fixed: the
+	// coordinators keep their image and configuration. Also used by Ready and Degraded.
+	ReasonConfigSchemaUnsupported ConditionReason = "ConfigSchemaUnsupported"
 )
 
 // Reasons of the RouteAccepted condition (it also uses ReasonNotAccepted, ReasonRefsNotResolved

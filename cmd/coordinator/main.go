@@ -58,7 +58,7 @@ func run(args []string) int {
 	watch := flags.Bool("watch", true, "reload the pipeline when the config file changes")
 	check := flags.Bool("check", false,
 		"validate the config file as startup does, print the result and exit (0 valid, 1 invalid); opens no listener")
-	showVersion := flags.Bool("version", false, "print the version, commit and Go version, and exit")
+	showVersion := flags.Bool("version", false, "print the version, commit, Go version and configuration schema version, and exit")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return 0
@@ -67,7 +67,7 @@ func run(args []string) int {
 		return 2
 	}
 	if *showVersion {
-		fmt.Printf("coordinator %s (commit %s, %s %s/%s)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		fmt.Printf("coordinator %s (commit %s, %s %s/%s, config schema %d)\n", version, commit, runtime.Version(), runtime.GOOS, runtime.GOARCH, config.SchemaVersion)
 		return 0
 	}
 	// -v overrides log_level, at startup, on reload (lookupEnv) and for --check.

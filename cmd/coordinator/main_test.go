@@ -171,7 +171,7 @@ func lastLine(out string) string {
 func TestVersion(t *testing.T) {
 	// No config is read: a missing one does not matter.
 	code, stdout, stderr := runBinary(t, nil, "--version", "--config", "/nonexistent/coordinator.yaml")
-	want := fmt.Sprintf("coordinator %s (commit %s, %s %s/%s)\n", testVersion, testCommit, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	want := fmt.Sprintf("coordinator %s (commit %s, %s %s/%s, config schema %d)\n", testVersion, testCommit, runtime.Version(), runtime.GOOS, runtime.GOARCH, config.SchemaVersion)
 	if code != 0 || stdout != want || stderr != "" {
 		t.Fatalf("--version: exit %d, stdout %q (want %q), stderr %q", code, stdout, want, stderr)
 	}

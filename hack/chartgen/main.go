@@ -1,5 +1,6 @@
-// Command chartgen writes the generated templates of the Helm chart (charts/coordinator-operator:
-// the CRD and the RBAC roles) from kustomize's output of config/default. `make helm-chart`.
+// Command chartgen writes the generated files of the Helm chart (charts/coordinator-operator: the
+// CRD and RBAC templates and the monitoring files from kustomize's output of config/, and the
+// README's values table from values.yaml). `make helm-chart`.
 package main
 
 import (

@@ -62,9 +62,10 @@ func RoleSuffix(kustomizeName string) string {
 	return strings.TrimPrefix(kustomizeName, kustomizeNamePrefix)
 }
 
-// ChartFiles renders the generated chart templates (relative to ChartDir) from kustomize's
-// output of config/default: the CRD (gated by crds.install, kept on uninstall with crds.keep)
-// and every Role and ClusterRole with its rules verbatim.
+// ChartFiles renders the generated chart files (relative to ChartDir): from kustomize's output of
+// config/default the CRD (gated by crds.install, kept on uninstall with crds.keep) and every Role
+// and ClusterRole with its rules verbatim; the monitoring files; and the README's values table
+// (from values.yaml and values.schema.json).
 func ChartFiles(root string) (map[string][]byte, error) {
 	objs, err := Kustomize(root, "config/default")
 	if err != nil {
@@ -94,7 +95,11 @@ func ChartFiles(root string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", RulesSource, err)
 	}
-	return map[string][]byte{ChartCRDTemplate: crd, ChartRolesTemplate: roles, ChartDashboardFile: dashboard, ChartRulesFile: groups}, nil
+	readme, err := chartReadme(root)
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{ChartCRDTemplate: crd, ChartRolesTemplate: roles, ChartDashboardFile: dashboard, ChartRulesFile: groups, ChartReadme: readme}, nil
 }
 
 // RuleGroups cuts the rule groups out of a PrometheusRule document as text (comments and block

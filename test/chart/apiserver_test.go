@@ -35,6 +35,26 @@ func TestChartAppliesToAPIServer(t *testing.T) {
 	}
 }
 
+// The `helm test` hooks pass a server-side dry-run apply in a namespace that enforces the
+// restricted Pod Security Standard.
+func TestHelmTestHooksApplyRestricted(t *testing.T) {
+	c := cluster.APIServer(t)
+	const ns = "chart-hooks-restricted"
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest",
+	}}}
+	if err := c.Create(context.Background(), n); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	hooks := render(t, ns, nil).hooks
+	if len(hooks) == 0 {
+		t.Fatal("no hooks rendered")
+	}
+	for _, err := range cluster.ApplyManifests(context.Background(), c, "chart-test", hooks) {
+		t.Error(err)
+	}
+}
+
 func createNamespace(t *testing.T, c client.Client, name string) {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}

@@ -1,6 +1,7 @@
 package chart_test
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -40,7 +41,9 @@ func loadChart(t *testing.T) *chart.Chart {
 
 // rendered is the output of one client-only install.
 type rendered struct {
-	objs  []*unstructured.Unstructured
+	objs []*unstructured.Unstructured
+	// hooks are the hook objects (templates/tests), which Helm keeps out of the manifest.
+	hooks []*unstructured.Unstructured
 	notes string
 }
 
@@ -72,7 +75,15 @@ func tryRender(c *chart.Chart, ns string, vals map[string]any) (rendered, error)
 	if err != nil {
 		return rendered{}, err
 	}
-	return rendered{objs: objs, notes: rel.Info.Notes}, nil
+	var hooks []*unstructured.Unstructured
+	for _, h := range rel.Hooks {
+		hs, err := packaging.SplitYAML([]byte(h.Manifest))
+		if err != nil {
+			return rendered{}, fmt.Errorf("hook %s: %w", h.Path, err)
+		}
+		hooks = append(hooks, hs...)
+	}
+	return rendered{objs: objs, hooks: hooks, notes: rel.Info.Notes}, nil
 }
 
 // get returns the one object of kind named name ("" matches any name).

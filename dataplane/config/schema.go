@@ -1,0 +1,21 @@
+package config
+
+// SchemaVersion is the version of the configuration schema this build reads: its keys (every
+// field of Config, at any depth), the step types and each step's params. The coordinator rejects
+// unknown keys, so a coordinator image can only run a configuration rendered for its schema or an
+// older one.
+//
+// The rule: a change that adds a key, a step type, a step param or an accepted value the previous
+// release's coordinator would reject bumps SchemaVersion by one (and keeps every older key working:
+// keys are never removed or renamed while the API is served). Changes that do not alter what is
+// accepted (defaults, behaviour, messages) leave it alone.
+//
+// The coordinator image carries it as the OCI label SchemaLabel (Dockerfile.coordinator; a test
+// keeps them equal), `coordinator --version` prints it, and the operator, built from the same
+// tree, refuses to render for a coordinator image that declares an older schema
+// (docs/upgrades.md).
+const SchemaVersion = 1
+
+// SchemaLabel is the coordinator image's OCI label holding SchemaVersion; the operator reads the
+// same name as an annotation of a CoordinatorPipeline that sets spec.image.
+const SchemaLabel = "coordinator.epd.dev/config-schema"
