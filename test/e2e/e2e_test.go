@@ -250,23 +250,30 @@ func chat(text string) openai.ChatCompletionNewParams {
 	}
 }
 
-func TestOperatorDrivesARunningCoordinator(t *testing.T) {
-	e := setUp(t)
-	k := e.cluster.Client
-	if err := k.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+// simPool creates the InferencePool sim-pool in namespace, selecting the simworkers.
+func (e *env) simPool(namespace string) *infv1.InferencePool {
+	e.t.Helper()
 	pool := &infv1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sim-pool"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "sim-pool"},
 		Spec: infv1.InferencePoolSpec{
 			Selector:          infv1.LabelSelector{MatchLabels: map[infv1.LabelKey]infv1.LabelValue{"app": "simworker"}},
 			TargetPorts:       []infv1.Port{{Number: 8000}},
 			EndpointPickerRef: &infv1.EndpointPickerRef{Name: "sim-epp", Port: &infv1.Port{Number: 9002}},
 		},
 	}
-	if err := k.Create(e.ctx, pool); err != nil {
+	if err := e.cluster.Client.Create(e.ctx, pool); err != nil {
+		e.t.Fatal(err)
+	}
+	return pool
+}
+
+func TestOperatorDrivesARunningCoordinator(t *testing.T) {
+	e := setUp(t)
+	k := e.cluster.Client
+	if err := k.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	pool := e.simPool(ns)
 	cp := &coordinatorv1alpha1.CoordinatorPipeline{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "epd"},
 		Spec: coordinatorv1alpha1.CoordinatorPipelineSpec{

@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
 	"github.com/epd-dev/coordinator/test/cluster"
@@ -107,17 +106,7 @@ func TestRolloutTruth(t *testing.T) {
 	if err := k.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
 		t.Fatal(err)
 	}
-	pool := &infv1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "sim-pool"},
-		Spec: infv1.InferencePoolSpec{
-			Selector:          infv1.LabelSelector{MatchLabels: map[infv1.LabelKey]infv1.LabelValue{"app": "simworker"}},
-			TargetPorts:       []infv1.Port{{Number: 8000}},
-			EndpointPickerRef: &infv1.EndpointPickerRef{Name: "sim-epp", Port: &infv1.Port{Number: 9002}},
-		},
-	}
-	if err := k.Create(e.ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	pool := e.simPool(namespace)
 	cp := &coordinatorv1alpha1.CoordinatorPipeline{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: coordinatorv1alpha1.CoordinatorPipelineSpec{
