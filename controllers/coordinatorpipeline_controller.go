@@ -553,7 +553,8 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		// Status writes (ours) do not change the generation: no reconcile for them.
-		For(&coordinatorv1alpha1.CoordinatorPipeline{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// Annotations too: the config-schema annotation is read (schema.go) and bumps no generation.
+		For(&coordinatorv1alpha1.CoordinatorPipeline{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.ServiceAccount{}).
 		Owns(&corev1.Service{}).

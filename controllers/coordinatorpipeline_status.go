@@ -330,11 +330,16 @@ const (
 // Requeue intervals while the pipeline is not rolled out: a coordinator's reload changes no
 // object, so nothing else would bring the status up to date.
 const (
-	// rolloutPollInterval: pods on an older revision, or that could not be asked.
+	// rolloutPollInterval: pods on an older revision (they converge within seconds).
 	rolloutPollInterval = 2 * time.Second
+	// unknownPollInterval: only pods that could not be asked stand in the way (a NetworkPolicy,
+	// a hung pod: rarely gone in seconds, and each pass waits out the probes' timeouts).
+	unknownPollInterval = 30 * time.Second
 	// rejectedPollInterval: a pod rejected the current revision; it only changes on a new one (a
 	// CR update, watched) or when what it rejected for appears (e.g. a CA file).
 	rejectedPollInterval = 30 * time.Second
+	// maxRevisionLen bounds a revision a pod reports, in messages (ours are 16 hex digits).
+	maxRevisionLen = 64
 )
 
 // revisionRollout is the RolledOut condition and updatedReplicas, from what the pods reported.
@@ -372,9 +377,9 @@ func revisionRolloutOf(cp *coordinatorv1alpha1.CoordinatorPipeline, survey *podS
 		case st.Revision == revision:
 			updated++
 		case st.Reload != nil && st.Reload.RejectedRevision == revision:
-			rejected = append(rejected, fmt.Sprintf("%s serves %s: %s", p.pod, st.Revision, truncate(st.Reload.LastError, rolloutErrorLen)))
+			rejected = append(rejected, fmt.Sprintf("%s serves %s: %s", p.pod, truncate(st.Revision, maxRevisionLen), truncate(st.Reload.LastError, rolloutErrorLen)))
 		default:
-			old = append(old, fmt.Sprintf("%s serves %s", p.pod, st.Revision))
+			old = append(old, fmt.Sprintf("%s serves %s", p.pod, truncate(st.Revision, maxRevisionLen)))
 		}
 	}
 	desired := desiredReplicas(cp)
@@ -405,7 +410,7 @@ func revisionRolloutOf(cp *coordinatorv1alpha1.CoordinatorPipeline, survey *podS
 			out.requeue = rolloutPollInterval
 		}
 	default:
-		out.status, out.reason, out.requeue = metav1.ConditionUnknown, coordinatorv1alpha1.ReasonRevisionUnknown, rolloutPollInterval
+		out.status, out.reason, out.requeue = metav1.ConditionUnknown, coordinatorv1alpha1.ReasonRevisionUnknown, unknownPollInterval
 		out.message = fmt.Sprintf("%d of %d ready pods could not be asked which revision they serve: %s; %s", len(unknown), ready, namePods(unknown), summary)
 	}
 	return out

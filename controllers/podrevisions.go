@@ -147,9 +147,11 @@ type podSurvey struct {
 	pods []podRevision
 }
 
-// readyPod reports whether p counts as a serving coordinator: not terminating, Ready, with an IP.
+// readyPod reports whether p counts as a serving coordinator: not terminating, Ready, with an
+// IP of its own (a hostNetwork pod's IP is its node's, and the operator renders none: such a pod
+// carrying the labels is not a coordinator, and is not asked).
 func readyPod(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil || p.Status.PodIP == "" {
+	if p.DeletionTimestamp != nil || p.Status.PodIP == "" || p.Spec.HostNetwork {
 		return false
 	}
 	for _, c := range p.Status.Conditions {

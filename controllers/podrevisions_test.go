@@ -70,6 +70,11 @@ func TestRevisionRolloutOf(t *testing.T) {
 			status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonProgressing, updated: 2,
 			contains: []string{"2 of 2 desired replicas serve revision r2 (2 ready; the Deployment counts 0)"},
 		},
+		"a revision a pod reports is cut": {
+			replicas: 1, survey: &podSurvey{pods: []podRevision{serving("a", long)}},
+			status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonProgressing, requeue: rolloutPollInterval,
+			notContains: []string{strings.Repeat("x", maxRevisionLen+1)},
+		},
 		"scaled to zero": {
 			replicas: 0, survey: &podSurvey{},
 			status: metav1.ConditionTrue, reason: coordinatorv1alpha1.ReasonRolledOut,
@@ -110,7 +115,7 @@ func TestRevisionRolloutOf(t *testing.T) {
 		},
 		"a pod that cannot be asked": {
 			replicas: 2, survey: &podSurvey{pods: []podRevision{serving("a", "r2"), {pod: "b", err: "connection refused"}}},
-			status: metav1.ConditionUnknown, reason: coordinatorv1alpha1.ReasonRevisionUnknown, updated: 1, requeue: rolloutPollInterval,
+			status: metav1.ConditionUnknown, reason: coordinatorv1alpha1.ReasonRevisionUnknown, updated: 1, requeue: unknownPollInterval,
 			contains: []string{"1 of 2 ready pods could not be asked", "b: connection refused"},
 		},
 		"old and unknown pods": {
@@ -220,10 +225,12 @@ func TestSurveyPods(t *testing.T) {
 	noIP.Status.PodIP = ""
 	noPort := coordinatorPod(t, "no-port", good.URL)
 	noPort.Spec.Containers[0].Ports = noPort.Spec.Containers[0].Ports[:1]
+	hostNetwork := coordinatorPod(t, "host-network", good.URL) // its IP is a node's: never asked
+	hostNetwork.Spec.HostNetwork = true
 	pods := []corev1.Pod{
 		coordinatorPod(t, "good", good.URL), coordinatorPod(t, "rejected", rejected.URL), coordinatorPod(t, "huge", huge.URL),
 		coordinatorPod(t, "no-pipeline", noPipeline.URL), coordinatorPod(t, "closed", closed.URL),
-		notReady, terminating, noIP, noPort,
+		notReady, terminating, noIP, noPort, hostNetwork,
 	}
 	survey := surveyPods(context.Background(), HTTPPipelineStatusGetter{}, pods)
 	byName := map[string]podRevision{}

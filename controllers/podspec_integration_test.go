@@ -92,6 +92,12 @@ func TestPodSettingsValidationRejects(t *testing.T) {
 			},
 			wantErr: `spec.env: Invalid value: env must not set COORDINATOR_* variables: they override the configuration the operator renders from the spec; set the matching spec field instead`,
 		},
+		"envFrom with a COORDINATOR_ prefix": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.EnvFrom = []corev1.EnvFromSource{{Prefix: "COORDINATOR_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}
+			},
+			wantErr: `spec.envFrom: Invalid value: envFrom prefix must not start with COORDINATOR_: the variables would override the configuration the operator renders from the spec`,
+		},
 		"env sets OTEL_RESOURCE_ATTRIBUTES next to tracing.resourceAttributes": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 				cp.Spec.Env = []corev1.EnvVar{{Name: "OTEL_RESOURCE_ATTRIBUTES", Value: "a=1"}}

@@ -652,12 +652,14 @@ type CoordinatorPipelineSpec struct {
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// envFrom adds every key of Secrets and ConfigMaps as environment variables of the
-	// coordinator container. Variables of env win over them. Their keys are not checked: a
+	// coordinator container. Variables of env win over them. A prefix may not start with
+	// COORDINATOR_; the keys themselves are not checked (the operator does not read them): a
 	// COORDINATOR_* key would override the rendered configuration. Changing envFrom rolls the
 	// Deployment (a change of the Secret's or ConfigMap's content does not: restart the pods).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !has(e.prefix) || !e.prefix.startsWith('COORDINATOR_'))",message="envFrom prefix must not start with COORDINATOR_: the variables would override the configuration the operator renders from the spec"
 	EnvFrom []corev1.EnvFromSource `json:"envFrom,omitempty"`
 
 	// imagePullSecrets name Secrets in the pipeline's namespace with the credentials to pull the
