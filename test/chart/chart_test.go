@@ -29,15 +29,7 @@ func TestChartLints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, vals := range map[string]map[string]any{
-		"defaults":        nil,
-		"watch namespace": {"watchNamespace": "inference"},
-		"everything off": {
-			"leaderElection": map[string]any{"enabled": false}, "metrics": map[string]any{"enabled": false},
-			"rbac": map[string]any{"create": false}, "crds": map[string]any{"install": false},
-			"serviceAccount": map[string]any{"create": false, "name": "existing"},
-		},
-	} {
+	for name, vals := range valueSets {
 		t.Run(name, func(t *testing.T) {
 			linter := lint.AllWithKubeVersion(chartDir, vals, namespace, kv)
 			for _, m := range linter.Messages {
@@ -420,4 +412,15 @@ func TestChartVersionFollowsTheMakefile(t *testing.T) {
 			t.Errorf("Makefile %s ?= %s; the chart's default image is %s", v.name, got, v.want)
 		}
 	}
+}
+
+// valueSets are the values that reach every branch of the chart's templates.
+var valueSets = map[string]map[string]any{
+	"defaults":        nil,
+	"watch namespace": {"watchNamespace": "inference"},
+	"everything off": {
+		"leaderElection": map[string]any{"enabled": false}, "metrics": map[string]any{"enabled": false},
+		"rbac": map[string]any{"create": false}, "crds": map[string]any{"install": false},
+		"serviceAccount": map[string]any{"create": false, "name": "existing"},
+	},
 }

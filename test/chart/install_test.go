@@ -20,15 +20,7 @@ var repoPath = regexp.MustCompile("(^|[\\s(\"'`])(\\./|\\.\\./|config/|hack/|cha
 // helm commands against the release, the CRD, and the docs by URL. Every branch of the template
 // is rendered.
 func TestNotesNeedNoClone(t *testing.T) {
-	for name, vals := range map[string]map[string]any{
-		"defaults":        nil,
-		"watch namespace": {"watchNamespace": "inference"},
-		"everything off": {
-			"leaderElection": map[string]any{"enabled": false}, "metrics": map[string]any{"enabled": false},
-			"rbac": map[string]any{"create": false}, "crds": map[string]any{"install": false},
-			"serviceAccount": map[string]any{"create": false, "name": "existing"},
-		},
-	} {
+	for name, vals := range valueSets {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			notes := render(t, namespace, vals).notes

@@ -30,7 +30,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
@@ -199,33 +198,17 @@ func tail(s string) string {
 	return strings.Join(lines, "\n")
 }
 
+// get reads the CoordinatorPipeline of TestOperatorDrivesARunningCoordinator.
 func (e *env) get() *coordinatorv1alpha1.CoordinatorPipeline {
 	e.t.Helper()
-	var cp coordinatorv1alpha1.CoordinatorPipeline
-	if err := e.cluster.Client.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "epd"}, &cp); err != nil {
-		e.t.Fatal(err)
-	}
-	return &cp
+	return e.pipeline(ns, "epd")
 }
 
-// update edits the CoordinatorPipeline's spec like `kubectl edit`, retrying on conflicts, and
+// update edits that CoordinatorPipeline's spec like `kubectl edit` (updatePipeline) and
 // returns the new generation.
 func (e *env) update(edit func(*coordinatorv1alpha1.CoordinatorPipelineSpec)) int64 {
 	e.t.Helper()
-	var gen int64
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cp := e.get()
-		edit(&cp.Spec)
-		if err := e.cluster.Client.Update(e.ctx, cp); err != nil {
-			return err
-		}
-		gen = cp.Generation
-		return nil
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return gen
+	return e.updatePipeline(ns, "epd", edit)
 }
 
 func (e *env) debugPipeline() server.PipelineStatus {
