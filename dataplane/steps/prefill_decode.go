@@ -212,7 +212,7 @@ func (s *prefillDecode) pair(ctx context.Context, rc *request.Context, legs pair
 		}
 		return nil, phasePairDecode, err
 	}
-	p.ReadCloser = resp.Body
+	p.ReadCloser, p.left = resp.Body, resp.ContentLength
 	resp.Body = p
 	return resp, phasePairDecode, nil
 }
@@ -287,7 +287,8 @@ type pairedBody struct {
 	cancel  context.CancelCauseFunc
 	done    chan struct{} // closed when the prefill leg ended
 	started atomic.Bool   // decode's first byte was read
-	whole   bool          // decode's answer was read to its end
+	whole   bool          // decode's answer was read to its end (EOF, or its Content-Length)
+	left    int64         // bytes of the Content-Length not read yet; -1 when unknown
 	err     error         // the prefill's failure (set before done is closed)
 	once    sync.Once
 }
@@ -348,7 +349,10 @@ func (p *pairedBody) Read(b []byte) (int, error) {
 	if n > 0 {
 		p.started.Store(true)
 	}
-	if err == io.EOF {
+	if p.left >= 0 {
+		p.left -= int64(n)
+	}
+	if err == io.EOF || p.left == 0 {
 		p.whole = true
 	}
 	return n, err
