@@ -133,7 +133,7 @@ func run(args []string) int {
 	}
 	var holder pipeline.Holder
 	holder.Swap(p)
-	tel.Metrics.Loaded(p.Revision())
+	tel.Metrics.Loaded(p.Revision(), p.Tracks()...)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -157,7 +157,13 @@ func run(args []string) int {
 	var reloader server.StatusReporter
 	if *watch {
 		w := reload.New(reload.Options{Path: *configPath, Holder: &holder, Startup: cfg, Loaded: data, Build: build,
-			LookupEnv: lookupEnv, Log: log, Level: level, OnReload: tel.Metrics.Reload})
+			LookupEnv: lookupEnv, Log: log, Level: level, OnReload: func(ok bool, serving *pipeline.Pipeline) {
+				if !ok {
+					tel.Metrics.Reload(false, "")
+					return
+				}
+				tel.Metrics.Reload(true, serving.Revision(), serving.Tracks()...)
+			}})
 		reloader = w
 		go func() {
 			if err := w.Run(ctx); err != nil {

@@ -65,6 +65,41 @@ type Config struct {
 	Pipeline Pipeline `yaml:"pipeline" json:"pipeline"`
 	// Tracing configures OpenTelemetry tracing (off by default).
 	Tracing Tracing `yaml:"tracing" json:"tracing"`
+	// Canary is a second pipeline that serves a share of the requests (none when nil).
+	Canary *Canary `yaml:"canary,omitempty" json:"canary,omitempty"`
+}
+
+// Pipeline tracks: the pipeline a request runs on.
+const (
+	// TrackStable is the pipeline block.
+	TrackStable = "stable"
+	// TrackCanary is the canary block's pipeline.
+	TrackCanary = "canary"
+)
+
+// Canary is a revision canary: a second pipeline, with the same server and gateway, that serves
+// WeightPercent of the requests. Each request runs wholly on one of the two pipelines. Promoting
+// the canary is moving its pipeline block to pipeline and removing the canary; its revision
+// (Pipeline.Revision) stays the same.
+type Canary struct {
+	// WeightPercent is the share of requests the canary serves, 0 (none: staged) to 100 (all).
+	WeightPercent int `yaml:"weight_percent" json:"weight_percent"`
+	// Pipeline is the canary's pipeline block, with the defaults of the pipeline block.
+	Pipeline Pipeline `yaml:"pipeline" json:"pipeline"`
+}
+
+// NewCanary is a canary with the schema defaults: weight 0 and the pipeline block's defaults.
+func NewCanary() *Canary { return &Canary{Pipeline: Default().Pipeline} }
+
+// CanaryConfig is the configuration the canary's pipeline runs with: c with the canary's
+// pipeline block as its pipeline, and no canary. It is c itself when c has no canary.
+func (c Config) CanaryConfig() Config {
+	if c.Canary == nil {
+		return c
+	}
+	out := c
+	out.Pipeline, out.Canary = c.Canary.Pipeline, nil
+	return out
 }
 
 // Tracing configures OpenTelemetry tracing. Trace context (traceparent) is propagated to every
@@ -298,6 +333,18 @@ func (c Config) Revision() string {
 	if err != nil {
 		// YAML params JSON cannot hold (.nan, .inf, non-string keys): fingerprint the Go value.
 		b = fmt.Appendf(nil, "%#v", c)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// Revision is the fingerprint of the pipeline block alone: the same steps and pipeline-level
+// settings have the same revision whether they are the stable pipeline or the canary, so a
+// promoted canary keeps its revision (and its series).
+func (p Pipeline) Revision() string {
+	b, err := json.Marshal(p)
+	if err != nil {
+		b = fmt.Appendf(nil, "%#v", p)
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])

@@ -124,7 +124,7 @@ func TestEveryKeyHasAnEnvName(t *testing.T) {
 		"gateway.idle_timeout", "gateway.request_timeout", "gateway.max_response_size", "gateway.retry.max_attempts", "gateway.retry.max_retries_per_request", "gateway.retry.initial_backoff",
 		"gateway.retry.max_backoff", "gateway.retry.max_retry_after", "gateway.retry.budget_ratio", "gateway.retry.budget_min_per_second",
 		"gateway.profile_headers", "gateway.ca_file", "pipeline.kv_connector", "pipeline.ec_connector", "pipeline.use_openai_format", "pipeline.forward_response_headers", "pipeline.on_pool_failure", "pipeline.steps",
-		"tracing.enabled", "tracing.endpoint", "tracing.sample_ratio", "tracing.service_name"}
+		"tracing.enabled", "tracing.endpoint", "tracing.sample_ratio", "tracing.service_name", "canary"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Fatalf("EnvKeys = %q", keys)
 	}
@@ -180,6 +180,16 @@ func TestInvalid(t *testing.T) {
 		"unknown TLS version":      {yaml: "server: {tls_min_version: TLS1.2}\n" + minimal, key: "server.tls_min_version", msg: "VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13"},
 		"unknown cipher suite": {yaml: "server: {tls_cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_RSA_WITH_ROT13]}\n" + minimal,
 			key: "server.tls_cipher_suites[1]", msg: `"TLS_RSA_WITH_ROT13" is not supported`},
+		"canary weight over 100":   {yaml: minimal + "canary: {weight_percent: 101, pipeline: {steps: [{type: decode}]}}", key: "canary.weight_percent", msg: "between 0"},
+		"canary weight negative":   {yaml: minimal + "canary: {weight_percent: -5, pipeline: {steps: [{type: decode}]}}", key: "canary.weight_percent", msg: "between 0"},
+		"canary weight fractional": {yaml: minimal + "canary: {weight_percent: 2.5, pipeline: {steps: [{type: decode}]}}", key: "canary.weight_percent", msg: "integer"},
+		"canary without steps":     {yaml: minimal + "canary: {weight_percent: 5}", key: "canary.pipeline.steps", msg: "at least one step"},
+		"canary step without type": {yaml: minimal + "canary: {weight_percent: 5, pipeline: {steps: [{}]}}", key: "canary.pipeline.steps[0].type", msg: "required"},
+		"canary unknown key":       {yaml: minimal + "canary: {weight: 5, pipeline: {steps: [{type: decode}]}}", key: "canary.weight", msg: "unknown key"},
+		"canary pipeline key typo": {yaml: minimal + "canary: {pipeline: {stepz: []}}", key: "canary.pipeline.stepz", msg: "unknown key"},
+		"canary not a mapping":     {yaml: minimal + "canary: [decode]", key: "canary", msg: "mapping"},
+		"canary bad pool policy":   {yaml: minimal + "canary: {pipeline: {on_pool_failure: x, steps: [{type: decode}]}}", key: "canary.pipeline.on_pool_failure", msg: `"aggregate" or "fail"`},
+		"canary env not a mapping": {yaml: minimal, env: map[string]string{"COORDINATOR_CANARY": "5"}, key: "canary", msg: "mapping"},
 		"insecure cipher suite": {yaml: minimal, env: map[string]string{"COORDINATOR_SERVER_TLS_CIPHER_SUITES": "[TLS_RSA_WITH_RC4_128_SHA]"},
 			key: "server.tls_cipher_suites[0]", msg: "insecure"},
 	}
@@ -196,6 +206,81 @@ func TestInvalid(t *testing.T) {
 				t.Fatalf("error spans lines: %q", err)
 			}
 		})
+	}
+}
+
+func TestCanary(t *testing.T) {
+	cfg, err := Parse([]byte(minimal+`
+canary:
+  weight_percent: 5
+  pipeline:
+    on_pool_failure: fail
+    steps:
+      - type: prefill
+      - type: decode
+`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := NewCanary()
+	want.WeightPercent = 5
+	want.Pipeline.OnPoolFailure = OnPoolFailureFail
+	want.Pipeline.Steps = []Step{{Type: "prefill"}, {Type: "decode"}}
+	if !reflect.DeepEqual(cfg.Canary, want) {
+		t.Fatalf("canary %+v, want %+v (the pipeline block's defaults)", cfg.Canary, want)
+	}
+	cc := cfg.CanaryConfig()
+	if cc.Canary != nil || !reflect.DeepEqual(cc.Pipeline, want.Pipeline) || cc.Gateway.Address != cfg.Gateway.Address {
+		t.Fatalf("canary config %+v: want the canary's pipeline with the shared gateway and no canary", cc)
+	}
+	if cfg.Pipeline.Revision() == cfg.Canary.Pipeline.Revision() {
+		t.Fatal("different pipelines share a revision")
+	}
+	plain, _ := Parse([]byte(minimal), nil)
+	if plain.Canary != nil || plain.Revision() == cfg.Revision() {
+		t.Fatal("a canary must change the configuration revision")
+	}
+	weighted := cfg
+	weighted.Canary = &Canary{WeightPercent: 50, Pipeline: cfg.Canary.Pipeline}
+	if weighted.Revision() == cfg.Revision() || weighted.Canary.Pipeline.Revision() != cfg.Canary.Pipeline.Revision() {
+		t.Fatal("a weight change changes the configuration, not the pipeline revision")
+	}
+
+	// Promotion: the canary's block as the pipeline keeps its revision.
+	promoted, err := Parse([]byte("gateway: {address: http://gw:80}\npipeline: {on_pool_failure: fail, steps: [{type: prefill}, {type: decode}]}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if promoted.Pipeline.Revision() != cfg.Canary.Pipeline.Revision() {
+		t.Fatal("a promoted canary must keep its pipeline revision")
+	}
+
+	// null removes the block; the environment sets one.
+	if off, err := Parse([]byte(minimal+"canary: null\n"), nil); err != nil || off.Canary != nil {
+		t.Fatalf("canary: null gave %+v, %v", off.Canary, err)
+	}
+	env, err := Parse([]byte(minimal), env(map[string]string{"COORDINATOR_CANARY": "{weight_percent: 100, pipeline: {steps: [{type: decode}]}}"}))
+	if err != nil || env.Canary == nil || env.Canary.WeightPercent != 100 || env.Canary.Pipeline.OnPoolFailure != DefaultOnPoolFailure {
+		t.Fatalf("COORDINATOR_CANARY gave %+v, %v", env.Canary, err)
+	}
+}
+
+func TestMarshalRoundTripKeepsCanary(t *testing.T) {
+	cfg := Default()
+	cfg.Pipeline.Steps = []Step{{Type: "decode"}}
+	cfg.Canary = NewCanary()
+	cfg.Canary.WeightPercent = 0 // staged: kept as a canary of weight 0, not dropped
+	cfg.Canary.Pipeline.Steps = []Step{{Type: "prefill"}, {Type: "decode"}}
+	out, err := Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(out, nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if back.Revision() != cfg.Revision() || !reflect.DeepEqual(back.Canary, cfg.Canary) {
+		t.Fatalf("canary changed across a round trip:\n%s", out)
 	}
 }
 

@@ -35,6 +35,15 @@ func decodeValue(v reflect.Value, src any, path string) error {
 		return nil
 	}
 	switch v.Kind() {
+	case reflect.Pointer: // an optional block (canary): null removes it, a mapping sets it over its defaults
+		if src == nil {
+			v.Set(reflect.Zero(v.Type()))
+			return nil
+		}
+		if v.IsNil() {
+			v.Set(newBlock(v.Type()))
+		}
+		return decodeValue(v.Elem(), src, path)
 	case reflect.Struct:
 		m, ok := src.(map[string]any)
 		if !ok {
@@ -110,6 +119,14 @@ func decodeValue(v reflect.Value, src any, path string) error {
 		return fieldErr(path, "unsupported field kind %s", v.Kind())
 	}
 	return nil
+}
+
+// newBlock is a new optional block of pointer type t, with its defaults.
+func newBlock(t reflect.Type) reflect.Value {
+	if t == reflect.TypeOf((*Canary)(nil)) {
+		return reflect.ValueOf(NewCanary())
+	}
+	return reflect.New(t.Elem())
 }
 
 // asInt accepts the integer forms YAML and JSON decoders produce, including integral floats.

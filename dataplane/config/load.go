@@ -193,25 +193,41 @@ func (c Config) Validate() error {
 	if err := validateHeaderNames("gateway.profile_headers", c.Gateway.ProfileHeaders, 4); err != nil {
 		return err
 	}
-	if err := validateHeaderNames("pipeline.forward_response_headers", c.Pipeline.ForwardResponseHeaders, 16); err != nil {
-		return err
-	}
-	switch c.Pipeline.OnPoolFailure {
-	case OnPoolFailureAggregate, OnPoolFailureFail:
-	default:
-		return fieldErr("pipeline.on_pool_failure", "must be %q or %q, got %q", OnPoolFailureAggregate, OnPoolFailureFail, c.Pipeline.OnPoolFailure)
-	}
 	if c.Gateway.Address != "" {
 		if err := ValidateBaseURL(c.Gateway.Address); err != nil {
 			return fieldErr("gateway.address", "%v", err)
 		}
 	}
-	if len(c.Pipeline.Steps) == 0 {
-		return fieldErr("pipeline.steps", "at least one step is required (a pipeline ends with decode)")
+	if err := c.Pipeline.validate("pipeline"); err != nil {
+		return err
 	}
-	for i, s := range c.Pipeline.Steps {
+	if c.Canary != nil {
+		if w := c.Canary.WeightPercent; w < 0 || w > 100 {
+			return fieldErr("canary.weight_percent", "must be between 0 (staged: no requests) and 100 (all requests), got %d", w)
+		}
+		if err := c.Canary.Pipeline.validate("canary.pipeline"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validate checks the pipeline block found at key.
+func (p Pipeline) validate(key string) error {
+	if err := validateHeaderNames(key+".forward_response_headers", p.ForwardResponseHeaders, 16); err != nil {
+		return err
+	}
+	switch p.OnPoolFailure {
+	case OnPoolFailureAggregate, OnPoolFailureFail:
+	default:
+		return fieldErr(key+".on_pool_failure", "must be %q or %q, got %q", OnPoolFailureAggregate, OnPoolFailureFail, p.OnPoolFailure)
+	}
+	if len(p.Steps) == 0 {
+		return fieldErr(key+".steps", "at least one step is required (a pipeline ends with decode)")
+	}
+	for i, s := range p.Steps {
 		if s.Type == "" {
-			return fieldErr(fmt.Sprintf("pipeline.steps[%d].type", i), "is required")
+			return fieldErr(fmt.Sprintf("%s.steps[%d].type", key, i), "is required")
 		}
 	}
 	return nil

@@ -44,6 +44,10 @@ const (
 	// PinHeader pins a leg to one endpoint (ip:port) of its pool: llm-d's endpoint-pin-screener
 	// keeps only that endpoint, and answers 503 when it is not a candidate.
 	PinHeader = "X-Llm-D-Pin-Host-Port"
+	// PipelineRevisionHeader carries, on every leg of a request, the revision of the pipeline
+	// the request runs on (config.Pipeline.Revision): with a canary, workers and the picker can
+	// tell its legs. Never taken from a client.
+	PipelineRevisionHeader = "X-Coordinator-Pipeline-Revision"
 
 	ProfileEncode  = "encode"
 	ProfilePrefill = "prefill"
@@ -51,7 +55,7 @@ const (
 )
 
 // owned are the headers the gateway client sets itself; a client's own values are never forwarded.
-var owned = []string{ProfileHeader, ProfileHeaderNew, PreferHeader}
+var owned = []string{ProfileHeader, ProfileHeaderNew, PreferHeader, PipelineRevisionHeader}
 
 // RoutingHeaders are the request headers that steer the gateway's endpoint picker or a worker
 // past the coordinator's choice: endpoint pinning (the destination endpoint, the prefill pin,

@@ -81,6 +81,11 @@ type Metrics struct {
 	encodeFanout      prometheus.Histogram
 	reloads           *prometheus.CounterVec
 	configInfo        *prometheus.GaugeVec
+	pipelineRequests  *prometheus.CounterVec
+	pipelineWeight    *prometheus.GaugeVec
+	// held are the pipeline revisions loaded (Loaded), whose series are kept.
+	heldMu sync.RWMutex
+	held   map[string]bool
 
 	// llmd are upstream llm-d's series (llmd.go), recorded by the same hooks.
 	llmd *llmdMetrics
@@ -123,13 +128,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Configuration reload attempts by result (success, failure)."}, []string{"result"}),
 		configInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "config_info",
 			Help: "1 for the loaded configuration revision."}, []string{"revision"}),
+		pipelineRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "pipeline_requests_total",
+			Help: "Requests run by pipeline track (stable, canary), pipeline revision and outcome (success; client_error: 4xx; error: 5xx or a response cut off). The series of revisions no longer loaded are removed."},
+			[]string{"track", "revision", "outcome"}),
+		pipelineWeight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "pipeline_weight_percent",
+			Help: "The share of requests each loaded pipeline serves, by track and pipeline revision."}, []string{"track", "revision"}),
 	}
 	m.models.seen = map[string]string{}
 	m.llmd = newLLMD()
 	reg.MustRegister(m.llmd.collectors()...)
 	reg.MustRegister(m.requests, m.requestDuration, m.inFlight, m.requestBytes, m.responseBytes, m.stepDuration,
 		m.upstreamDuration, m.upstreamRequests, m.conditionalDecode, m.retries, m.budgetExhausted, m.resumes, m.degraded, m.encodeFanout, m.reloads, m.configInfo,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newMediaInFlight())
+		m.pipelineRequests, m.pipelineWeight, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newMediaInFlight())
 	return m
 }
 
@@ -341,8 +351,8 @@ func (m *Metrics) EncodeFanout(n int) {
 	}
 }
 
-// Reload records a reload attempt and, on success, the new loaded revision.
-func (m *Metrics) Reload(ok bool, revision string) {
+// Reload records a reload attempt and, on success, the new loaded revision and pipelines.
+func (m *Metrics) Reload(ok bool, revision string, pipelines ...PipelineTrack) {
 	if m == nil {
 		return
 	}
@@ -351,13 +361,69 @@ func (m *Metrics) Reload(ok bool, revision string) {
 		return
 	}
 	m.reloads.WithLabelValues("success").Inc()
-	m.Loaded(revision)
+	m.Loaded(revision, pipelines...)
 }
 
-// Loaded marks revision as the loaded configuration.
-func (m *Metrics) Loaded(revision string) {
-	if m != nil {
-		m.configInfo.Reset()
-		m.configInfo.WithLabelValues(LabelValue(revision)).Set(1)
+// PipelineTrack is one pipeline a configuration loads: its track (stable, canary), pipeline
+// revision and share of the requests.
+type PipelineTrack struct {
+	Track, Revision string
+	WeightPercent   int
+}
+
+// Loaded marks revision as the loaded configuration and pipelines as the pipelines it serves.
+// The request series of pipeline revisions it no longer serves are removed, so that the series
+// are bounded by the revisions loaded at once, however many reloads there were.
+func (m *Metrics) Loaded(revision string, pipelines ...PipelineTrack) {
+	if m == nil {
+		return
+	}
+	m.configInfo.Reset()
+	m.configInfo.WithLabelValues(LabelValue(revision)).Set(1)
+	m.heldMu.Lock()
+	defer m.heldMu.Unlock()
+	held := map[string]bool{}
+	m.pipelineWeight.Reset()
+	for _, p := range pipelines {
+		held[p.Revision] = true
+		m.pipelineWeight.WithLabelValues(p.Track, LabelValue(p.Revision)).Set(float64(p.WeightPercent))
+	}
+	for r := range m.held {
+		if !held[r] {
+			m.pipelineRequests.DeletePartialMatch(prometheus.Labels{"revision": LabelValue(r)})
+		}
+	}
+	m.held = held
+}
+
+// Pipeline request outcomes (PipelineOutcome).
+const (
+	OutcomeSuccess     = "success"
+	OutcomeClientError = "client_error"
+	OutcomeError       = "error"
+)
+
+// PipelineOutcome is the outcome of a request run on a pipeline that ended with status; cut
+// says its response was cut off after it started (by the coordinator or a worker, not the
+// client). Only OutcomeError counts against the pipeline.
+func PipelineOutcome(status int, cut bool) string {
+	switch {
+	case cut || status >= 500:
+		return OutcomeError
+	case status >= 400:
+		return OutcomeClientError
+	}
+	return OutcomeSuccess
+}
+
+// PipelineRequest records a request run on the pipeline of track and revision, with outcome.
+func (m *Metrics) PipelineRequest(track, revision, outcome string) {
+	if m == nil {
+		return
+	}
+	m.heldMu.RLock()
+	defer m.heldMu.RUnlock()
+	if m.held[revision] { // a request finishing on a pipeline unloaded meanwhile leaves no series behind
+		m.pipelineRequests.WithLabelValues(track, LabelValue(revision), outcome).Inc()
 	}
 }

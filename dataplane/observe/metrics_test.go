@@ -68,6 +68,7 @@ func TestNilMetricsRecordNothing(t *testing.T) {
 	r.Done(RequestEnd{Model: "m", Status: 200, Ran: true})
 	m.StepStarted("decode")("ok", time.Millisecond, nil)
 	m.MediaDownload(context.Background(), nil, time.Millisecond)
+	m.PipelineRequest("stable", "r", OutcomeSuccess)
 	if after := coordinatorSeries(); after != before {
 		t.Fatalf("nil metrics recorded %d series in the default registry", after-before)
 	}
@@ -94,6 +95,42 @@ coordinator_config_reloads_total{result="success"} 1
 	m.Upstream("prefill", 0, time.Second)
 	if v := testutil.ToFloat64(m.upstreamRequests.WithLabelValues("prefill", "error")); v != 1 {
 		t.Fatalf("transport errors are labelled error: %v", v)
+	}
+}
+
+// The pipeline series are bounded by the revisions loaded at once: a reload drops the series
+// of revisions it no longer serves, a promoted canary keeps its own, and a request finishing on
+// an unloaded revision leaves none behind.
+func TestPipelineSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.Loaded("cfg-1", PipelineTrack{Track: "stable", Revision: "s1", WeightPercent: 95}, PipelineTrack{Track: "canary", Revision: "c1", WeightPercent: 5})
+	m.PipelineRequest("stable", "s1", OutcomeSuccess)
+	m.PipelineRequest("canary", "c1", OutcomeError)
+	m.PipelineRequest("canary", "c1", PipelineOutcome(200, false))
+	m.Reload(true, "cfg-2", PipelineTrack{Track: "stable", Revision: "c1", WeightPercent: 100}) // promotion
+	m.PipelineRequest("stable", "s1", OutcomeSuccess)                                         // in flight on the old pipeline
+	m.PipelineRequest("stable", "c1", PipelineOutcome(404, false))
+	want := `
+# HELP coordinator_pipeline_requests_total Requests run by pipeline track (stable, canary), pipeline revision and outcome (success; client_error: 4xx; error: 5xx or a response cut off). The series of revisions no longer loaded are removed.
+# TYPE coordinator_pipeline_requests_total counter
+coordinator_pipeline_requests_total{outcome="client_error",revision="c1",track="stable"} 1
+coordinator_pipeline_requests_total{outcome="error",revision="c1",track="canary"} 1
+coordinator_pipeline_requests_total{outcome="success",revision="c1",track="canary"} 1
+# HELP coordinator_pipeline_weight_percent The share of requests each loaded pipeline serves, by track and pipeline revision.
+# TYPE coordinator_pipeline_weight_percent gauge
+coordinator_pipeline_weight_percent{revision="c1",track="stable"} 100
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "coordinator_pipeline_requests_total", "coordinator_pipeline_weight_percent"); err != nil {
+		t.Fatal(err)
+	}
+	for status, want := range map[int]string{200: OutcomeSuccess, 302: OutcomeSuccess, 400: OutcomeClientError, 499: OutcomeClientError, 500: OutcomeError, 503: OutcomeError} {
+		if got := PipelineOutcome(status, false); got != want {
+			t.Errorf("status %d: %s, want %s", status, got, want)
+		}
+	}
+	if PipelineOutcome(200, true) != OutcomeError {
+		t.Error("a cut response is an error")
 	}
 }
 

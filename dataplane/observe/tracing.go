@@ -133,4 +133,7 @@ var (
 	AttrStep      = attribute.Key("coordinator.step")
 	AttrRevision  = attribute.Key("coordinator.config_revision")
 	AttrModel     = attribute.Key("gen_ai.request.model")
+	// AttrPipelineTrack and AttrPipelineRevision name the pipeline a request ran on.
+	AttrPipelineTrack    = attribute.Key("coordinator.pipeline.track")
+	AttrPipelineRevision = attribute.Key("coordinator.pipeline.revision")
 )

@@ -1,7 +1,9 @@
 // Package pipeline runs a request through an ordered list of built steps. It defines the Step
 // interface and the optional interfaces a step may implement, Pipeline (an immutable list of
 // steps with the configuration it came from, whose Execute is the executor) and Holder, which
-// swaps pipelines atomically on reload. It knows no step by name: step types live in the
+// swaps pipelines atomically on reload. A pipeline may carry a canary (a second pipeline of the
+// same configuration): Pick sends each request wholly through one of the two, by weight. It
+// knows no step by name: step types live in the
 // registry, and the builder turns a configuration into a Pipeline.
 package pipeline
 
@@ -81,6 +83,15 @@ type Spec struct {
 	// Config and Revision are the configuration the steps were built from and its revision.
 	Config   config.Config
 	Revision string
+	// PipelineRevision is the fingerprint of the pipeline block alone (config.Pipeline.Revision):
+	// what the legs, the metrics and the tallies name, and what a promoted canary keeps.
+	PipelineRevision string
+	// Track is config.TrackStable, or config.TrackCanary for a canary.
+	Track string
+	// Canary is the canary pipeline this one carries (nil: none) and CanaryWeight the percentage
+	// of requests Pick sends it. A canary is closed with the pipeline that carries it.
+	Canary       *Pipeline
+	CanaryWeight int
 	// LoadedAt is when the pipeline was built.
 	LoadedAt time.Time
 	// Gateway is the pipeline's gateway client (nil without gateway.address); the pipeline closes it.
@@ -95,14 +106,39 @@ type Pipeline struct {
 	routes  *http.ServeMux
 	forward []string // pipeline.forward_response_headers, canonical
 
+	// picks counts Pick calls, which spread the canary's share evenly.
+	picks atomic.Uint64
+	// tally counts the requests run on this pipeline's revision; Holder.Swap hands it on to the
+	// next pipeline of the same revision.
+	tally *Tally
+
 	inflight  atomic.Int64
 	retired   atomic.Bool
 	closeOnce sync.Once
 }
 
+// Tally counts the requests of one pipeline revision and those that failed.
+type Tally struct {
+	requests, errors atomic.Uint64
+}
+
+// Record counts one request; failed when the pipeline failed it (a 5xx, or a response cut).
+func (t *Tally) Record(failed bool) {
+	t.requests.Add(1)
+	if failed {
+		t.errors.Add(1)
+	}
+}
+
+// Counts are the requests recorded and how many of them failed.
+func (t *Tally) Counts() (requests, errors uint64) { return t.requests.Load(), t.errors.Load() }
+
 // New assembles a pipeline from built steps; the routes of RouteProvider steps are registered.
 func New(spec Spec) *Pipeline {
-	p := &Pipeline{spec: spec}
+	p := &Pipeline{spec: spec, tally: &Tally{}}
+	if spec.Canary != nil && spec.Canary.spec.PipelineRevision == spec.PipelineRevision {
+		p.tally = spec.Canary.tally // the same revision is one tally
+	}
 	for _, name := range spec.Config.Pipeline.ForwardResponseHeaders {
 		p.forward = append(p.forward, textproto.CanonicalMIMEHeaderKey(name))
 	}
@@ -170,6 +206,46 @@ func (p *Pipeline) Execute(ctx context.Context, rc *request.Context) error {
 	return nil
 }
 
+// Pick returns the pipeline a new request runs on: the canary for CanaryWeight percent of the
+// requests, else p. The share is spread evenly and exactly: of every 100 consecutive picks,
+// CanaryWeight go to the canary. Only a pipeline acquired from a Holder picks; the request
+// holds p (its canary lives as long).
+func (p *Pipeline) Pick() *Pipeline {
+	w := uint64(p.spec.CanaryWeight)
+	if p.spec.Canary == nil || w == 0 {
+		return p
+	}
+	k := (p.picks.Add(1) - 1) % 100
+	if (k+1)*w/100 > k*w/100 {
+		return p.spec.Canary
+	}
+	return p
+}
+
+// Canary is the canary p carries (nil: none) and its weight in percent.
+func (p *Pipeline) Canary() (*Pipeline, int) { return p.spec.Canary, p.spec.CanaryWeight }
+
+// Track is config.TrackStable or config.TrackCanary.
+func (p *Pipeline) Track() string { return p.spec.Track }
+
+// PipelineRevision is the fingerprint of the pipeline block (config.Pipeline.Revision).
+func (p *Pipeline) PipelineRevision() string { return p.spec.PipelineRevision }
+
+// Tracks describe the pipelines p serves, for the metrics: p, with the share the canary leaves
+// it, and its canary.
+func (p *Pipeline) Tracks() []observe.PipelineTrack {
+	c, w := p.Canary()
+	if c == nil {
+		return []observe.PipelineTrack{{Track: p.Track(), Revision: p.PipelineRevision(), WeightPercent: 100}}
+	}
+	return []observe.PipelineTrack{{Track: p.Track(), Revision: p.PipelineRevision(), WeightPercent: 100 - w},
+		{Track: c.Track(), Revision: c.PipelineRevision(), WeightPercent: w}}
+}
+
+// Tally counts the requests run on p's revision since a pipeline of that revision was first
+// installed in the Holder.
+func (p *Pipeline) Tally() *Tally { return p.tally }
+
 // Config is the configuration the pipeline was built from.
 func (p *Pipeline) Config() config.Config { return p.spec.Config }
 
@@ -185,22 +261,30 @@ func (p *Pipeline) LoadedAt() time.Time { return p.spec.LoadedAt }
 // Steps describes the steps with their effective params.
 func (p *Pipeline) Steps() []StepInfo { return p.spec.Info }
 
-// Handler returns the step-provided handler for r, if a step of this pipeline serves it.
+// Handler returns the step-provided handler for r, if a step of this pipeline (or else of its
+// canary) serves it.
 func (p *Pipeline) Handler(r *http.Request) (http.Handler, bool) {
-	if p.routes == nil {
-		return nil, false
+	if p.routes != nil {
+		// Serve through the mux itself (not the matched handler) so that r.PathValue works.
+		if _, pattern := p.routes.Handler(r); pattern != "" {
+			return p.routes, true
+		}
 	}
-	// Serve through the mux itself (not the matched handler) so that r.PathValue works.
-	_, pattern := p.routes.Handler(r)
-	return p.routes, pattern != ""
+	if p.spec.Canary != nil {
+		return p.spec.Canary.Handler(r)
+	}
+	return nil, false
 }
 
 // Gateway is the pipeline's gateway client (nil without gateway.address).
 func (p *Pipeline) Gateway() *gateway.Client { return p.spec.Gateway }
 
-// Close releases the steps' and the gateway client's idle connections. In-flight requests on
-// this pipeline are unaffected.
+// Close releases the steps' and the gateway client's idle connections, and the canary's. In-flight
+// requests on this pipeline are unaffected.
 func (p *Pipeline) Close() {
+	if p.spec.Canary != nil {
+		p.spec.Canary.Close()
+	}
 	for _, s := range p.spec.Steps {
 		if c, ok := s.(Closer); ok {
 			c.Close()
@@ -237,8 +321,26 @@ func (h *Holder) Acquire() (*Pipeline, func()) {
 	}
 }
 
-// Swap installs p and retires the previous pipeline, which it returns.
+// Swap installs p and retires the previous pipeline, which it returns. p and its canary take
+// over the tallies of the previous pipeline and canary of the same revisions, so that a reload
+// that keeps a revision (a weight change, a promotion) keeps its counts.
 func (h *Holder) Swap(p *Pipeline) *Pipeline {
+	if prev := h.p.Load(); prev != nil && p != nil && prev != p {
+		tallies := map[string]*Tally{}
+		for _, q := range []*Pipeline{prev.spec.Canary, prev} {
+			if q != nil {
+				tallies[q.spec.PipelineRevision] = q.tally
+			}
+		}
+		for _, q := range []*Pipeline{p.spec.Canary, p} {
+			if q == nil {
+				continue
+			}
+			if t, ok := tallies[q.spec.PipelineRevision]; ok {
+				q.tally = t
+			}
+		}
+	}
 	old := h.p.Swap(p)
 	if old != nil && old != p {
 		old.retired.Store(true)

@@ -46,8 +46,9 @@ type Options struct {
 	Debounce time.Duration
 	// Poll re-reads the file this often in case an event was missed (default 30s; <0 disables).
 	Poll time.Duration
-	// OnReload, when set, is called after each attempt (metrics).
-	OnReload func(ok bool, revision string)
+	// OnReload, when set, is called after each attempt (metrics) with the pipeline serving
+	// after it: the new one, or the one kept (nil if none).
+	OnReload func(ok bool, serving *pipeline.Pipeline)
 }
 
 // Status is what the last reloads did, for /debug/pipeline.
@@ -213,13 +214,17 @@ func (w *Watcher) install(cfg config.Config, p *pipeline.Pipeline, digest [32]by
 	if old != nil {
 		from = old.Revision()
 	}
-	w.opts.Log.V(logging.Info).Info("pipeline reloaded", "revision", p.Revision(), "previous_revision", from, "steps", len(p.Steps()))
+	kv := []any{"revision", p.Revision(), "previous_revision", from, "steps", len(p.Steps()), "pipeline_revision", p.PipelineRevision()}
+	if c, weight := p.Canary(); c != nil {
+		kv = append(kv, "canary_revision", c.PipelineRevision(), "canary_weight_percent", weight)
+	}
+	w.opts.Log.V(logging.Info).Info("pipeline reloaded", kv...)
 	if len(restart) > 0 {
 		w.opts.Log.V(logging.Warn).Info("config changed settings that only take effect after a restart; the running values stay",
 			"restart_required", restart, "revision", p.Revision())
 	}
 	if w.opts.OnReload != nil {
-		w.opts.OnReload(true, p.Revision())
+		w.opts.OnReload(true, p)
 	}
 }
 
@@ -236,14 +241,14 @@ func (w *Watcher) reject(err error, revision string) error {
 	w.status.RejectedRevision = revision
 	w.status.Failed++
 	w.mu.Unlock()
-	keep := ""
-	if p := w.opts.Holder.Load(); p != nil {
-		keep = p.Revision()
+	keep, serving := "", w.opts.Holder.Load()
+	if serving != nil {
+		keep = serving.Revision()
 	}
 	w.opts.Log.Error(err, "config reload rejected; the last good pipeline keeps serving", "key", config.KeyOf(err), "serving_revision", keep,
 		"rejected_revision", revision, "path", w.opts.Path)
 	if w.opts.OnReload != nil {
-		w.opts.OnReload(false, keep)
+		w.opts.OnReload(false, serving)
 	}
 	return err
 }

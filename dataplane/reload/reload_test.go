@@ -62,7 +62,7 @@ func start(t *testing.T, kubelet bool) *fixture {
 	f.w = reload.New(reload.Options{
 		Path: f.path, Holder: f.holder, Startup: cfg, Loaded: data, Build: build, Log: logr.Discard(), Level: f.level,
 		LookupEnv: func(string) (string, bool) { return "", false }, Debounce: 20 * time.Millisecond, Poll: -1,
-		OnReload: func(ok bool, _ string) { f.mu.Lock(); f.events = append(f.events, ok); f.mu.Unlock() },
+		OnReload: func(ok bool, _ *pipeline.Pipeline) { f.mu.Lock(); f.events = append(f.events, ok); f.mu.Unlock() },
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

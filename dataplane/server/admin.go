@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/reload"
 )
@@ -30,8 +31,27 @@ type PipelineStatus struct {
 	Gateway string `json:"gateway"`
 	// Steps are the steps in order with their effective params.
 	Steps []pipeline.StepInfo `json:"steps"`
+	// Pipelines are the pipelines that serve requests: the stable one and, with a canary, the
+	// canary, each with its share and what it served.
+	Pipelines []PipelineTrack `json:"pipelines"`
 	// Reload reports the config watcher (absent when the file is not watched).
 	Reload *reload.Status `json:"reload,omitempty"`
+}
+
+// PipelineTrack is one serving pipeline in GET /debug/pipeline.
+type PipelineTrack struct {
+	// Track is stable or canary.
+	Track string `json:"track"`
+	// Revision is the pipeline block's revision (config.Pipeline.Revision), the one its legs carry.
+	Revision string `json:"revision"`
+	// WeightPercent is its share of the requests.
+	WeightPercent int `json:"weight_percent"`
+	// Requests and Errors count the requests run on the revision since this process loaded it,
+	// and those that failed (a 5xx, or a response cut off).
+	Requests uint64 `json:"requests"`
+	Errors   uint64 `json:"errors"`
+	// Steps are the canary's steps (the stable pipeline's are PipelineStatus.Steps).
+	Steps []pipeline.StepInfo `json:"steps,omitempty"`
 }
 
 // StatusReporter reports the config watcher (reload.Watcher).
@@ -75,6 +95,19 @@ func debugPipeline(holder *pipeline.Holder, reloader StatusReporter) http.Handle
 			Revision: p.Revision(), LoadedAt: p.LoadedAt(), Steps: p.Steps(),
 			KVConnector: cfg.Pipeline.KVConnector, ECConnector: cfg.Pipeline.ECConnector,
 			UseOpenAIFormat: cfg.Pipeline.UseOpenAIFormat, Gateway: cfg.Gateway.Address,
+		}
+		canary, _ := p.Canary()
+		for _, t := range p.Tracks() {
+			q := p
+			if t.Track == config.TrackCanary {
+				q = canary
+			}
+			n, errs := q.Tally().Counts()
+			pt := PipelineTrack{Track: t.Track, Revision: t.Revision, WeightPercent: t.WeightPercent, Requests: n, Errors: errs}
+			if q != p {
+				pt.Steps = q.Steps()
+			}
+			st.Pipelines = append(st.Pipelines, pt)
 		}
 		if reloader != nil {
 			rs := reloader.Status()

@@ -13,6 +13,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/gateway"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/observe"
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
@@ -31,9 +32,11 @@ type exchange struct {
 	reqBytes int
 	// parse is the time from start until the body was read and parsed (the llm-d overhead metric).
 	parse time.Duration
-	// rc and revision are the pipeline's view of the request, for the step-timings log.
+	// rc and revision are the pipeline's view of the request, for the step-timings log; pipe is
+	// the pipeline it runs on (stable or canary), whose tally and series count it.
 	rc       *request.Context
 	revision string
+	pipe     *pipeline.Pipeline
 
 	// The outcome: the status the client got (or gets), the client-facing error when the response
 	// was not yet written, and what the handler returned.
@@ -80,9 +83,17 @@ func (s *Server) report(c echo.Context, x *exchange) {
 	if x.metrics != nil {
 		x.metrics.Done(x.requestEnd(int(c.Response().Size)))
 	}
+	if x.pipe != nil {
+		outcome := observe.PipelineOutcome(x.status, x.cut(c))
+		x.pipe.Tally().Record(outcome == observe.OutcomeError)
+		s.tel.Metrics.PipelineRequest(x.pipe.Track(), x.pipe.PipelineRevision(), outcome)
+	}
 	if x.span != nil {
 		if x.span.IsRecording() {
 			x.span.SetAttributes(observe.ModelAttr(x.model))
+			if x.pipe != nil {
+				x.span.SetAttributes(observe.AttrPipelineTrack.String(x.pipe.Track()), observe.AttrPipelineRevision.String(x.pipe.PipelineRevision()))
+			}
 		}
 		var spanErr error
 		if x.status >= 500 {
@@ -93,7 +104,8 @@ func (s *Server) report(c echo.Context, x *exchange) {
 	if x.rc != nil {
 		if l := x.rc.Log.V(logging.Info); l.Enabled() {
 			l.Info("pipeline step timings", append([]any{"path", x.rc.Path, "model", observe.ShortModel(x.model), "stream", x.rc.Stream, "status", x.status,
-				"revision", x.revision, "total", time.Since(x.start).String()}, x.rc.TimingSummary()...)...)
+				"revision", x.revision, "track", x.pipe.Track(), "pipeline_revision", x.pipe.PipelineRevision(), "total", time.Since(x.start).String()},
+				x.rc.TimingSummary()...)...)
 		}
 		if ctxErr := c.Request().Context().Err(); x.apiErr != nil && ctxErr != nil && errors.Is(x.cause, ctxErr) {
 			x.rc.Log.V(logging.Verbose).Info("client cancelled the request", "err", x.cause.Error())
@@ -106,6 +118,15 @@ func (s *Server) report(c echo.Context, x *exchange) {
 			"content_type", req.Header.Get("Content-Type"), "epp_profile", req.Header.Get(gateway.ProfileHeader),
 			"prefer", req.Header.Get(gateway.PreferHeader))
 	}
+}
+
+// cut reports a response that started and then failed, other than because the client went away.
+func (x *exchange) cut(c echo.Context) bool {
+	if x.cause == nil || x.apiErr != nil {
+		return false
+	}
+	ctxErr := c.Request().Context().Err()
+	return ctxErr == nil || !errors.Is(x.cause, ctxErr)
 }
 
 // logFailure logs a failed request: server-side and upstream failures as errors, an upstream's

@@ -32,20 +32,21 @@ const (
 
 var routeOf = map[request.API]string{request.APIChat: routeChat, request.APICompletions: routeCompletions, request.APIGenerate: routeGenerate}
 
-// handleInference runs a chat, completions or generate request through the current pipeline. The
-// pipeline is acquired once: a reload during the request does not affect it. The request body's
-// buffer is held until the handler returns and by every leg body until it has been sent.
+// handleInference runs a chat, completions or generate request through the current pipeline, or
+// its canary (Pipeline.Pick, once the body parsed). The pipeline is acquired once: a reload
+// during the request does not affect it. The request body's buffer is held until the handler
+// returns and by every leg body until it has been sent.
 func (s *Server) handleInference(c echo.Context) error {
 	api := request.APIForPath(c.Request().URL.Path)
 	x := exchangeOf(c)
 	ctx := s.observe(c, x, routeOf[api])
-	p, release := s.holder.Acquire()
+	held, release := s.holder.Acquire()
 	defer release()
-	if p == nil {
+	if held == nil {
 		return errNoPipeline()
 	}
 	req := c.Request()
-	buf, err := readBody(c, p.Config().Server.MaxRequestBodyBytes())
+	buf, err := readBody(c, held.Config().Server.MaxRequestBodyBytes())
 	if err != nil {
 		return err
 	}
@@ -58,6 +59,11 @@ func (s *Server) handleInference(c echo.Context) error {
 	}
 	x.parse = time.Since(x.start)
 	x.metrics.Model(model)
+	// The request runs wholly on one pipeline; the server settings are the same on both.
+	p := held.Pick()
+	x.pipe = p
+	fwd := forwarded(p.Config(), req.Header)
+	fwd.Set(gateway.PipelineRevisionHeader, p.PipelineRevision())
 	if stream {
 		// Streams may legitimately outlive write_timeout; the timeout stays for non-stream answers.
 		_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Time{})
@@ -67,7 +73,7 @@ func (s *Server) handleInference(c echo.Context) error {
 		API:             api,
 		Path:            req.URL.Path,
 		Header:          req.Header,
-		Forwarded:       forwarded(p.Config(), req.Header),
+		Forwarded:       fwd,
 		ForwardResponse: p.ForwardResponse(),
 		Body:            obj,
 		Buffer:          buf,

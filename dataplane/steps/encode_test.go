@@ -23,7 +23,7 @@ import (
 func newEncodeStep(t *testing.T, gw *fakeGateway, own map[string]any) pipeline.Step {
 	t.Helper()
 	p := params.New("pipeline.steps[1].params", own, map[string]any{"ec_connector": "ec-nixl", "use_openai_format": true})
-	s, err := newEncode(registry.Deps{Gateway: gw.client(), Log: logr.Discard(), Index: 1}, p)
+	s, err := newEncode(registry.Deps{Gateway: gw.client(), Log: logr.Discard(), Key: "pipeline.steps[1]"}, p)
 	if err == nil {
 		err = p.Err()
 	}

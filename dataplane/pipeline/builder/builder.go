@@ -43,72 +43,94 @@ type Options struct {
 	Revision string
 }
 
-// Build constructs every step of cfg.Pipeline and checks the pipeline's shape. Every error is a
-// *config.FieldError naming the key at fault.
+// Build constructs every step of cfg.Pipeline, and of cfg.Canary's pipeline when there is one,
+// and checks each pipeline's shape. Every error is a *config.FieldError naming the key at fault
+// (canary.pipeline.steps[1].params... for the canary).
 func Build(cfg config.Config, opts Options) (*pipeline.Pipeline, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	reg := opts.Registry
-	if reg == nil {
-		reg = registry.Default
+	if opts.Registry == nil {
+		opts.Registry = registry.Default
 	}
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
 	}
-	types, err := lookup(reg, cfg.Pipeline.Steps)
+	if opts.Revision == "" {
+		opts.Revision = cfg.Revision()
+	}
+	loadedAt := time.Now()
+	if opts.Now != nil {
+		loadedAt = opts.Now()
+	}
+	spec, err := buildSpec(cfg, "pipeline", opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPlacement(reg, cfg.Pipeline, types); err != nil {
-		return nil, err
+	spec.Track, spec.LoadedAt = config.TrackStable, loadedAt
+	if cfg.Canary != nil {
+		cs, err := buildSpec(cfg.CanaryConfig(), "canary.pipeline", opts)
+		if err != nil {
+			pipeline.New(spec).Close()
+			return nil, err
+		}
+		cs.Track, cs.LoadedAt = config.TrackCanary, loadedAt
+		spec.Canary, spec.CanaryWeight = pipeline.New(cs), cfg.Canary.WeightPercent
 	}
-	spec := pipeline.Spec{Config: cfg, Revision: opts.Revision, Telemetry: opts.Telemetry}
-	if spec.Revision == "" {
-		spec.Revision = cfg.Revision()
+	return pipeline.New(spec), nil
+}
+
+// buildSpec builds the steps of cfg.Pipeline, the block found at key, with a gateway client of
+// their own. On error everything built is closed.
+func buildSpec(cfg config.Config, key string, opts Options) (pipeline.Spec, error) {
+	reg := opts.Registry
+	types, err := lookup(reg, key, cfg.Pipeline.Steps)
+	if err != nil {
+		return pipeline.Spec{}, err
 	}
+	if err := checkPlacement(reg, key, cfg.Pipeline, types); err != nil {
+		return pipeline.Spec{}, err
+	}
+	spec := pipeline.Spec{Config: cfg, Revision: opts.Revision, PipelineRevision: cfg.Pipeline.Revision(), Telemetry: opts.Telemetry}
 	if cfg.Gateway.Address != "" {
 		if spec.Gateway, err = gateway.New(cfg.Gateway, opts.Telemetry, opts.RetryBudget); err != nil {
-			return nil, &config.FieldError{Key: "gateway.address", Reason: err.Error()}
+			return pipeline.Spec{}, &config.FieldError{Key: "gateway.address", Reason: err.Error()}
 		}
 	}
 	inherited := cfg.Pipeline.StepDefaults()
 	for i, sc := range cfg.Pipeline.Steps {
-		p := params.New(fmt.Sprintf("pipeline.steps[%d].params", i), sc.Params, inherited)
+		stepKey := fmt.Sprintf("%s.steps[%d]", key, i)
+		p := params.New(stepKey+".params", sc.Params, inherited)
 		deps := registry.Deps{Gateway: spec.Gateway, Log: opts.Log.WithValues("step", sc.Type), Getenv: opts.Getenv,
-			Index: i, Telemetry: opts.Telemetry, Overrides: opts.Overrides}
+			Key: stepKey, Telemetry: opts.Telemetry, Overrides: opts.Overrides}
 		step, err := types[i].New(deps, p)
 		if err == nil {
 			err = p.Err()
 		}
 		if err == nil {
-			err = checkTerminal(step, i, len(cfg.Pipeline.Steps))
+			err = checkTerminal(step, stepKey, i, len(cfg.Pipeline.Steps))
 		}
 		if err != nil {
 			pipeline.New(spec).Close()
 			var fe *config.FieldError
 			if errors.As(err, &fe) {
-				return nil, err
+				return pipeline.Spec{}, err
 			}
-			return nil, &config.FieldError{Key: p.Path(), Reason: err.Error()}
+			return pipeline.Spec{}, &config.FieldError{Key: p.Path(), Reason: err.Error()}
 		}
 		spec.Steps = append(spec.Steps, step)
 		spec.Info = append(spec.Info, pipeline.StepInfo{Type: sc.Type, Params: p.Effective()})
 	}
-	spec.LoadedAt = time.Now()
-	if opts.Now != nil {
-		spec.LoadedAt = opts.Now()
-	}
-	return pipeline.New(spec), nil
+	return spec, nil
 }
 
-func lookup(reg *registry.Registry, steps []config.Step) ([]registry.Type, error) {
+func lookup(reg *registry.Registry, key string, steps []config.Step) ([]registry.Type, error) {
 	types := make([]registry.Type, len(steps))
 	for i, s := range steps {
 		t, ok := reg.Lookup(s.Type)
 		if !ok {
 			return nil, &config.FieldError{
-				Key:    fmt.Sprintf("pipeline.steps[%d].type", i),
+				Key:    fmt.Sprintf("%s.steps[%d].type", key, i),
 				Reason: fmt.Sprintf("unknown step type %q (known: %s)", s.Type, strings.Join(reg.Names(), ", ")),
 			}
 		}
@@ -119,17 +141,17 @@ func lookup(reg *registry.Registry, steps []config.Step) ([]registry.Type, error
 
 // checkPlacement checks the rules the step types declare (first, needs an earlier provider) and
 // that tokens-in legs (use_openai_format false, pipeline-wide or on a step) have a step that
-// provides the tokens.
-func checkPlacement(reg *registry.Registry, pc config.Pipeline, types []registry.Type) error {
+// provides the tokens. key is the pipeline block's key.
+func checkPlacement(reg *registry.Registry, key string, pc config.Pipeline, types []registry.Type) error {
 	provided := map[registry.Capability]bool{}
 	for i, t := range types {
 		if t.First != "" && i != 0 {
-			return &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].type", i),
+			return &config.FieldError{Key: fmt.Sprintf("%s.steps[%d].type", key, i),
 				Reason: fmt.Sprintf("%s must be the first step (%s), found at position %d", t.Name, t.First, i)}
 		}
 		for _, n := range t.Needs {
 			if !provided[n.Capability] {
-				return &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d]", i),
+				return &config.FieldError{Key: fmt.Sprintf("%s.steps[%d]", key, i),
 					Reason: fmt.Sprintf("%s needs a %s step before it (%s)", t.Name, providers(reg, n.Capability), n.Why)}
 			}
 		}
@@ -140,13 +162,13 @@ func checkPlacement(reg *registry.Registry, pc config.Pipeline, types []registry
 	if provided[registry.Tokens] {
 		return nil
 	}
-	reason := fmt.Sprintf("false (tokens-in) requires a %s step in pipeline.steps", providers(reg, registry.Tokens))
+	reason := fmt.Sprintf("false (tokens-in) requires a %s step in %s.steps", providers(reg, registry.Tokens), key)
 	if !pc.UseOpenAIFormat {
-		return &config.FieldError{Key: "pipeline." + config.ParamUseOpenAIFormat, Reason: reason}
+		return &config.FieldError{Key: key + "." + config.ParamUseOpenAIFormat, Reason: reason}
 	}
 	for i, s := range pc.Steps {
 		if v, ok := s.Params[config.ParamUseOpenAIFormat].(bool); ok && !v {
-			return &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].params.%s", i, config.ParamUseOpenAIFormat), Reason: reason}
+			return &config.FieldError{Key: fmt.Sprintf("%s.steps[%d].params.%s", key, i, config.ParamUseOpenAIFormat), Reason: reason}
 		}
 	}
 	return nil
@@ -160,14 +182,14 @@ func providers(reg *registry.Registry, c registry.Capability) string {
 	return string(c) // no registered type provides it: name the capability
 }
 
-// checkTerminal: the last step, and only the last, writes the response.
-func checkTerminal(step pipeline.Step, i, n int) error {
+// checkTerminal: the last step, and only the last, writes the response. key is the step's key.
+func checkTerminal(step pipeline.Step, key string, i, n int) error {
 	terminal, last := pipeline.IsTerminal(step), i == n-1
 	switch {
 	case terminal && !last:
-		return &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].type", i), Reason: fmt.Sprintf("%s writes the response and must be the last step", step.Name())}
+		return &config.FieldError{Key: key + ".type", Reason: fmt.Sprintf("%s writes the response and must be the last step", step.Name())}
 	case !terminal && last:
-		return &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].type", i), Reason: fmt.Sprintf("the last step must write the response (decode), got %s", step.Name())}
+		return &config.FieldError{Key: key + ".type", Reason: fmt.Sprintf("the last step must write the response (decode), got %s", step.Name())}
 	}
 	return nil
 }

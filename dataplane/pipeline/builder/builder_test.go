@@ -129,6 +129,46 @@ func TestBuildErrors(t *testing.T) {
 			cfg: func() config.Config { return cfgWith() },
 			key: "pipeline.steps", want: "at least one step",
 		},
+		"canary step unknown": {
+			cfg: func() config.Config { return withCanary(cfgWith(config.Step{Type: "test-end"}), config.Step{Type: "nope"}) },
+			key: "canary.pipeline.steps[0].type", want: `unknown step type "nope"`,
+		},
+		"canary param invalid": {
+			cfg: func() config.Config {
+				return withCanary(cfgWith(config.Step{Type: "test-end"}), config.Step{Type: "test-end", Params: map[string]any{"level": -1}})
+			},
+			key: "canary.pipeline.steps[0].params.level", want: "at least 0",
+		},
+		"canary last not terminal": {
+			cfg: func() config.Config { return withCanary(cfgWith(config.Step{Type: "test-end"}), config.Step{Type: "test-a"}) },
+			key: "canary.pipeline.steps[0].type", want: "the last step must write the response",
+		},
+		"canary tokens-in without render": {
+			cfg: func() config.Config {
+				c := withCanary(cfgWith(config.Step{Type: "test-end"}), config.Step{Type: "test-end"})
+				c.Canary.Pipeline.UseOpenAIFormat = false
+				return c
+			},
+			key: "canary.pipeline.use_openai_format", want: "requires a render step in canary.pipeline.steps",
+		},
+		"canary needs an earlier provider": {
+			cfg: func() config.Config {
+				return withCanary(cfgWith(config.Step{Type: "test-end"}), config.Step{Type: "test-needy"}, config.Step{Type: "test-end"})
+			},
+			key: "canary.pipeline.steps[0]", want: "test-needy needs a render step",
+		},
+		"canary with no gateway": {
+			cfg: func() config.Config {
+				c := withCanary(cfgWith(config.Step{Type: "test-a"}, config.Step{Type: "test-end"}), config.Step{Type: "test-end"})
+				c.Gateway.Address = ""
+				return c
+			},
+			key: "gateway.address", want: "(pipeline.steps[1])",
+		},
+		"stable errors come first": {
+			cfg: func() config.Config { return withCanary(cfgWith(config.Step{Type: "test-a"}), config.Step{Type: "nope"}) },
+			key: "pipeline.steps[0].type", want: "the last step must write the response",
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -140,6 +180,44 @@ func TestBuildErrors(t *testing.T) {
 				t.Fatalf("err = %q, want key %s containing %q", err, tc.key, tc.want)
 			}
 		})
+	}
+}
+
+// withCanary adds a canary of weight 5 with steps to c.
+func withCanary(c config.Config, steps ...config.Step) config.Config {
+	c.Canary = config.NewCanary()
+	c.Canary.WeightPercent = 5
+	c.Canary.Pipeline.Steps = steps
+	return c
+}
+
+func TestBuildCanary(t *testing.T) {
+	cfg := withCanary(cfgWith(config.Step{Type: "test-end"}), config.Step{Type: "test-a", Params: map[string]any{"level": 7}}, config.Step{Type: "test-end"})
+	p, err := Build(cfg, Options{Registry: testRegistry(), Revision: "file-rev"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, weight := p.Canary()
+	if c == nil || weight != 5 {
+		t.Fatalf("canary %v, weight %d", c, weight)
+	}
+	if p.Track() != config.TrackStable || c.Track() != config.TrackCanary {
+		t.Fatalf("tracks %q, %q", p.Track(), c.Track())
+	}
+	if p.PipelineRevision() != cfg.Pipeline.Revision() || c.PipelineRevision() != cfg.Canary.Pipeline.Revision() || p.PipelineRevision() == c.PipelineRevision() {
+		t.Fatal("each pipeline must carry its block's revision")
+	}
+	if c.Revision() != "file-rev" || p.Revision() != "file-rev" {
+		t.Fatal("both report the configuration revision they came from")
+	}
+	if len(c.Steps()) != 2 || c.Steps()[0].Params["level"] != 7 || len(p.Steps()) != 1 {
+		t.Fatalf("canary steps %+v, stable steps %+v", c.Steps(), p.Steps())
+	}
+	if c.Config().Canary != nil || len(c.Config().Pipeline.Steps) != 2 || c.Gateway() == nil || c.Gateway() == p.Gateway() {
+		t.Fatal("the canary runs its own pipeline block with its own gateway client and no canary")
+	}
+	if cc, _ := c.Canary(); cc != nil {
+		t.Fatal("a canary carries no canary")
 	}
 }
 

@@ -55,8 +55,9 @@ type Deps struct {
 	Log logr.Logger
 	// Getenv reads process environment (SGLANG_BOOTSTRAP_PORT); tests substitute it.
 	Getenv func(string) string
-	// Index is the step's position in pipeline.steps.
-	Index int
+	// Key is the step's key in the configuration: pipeline.steps[2], or canary.pipeline.steps[2]
+	// for a step of the canary.
+	Key string
 	// Telemetry records metrics and spans.
 	Telemetry observe.Telemetry
 	// Overrides are the embedder's non-configuration settings.
@@ -76,7 +77,7 @@ type Overrides struct {
 // RequireGateway records an error on p when there is no gateway client.
 func (d Deps) RequireGateway(p *params.Params, step string) {
 	if d.Gateway == nil {
-		p.FailAt("gateway.address", "is required by step %s (pipeline.steps[%d])", step, d.Index)
+		p.FailAt("gateway.address", "is required by step %s (%s)", step, d.Key)
 	}
 }
 
