@@ -76,37 +76,52 @@ func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress st
 		renderTracing(t, &cfg.Tracing)
 	}
 
-	p := &spec.Pipeline
+	var err error
+	if cfg.Pipeline, err = renderPipeline(&spec.Pipeline, "pipeline", cfg.Pipeline); err != nil {
+		return config.Config{}, err
+	}
+	if c := spec.Canary; c != nil {
+		cfg.Canary = config.NewCanary()
+		cfg.Canary.WeightPercent = int(c.WeightPercent)
+		if cfg.Canary.Pipeline, err = renderPipeline(&c.Pipeline, "canary.pipeline", cfg.Canary.Pipeline); err != nil {
+			return config.Config{}, err
+		}
+	}
+	return cfg, nil
+}
+
+// renderPipeline overlays p on out, the data plane's pipeline block found at key.
+func renderPipeline(p *coordinatorv1alpha1.PipelineSpec, key string, out config.Pipeline) (config.Pipeline, error) {
 	if p.KVConnector != "" {
-		cfg.Pipeline.KVConnector = string(p.KVConnector)
+		out.KVConnector = string(p.KVConnector)
 	}
 	if p.ECConnector != "" {
-		cfg.Pipeline.ECConnector = string(p.ECConnector)
+		out.ECConnector = string(p.ECConnector)
 	}
 	if p.UseOpenAIFormat != nil {
-		cfg.Pipeline.UseOpenAIFormat = *p.UseOpenAIFormat
+		out.UseOpenAIFormat = *p.UseOpenAIFormat
 	}
 	if p.ForwardResponseHeaders != nil {
-		cfg.Pipeline.ForwardResponseHeaders = slices.Clone(p.ForwardResponseHeaders)
+		out.ForwardResponseHeaders = slices.Clone(p.ForwardResponseHeaders)
 	}
 	if p.OnPoolFailure != "" {
-		cfg.Pipeline.OnPoolFailure = string(p.OnPoolFailure)
+		out.OnPoolFailure = string(p.OnPoolFailure)
 	}
-	cfg.Pipeline.Steps = make([]config.Step, 0, len(p.Steps))
+	out.Steps = make([]config.Step, 0, len(p.Steps))
 	for i, s := range p.Steps {
 		step := config.Step{Type: string(s.Type)}
 		if s.Params != nil && len(s.Params.Raw) > 0 {
 			var params map[string]any
 			if err := json.Unmarshal(s.Params.Raw, &params); err != nil {
-				return config.Config{}, &config.FieldError{Key: fmt.Sprintf("pipeline.steps[%d].params", i), Reason: "must be a mapping"}
+				return out, &config.FieldError{Key: fmt.Sprintf("%s.steps[%d].params", key, i), Reason: "must be a mapping"}
 			}
 			if len(params) > 0 {
 				step.Params = params
 			}
 		}
-		cfg.Pipeline.Steps = append(cfg.Pipeline.Steps, step)
+		out.Steps = append(out.Steps, step)
 	}
-	return cfg, nil
+	return out, nil
 }
 
 // renderRetry overlays the retry settings r sets on dst (gateway.retry). budgetPercent becomes

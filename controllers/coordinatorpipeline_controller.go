@@ -7,9 +7,11 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -73,6 +75,10 @@ type CoordinatorPipelineReconciler struct {
 	// OperatorNamespace is the namespace the operator runs in ("" when unknown): a pipeline's
 	// NetworkPolicy admits it to the admin port, which the rollout probe asks.
 	OperatorNamespace string
+	// CanaryStatusInterval is how often status.revisions is refreshed while a canary runs
+	// (DefaultCanaryStatusInterval when 0): its counts change with traffic, which no object
+	// records.
+	CanaryStatusInterval time.Duration
 
 	// poolAPI, gatewayAPI and routeAPI record whether the InferencePool, Gateway and HTTPRoute
 	// CRDs were installed at start-up; without them references cannot resolve, routes cannot be
@@ -154,6 +160,10 @@ func (r *CoordinatorPipelineReconciler) Reconcile(ctx context.Context, req ctrl.
 		// current revision, ask them again soon.
 		if reterr == nil && s.obs.pods.ran {
 			res.RequeueAfter = revisionRolloutOf(s.cp, s.obs.pods.value).requeue
+			every := cmp.Or(r.CanaryStatusInterval, DefaultCanaryStatusInterval)
+			if len(s.cp.Status.Revisions) > 1 && (res.RequeueAfter == 0 || res.RequeueAfter > every) {
+				res.RequeueAfter = every // a canary's counts change with traffic alone
+			}
 		}
 	}()
 
@@ -269,17 +279,18 @@ func (r *CoordinatorPipelineReconciler) exists(ctx context.Context, kind, namesp
 // renderAndValidate renders the spec into the data-plane configuration and validates its
 // pipeline with the data plane's builder. An unresolved gateway does not stop validation (a
 // placeholder address stands in), but such a configuration is not applied. A coordinator image
-// that declares an older configuration schema (checkImageSchema) is refused before rendering.
+// that declares a configuration schema older than the rendered configuration needs
+// (checkImageSchema) is refused.
 func (r *CoordinatorPipelineReconciler) renderAndValidate(_ context.Context, s *scope) error {
 	gw := s.obs.gateway.value
 	address := validationGatewayAddress
 	if gw.ok {
 		address = gw.address
 	}
-	err := checkImageSchema(s.cp, config.SchemaVersion)
-	var cfg config.Config
+	cfg, err := renderConfig(s.cp, address)
 	if err == nil {
-		cfg, err = renderConfig(s.cp, address)
+		schema, key := cfg.NeededSchema()
+		err = checkImageSchema(s.cp, schema, key)
 	}
 	if err == nil {
 		err = validatePipeline(cfg)

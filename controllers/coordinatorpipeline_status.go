@@ -3,6 +3,7 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -84,6 +85,9 @@ func computeStatus(cp *coordinatorv1alpha1.CoordinatorPipeline, o observed) {
 	}
 	if o.pods.ran {
 		setRolledOutCondition(cp, revisionRolloutOf(cp, o.pods.value))
+		if o.applied.value != nil {
+			cp.Status.Revisions = revisionsOf(*o.applied.value, o.pods.value)
+		}
 	}
 	setDegradedCondition(cp, o.err, r)
 	setReadyCondition(cp, o.err, o.tls, r)
@@ -123,8 +127,11 @@ func setPipelineValidCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err 
 		setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, false, coordinatorv1alpha1.ReasonInvalidPipeline, err.Error())
 		return
 	}
-	setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, true, coordinatorv1alpha1.ReasonValid,
-		fmt.Sprintf("all %d steps build with their params", len(cp.Spec.Pipeline.Steps)))
+	msg := fmt.Sprintf("all %d steps build with their params", len(cp.Spec.Pipeline.Steps))
+	if c := cp.Spec.Canary; c != nil {
+		msg += fmt.Sprintf(", and the %d of the canary", len(c.Pipeline.Steps))
+	}
+	setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, true, coordinatorv1alpha1.ReasonValid, msg)
 }
 
 // setResolvedCondition maps a resolution to InferencePoolResolved or GatewayResolved.
@@ -414,6 +421,52 @@ func revisionRolloutOf(cp *coordinatorv1alpha1.CoordinatorPipeline, survey *podS
 		out.message = fmt.Sprintf("%d of %d ready pods could not be asked which revision they serve: %s; %s", len(unknown), ready, namePods(unknown), summary)
 	}
 	return out
+}
+
+// DefaultCanaryStatusInterval is how often status.revisions is refreshed while a canary runs
+// (the manager's --canary-status-interval).
+const DefaultCanaryStatusInterval = 30 * time.Second
+
+// revisionsOf is status.revisions: the pipelines of applied (the stable one, and its canary),
+// each with the ready pods of survey that report serving its revision on its track and the sums
+// of what they report. A pod's report counts once per track (a forged or confused answer that
+// lists a track twice adds nothing more), and sums saturate instead of wrapping.
+func revisionsOf(applied config.Config, survey *podSurvey) []coordinatorv1alpha1.PipelineRevisionStatus {
+	out := []coordinatorv1alpha1.PipelineRevisionStatus{{Track: config.TrackStable, Revision: applied.Pipeline.Revision(), WeightPercent: 100}}
+	if c := applied.Canary; c != nil {
+		out[0].WeightPercent = int32(100 - c.WeightPercent)
+		out = append(out, coordinatorv1alpha1.PipelineRevisionStatus{Track: config.TrackCanary, Revision: c.Pipeline.Revision(), WeightPercent: int32(c.WeightPercent)})
+	}
+	if survey == nil {
+		return out
+	}
+	for _, p := range survey.pods {
+		if p.err != "" {
+			continue
+		}
+		seen := map[string]bool{}
+		for _, t := range p.status.Pipelines {
+			for i := range out {
+				r := &out[i]
+				if t.Track != r.Track || t.Revision != r.Revision || seen[t.Track] {
+					continue
+				}
+				seen[t.Track] = true
+				r.Pods++
+				r.Requests = addSaturating(r.Requests, t.Requests)
+				r.Errors = addSaturating(r.Errors, min(t.Errors, t.Requests))
+			}
+		}
+	}
+	return out
+}
+
+// addSaturating is a+b, at most math.MaxInt64.
+func addSaturating(a int64, b uint64) int64 {
+	if b > uint64(math.MaxInt64-a) {
+		return math.MaxInt64
+	}
+	return a + int64(b)
 }
 
 // setRolledOutCondition writes updatedReplicas and the RolledOut condition.

@@ -46,6 +46,19 @@ type PodPipelineStatus struct {
 	Revision string `json:"revision"`
 	// Reload is the pod's config watcher (absent when it does not watch the file).
 	Reload *PodReloadStatus `json:"reload,omitempty"`
+	// Pipelines are the pipelines the pod serves (the stable one and its canary), with what
+	// each served.
+	Pipelines []PodPipelineTrack `json:"pipelines,omitempty"`
+}
+
+// PodPipelineTrack is the part of a coordinator's server.PipelineTrack the operator reads.
+type PodPipelineTrack struct {
+	// Track is stable or canary; Revision the pipeline revision.
+	Track    string `json:"track"`
+	Revision string `json:"revision"`
+	// Requests and Errors are what the pod ran on the revision since it loaded it.
+	Requests uint64 `json:"requests"`
+	Errors   uint64 `json:"errors"`
 }
 
 // PodReloadStatus is the part of the coordinator's reload.Status the operator reads.

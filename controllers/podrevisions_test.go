@@ -3,10 +3,12 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -196,10 +198,17 @@ func TestSurveyPods(t *testing.T) {
 	cfg := config.Default()
 	cfg.Gateway.Address = "http://gateway.test:80"
 	cfg.Pipeline.Steps = []config.Step{{Type: "decode"}}
+	cfg.Canary = config.NewCanary()
+	cfg.Canary.WeightPercent = 10
+	cfg.Canary.Pipeline.Steps = []config.Step{{Type: "prefill"}, {Type: "decode"}}
 	p, err := builder.Build(cfg, builder.Options{Revision: "rev-1"})
 	g.Expect(err).NotTo(HaveOccurred())
 	holder := &pipeline.Holder{}
 	holder.Swap(p)
+	canary, _ := p.Canary()
+	canary.Tally().Record(true)
+	canary.Tally().Record(false)
+	p.Tally().Record(false)
 	admin := func(st reload.Status) http.Handler {
 		return server.AdminHandler(prometheus.NewRegistry(), holder, fixedReload(st))
 	}
@@ -244,7 +253,11 @@ func TestSurveyPods(t *testing.T) {
 	g.Expect(byName["good"].status.Revision).To(Equal("rev-1"))
 	g.Expect(byName["rejected"].err).To(BeEmpty())
 	g.Expect(byName["rejected"].status).To(Equal(PodPipelineStatus{Revision: "rev-1", Reload: &PodReloadStatus{
-		LastError: "pipeline.steps[0].type: unknown", RejectedRevision: "rev-2", RestartRequired: []string{"server.read_timeout"}}}))
+		LastError: "pipeline.steps[0].type: unknown", RejectedRevision: "rev-2", RestartRequired: []string{"server.read_timeout"}},
+		Pipelines: []PodPipelineTrack{
+			{Track: config.TrackStable, Revision: cfg.Pipeline.Revision(), Requests: 1},
+			{Track: config.TrackCanary, Revision: cfg.Canary.Pipeline.Revision(), Requests: 2, Errors: 1},
+		}}))
 	g.Expect(byName["huge"].err).To(ContainSubstring("larger than"))
 	g.Expect(byName["no-pipeline"].err).To(ContainSubstring("HTTP 503"))
 	g.Expect(byName["no-port"].err).To(ContainSubstring(`no container port named "metrics"`))
@@ -294,4 +307,55 @@ func (c *concurrencyProbe) GetPipelineStatus(context.Context, string) (PodPipeli
 	c.now--
 	c.mu.Unlock()
 	return PodPipelineStatus{Revision: "r"}, nil
+}
+
+// status.revisions: the applied configuration's pipelines, each with the ready pods that report
+// its revision on its track and the sums of their counts. Pods that could not be asked, pods on
+// other revisions and tracks reported twice add nothing; counts saturate.
+func TestRevisionsOf(t *testing.T) {
+	cfg := config.Default()
+	cfg.Pipeline.Steps = []config.Step{{Type: "decode"}}
+	stable := cfg.Pipeline.Revision()
+	withCanary := cfg
+	withCanary.Canary = config.NewCanary()
+	withCanary.Canary.WeightPercent = 5
+	withCanary.Canary.Pipeline.Steps = []config.Step{{Type: "prefill"}, {Type: "decode"}}
+	canary := withCanary.Canary.Pipeline.Revision()
+	serving := func(pod string, tracks ...PodPipelineTrack) podRevision {
+		return podRevision{pod: pod, status: PodPipelineStatus{Revision: "cfg", Pipelines: tracks}}
+	}
+	type rs = coordinatorv1alpha1.PipelineRevisionStatus
+	tests := map[string]struct {
+		applied config.Config
+		survey  *podSurvey
+		want    []rs
+	}{
+		"no pods yet": {applied: withCanary, want: []rs{
+			{Track: "stable", Revision: stable, WeightPercent: 95}, {Track: "canary", Revision: canary, WeightPercent: 5}}},
+		"no canary": {applied: cfg, survey: &podSurvey{pods: []podRevision{serving("a", PodPipelineTrack{Track: "stable", Revision: stable, Requests: 7, Errors: 1})}},
+			want: []rs{{Track: "stable", Revision: stable, WeightPercent: 100, Pods: 1, Requests: 7, Errors: 1}}},
+		"two pods summed, one unreachable, one on an older pipeline": {applied: withCanary, survey: &podSurvey{pods: []podRevision{
+			serving("a", PodPipelineTrack{Track: "stable", Revision: stable, Requests: 95}, PodPipelineTrack{Track: "canary", Revision: canary, Requests: 5, Errors: 2}),
+			serving("b", PodPipelineTrack{Track: "stable", Revision: stable, Requests: 19}, PodPipelineTrack{Track: "canary", Revision: canary, Requests: 1}),
+			{pod: "c", err: "connection refused"},
+			serving("d", PodPipelineTrack{Track: "stable", Revision: "older", Requests: 1000}),
+		}}, want: []rs{
+			{Track: "stable", Revision: stable, WeightPercent: 95, Pods: 2, Requests: 114},
+			{Track: "canary", Revision: canary, WeightPercent: 5, Pods: 2, Requests: 6, Errors: 2}}},
+		"the canary's revision reported as stable is not the canary": {applied: withCanary, survey: &podSurvey{pods: []podRevision{
+			serving("a", PodPipelineTrack{Track: "stable", Revision: canary, Requests: 3})}}, want: []rs{
+			{Track: "stable", Revision: stable, WeightPercent: 95}, {Track: "canary", Revision: canary, WeightPercent: 5}}},
+		"a hostile pod: a track twice, errors above requests, counts that overflow": {applied: cfg, survey: &podSurvey{pods: []podRevision{
+			serving("a", PodPipelineTrack{Track: "stable", Revision: stable, Requests: math.MaxUint64, Errors: math.MaxUint64},
+				PodPipelineTrack{Track: "stable", Revision: stable, Requests: 5}),
+			serving("b", PodPipelineTrack{Track: "stable", Revision: stable, Requests: 1, Errors: 9}),
+		}}, want: []rs{{Track: "stable", Revision: stable, WeightPercent: 100, Pods: 2, Requests: math.MaxInt64, Errors: math.MaxInt64}}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := revisionsOf(tc.applied, tc.survey); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
 }

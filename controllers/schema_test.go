@@ -49,7 +49,7 @@ func TestCheckImageSchema(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			err := checkImageSchema(newPipeline("ns", "epd", tc.mutate), renders)
+			err := checkImageSchema(newPipeline("ns", "epd", tc.mutate), renders, "")
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("want no error, got %v", err)
@@ -61,7 +61,7 @@ func TestCheckImageSchema(t *testing.T) {
 		})
 	}
 	// An image of this tree's schema (its label) is accepted by this operator.
-	if err := checkImageSchema(newPipeline("ns", "epd", withImage("x:v1", strconv.Itoa(config.SchemaVersion))), config.SchemaVersion); err != nil {
+	if err := checkImageSchema(newPipeline("ns", "epd", withImage("x:v1", strconv.Itoa(config.SchemaVersion))), config.SchemaVersion, ""); err != nil {
 		t.Fatal(err)
 	}
 	if AnnotationConfigSchema != "coordinator.epd.dev/config-schema" {
@@ -77,7 +77,7 @@ func TestCheckImageSchema(t *testing.T) {
 func TestComputeStatusSchemaRefusal(t *testing.T) {
 	g := NewWithT(t)
 	cp := newPipeline("ns", "epd", withImage("old:v0", "0"))
-	refusal := checkImageSchema(cp, 1)
+	refusal := checkImageSchema(cp, 1, "")
 	g.Expect(refusal).To(HaveOccurred())
 	computeStatus(cp, observed{pipeline: found(refusal)})
 	c := expectCondition(g, cp, coordinatorv1alpha1.ConditionPipelineValid, metav1.ConditionFalse, coordinatorv1alpha1.ReasonConfigSchemaUnsupported)
@@ -102,7 +102,7 @@ func TestOlderImageSchemaIsRefused(t *testing.T) {
 		withImage("registry.example.com/coordinator:v0.0.9", "0")(cp)
 		cp.Spec.Pipeline.Steps = cp.Spec.Pipeline.Steps[1:] // a pipeline change too: held back as well
 	})
-	want := (&schemaError{image: "registry.example.com/coordinator:v0.0.9", declared: "0", have: 0, renders: config.SchemaVersion}).Error()
+	want := (&schemaError{image: "registry.example.com/coordinator:v0.0.9", declared: "0", have: 0, renders: 1}).Error()
 	g.Expect(want).To(ContainSubstring("annotation coordinator.epd.dev/config-schema"))
 
 	cp := e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
@@ -143,6 +143,27 @@ func TestOlderImageSchemaIsRefused(t *testing.T) {
 	g.Expect(e.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "epd"}, dep)).To(Succeed())
 	g.Expect(dep.Spec.Template.Spec.Containers[0].Image).To(Equal("registry.example.com/coordinator:v9"))
 	g.Expect(cp.Status.PipelineSteps).To(Equal("prefill,decode"))
+
+	// A canary needs schema 2: the schema-1 image is refused, naming the key; the running
+	// configuration stays. Schema 2 runs it.
+	running := cp.Status.ConfigRevision
+	e.update(g, ns, "epd", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		cp.Spec.Canary = &coordinatorv1alpha1.CanarySpec{WeightPercent: 5, Pipeline: coordinatorv1alpha1.PipelineSpec{
+			Steps: []coordinatorv1alpha1.PipelineStep{{Type: "decode"}}}}
+	})
+	cp = e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		c := expectCondition(g, cp, coordinatorv1alpha1.ConditionPipelineValid, metav1.ConditionFalse, coordinatorv1alpha1.ReasonConfigSchemaUnsupported)
+		g.Expect(c.Message).To(HavePrefix("spec.image registry.example.com/coordinator:v9 reads configuration schema 1 (annotation coordinator.epd.dev/config-schema), " +
+			"older than schema 2 that the key canary of this pipeline needs"))
+	})
+	g.Expect(cp.Status.ConfigRevision).To(Equal(running))
+	e.update(g, ns, "epd", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		withImage("registry.example.com/coordinator:v10", "2")(cp)
+	})
+	e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		expectCondition(g, cp, coordinatorv1alpha1.ConditionPipelineValid, metav1.ConditionTrue, coordinatorv1alpha1.ReasonValid)
+		g.Expect(cp.Status.ConfigRevision).NotTo(Equal(running))
+	})
 }
 
 // A new pipeline with a refused image deploys nothing.

@@ -225,6 +225,30 @@ func TestCRDValidationRejects(t *testing.T) {
 			},
 			wantErr: `spec.networkPolicy.egress.gatewayPorts[0]: Invalid value: 0: spec.networkPolicy.egress.gatewayPorts[0] in body should be greater than or equal to 1`,
 		},
+		"canary weight above 100": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Canary = &coordinatorv1alpha1.CanarySpec{WeightPercent: 101, Pipeline: coordinatorv1alpha1.PipelineSpec{Steps: steps(decode)}}
+			},
+			wantErr: `spec.canary.weightPercent: Invalid value: 101: spec.canary.weightPercent in body should be less than or equal to 100`,
+		},
+		"canary weight negative": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Canary = &coordinatorv1alpha1.CanarySpec{WeightPercent: -1, Pipeline: coordinatorv1alpha1.PipelineSpec{Steps: steps(decode)}}
+			},
+			wantErr: `spec.canary.weightPercent: Invalid value: -1: spec.canary.weightPercent in body should be greater than or equal to 0`,
+		},
+		"canary pipeline follows the pipeline's rules": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Canary = &coordinatorv1alpha1.CanarySpec{WeightPercent: 5, Pipeline: coordinatorv1alpha1.PipelineSpec{Steps: steps(decode, prefill)}}
+			},
+			wantErr: `spec.canary.pipeline.steps: Invalid value: the last step must be decode or prefill-decode`,
+		},
+		"canary with kv-sglang and prefill": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Canary = &coordinatorv1alpha1.CanarySpec{WeightPercent: 5, Pipeline: coordinatorv1alpha1.PipelineSpec{KVConnector: "kv-sglang", Steps: steps(prefill, decode)}}
+			},
+			wantErr: `spec.canary.pipeline: Invalid value: kvConnector kv-sglang needs the prefill-decode step`,
+		},
 		"name is not a DNS-1035 label": {
 			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Name = "1-epd" },
 			wantErr: `metadata.name must be a DNS-1035 label`,

@@ -388,6 +388,54 @@ type PipelineSpec struct {
 	Steps []PipelineStep `json:"steps"`
 }
 
+// CanarySpec is a second pipeline and its share of the traffic (the data plane's canary block).
+type CanarySpec struct {
+	// weightPercent is the share of requests the canary serves: 0 stages it (built and
+	// validated, no traffic), 100 sends it every request. Of every 100 consecutive requests a
+	// coordinator pod serves, exactly weightPercent run on the canary.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	WeightPercent int32 `json:"weightPercent"`
+
+	// pipeline is the canary's pipeline, with the rules and defaults of spec.pipeline. It shares
+	// the gateway, server and tracing settings.
+	// +required
+	Pipeline PipelineSpec `json:"pipeline"`
+}
+
+// PipelineRevisionStatus is one pipeline the coordinators serve, with its traffic.
+type PipelineRevisionStatus struct {
+	// track is stable (spec.pipeline) or canary (spec.canary.pipeline).
+	// +required
+	// +kubebuilder:validation:Enum=stable;canary
+	Track string `json:"track"`
+
+	// revision is the pipeline's revision: a fingerprint of its pipeline block alone, so a
+	// promoted canary keeps it. Every leg of a request carries it in
+	// x-coordinator-pipeline-revision; it is the revision label of
+	// coordinator_pipeline_requests_total.
+	// +required
+	Revision string `json:"revision"`
+
+	// weightPercent is the share of requests the pipeline serves.
+	// +required
+	WeightPercent int32 `json:"weightPercent"`
+
+	// pods is the number of ready coordinator pods that report serving this revision on this
+	// track.
+	// +optional
+	Pods int32 `json:"pods"`
+
+	// requests and errors are what those pods report: the requests they ran on the revision
+	// since each loaded it, and those that failed (a 5xx, or a response cut off). A pod that
+	// restarts starts again from zero; the metric is the record, this is the quick look.
+	// +optional
+	Requests int64 `json:"requests"`
+	// +optional
+	Errors int64 `json:"errors"`
+}
+
 // ServerSpec configures the coordinator's inbound HTTP server. A running coordinator cannot
 // change its listener's timeouts: changing readTimeout or writeTimeout rolls the Deployment, and
 // so does shutdownTimeout (the pods' terminationGracePeriodSeconds follows it), and so does
@@ -575,6 +623,13 @@ type CoordinatorPipelineSpec struct {
 	// format defaults. Changes are hot-reloaded by the coordinators.
 	// +required
 	Pipeline PipelineSpec `json:"pipeline"`
+
+	// canary is a revision canary: a second pipeline that serves weightPercent of the requests,
+	// each request wholly on one of the two. Promote it by moving its pipeline to spec.pipeline
+	// and removing spec.canary (its revision stays the same); roll back by removing it.
+	// status.revisions shows each pipeline's requests and errors.
+	// +optional
+	Canary *CanarySpec `json:"canary,omitempty"`
 
 	// replicas is the number of coordinator pods. It is the scale subresource's spec path, so a
 	// HorizontalPodAutoscaler can target the CoordinatorPipeline.
@@ -808,6 +863,15 @@ type CoordinatorPipelineStatus struct {
 	// subresource's selector path, used by HorizontalPodAutoscalers).
 	// +optional
 	Selector string `json:"selector,omitempty"`
+
+	// revisions are the pipelines of the applied configuration: the stable one and, with
+	// spec.canary, the canary, each with its share and what the ready pods report it served.
+	// Refreshed at least every 30 seconds while a canary runs.
+	// +optional
+	// +listType=map
+	// +listMapKey=track
+	// +kubebuilder:validation:MaxItems=2
+	Revisions []PipelineRevisionStatus `json:"revisions,omitempty"`
 }
 
 // CoordinatorPipeline runs the E/P/D coordinator in front of an InferencePool: the operator
@@ -827,6 +891,7 @@ type CoordinatorPipelineStatus struct {
 // +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.conditions[?(@.type=="RolledOut")].reason`,priority=1
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.configRevision`
+// +kubebuilder:printcolumn:name="Canary",type=integer,JSONPath=`.status.revisions[?(@.track=="canary")].weightPercent`,priority=1
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.inferencePoolRef.name`,priority=1
 // +kubebuilder:printcolumn:name="Steps",type=string,JSONPath=`.status.pipelineSteps`,priority=1
 // +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.status.gatewayAddress`,priority=1

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -59,6 +60,7 @@ func run() int {
 		kubeAPIBurst      int
 		watchNamespace    string
 		operatorNamespace string
+		canaryInterval    time.Duration
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", "0",
 		"Address of the metrics endpoint, e.g. :8443 (HTTPS with --metrics-secure) or :8080; 0 disables it.")
@@ -78,6 +80,8 @@ func run() int {
 	flag.IntVar(&kubeAPIBurst, "kube-api-burst", 100, "Client-side burst towards the API server.")
 	flag.StringVar(&operatorNamespace, "operator-namespace", ownNamespace(),
 		"Namespace the operator runs in: pipelines' NetworkPolicies admit it to the coordinators' admin port, which the rollout probe asks (default: $POD_NAMESPACE, else the service account's namespace).")
+	flag.DurationVar(&canaryInterval, "canary-status-interval", controllers.DefaultCanaryStatusInterval,
+		"How often a CoordinatorPipeline's status.revisions (each pipeline's requests and errors, from its pods) is refreshed while it runs a canary.")
 	flag.StringVar(&watchNamespace, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
 		"Only reconcile CoordinatorPipelines in this namespace (all when empty); $WATCH_NAMESPACE sets the default (OLM sets it for the OwnNamespace and SingleNamespace install modes). The manager then caches and watches that namespace only and needs only a Role there.")
 	opts := zap.Options{Development: false}
@@ -124,7 +128,7 @@ func run() int {
 
 	ctx := ctrl.SetupSignalHandler()
 	r := &controllers.CoordinatorPipelineReconciler{Client: mgr.GetClient(), DefaultImage: coordinatorImage, WatchNamespace: watchNamespace,
-		OperatorNamespace: operatorNamespace}
+		OperatorNamespace: operatorNamespace, CanaryStatusInterval: canaryInterval}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		log.Error(err, "setting up the controller", "controller", controllers.ControllerName)
 		return 1

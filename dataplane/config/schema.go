@@ -14,7 +14,20 @@ package config
 // keeps them equal), `coordinator --version` prints it, and the operator, built from the same
 // tree, refuses to render for a coordinator image that declares an older schema
 // (docs/upgrades.md).
-const SchemaVersion = 1
+//
+// Schema 1 is the first versioned one; schema 2 added canary.
+const SchemaVersion = 2
+
+// NeededSchema is the oldest schema that reads c, and the key that needs it ("" for schema 1):
+// the operator renders only what the coordinator image reads, and refuses an image of an older
+// schema only when the configuration uses a key that image cannot read. A key added with a
+// schema bump is added here too (a test walks the schema's keys).
+func (c Config) NeededSchema() (version int, key string) {
+	if c.Canary != nil {
+		return 2, "canary"
+	}
+	return 1, ""
+}
 
 // SchemaLabel is the coordinator image's OCI label holding SchemaVersion; the operator reads the
 // same name as an annotation of a CoordinatorPipeline that sets spec.image.

@@ -18,3 +18,28 @@ func TestImageLabelIsTheSchemaVersion(t *testing.T) {
 		t.Fatalf("Dockerfile.coordinator has no LABEL %s: bump the label with SchemaVersion", want)
 	}
 }
+
+// Every key is readable by schema 1 but those NeededSchema names: a key added with a schema bump
+// must be added there (and here).
+func TestNeededSchema(t *testing.T) {
+	since := map[string]int{"canary": 2}
+	for _, key := range EnvKeys() {
+		if v, ok := since[key]; ok && v > SchemaVersion {
+			t.Fatalf("%s needs schema %d, newer than this tree's %d", key, v, SchemaVersion)
+		}
+	}
+	if len(EnvKeys()) != 42 {
+		t.Fatalf("%d keys: a new key needs a decision here (and in NeededSchema when it bumps the schema)", len(EnvKeys()))
+	}
+	cfg, err := Parse([]byte(minimal), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, key := cfg.NeededSchema(); v != 1 || key != "" {
+		t.Fatalf("a plain configuration needs schema %d (%s), want 1", v, key)
+	}
+	cfg.Canary = NewCanary()
+	if v, key := cfg.NeededSchema(); v != since["canary"] || key != "canary" {
+		t.Fatalf("a canary needs schema %d (%s), want 2 (canary)", v, key)
+	}
+}

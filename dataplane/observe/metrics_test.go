@@ -109,7 +109,7 @@ func TestPipelineSeries(t *testing.T) {
 	m.PipelineRequest("canary", "c1", OutcomeError)
 	m.PipelineRequest("canary", "c1", PipelineOutcome(200, false))
 	m.Reload(true, "cfg-2", PipelineTrack{Track: "stable", Revision: "c1", WeightPercent: 100}) // promotion
-	m.PipelineRequest("stable", "s1", OutcomeSuccess)                                         // in flight on the old pipeline
+	m.PipelineRequest("stable", "s1", OutcomeSuccess)                                           // in flight on the old pipeline
 	m.PipelineRequest("stable", "c1", PipelineOutcome(404, false))
 	want := `
 # HELP coordinator_pipeline_requests_total Requests run by pipeline track (stable, canary), pipeline revision and outcome (success; client_error: 4xx; error: 5xx or a response cut off). The series of revisions no longer loaded are removed.

@@ -2,7 +2,8 @@
 // the operator, a worker pool (encode, prefill, decode simworkers and a render service) behind the
 // gateway double, the CoordinatorPipeline of config/samples, and the coordinator started from the
 // ConfigMap the operator rendered. It sends one multimodal chat request through the full pipeline,
-// prints the answer and the path it took, then serves http://127.0.0.1:8080/v1 until Ctrl-C.
+// prints the answer and the path it took, stages a revision canary and shows its split, then
+// serves http://127.0.0.1:8080/v1 until Ctrl-C.
 package main
 
 import (
@@ -87,7 +88,8 @@ func run(ctx context.Context, addr string, once bool) error {
 	}
 	fmt.Printf("    %-10s %s\n    %-10s %s (routes by EPP-Profile)\n", "render", st.Render.URL(), "gateway", st.Gateway.URL())
 
-	c, err := cluster.Start(ctx, cluster.Options{Root: root, Bin: bin, Progress: os.Stdout})
+	// status.revisions (the canary's counts) refreshes every 2 s here, every 30 s by default.
+	c, err := cluster.Start(ctx, cluster.Options{Root: root, Bin: bin, Progress: os.Stdout, ManagerArgs: []string{"--canary-status-interval=2s"}})
 	if err != nil {
 		return err
 	}
@@ -139,18 +141,27 @@ func run(ctx context.Context, addr string, once bool) error {
 	}
 	kubectl := filepath.Join(assets, "kubectl")
 	step("waiting for the operator to see the pod serve revision %s (RolledOut), then kubectl get cpl", cp.Status.ConfigRevision)
-	if err := waitRolledOut(ctx, c.Client, name); err != nil {
+	if err := waitRolledOut(ctx, c.Client, name, ""); err != nil {
 		return fmt.Errorf("%w\noperator logs:\n%s", err, c.ManagerLogs())
 	}
-	get := exec.CommandContext(ctx, kubectl, "--kubeconfig", c.Kubeconfig, "get", "cpl", "-n", namespace)
-	get.Stdout, get.Stderr = os.Stdout, os.Stderr
-	if err := get.Run(); err != nil {
-		return fmt.Errorf("kubectl get cpl: %w", err)
+	get := func(args ...string) error {
+		cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", c.Kubeconfig, "get", "cpl", "-n", namespace}, args...)...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("kubectl get cpl: %w", err)
+		}
+		return nil
+	}
+	if err := get(); err != nil {
+		return err
 	}
 
 	step("sending one chat request with an image through the full pipeline")
 	if err := firstRequest(ctx, coord.URL, st); err != nil {
 		return fmt.Errorf("%w\ncoordinator logs:\n%s", err, coord.Logs())
+	}
+	if err := canarySplit(ctx, c, coord, st, name, get); err != nil {
+		return fmt.Errorf("%w\noperator logs:\n%s\ncoordinator logs:\n%s", err, c.ManagerLogs(), coord.Logs())
 	}
 	if once {
 		return nil
@@ -264,19 +275,25 @@ func waitValid(ctx context.Context, k client.Client, name string) (*coordinatorv
 	}
 }
 
-// waitRolledOut waits until the pipeline's RolledOut condition is True.
-func waitRolledOut(ctx context.Context, k client.Client, name string) error {
+// waitRolledOut waits until the pipeline's RolledOut condition is True for a revision other
+// than notRevision ("" for any).
+func waitRolledOut(ctx context.Context, k client.Client, name, notRevision string) error {
+	return waitFor(ctx, k, name, "rolled out", func(cp *coordinatorv1alpha1.CoordinatorPipeline) bool {
+		return cp.Status.ConfigRevision != notRevision && cp.Status.ObservedGeneration == cp.Generation &&
+			meta.IsStatusConditionTrue(cp.Status.Conditions, string(coordinatorv1alpha1.ConditionRolledOut))
+	})
+}
+
+// waitFor waits up to a minute until the pipeline name passes ok.
+func waitFor(ctx context.Context, k client.Client, name, what string, ok func(*coordinatorv1alpha1.CoordinatorPipeline) bool) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var cp coordinatorv1alpha1.CoordinatorPipeline
-		if err := k.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &cp); err == nil {
-			if meta.IsStatusConditionTrue(cp.Status.Conditions, string(coordinatorv1alpha1.ConditionRolledOut)) {
-				return nil
-			}
+		if err := k.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &cp); err == nil && ok(&cp) {
+			return nil
 		}
 		if time.Now().After(deadline) {
-			c := meta.FindStatusCondition(cp.Status.Conditions, string(coordinatorv1alpha1.ConditionRolledOut))
-			return fmt.Errorf("CoordinatorPipeline %s not rolled out within a minute: %+v", name, c)
+			return fmt.Errorf("CoordinatorPipeline %s not %s within a minute: %+v", name, what, cp.Status)
 		}
 		select {
 		case <-ctx.Done():
@@ -318,4 +335,64 @@ func firstRequest(ctx context.Context, url string, st *stack.Stack) error {
 	}
 	fmt.Printf("    usage: %d prompt tokens, %d completion tokens\n", resp.Usage.PromptTokens, resp.Usage.CompletionTokens)
 	return nil
+}
+
+// canarySplit stages a revision canary on the pipeline name (20% of the requests on prefill and
+// decode alone), waits for the coordinator to serve it, sends ten text requests, prints which
+// pipeline each ran on and the operator's status.revisions.
+func canarySplit(ctx context.Context, c *cluster.Cluster, coord *cluster.Coordinator, st *stack.Stack, name string,
+	get func(...string) error) error {
+	step("staging a revision canary: spec.canary runs 20%% of the requests on prefill and decode alone (no render, no decode-first probe)")
+	var cp coordinatorv1alpha1.CoordinatorPipeline
+	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &cp); err != nil {
+		return err
+	}
+	before := cp.Status.ConfigRevision
+	cp.Spec.Canary = &coordinatorv1alpha1.CanarySpec{WeightPercent: 20, Pipeline: coordinatorv1alpha1.PipelineSpec{
+		KVConnector: cp.Spec.Pipeline.KVConnector, ECConnector: cp.Spec.Pipeline.ECConnector,
+		Steps: []coordinatorv1alpha1.PipelineStep{{Type: coordinatorv1alpha1.StepPrefill}, {Type: coordinatorv1alpha1.StepDecode}},
+	}}
+	if err := c.Client.Update(ctx, &cp); err != nil {
+		return err
+	}
+	if err := waitRolledOut(ctx, c.Client, name, before); err != nil {
+		return err
+	}
+	sdk := openai.NewClient(option.WithBaseURL(coord.URL+"/v1/"), option.WithAPIKey("demo"), option.WithMaxRetries(0))
+	paths := map[string]int{}
+	var order []string
+	for i := range 10 {
+		var httpResp *http.Response
+		if _, err := sdk.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model:     "sim-model",
+			Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(fmt.Sprintf("canary demo %d", i))},
+			MaxTokens: openai.Int(4),
+		}, option.WithResponseInto(&httpResp)); err != nil {
+			return err
+		}
+		settle, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var legs []string
+		for _, l := range st.Gateway.SettledLegs(settle, httpResp.Header.Get("X-Request-Id")) {
+			legs = append(legs, fmt.Sprintf("%s(%d)", l.Profile, l.Status))
+		}
+		cancel()
+		path := strings.Join(legs, " -> ")
+		if paths[path] == 0 {
+			order = append(order, path)
+		}
+		paths[path]++
+	}
+	fmt.Println("    10 text requests took these paths (each request wholly on one pipeline):")
+	for _, p := range order {
+		fmt.Printf("      %2d x %s\n", paths[p], p)
+	}
+	if err := waitFor(ctx, c.Client, name, "counting the canary's requests", func(cp *coordinatorv1alpha1.CoordinatorPipeline) bool {
+		r := cp.Status.Revisions
+		return len(r) == 2 && r[0].Requests+r[1].Requests >= 10 && r[1].Requests >= 2
+	}); err != nil {
+		return err
+	}
+	fmt.Println("    status.revisions, from the pod's counts:")
+	return get("-o", `custom-columns=NAME:.metadata.name,TRACKS:.status.revisions[*].track,REVISIONS:.status.revisions[*].revision,`+
+		`WEIGHTS:.status.revisions[*].weightPercent,REQUESTS:.status.revisions[*].requests,ERRORS:.status.revisions[*].errors`)
 }

@@ -11,7 +11,9 @@ import (
 )
 
 // TestDemo runs `make demo`'s program once (first request, then exit), so the README's first
-// command keeps working: the pipeline rolled out (kubectl get cpl's READY, UPDATED and URL). The coordinator serves on a free loopback port.
+// command keeps working: the pipeline rolled out (kubectl get cpl's READY, UPDATED and URL), and
+// a 20% canary took exactly 2 of 10 requests, which status.revisions counts. The coordinator
+// serves on a free loopback port.
 func TestDemo(t *testing.T) {
 	prereq.KubebuilderAssets(t)
 	root, err := cluster.Root()
@@ -31,7 +33,8 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo failed: %v\n%s", err, out)
 	}
 	for _, want := range []string{"status.configRevision = ", "starting the coordinator on " + addr, "answer: \"what is in this picture", "EPP-Profile: encode ", "EPP-Profile: prefill", "EPP-Profile: decode  -> decode-0   HTTP 200",
-		"READY   UPDATED   URL", "1/1     1         http://"} {
+		"READY   UPDATED   URL", "1/1     1         http://",
+		"8 x decode(412) -> prefill(200) -> decode(200)", "2 x prefill(200) -> decode(200)", "stable,canary", "80,20     9,2        0,0"} {
 		if !strings.Contains(string(out), want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out)
 		}

@@ -77,7 +77,8 @@ func setUp(t *testing.T) *env {
 	}
 	t.Cleanup(st.Close)
 	rec := newLegRecorder(t, st.Gateway.URL())
-	c, err := cluster.Start(ctx, cluster.Options{Root: root, Bin: bin})
+	// A canary's counts reach status.revisions within half a second (30 s in production).
+	c, err := cluster.Start(ctx, cluster.Options{Root: root, Bin: bin, ManagerArgs: []string{"--canary-status-interval=500ms"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +92,8 @@ type recordedLeg struct {
 	profile string
 	// kv is the leg body's top-level kv_transfer_params (nil when absent).
 	kv map[string]json.RawMessage
+	// revision is the pipeline revision the leg carries (x-coordinator-pipeline-revision).
+	revision string
 }
 
 // legRecorder is a reverse proxy in front of the gateway double that records each leg's profile
@@ -128,7 +131,8 @@ func (r *legRecorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	_ = json.Unmarshal(body, &leg) // a body without the member (or not JSON) records nil
 	r.mu.Lock()
 	id := req.Header.Get("X-Request-Id")
-	r.legs[id] = append(r.legs[id], recordedLeg{profile: req.Header.Get(gateway.ProfileHeaderName), kv: leg.KV})
+	r.legs[id] = append(r.legs[id], recordedLeg{profile: req.Header.Get(gateway.ProfileHeaderName), kv: leg.KV,
+		revision: req.Header.Get(gateway.PipelineRevisionHeader)})
 	r.mu.Unlock()
 	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	r.proxy.ServeHTTP(w, req)

@@ -155,7 +155,8 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 // coordinatorMetrics runs the coordinator binary (conditional-decode, prefill, decode; a retry
 // budget of one retry) in front of simworkers and the gateway double, sends requests that make
 // every lazily created series appear (served, streamed, rejected, retried, refused by the
-// budget, degraded, resumed, a good and a bad reload) and scrapes its admin /metrics.
+// budget, degraded, resumed, a good reload with a canary and a bad one) and scrapes its admin
+// /metrics.
 func coordinatorMetrics(t *testing.T, bin string) map[string]*dto.MetricFamily {
 	st, err := stack.Start(stack.Options{KVConnector: "kv-nixl", ECConnector: "ec-nixl", Decoders: 2, ITL: time.Millisecond})
 	if err != nil {
@@ -229,7 +230,8 @@ func coordinatorMetrics(t *testing.T, bin string) map[string]*dto.MetricFamily {
 		}
 		return false
 	}
-	write(doc("{type: prefill}, {type: decode}"))
+	// ... with a canary of half the traffic (each stream below breaks off: one on each track).
+	write(doc("{type: prefill}, {type: decode}") + "canary: {weight_percent: 50, pipeline: {kv_connector: kv-nixl, ec_connector: ec-nixl, on_pool_failure: fail, steps: [{type: prefill}, {type: decode}]}}\n")
 	waitFor(t, "a successful reload", func() bool { return reloads("success") })
 	// ... where a decode stream breaks off after a few tokens: not resumed, the budget is spent.
 	for _, w := range slices.Concat(st.Decode, st.Prefill) {
@@ -241,6 +243,7 @@ func coordinatorMetrics(t *testing.T, bin string) map[string]*dto.MetricFamily {
 		}
 	}
 	chat(true, "a stream that breaks off after two tokens")
+	chat(true, "another stream that breaks off, on the canary")
 	// Then a configuration the coordinator refuses.
 	write(doc("{type: no-such-step}"))
 	waitFor(t, "a failed reload", func() bool { return reloads("failure") })
@@ -251,7 +254,8 @@ func coordinatorMetrics(t *testing.T, bin string) map[string]*dto.MetricFamily {
 
 	families := scrape(t, c.AdminURL+"/metrics")
 	for _, name := range []string{"coordinator_upstream_retries_total", "coordinator_retry_budget_exhausted_total",
-		"coordinator_degraded_requests_total", "coordinator_stream_resumes_total", "coordinator_conditional_decode_total"} {
+		"coordinator_degraded_requests_total", "coordinator_stream_resumes_total", "coordinator_conditional_decode_total",
+		"coordinator_pipeline_requests_total", "coordinator_pipeline_weight_percent"} {
 		if families[name] == nil {
 			t.Errorf("the scenario did not make %s appear; coordinator log:\n%s", name, logs.Tail(3000))
 		}

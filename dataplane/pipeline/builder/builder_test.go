@@ -130,7 +130,9 @@ func TestBuildErrors(t *testing.T) {
 			key: "pipeline.steps", want: "at least one step",
 		},
 		"canary step unknown": {
-			cfg: func() config.Config { return withCanary(cfgWith(config.Step{Type: "test-end"}), config.Step{Type: "nope"}) },
+			cfg: func() config.Config {
+				return withCanary(cfgWith(config.Step{Type: "test-end"}), config.Step{Type: "nope"})
+			},
 			key: "canary.pipeline.steps[0].type", want: `unknown step type "nope"`,
 		},
 		"canary param invalid": {
@@ -140,7 +142,9 @@ func TestBuildErrors(t *testing.T) {
 			key: "canary.pipeline.steps[0].params.level", want: "at least 0",
 		},
 		"canary last not terminal": {
-			cfg: func() config.Config { return withCanary(cfgWith(config.Step{Type: "test-end"}), config.Step{Type: "test-a"}) },
+			cfg: func() config.Config {
+				return withCanary(cfgWith(config.Step{Type: "test-end"}), config.Step{Type: "test-a"})
+			},
 			key: "canary.pipeline.steps[0].type", want: "the last step must write the response",
 		},
 		"canary tokens-in without render": {
@@ -166,7 +170,9 @@ func TestBuildErrors(t *testing.T) {
 			key: "gateway.address", want: "(pipeline.steps[1])",
 		},
 		"stable errors come first": {
-			cfg: func() config.Config { return withCanary(cfgWith(config.Step{Type: "test-a"}), config.Step{Type: "nope"}) },
+			cfg: func() config.Config {
+				return withCanary(cfgWith(config.Step{Type: "test-a"}), config.Step{Type: "nope"})
+			},
 			key: "pipeline.steps[0].type", want: "the last step must write the response",
 		},
 	}
