@@ -427,11 +427,13 @@ type PipelineRevisionStatus struct {
 	// +optional
 	Pods int32 `json:"pods"`
 
-	// requests and errors are what those pods report: the requests they ran on the revision
-	// since each loaded it, and those that failed (a 5xx, or a response cut off). A pod that
-	// restarts starts again from zero; the metric is the record, this is the quick look.
+	// requests is what those pods report they ran on the revision since each loaded it. A pod
+	// that restarts starts again from zero: the metric is the record, this is the quick look.
 	// +optional
 	Requests int64 `json:"requests"`
+
+	// errors is how many of those requests failed: answered 5xx, or cut off after the response
+	// started.
 	// +optional
 	Errors int64 `json:"errors"`
 }
