@@ -106,6 +106,9 @@ type Pipeline struct {
 	routes  *http.ServeMux
 	forward []string // pipeline.forward_response_headers, canonical
 
+	// revisionValue is PipelineRevision as a header value, shared by every leg header (never
+	// modified), so stamping a request allocates nothing.
+	revisionValue []string
 	// picks counts Pick calls, which spread the canary's share evenly.
 	picks atomic.Uint64
 	// tally counts the requests run on this pipeline's revision; Holder.Swap hands it on to the
@@ -135,7 +138,7 @@ func (t *Tally) Counts() (requests, errors uint64) { return t.requests.Load(), t
 
 // New assembles a pipeline from built steps; the routes of RouteProvider steps are registered.
 func New(spec Spec) *Pipeline {
-	p := &Pipeline{spec: spec, tally: &Tally{}}
+	p := &Pipeline{spec: spec, tally: &Tally{}, revisionValue: []string{spec.PipelineRevision}}
 	if spec.Canary != nil && spec.Canary.spec.PipelineRevision == spec.PipelineRevision {
 		p.tally = spec.Canary.tally // the same revision is one tally
 	}
@@ -230,6 +233,10 @@ func (p *Pipeline) Track() string { return p.spec.Track }
 
 // PipelineRevision is the fingerprint of the pipeline block (config.Pipeline.Revision).
 func (p *Pipeline) PipelineRevision() string { return p.spec.PipelineRevision }
+
+// Stamp sets gateway.PipelineRevisionHeader on h, a leg header set, to p's revision: the value
+// is shared, so h's values of it must never be modified in place.
+func (p *Pipeline) Stamp(h http.Header) { h[gateway.PipelineRevisionHeader] = p.revisionValue }
 
 // Tracks describe the pipelines p serves, for the metrics: p, with the share the canary leaves
 // it, and its canary.

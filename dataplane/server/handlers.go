@@ -63,7 +63,10 @@ func (s *Server) handleInference(c echo.Context) error {
 	p := held.Pick()
 	x.pipe = p
 	fwd := forwarded(p.Config(), req.Header)
-	fwd.Set(gateway.PipelineRevisionHeader, p.PipelineRevision())
+	if fwd == nil {
+		fwd = http.Header{}
+	}
+	p.Stamp(fwd)
 	if stream {
 		// Streams may legitimately outlive write_timeout; the timeout stays for non-stream answers.
 		_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Time{})
