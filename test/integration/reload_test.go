@@ -42,11 +42,14 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		"gateway: {address: " + gw + "}\npipeline: {steps: [{type: decode}]}\n",
 		"gateway: {address: " + gw + "}\npipeline: {kv_connector: kv-nixl, steps: [{type: prefill}, {type: decode}]}\n",
 		"gateway: {address: " + gw + "}\npipeline: {kv_connector: kv-nixl, steps: [{type: conditional-decode}, {type: prefill}, {type: decode}]}\n",
+		// A canary: half the requests prefill, each request wholly on one of the two pipelines.
+		"gateway: {address: " + gw + "}\npipeline: {steps: [{type: decode}]}\ncanary: {weight_percent: 50, pipeline: {kv_connector: kv-nixl, steps: [{type: prefill}, {type: decode}]}}\n",
 	}
 	invalid := []string{
 		"gateway: {address: " + gw + "}\npipeline: {steps: [{type: prefil}, {type: decode}]}\n",
 		"pipeline: [\n",
 		"gateway: {address: " + gw + "}\npipeline: {use_openai_format: false, steps: [{type: decode}]}\n",
+		"gateway: {address: " + gw + "}\npipeline: {steps: [{type: decode}]}\ncanary: {weight_percent: 50, pipeline: {steps: [{type: prefil}, {type: decode}]}}\n",
 	}
 	validLegs := map[string]bool{"decode:200": true, "prefill:200,decode:200": true, "decode:412,prefill:200,decode:200": true}
 
@@ -173,12 +176,12 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	current := docs[0]
 	invalidCount := 0
 	for i := 1; i <= 50; i++ {
-		doc := docs[i%3]
+		doc := docs[i%len(docs)]
 		if i%4 == 0 {
 			doc = invalid[i%len(invalid)]
 		}
 		if doc == current {
-			doc = docs[(i+1)%3]
+			doc = docs[(i+1)%len(docs)]
 		}
 		before := w.Status()
 		if err := atomicdir.Write(dir, map[string][]byte{"coordinator.yaml": []byte(doc)}); err != nil {
