@@ -11,7 +11,6 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -30,9 +29,6 @@ func TestCanaryCatchesABadPipeline(t *testing.T) {
 	e := setUp(t)
 	const namespace, name = "canary", "epd"
 	k := e.cluster.Client
-	if err := k.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
-		t.Fatal(err)
-	}
 	pool := e.simPool(namespace)
 	cp := &coordinatorv1alpha1.CoordinatorPipeline{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},

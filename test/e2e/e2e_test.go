@@ -237,9 +237,12 @@ func chat(text string) openai.ChatCompletionNewParams {
 	}
 }
 
-// simPool creates the InferencePool sim-pool in namespace, selecting the simworkers.
+// simPool creates namespace and the InferencePool sim-pool in it, selecting the simworkers.
 func (e *env) simPool(namespace string) *infv1.InferencePool {
 	e.t.Helper()
+	if err := e.cluster.Client.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
+		e.t.Fatal(err)
+	}
 	pool := &infv1.InferencePool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "sim-pool"},
 		Spec: infv1.InferencePoolSpec{
@@ -257,9 +260,6 @@ func (e *env) simPool(namespace string) *infv1.InferencePool {
 func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 	e := setUp(t)
 	k := e.cluster.Client
-	if err := k.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
 	pool := e.simPool(ns)
 	cp := &coordinatorv1alpha1.CoordinatorPipeline{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "epd"},

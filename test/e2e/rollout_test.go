@@ -8,7 +8,6 @@ import (
 
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -103,9 +102,6 @@ func TestRolloutTruth(t *testing.T) {
 	e := setUp(t)
 	const namespace, name = "rollout", "truth"
 	k := e.cluster.Client
-	if err := k.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
-		t.Fatal(err)
-	}
 	pool := e.simPool(namespace)
 	cp := &coordinatorv1alpha1.CoordinatorPipeline{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
