@@ -58,13 +58,20 @@ func BenchmarkValid(b *testing.B) {
 }
 
 func BenchmarkParse(b *testing.B) {
-	body := imageBody()
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
-		if _, err := Parse(body); err != nil {
-			b.Fatal(err)
-		}
+	for name, body := range map[string][]byte{
+		"1MiB-image": imageBody(),
+		// A worker's small answer: many short strings (keys, values), none long.
+		"200B-answer": []byte(`{"id":"d","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13}}`),
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if _, err := Parse(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
