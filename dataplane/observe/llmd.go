@@ -1,6 +1,7 @@
 package observe
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net/http"
@@ -164,6 +165,16 @@ type RequestEnd struct {
 	Images, OtherMedia int
 	// Overhead is the coordinator's own time: the total less parsing and the steps.
 	Overhead time.Duration
+	// FirstByte is the time from receipt to the first byte of the answer sent (0: none was).
+	FirstByte time.Duration
+	// PrefillToFirstByte is the time from the prefill leg's answer to that first byte (0: no
+	// prefill, or no byte).
+	PrefillToFirstByte time.Duration
+	// HasUsage says the answer's usage was read: PromptTokens, CompletionTokens and
+	// CachedTokens; TargetModel is the answer's model ("" when absent).
+	HasUsage                                     bool
+	PromptTokens, CompletionTokens, CachedTokens int64
+	TargetModel                                  string
 }
 
 // Request is one request's metrics, from StartRequest to Done. A nil *Request records nothing.
@@ -173,6 +184,12 @@ type Request struct {
 	llmd    string // upstream's route label; "" for routes without llm-d request series
 	start   time.Time
 	running string // the request_running model label once Model was called
+	// model is the model label known when the body was parsed (Model): the inter-token latency's,
+	// observed while the answer streams, before the request's own label is settled.
+	model string
+	// itl and lastEvent are the inter-token latency clock (Events).
+	itl       prometheus.Observer
+	lastEvent time.Time
 }
 
 // StartRequest counts a request of route in flight; Done records its end.
@@ -189,11 +206,38 @@ func (m *Metrics) StartRequest(route string) *Request {
 // was parsed. The label is the model's if it is already admitted (a request in flight admits no
 // name), else other, unknown or invalid.
 func (r *Request) Model(model string) {
-	if r == nil || r.llmd == "" || r.running != "" {
+	if r == nil {
+		return
+	}
+	r.model = r.m.models.label(model, 0)
+	if r.llmd == "" || r.running != "" {
 		return
 	}
 	r.running = r.m.models.label(model, 0)
 	r.m.llmd.running.WithLabelValues(r.running).Inc()
+}
+
+// Events records that n token events of the request's stream were just written to the client:
+// the gap since the previous write is the inter-token latency of each (n events written at
+// once share it); the first write starts the clock.
+func (r *Request) Events(n int) {
+	if r == nil || n <= 0 {
+		return
+	}
+	now := time.Now()
+	if r.itl == nil {
+		r.itl = r.m.interTokenLatency.WithLabelValues(r.route, cmp.Or(r.model, LabelUnknown))
+	}
+	gap := 0.0
+	if r.lastEvent.IsZero() {
+		n-- // the first token has no predecessor: its latency is the time to first token
+	} else {
+		gap = now.Sub(r.lastEvent).Seconds() / float64(n)
+	}
+	r.lastEvent = now
+	for range n {
+		r.itl.Observe(gap)
+	}
 }
 
 // Done records the request's end. Call it once.
@@ -209,6 +253,7 @@ func (r *Request) Done(e RequestEnd) {
 	m.requestDuration.WithLabelValues(r.route, model).Observe(d)
 	m.requestBytes.WithLabelValues(r.route).Observe(float64(e.RequestBytes))
 	m.responseBytes.WithLabelValues(r.route).Observe(float64(e.ResponseBytes))
+	m.answered(r.route, model, e)
 	if r.llmd == "" {
 		return
 	}
@@ -276,6 +321,31 @@ func (m *Metrics) MediaDownload(ctx context.Context, err error, d time.Duration)
 		result = MediaError
 	}
 	m.llmd.mediaDownload.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// answered records the time to first token, the prefill-to-first-token gap and the tokens of a
+// served (2xx) answer.
+func (m *Metrics) answered(route, model string, e RequestEnd) {
+	if e.Status < 200 || e.Status >= 300 || e.FirstByte <= 0 {
+		return
+	}
+	m.timeToFirstToken.WithLabelValues(route, model).Observe(e.FirstByte.Seconds())
+	if e.PrefillToFirstByte > 0 {
+		m.prefillToFirst.WithLabelValues(route).Observe(e.PrefillToFirstByte.Seconds())
+	}
+	if !e.HasUsage {
+		return
+	}
+	target := LabelUnknown
+	if e.TargetModel != "" {
+		target = m.targets.label(e.TargetModel, e.Status)
+	}
+	for _, t := range []struct {
+		kind string
+		n    int64
+	}{{TokensPrompt, e.PromptTokens}, {TokensCompletion, e.CompletionTokens}, {TokensCached, e.CachedTokens}} {
+		m.tokens.WithLabelValues(route, model, target, t.kind).Add(float64(t.n))
+	}
 }
 
 // ErrorCode is the llm-d error_code of a request or step that ended with err and, for a request,

@@ -53,6 +53,16 @@ const (
 // LatencyBuckets suit LLM work: 5 ms (a cache hit) to an hour (a long generation).
 var LatencyBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600}
 
+// TokenLatencyBuckets suit the gap between two streamed tokens: 1 ms to 10 s.
+var TokenLatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5, 10}
+
+// Token kinds of coordinator_tokens_total.
+const (
+	TokensPrompt     = "prompt"
+	TokensCompletion = "completion"
+	TokensCached     = "cached"
+)
+
 // SizeBuckets are powers of four from 256 B to 256 MiB.
 var SizeBuckets = prometheus.ExponentialBuckets(256, 4, 11)
 
@@ -83,6 +93,10 @@ type Metrics struct {
 	configInfo        *prometheus.GaugeVec
 	pipelineRequests  *prometheus.CounterVec
 	pipelineWeight    *prometheus.GaugeVec
+	timeToFirstToken  *prometheus.HistogramVec
+	interTokenLatency *prometheus.HistogramVec
+	prefillToFirst    *prometheus.HistogramVec
+	tokens            *prometheus.CounterVec
 	// held are the pipeline revisions loaded (Loaded), whose series are kept.
 	heldMu sync.RWMutex
 	held   map[string]bool
@@ -91,6 +105,9 @@ type Metrics struct {
 	llmd *llmdMetrics
 
 	models modelCap
+	// targets bounds the target_model_name label (the served model, from workers) as models
+	// bounds model.
+	targets modelCap
 }
 
 // NewMetrics creates the collectors and registers them (plus the Go and process collectors) on reg.
@@ -133,13 +150,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"track", "revision", "outcome"}),
 		pipelineWeight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "pipeline_weight_percent",
 			Help: "The share of requests each loaded pipeline serves, by track and pipeline revision."}, []string{"track", "revision"}),
+		timeToFirstToken: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "time_to_first_token_seconds",
+			Help: "Time from receiving a request to the first byte of its answer sent to the client (2xx answers), by route and model.", Buckets: LatencyBuckets},
+			[]string{"route", "model"}),
+		interTokenLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "inter_token_latency_seconds",
+			Help: "Time between two token events of a stream relayed to the client (events written together share the gap), by route and model.", Buckets: TokenLatencyBuckets},
+			[]string{"route", "model"}),
+		prefillToFirst: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "prefill_to_first_token_seconds",
+			Help: "Time from the prefill leg's answer to the first byte of the answer sent to the client: what the KV transfer and the decode start cost, by route.", Buckets: LatencyBuckets},
+			[]string{"route"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "tokens_total",
+			Help: "Tokens of served answers as their usage reports them, by route, requested model, served model (target_model_name) and kind (prompt, completion, cached: prompt tokens served from the prefix cache)."},
+			[]string{"route", "model", "target_model_name", "kind"}),
 	}
 	m.models.seen = map[string]string{}
+	m.targets.seen = map[string]string{}
 	m.llmd = newLLMD()
 	reg.MustRegister(m.llmd.collectors()...)
 	reg.MustRegister(m.requests, m.requestDuration, m.inFlight, m.requestBytes, m.responseBytes, m.stepDuration,
 		m.upstreamDuration, m.upstreamRequests, m.conditionalDecode, m.retries, m.budgetExhausted, m.resumes, m.degraded, m.encodeFanout, m.reloads, m.configInfo,
-		m.pipelineRequests, m.pipelineWeight, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newMediaInFlight())
+		m.pipelineRequests, m.pipelineWeight, m.timeToFirstToken, m.interTokenLatency, m.prefillToFirst, m.tokens, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newMediaInFlight())
 	return m
 }
 

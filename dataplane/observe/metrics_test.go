@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 )
 
 func TestModelLabelIsCapped(t *testing.T) {
@@ -342,4 +343,63 @@ func FuzzModelLabel(f *testing.F) {
 			t.Fatalf("ShortModel(%q) = %q", model, s)
 		}
 	})
+}
+
+// The answer metrics: time to first token and the prefill gap of 2xx answers only, tokens from
+// the usage under the served model's bounded label, and the inter-token clock (a write of n
+// events shares its gap; the first event of a stream has none).
+func TestAnswerMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	r := m.StartRequest("chat")
+	r.Model("m")
+	r.Events(3) // the first write: two more events with no gap
+	r.Events(2) // the second: two events sharing the gap since the first write
+	r.Done(RequestEnd{Model: "m", Status: 200, Ran: true, FirstByte: 250 * time.Millisecond, PrefillToFirstByte: 40 * time.Millisecond,
+		HasUsage: true, PromptTokens: 7, CompletionTokens: 5, CachedTokens: 4, TargetModel: "m-lora"})
+	failed := m.StartRequest("chat")
+	failed.Done(RequestEnd{Model: "m", Status: 503, FirstByte: time.Millisecond, HasUsage: true, PromptTokens: 100})
+	junk := m.StartRequest("completions")
+	junk.Done(RequestEnd{Model: "m", Status: 200, FirstByte: time.Millisecond, HasUsage: true, CompletionTokens: 1, TargetModel: "bad\x00name"})
+
+	if got := testutil.ToFloat64(m.tokens.WithLabelValues("chat", "m", "m-lora", TokensPrompt)); got != 7 {
+		t.Errorf("prompt tokens %v", got)
+	}
+	if got := testutil.ToFloat64(m.tokens.WithLabelValues("chat", "m", "m-lora", TokensCached)); got != 4 {
+		t.Errorf("cached tokens %v", got)
+	}
+	if got := testutil.ToFloat64(m.tokens.WithLabelValues("completions", "m", LabelInvalid, TokensCompletion)); got != 1 {
+		t.Errorf("a worker's malformed model must be labelled invalid: %v", got)
+	}
+	if n := testutil.CollectAndCount(m.tokens); n != 6 {
+		t.Errorf("%d token series: the 503's usage must not count", n)
+	}
+	if n := testutil.CollectAndCount(m.timeToFirstToken); n != 2 {
+		t.Errorf("%d time-to-first-token series, want chat and completions (not the 503)", n)
+	}
+	h := func(c prometheus.Collector) (uint64, float64) {
+		ch := make(chan prometheus.Metric, 4)
+		c.Collect(ch)
+		close(ch)
+		var n uint64
+		var sum float64
+		for metric := range ch {
+			var d dto.Metric
+			_ = metric.Write(&d)
+			n += d.GetHistogram().GetSampleCount()
+			sum += d.GetHistogram().GetSampleSum()
+		}
+		return n, sum
+	}
+	if n, _ := h(m.interTokenLatency); n != 4 {
+		t.Errorf("%d inter-token samples, want 4 (2 of the first write, 2 of the second)", n)
+	}
+	if n, sum := h(m.prefillToFirst); n != 1 || sum != 0.04 {
+		t.Errorf("prefill to first token: %d samples, %v", n, sum)
+	}
+	var chat dto.Metric
+	_ = m.timeToFirstToken.WithLabelValues("chat", "m").(prometheus.Metric).Write(&chat)
+	if got := chat.GetHistogram(); got.GetSampleCount() != 1 || got.GetSampleSum() != 0.25 {
+		t.Errorf("chat's time to first token: %d samples, %v; want the one 2xx answer's 0.25s", got.GetSampleCount(), got.GetSampleSum())
+	}
 }

@@ -170,6 +170,19 @@ type Context struct {
 	// (encode, prefill), best first, when the step reads hints: their legs are pinned to them.
 	Hints map[string][]string
 
+	// PrefillEnd is when the prefill leg's answer was read (zero: no prefill leg succeeded):
+	// with the first byte of the answer it gives what the KV transfer cost.
+	PrefillEnd time.Time
+	// Answer is what the relay read of the answer for the metrics (usage, served model).
+	Answer AnswerStats
+	// HideUsage is set when the coordinator asked the decode worker for usage in a stream the
+	// client did not ask it in (stream_options.include_usage): the relay keeps the usage chunk
+	// from the client.
+	HideUsage bool
+	// OnEvents, when set, is called by the stream relay each time it wrote n token events
+	// (data events other than [DONE]) to the client: the inter-token latency clock.
+	OnEvents func(n int)
+
 	// Writer is the client response; only response-producing steps write to it.
 	Writer http.ResponseWriter
 	// Log carries the request id.

@@ -59,7 +59,15 @@ type Stream struct {
 
 	// splice is set while a continuation is relayed: what its events are rewritten to.
 	splice *state
+	// rc, when watched, receives the answer's statistics and token events (Watch).
+	rc       *request.Context
+	filtered []byte // the events written when the usage chunk is kept from the client
 }
+
+// Watch makes the stream report to rc what the client gets: each write's token events
+// (rc.OnEvents), the served model and the usage (rc.Answer); with rc.HideUsage, the usage chunk
+// (an empty choices list next to the usage) is read but not relayed.
+func (s *Stream) Watch(rc *request.Context) { s.rc = rc }
 
 // New returns the stream of a response written to w; Release it when the response is done.
 func New(w http.ResponseWriter, requestID string) *Stream {
@@ -132,6 +140,12 @@ func (s *Stream) feed(resp *http.Response, p []byte) error {
 			return nil
 		}
 	}
+	events := 0
+	if s.rc != nil {
+		if complete, events = s.observe(complete); len(complete) == 0 {
+			return nil
+		}
+	}
 	if !s.started {
 		h := s.w.Header()
 		upstream.CopyResponseHeader(h, resp.Header)
@@ -148,6 +162,9 @@ func (s *Stream) feed(resp *http.Response, p []byte) error {
 	if s.flusher != nil {
 		s.flusher.Flush()
 	}
+	if events > 0 && s.rc.OnEvents != nil {
+		s.rc.OnEvents(events)
+	}
 	if !s.over {
 		if len(s.got)+len(complete) > MaxTracked {
 			s.over, s.got = true, nil
@@ -159,6 +176,40 @@ func (s *Stream) feed(resp *http.Response, p []byte) error {
 		s.done = true
 	}
 	return nil
+}
+
+// observe reads the statistics of complete events for s.rc and counts their token events. With
+// rc.HideUsage it returns complete without the usage chunk (copied: complete may be the read
+// buffer); otherwise complete itself.
+func (s *Stream) observe(complete []byte) ([]byte, int) {
+	rc, events := s.rc, 0
+	drop := -1 // the start of the usage-only event to leave out, if any
+	for at, rest := 0, complete; len(rest) > 0; {
+		ev := rest
+		if i := bytes.Index(rest, eventEnd); i >= 0 {
+			ev, rest = rest[:i+2], rest[i+2:]
+		} else {
+			rest = nil
+		}
+		EachData(ev, func(d []byte) {
+			if bytes.Equal(d, dataDone) {
+				return
+			}
+			if rc.Answer.Read(d) && request.UsageOnly(d) {
+				if rc.HideUsage {
+					drop = at
+				}
+				return
+			}
+			events++
+		})
+		if drop == at {
+			s.filtered = append(append(s.filtered[:0], complete[:at]...), complete[at+len(ev):]...)
+			return s.filtered, events
+		}
+		at += len(ev)
+	}
+	return complete, events
 }
 
 // lastData reports whether the last data line of events is want.

@@ -233,3 +233,52 @@ func TestSplitEvents(t *testing.T) {
 		}
 	}
 }
+
+// A watched stream reports its token events and the answer's model and usage; with HideUsage
+// the usage chunk is read but never reaches the client, wherever it falls in a read.
+func TestWatch(t *testing.T) {
+	usage := `data: {"id":"c1","object":"chat.completion.chunk","created":7,"model":"served","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":2,"total_tokens":14,"prompt_tokens_details":{"cached_tokens":8}}}` + "\n\n"
+	done := "data: [DONE]\n\n"
+	tests := map[string]struct {
+		parts      []string
+		hide       bool
+		wantClient string
+	}{
+		"usage shown": {parts: []string{role, chunk("c1", "a"), chunk("c1", " b"), usage, done}, wantClient: role + chunk("c1", "a") + chunk("c1", " b") + usage + done},
+		"usage hidden": {parts: []string{role, chunk("c1", "a"), chunk("c1", " b"), usage, done}, hide: true,
+			wantClient: role + chunk("c1", "a") + chunk("c1", " b") + done},
+		"usage hidden inside one read with other events": {parts: []string{role + chunk("c1", "a"), chunk("c1", " b") + usage + done}, hide: true,
+			wantClient: role + chunk("c1", "a") + chunk("c1", " b") + done},
+		"usage hidden split across reads": {parts: []string{role, chunk("c1", "a"), chunk("c1", " b"), usage[:40], usage[40:] + done}, hide: true,
+			wantClient: role + chunk("c1", "a") + chunk("c1", " b") + done},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			s := New(rec, "rid")
+			defer s.Release()
+			rc := chatRC(t, `{"model":"m","messages":[],"stream":true}`)
+			rc.HideUsage = tc.hide
+			var writes []int
+			rc.OnEvents = func(n int) { writes = append(writes, n) }
+			s.Watch(rc)
+			if err := s.Relay(sse(io.EOF, tc.parts...)); err != nil {
+				t.Fatal(err)
+			}
+			if got := rec.Body.String(); got != tc.wantClient {
+				t.Fatalf("the client got\n%s\nwant\n%s", got, tc.wantClient)
+			}
+			total := 0
+			for _, n := range writes {
+				total += n
+			}
+			if total != 3 { // the role event and two tokens; not the usage chunk, not [DONE]
+				t.Fatalf("token events %v, want 3 in all", writes)
+			}
+			want := request.AnswerStats{Model: "m", HasUsage: true, PromptTokens: 12, CompletionTokens: 2, CachedTokens: 8}
+			if rc.Answer != want {
+				t.Fatalf("answer stats %+v, want %+v (the first model seen, the usage)", rc.Answer, want)
+			}
+		})
+	}
+}

@@ -12,8 +12,10 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/server"
@@ -128,3 +130,68 @@ func (d *discardWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 func (d *discardWriter) Flush() {}
+
+// streamingWorker answers a decode leg like instantWorker, or, for a streamed request, with an
+// event stream of 16 token events, the usage chunk and [DONE].
+func streamingWorker(w http.ResponseWriter, r *http.Request) {
+	bp := discardBufs.Get().(*[]byte)
+	n, _ := io.ReadFull(r.Body, *bp)
+	stream := bytes.Contains((*bp)[:n], []byte(`"stream":true`))
+	_, _ = io.CopyBuffer(io.Discard, r.Body, *bp)
+	discardBufs.Put(bp)
+	if !stream {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"d","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13}}`)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	_, _ = io.WriteString(w, streamAnswer)
+}
+
+var streamAnswer = func() string {
+	var b strings.Builder
+	for range 16 {
+		b.WriteString(`data: {"id":"d","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}` + "\n\n")
+	}
+	b.WriteString(`data: {"id":"d","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":16,"total_tokens":28}}` + "\n\n")
+	b.WriteString("data: [DONE]\n\n")
+	return b.String()
+}()
+
+// BenchmarkRequestPathObserved is one decode-only request with the metrics on (as a coordinator
+// with its admin port runs), unstreamed and streamed (16 token events): the cost of the request
+// and answer metrics (time to first token, inter-token latency, tokens from the usage).
+func BenchmarkRequestPathObserved(b *testing.B) {
+	worker := httptest.NewServer(http.HandlerFunc(streamingWorker))
+	defer worker.Close()
+	cfg := config.Default()
+	cfg.Gateway.Address = worker.URL
+	cfg.Pipeline.Steps = []config.Step{{Type: "decode"}}
+	tel := observe.Telemetry{Metrics: observe.NewMetrics(prometheus.NewRegistry())}
+	p, err := builder.Build(cfg, builder.Options{Telemetry: tel})
+	if err != nil {
+		b.Fatal(err)
+	}
+	holder := &pipeline.Holder{}
+	holder.Swap(p)
+	h := server.New(server.Options{Server: cfg.Server, Pipelines: holder, Log: logr.Discard(), Telemetry: tel}).Handler()
+	for name, raw := range map[string][]byte{
+		"200B":        []byte(`{"model":"m","messages":[{"role":"user","content":"Write a haiku about disaggregated inference, please."}],"max_tokens":16}`),
+		"200B-stream": []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"Write a haiku about disaggregated inference, please."}],"max_tokens":16}`),
+	} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			rd := bytes.NewReader(raw)
+			for i := 0; i < b.N; i++ {
+				rd.Reset(raw)
+				req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", rd)
+				req.ContentLength = int64(len(raw))
+				rec := &discardWriter{h: http.Header{}}
+				h.ServeHTTP(rec, req)
+				if rec.status != 200 {
+					b.Fatalf("status %d", rec.status)
+				}
+			}
+		})
+	}
+}

@@ -32,6 +32,8 @@ type exchange struct {
 	reqBytes int
 	// parse is the time from start until the body was read and parsed (the llm-d overhead metric).
 	parse time.Duration
+	// firstByte is the time from start until the first byte of the answer was written (0: none).
+	firstByte time.Duration
 	// rc and revision are the pipeline's view of the request, for the step-timings log; pipe is
 	// the pipeline it runs on (stable or canary), whose tally and series count it.
 	rc       *request.Context
@@ -146,6 +148,15 @@ func (s *Server) logFailure(x *exchange) {
 	}
 }
 
+// sent is the response hook that records when the first byte of the answer was written.
+func (x *exchange) sent(r *echo.Response) func() {
+	return func() {
+		if x.firstByte == 0 && r.Size > 0 {
+			x.firstByte = time.Since(x.start)
+		}
+	}
+}
+
 // requestEnd is what the metrics record of the settled exchange.
 func (x *exchange) requestEnd(responseBytes int) observe.RequestEnd {
 	e := observe.RequestEnd{Model: x.model, Status: x.status, RequestBytes: x.reqBytes, ResponseBytes: responseBytes,
@@ -165,6 +176,14 @@ func (x *exchange) requestEnd(responseBytes int) observe.RequestEnd {
 			e.OtherMedia++
 		}
 	}
+	e.FirstByte = x.firstByte
+	if !rc.PrefillEnd.IsZero() && x.firstByte > 0 {
+		e.PrefillToFirstByte = max(x.start.Add(x.firstByte).Sub(rc.PrefillEnd), 0)
+	}
+	if a := rc.Answer; a.HasUsage {
+		e.HasUsage, e.PromptTokens, e.CompletionTokens, e.CachedTokens = true, a.PromptTokens, a.CompletionTokens, a.CachedTokens
+	}
+	e.TargetModel = rc.Answer.Model
 	e.Overhead = time.Since(x.start) - x.parse
 	for _, t := range rc.Timings {
 		e.Overhead -= t.Duration

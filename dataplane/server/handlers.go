@@ -86,6 +86,11 @@ func (s *Server) handleInference(c echo.Context) error {
 		Log:             logging.WithValuesLazily(s.log, "request_id", x.id),
 	}
 	x.rc, x.revision = rc, p.Revision()
+	if x.metrics != nil {
+		rc.AskUsage() // the tokens are counted from the usage; a client that did not ask does not see it
+		rc.OnEvents = x.metrics.Events
+		c.Response().After(x.sent(c.Response()))
+	}
 	ctx = retry.WithRequestLimit(ctx, p.Config().Gateway.Retry.MaxRetriesPerRequest)
 	if p.Config().Server.ServerTiming {
 		// Whoever writes the response (the relay, a step, the error) writes the timings so far.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/body"
@@ -103,7 +104,7 @@ func (s *prefill) Execute(ctx context.Context, rc *request.Context) error {
 	if body.KindOf(answer.KV) == body.KindObject {
 		rc.PrefillKV = answer.KV
 	}
-	rc.Prefilled = true
+	rc.Prefilled, rc.PrefillEnd = true, time.Now()
 	return nil
 }
 

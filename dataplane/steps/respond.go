@@ -60,7 +60,11 @@ func (a answerer) respond(ctx context.Context, rc *request.Context, resp *http.R
 	} else {
 		// Held whole first: an answer that breaks off anywhere is retried, never cut. (A
 		// worker's error is final anyway: it streams through, whatever its size.)
-		err = upstream.RelayWhole(rc.Writer, resp, rc.ID, a.gw.MaxResponseBytes())
+		var inspect func([]byte)
+		if a.metrics != nil {
+			inspect = func(b []byte) { rc.Answer.Read(b) } // the served model and usage, for the metrics
+		}
+		err = upstream.RelayWhole(rc.Writer, resp, rc.ID, a.gw.MaxResponseBytes(), inspect)
 	}
 	logRelay(rc, err, phase)
 	return err
@@ -70,6 +74,9 @@ func (a answerer) respond(ctx context.Context, rc *request.Context, resp *http.R
 func (a answerer) stream(ctx context.Context, rc *request.Context, resp *http.Response, phase string) error {
 	st := resume.New(rc.Writer, rc.ID)
 	defer st.Release()
+	if a.metrics != nil {
+		st.Watch(rc)
+	}
 	err := st.Relay(resp)
 	for resumes := 0; err != nil && st.Started() && !errors.Is(err, upstream.ErrClientGone); resumes++ {
 		if ctx.Err() != nil {

@@ -88,8 +88,9 @@ func Discard(resp *http.Response) {
 // RelayWhole is Relay for an answer that is not streamed: the body is read to its end before
 // the status is written, so a body that breaks off or stalls anywhere returns ErrNotStarted
 // with nothing written (the leg may be tried again). A body over limit bytes is relayed as it
-// comes once limit bytes were read (a break after that truncates it).
-func RelayWhole(w http.ResponseWriter, resp *http.Response, requestID string, limit int64) error {
+// comes once limit bytes were read (a break after that truncates it). inspect, when set, is
+// handed a body read whole before it is written (it must not keep it).
+func RelayWhole(w http.ResponseWriter, resp *http.Response, requestID string, limit int64, inspect func(body []byte)) error {
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
 	buf := *bp
@@ -119,6 +120,9 @@ func RelayWhole(w http.ResponseWriter, resp *http.Response, requestID string, li
 		}
 	}
 	resp.Body.Close()
+	if inspect != nil {
+		inspect(buf[:n])
+	}
 	h := w.Header()
 	CopyResponseHeader(h, resp.Header)
 	if requestID != "" {

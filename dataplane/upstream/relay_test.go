@@ -155,7 +155,7 @@ func TestRelayWhole(t *testing.T) {
 			}
 			resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
 				Body: &endReader{r: io.MultiReader(rs...), end: tc.end}}
-			err := RelayWhole(rec, resp, "rid", tc.limit)
+			err := RelayWhole(rec, resp, "rid", tc.limit, nil)
 			if tc.err == nil && err != nil || tc.err != nil && !errors.Is(err, tc.err) {
 				t.Fatalf("err = %v, want %v", err, tc.err)
 			}

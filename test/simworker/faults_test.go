@@ -283,6 +283,7 @@ func TestFaultNonStreamed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w := startWorker(t, Config{})
 			full := post(t, w, tt.path, tt.body)
+			w.ClearCache() // the faulted answer is the first one's, not a prefix-cache hit's (cached_tokens)
 			if err := w.InjectFault(Fault{Kind: tt.kind}); err != nil {
 				t.Fatal(err)
 			}

@@ -22,7 +22,7 @@ func TestEchoGeneration(t *testing.T) {
 		wantPrompt := len(TokenizeText("be brief first question answer red green blue")) + 5
 		if c.Object != "chat.completion" || c.Model != DefaultModelName || !strings.HasPrefix(c.ID, "chatcmpl-") ||
 			c.Choices[0].Message.Content != "red green blue red green" || c.Choices[0].Message.Role != "assistant" ||
-			c.Choices[0].FinishReason != "length" || c.Usage != (Usage{wantPrompt, 5, wantPrompt + 5}) {
+			c.Choices[0].FinishReason != "length" || c.Usage != (Usage{PromptTokens: wantPrompt, CompletionTokens: 5, TotalTokens: wantPrompt + 5}) {
 			t.Errorf("chat completion = %+v", c)
 		}
 	})
@@ -45,7 +45,7 @@ func TestEchoGeneration(t *testing.T) {
 		mustStatus(t, r, 200)
 		c := decode[TextCompletion](t, r.body)
 		if c.Object != "text_completion" || !strings.HasPrefix(c.ID, "cmpl-") || c.Choices[0].Text != "to be or not to be" ||
-			*c.Choices[0].FinishReason != "length" || *c.Usage != (Usage{5, 6, 11}) {
+			*c.Choices[0].FinishReason != "length" || *c.Usage != (Usage{PromptTokens: 5, CompletionTokens: 6, TotalTokens: 11}) {
 			t.Errorf("completion = %+v", c)
 		}
 	})
@@ -60,7 +60,7 @@ func TestEchoGeneration(t *testing.T) {
 		mustStatus(t, r, 200)
 		g := decode[GenerateResponse](t, r.body)
 		if g.RequestID != "gen-1" || !slices.Equal(g.Choices[0].TokenIDs, []int{11, 12, 13, 11, 12}) ||
-			*g.Choices[0].FinishReason != "length" || *g.Usage != (Usage{4, 5, 9}) {
+			*g.Choices[0].FinishReason != "length" || *g.Usage != (Usage{PromptTokens: 4, CompletionTokens: 5, TotalTokens: 9}) {
 			t.Errorf("generate = %+v", g)
 		}
 		if strings.Contains(string(r.body), "kv_transfer_params") {
@@ -136,7 +136,7 @@ func TestContinueFinalMessage(t *testing.T) {
 			}
 			// BOS, system role and words, user role and words, assistant role and words.
 			wantPrompt := 1 + 1 + 2 + 1 + 3 + 1 + m
-			if c.Usage != (Usage{wantPrompt, total - m, wantPrompt + total - m}) {
+			if c.Usage != (Usage{PromptTokens: wantPrompt, CompletionTokens: total - m, TotalTokens: wantPrompt + total - m}) {
 				t.Errorf("usage %+v, want %d prompt tokens", c.Usage, wantPrompt)
 			}
 			if got := said + streamedText(t, w, continuation(user, said, total-m, obj{"stream": true})); got != original {

@@ -70,6 +70,7 @@ func (w *Worker) servePrefillDecode(rw http.ResponseWriter, r *http.Request, in 
 			return
 		}
 	}
+	in.cachedPrompt = w.cache.contains(in.promptKey)
 	w.cache.put(in.promptKey, struct{}{})
 	w.respond(rw, r, in, kvOut, nil)
 }

@@ -138,6 +138,8 @@ type inference struct {
 	ecName     string // field path of ec, for messages
 	features   *mmFeatures
 	chatImages []chatImage // chat only: images found in the messages
+	// cachedPrompt is set when the worker had served the prompt before (its prefix cache holds it).
+	cachedPrompt bool
 }
 
 // kindForPath maps an inference endpoint path to its format.

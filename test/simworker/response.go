@@ -13,6 +13,14 @@ type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	// PromptTokensDetails says, as vLLM does, how many prompt tokens the prefix cache served:
+	// all of them when the worker had served the prompt before (absent otherwise).
+	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+// PromptTokensDetails is usage.prompt_tokens_details.
+type PromptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // finishLength is the finish_reason of every generation: echo mode always
@@ -46,6 +54,9 @@ func (w *Worker) newGeneration(r *http.Request, in *inference, kv any, ec map[st
 	}
 	if g.model == "" {
 		g.model = w.cfg.ModelName
+	}
+	if in.cachedPrompt {
+		g.usage.PromptTokensDetails = &PromptTokensDetails{CachedTokens: len(in.promptIDs)}
 	}
 	rid := r.Header.Get("X-Request-Id")
 	if rid == "" {

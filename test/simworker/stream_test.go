@@ -166,7 +166,7 @@ func TestGenerateStream(t *testing.T) {
 	if len(ids) != 3 || ids[0] != 7 || ids[1] != 8 || ids[2] != 7 {
 		t.Errorf("token ids %v", ids)
 	}
-	if u := decode[GenerateResponse](t, []byte(events[3])).Usage; u == nil || *u != (Usage{3, 3, 6}) {
+	if u := decode[GenerateResponse](t, []byte(events[3])).Usage; u == nil || *u != (Usage{PromptTokens: 3, CompletionTokens: 3, TotalTokens: 6}) {
 		t.Errorf("usage event %s", events[3])
 	}
 }
