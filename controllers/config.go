@@ -53,6 +53,7 @@ func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress st
 	if v := spec.Server.MaxRequestBodySizeMiB; v != nil {
 		cfg.Server.MaxRequestBodySize = int(*v)
 	}
+	cfg.Server.MetricsTenantHeader = spec.Server.MetricsTenantHeader
 
 	cfg.Gateway.Address = gatewayAddress
 	setDuration(&cfg.Gateway.Timeout, spec.Gateway.Timeout)

@@ -45,6 +45,22 @@ func TestRenderConfig(t *testing.T) {
 				c.Server.MaxRequestBodySize = 128
 			},
 		},
+		"tenant header": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.MetricsTenantHeader = "x-team" },
+			want:   func(c *config.Config) { c.Server.MetricsTenantHeader = "x-team" },
+		},
+		"a canary": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Canary = &coordinatorv1alpha1.CanarySpec{WeightPercent: 10, Pipeline: coordinatorv1alpha1.PipelineSpec{
+					OnPoolFailure: "fail", Steps: []coordinatorv1alpha1.PipelineStep{{Type: "prefill"}, {Type: "decode", Params: params(map[string]any{"max_resumes": 0})}}}}
+			},
+			want: func(c *config.Config) {
+				c.Canary = config.NewCanary()
+				c.Canary.WeightPercent = 10
+				c.Canary.Pipeline.OnPoolFailure = "fail"
+				c.Canary.Pipeline.Steps = []config.Step{{Type: "prefill"}, {Type: "decode", Params: map[string]any{"max_resumes": float64(0)}}}
+			},
+		},
 		"gateway client settings": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 				cp.Spec.Gateway.Timeout = duration("2m")

@@ -479,6 +479,15 @@ type ServerSpec struct {
 	// listener, with the certificate of a Secret. Unset serves plain HTTP.
 	// +optional
 	TLS *ServerTLSSpec `json:"tls,omitempty"`
+
+	// metricsTenantHeader names a request header whose value labels the coordinators'
+	// coordinator_tenant_* series (server.metrics_tenant_header), bounded to 1000 served values.
+	// Clients control it: name a header the edge sets after authentication. Reloaded in place;
+	// needs a coordinator of configuration schema 2.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][-A-Za-z0-9]*$`
+	MetricsTenantHeader string `json:"metricsTenantHeader,omitempty"`
 }
 
 // TLSVersion names a TLS protocol version the way Go's crypto/tls does.

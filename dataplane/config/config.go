@@ -152,6 +152,10 @@ type Server struct {
 	// MetricsCertDir is the directory of the admin listener's tls.crt and tls.key, reloaded when
 	// they change. Empty: the admin listener serves plain HTTP.
 	MetricsCertDir string `yaml:"metrics_cert_dir" json:"metrics_cert_dir"`
+	// MetricsTenantHeader names the request header whose value labels the coordinator_tenant_*
+	// series (empty: none). Its values come from clients: use a header the edge sets after
+	// authentication. At most observe.MaxTenants values become labels.
+	MetricsTenantHeader string `yaml:"metrics_tenant_header,omitempty" json:"metrics_tenant_header,omitempty"`
 }
 
 // Gateway configures the HTTP client of the Inference Gateway.

@@ -119,7 +119,7 @@ func TestEveryKeyHasAnEnvName(t *testing.T) {
 	keys := EnvKeys()
 	want := []string{"log_level", "server.listen_addr", "server.read_timeout", "server.write_timeout", "server.shutdown_timeout",
 		"server.max_request_body_size", "server.metrics_port", "server.metrics_host", "server.server_timing", "server.trusted_routing_headers",
-		"server.secure_serving", "server.cert_path", "server.tls_min_version", "server.tls_cipher_suites", "server.metrics_cert_dir",
+		"server.secure_serving", "server.cert_path", "server.tls_min_version", "server.tls_cipher_suites", "server.metrics_cert_dir", "server.metrics_tenant_header",
 		"gateway.address", "gateway.max_idle_conns_per_host", "gateway.idle_conn_timeout", "gateway.timeout",
 		"gateway.idle_timeout", "gateway.request_timeout", "gateway.max_response_size", "gateway.retry.max_attempts", "gateway.retry.max_retries_per_request", "gateway.retry.initial_backoff",
 		"gateway.retry.max_backoff", "gateway.retry.max_retry_after", "gateway.retry.budget_ratio", "gateway.retry.budget_min_per_second",
@@ -180,6 +180,8 @@ func TestInvalid(t *testing.T) {
 		"unknown TLS version":      {yaml: "server: {tls_min_version: TLS1.2}\n" + minimal, key: "server.tls_min_version", msg: "VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13"},
 		"unknown cipher suite": {yaml: "server: {tls_cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_RSA_WITH_ROT13]}\n" + minimal,
 			key: "server.tls_cipher_suites[1]", msg: `"TLS_RSA_WITH_ROT13" is not supported`},
+		"tenant header invalid":    {yaml: "server: {metrics_tenant_header: 'x tenant'}\n" + minimal, key: "server.metrics_tenant_header", msg: "not a valid header name"},
+		"tenant header owned":      {yaml: "server: {metrics_tenant_header: Authorization}\n" + minimal, key: "server.metrics_tenant_header", msg: "coordinator owns"},
 		"canary weight over 100":   {yaml: minimal + "canary: {weight_percent: 101, pipeline: {steps: [{type: decode}]}}", key: "canary.weight_percent", msg: "between 0"},
 		"canary weight negative":   {yaml: minimal + "canary: {weight_percent: -5, pipeline: {steps: [{type: decode}]}}", key: "canary.weight_percent", msg: "between 0"},
 		"canary weight fractional": {yaml: minimal + "canary: {weight_percent: 2.5, pipeline: {steps: [{type: decode}]}}", key: "canary.weight_percent", msg: "integer"},

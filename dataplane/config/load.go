@@ -173,6 +173,12 @@ func (c Config) Validate() error {
 	if err := c.Server.validateTLS(); err != nil {
 		return err
 	}
+	if h := c.Server.MetricsTenantHeader; h != "" {
+		var fe *FieldError
+		if err := validateHeaderNames("server.metrics_tenant_header", []string{h}, 1); errors.As(err, &fe) {
+			return fieldErr("server.metrics_tenant_header", "%s", fe.Reason)
+		}
+	}
 	if !(c.Tracing.SampleRatio >= 0 && c.Tracing.SampleRatio <= 1) { // NaN too
 		return fieldErr("tracing.sample_ratio", "must be between 0 and 1, got %v", c.Tracing.SampleRatio)
 	}

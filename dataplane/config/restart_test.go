@@ -56,6 +56,7 @@ func TestRestartSettings(t *testing.T) {
 		"tracing.endpoint":                      {value: "http://otel-collector:4318", wantRestart: "tracing"},
 		"tracing.sample_ratio":                  {value: "0.5", wantRestart: "tracing"},
 		"tracing.service_name":                  {value: "coordinator-b", wantRestart: "tracing"},
+		"server.metrics_tenant_header":          {value: "x-tenant"},
 		"canary":                                {value: "{weight_percent: 5, pipeline: {steps: [{type: decode}]}}"},
 	}
 	keys := slices.Sorted(maps.Keys(tests))

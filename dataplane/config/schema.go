@@ -15,7 +15,7 @@ package config
 // tree, refuses to render for a coordinator image that declares an older schema
 // (docs/upgrades.md).
 //
-// Schema 1 is the first versioned one; schema 2 added canary.
+// Schema 1 is the first versioned one; schema 2 added canary and server.metrics_tenant_header.
 const SchemaVersion = 2
 
 // NeededSchema is the oldest schema that reads c, and the key that needs it ("" for schema 1):
@@ -23,8 +23,11 @@ const SchemaVersion = 2
 // schema only when the configuration uses a key that image cannot read. A key added with a
 // schema bump is added here too (a test walks the schema's keys).
 func (c Config) NeededSchema() (version int, key string) {
-	if c.Canary != nil {
+	switch {
+	case c.Canary != nil:
 		return 2, "canary"
+	case c.Server.MetricsTenantHeader != "":
+		return 2, "server.metrics_tenant_header"
 	}
 	return 1, ""
 }

@@ -22,13 +22,13 @@ func TestImageLabelIsTheSchemaVersion(t *testing.T) {
 // Every key is readable by schema 1 but those NeededSchema names: a key added with a schema bump
 // must be added there (and here).
 func TestNeededSchema(t *testing.T) {
-	since := map[string]int{"canary": 2}
+	since := map[string]int{"canary": 2, "server.metrics_tenant_header": 2}
 	for _, key := range EnvKeys() {
 		if v, ok := since[key]; ok && v > SchemaVersion {
 			t.Fatalf("%s needs schema %d, newer than this tree's %d", key, v, SchemaVersion)
 		}
 	}
-	if len(EnvKeys()) != 42 {
+	if len(EnvKeys()) != 43 {
 		t.Fatalf("%d keys: a new key needs a decision here (and in NeededSchema when it bumps the schema)", len(EnvKeys()))
 	}
 	cfg, err := Parse([]byte(minimal), nil)
@@ -37,6 +37,10 @@ func TestNeededSchema(t *testing.T) {
 	}
 	if v, key := cfg.NeededSchema(); v != 1 || key != "" {
 		t.Fatalf("a plain configuration needs schema %d (%s), want 1", v, key)
+	}
+	cfg.Server.MetricsTenantHeader = "x-tenant"
+	if v, key := cfg.NeededSchema(); v != since["server.metrics_tenant_header"] || key != "server.metrics_tenant_header" {
+		t.Fatalf("a tenant header needs schema %d (%s), want 2", v, key)
 	}
 	cfg.Canary = NewCanary()
 	if v, key := cfg.NeededSchema(); v != since["canary"] || key != "canary" {

@@ -175,6 +175,10 @@ type RequestEnd struct {
 	HasUsage                                     bool
 	PromptTokens, CompletionTokens, CachedTokens int64
 	TargetModel                                  string
+	// Tenanted says server.metrics_tenant_header is configured; Tenant is the request's value of
+	// it ("" when absent).
+	Tenanted bool
+	Tenant   string
 }
 
 // Request is one request's metrics, from StartRequest to Done. A nil *Request records nothing.
@@ -254,6 +258,9 @@ func (r *Request) Done(e RequestEnd) {
 	m.requestBytes.WithLabelValues(r.route).Observe(float64(e.RequestBytes))
 	m.responseBytes.WithLabelValues(r.route).Observe(float64(e.ResponseBytes))
 	m.answered(r.route, model, e)
+	if e.Tenanted {
+		m.tenanted(r.route, e)
+	}
 	if r.llmd == "" {
 		return
 	}
@@ -321,6 +328,17 @@ func (m *Metrics) MediaDownload(ctx context.Context, err error, d time.Duration)
 		result = MediaError
 	}
 	m.llmd.mediaDownload.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// tenanted records a request of a tenant (server.metrics_tenant_header), and its tokens.
+func (m *Metrics) tenanted(route string, e RequestEnd) {
+	tenant := m.tenants.label(e.Tenant, e.Status)
+	m.tenantRequests.WithLabelValues(tenant, route, PipelineOutcome(e.Status, false)).Inc()
+	if e.HasUsage && e.Status >= 200 && e.Status < 300 {
+		m.tenantTokens.WithLabelValues(tenant, TokensPrompt).Add(float64(e.PromptTokens))
+		m.tenantTokens.WithLabelValues(tenant, TokensCompletion).Add(float64(e.CompletionTokens))
+		m.tenantTokens.WithLabelValues(tenant, TokensCached).Add(float64(e.CachedTokens))
+	}
 }
 
 // answered records the time to first token, the prefill-to-first-token gap and the tokens of a

@@ -5,6 +5,7 @@
 package observe
 
 import (
+	"cmp"
 	"net/http"
 	"strconv"
 	"strings"
@@ -39,6 +40,9 @@ const Namespace = "coordinator"
 const (
 	// MaxModels caps the distinct admitted values of the model label.
 	MaxModels = 1000
+	// MaxTenants caps the distinct admitted values of the tenant label (server.metrics_tenant_header):
+	// a value becomes a label once a request carrying it ended with a 2xx, as a model does.
+	MaxTenants = 1000
 	// MaxLabelLen is the longest label value, in bytes, taken from a client or a worker.
 	MaxLabelLen = 128
 
@@ -97,6 +101,8 @@ type Metrics struct {
 	interTokenLatency *prometheus.HistogramVec
 	prefillToFirst    *prometheus.HistogramVec
 	tokens            *prometheus.CounterVec
+	tenantRequests    *prometheus.CounterVec
+	tenantTokens      *prometheus.CounterVec
 	// held are the pipeline revisions loaded (Loaded), whose series are kept.
 	heldMu sync.RWMutex
 	held   map[string]bool
@@ -106,8 +112,8 @@ type Metrics struct {
 
 	models modelCap
 	// targets bounds the target_model_name label (the served model, from workers) as models
-	// bounds model.
-	targets modelCap
+	// bounds model; tenants the tenant label (from a client header) at MaxTenants.
+	targets, tenants modelCap
 }
 
 // NewMetrics creates the collectors and registers them (plus the Go and process collectors) on reg.
@@ -159,17 +165,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		prefillToFirst: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "prefill_to_first_token_seconds",
 			Help: "Time from the prefill leg's answer to the first byte of the answer sent to the client: what the KV transfer and the decode start cost, by route.", Buckets: LatencyBuckets},
 			[]string{"route"}),
+		tenantRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "tenant_requests_total",
+			Help: "Requests by tenant (the server.metrics_tenant_header value, bounded like model), route and outcome (success, client_error, error). Only with the header configured."},
+			[]string{"tenant", "route", "outcome"}),
+		tenantTokens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "tenant_tokens_total",
+			Help: "Tokens of served answers by tenant and kind (prompt, completion, cached). Only with server.metrics_tenant_header configured."},
+			[]string{"tenant", "kind"}),
 		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "tokens_total",
 			Help: "Tokens of served answers as their usage reports them, by route, requested model, served model (target_model_name) and kind (prompt, completion, cached: prompt tokens served from the prefix cache)."},
 			[]string{"route", "model", "target_model_name", "kind"}),
 	}
 	m.models.seen = map[string]string{}
 	m.targets.seen = map[string]string{}
+	m.tenants.seen, m.tenants.max = map[string]string{}, MaxTenants
 	m.llmd = newLLMD()
 	reg.MustRegister(m.llmd.collectors()...)
 	reg.MustRegister(m.requests, m.requestDuration, m.inFlight, m.requestBytes, m.responseBytes, m.stepDuration,
 		m.upstreamDuration, m.upstreamRequests, m.conditionalDecode, m.retries, m.budgetExhausted, m.resumes, m.degraded, m.encodeFanout, m.reloads, m.configInfo,
-		m.pipelineRequests, m.pipelineWeight, m.timeToFirstToken, m.interTokenLatency, m.prefillToFirst, m.tokens, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newMediaInFlight())
+		m.pipelineRequests, m.pipelineWeight, m.timeToFirstToken, m.interTokenLatency, m.prefillToFirst, m.tokens, m.tenantRequests, m.tenantTokens, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newMediaInFlight())
 	return m
 }
 
@@ -240,7 +253,9 @@ func ModelAttr(model string) attribute.KeyValue {
 // modelCap admits up to MaxModels distinct model names, each once a worker confirmed it (see
 // MaxModels); admitted names stay admitted.
 type modelCap struct {
-	mu sync.RWMutex
+	// max is the cap (MaxModels when 0).
+	max int
+	mu  sync.RWMutex
 	// seen maps an admitted name to its own copy, the label value handed to the collectors (so
 	// that a series never pins the memory of the request that created it).
 	seen map[string]string
@@ -254,9 +269,10 @@ func (c *modelCap) label(model string, status int) string {
 	case !ValidLabel(model):
 		return LabelInvalid
 	}
+	limit := cmp.Or(c.max, MaxModels)
 	c.mu.RLock()
 	label, ok := c.seen[model]
-	full := len(c.seen) >= MaxModels
+	full := len(c.seen) >= limit
 	c.mu.RUnlock()
 	switch {
 	case ok:
@@ -269,7 +285,7 @@ func (c *modelCap) label(model string, status int) string {
 	if label, ok := c.seen[model]; ok {
 		return label
 	}
-	if len(c.seen) >= MaxModels {
+	if len(c.seen) >= limit {
 		return LabelOther
 	}
 	label = strings.Clone(model)

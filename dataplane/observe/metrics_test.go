@@ -403,3 +403,46 @@ func TestAnswerMetrics(t *testing.T) {
 		t.Errorf("chat's time to first token: %d samples, %v; want the one 2xx answer's 0.25s", got.GetSampleCount(), got.GetSampleSum())
 	}
 }
+
+// Tenant labels come from a client header, so they are bounded like model names: a value is a
+// label only once a request carrying it ended with a 2xx, at most MaxTenants of them; the
+// rest count as other, a malformed one as invalid, an absent one as unknown.
+func TestTenantLabel(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	done := func(tenant string, status int) {
+		m.StartRequest("chat").Done(RequestEnd{Model: "m", Status: status, Tenanted: true, Tenant: tenant, FirstByte: time.Millisecond,
+			HasUsage: status == 200, PromptTokens: 3, CompletionTokens: 2})
+	}
+	done("team-a", 200)
+	done("team-a", 503)
+	done("never-served", 400)
+	done("bad\x00", 200)
+	done("", 200)
+	for i := range MaxTenants + 50 { // a client inventing tenants: the cap holds
+		done(fmt.Sprintf("flood-%d", i), 200)
+	}
+	m.StartRequest("chat").Done(RequestEnd{Model: "m", Status: 200}) // the header not configured: no tenant series
+	count := func(tenant, outcome string) float64 {
+		return testutil.ToFloat64(m.tenantRequests.WithLabelValues(tenant, "chat", outcome))
+	}
+	if count("team-a", OutcomeSuccess) != 1 || count("team-a", OutcomeError) != 1 {
+		t.Error("team-a's requests")
+	}
+	if count(LabelOther, OutcomeClientError) != 1 {
+		t.Error("a tenant that was never served is other")
+	}
+	if count(LabelInvalid, OutcomeSuccess) != 1 || count(LabelUnknown, OutcomeSuccess) != 1 {
+		t.Error("malformed and absent tenants")
+	}
+	// team-a took one of the MaxTenants places: MaxTenants-1 floods got one, 51 are other.
+	if got := count(LabelOther, OutcomeSuccess); got != 51 {
+		t.Errorf("%v floods counted as other, want 51", got)
+	}
+	if n := len(m.tenants.seen); n != MaxTenants {
+		t.Errorf("%d tenant labels held, want the cap %d", n, MaxTenants)
+	}
+	if got := testutil.ToFloat64(m.tenantTokens.WithLabelValues("team-a", TokensCompletion)); got != 2 {
+		t.Errorf("team-a's completion tokens %v, want 2 (the 503's usage does not count)", got)
+	}
+}

@@ -297,3 +297,30 @@ func TestCanaryClientErrorsAreNotPipelineErrors(t *testing.T) {
 		t.Fatalf("client_error series %v, want 1", got)
 	}
 }
+
+// server.metrics_tenant_header labels each request's tenant series with the header's value,
+// bounded (an unserved value is other); without the header configured there are none.
+func TestTenantSeries(t *testing.T) {
+	cs := startCanary(t, 0, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"id":"ok","model":"m","choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2}}`)
+	}, func(c *config.Config) { c.Server.MetricsTenantHeader = "X-Team" })
+	for _, team := range []string{"alpha", "alpha", "beta"} {
+		if resp, b := do(t, "POST", cs.url+"/v1/chat/completions", `{"model":"m","messages":[]}`, map[string]string{"X-Team": team}); resp.StatusCode != http.StatusOK {
+			t.Fatalf("HTTP %d %s", resp.StatusCode, b)
+		}
+	}
+	if resp, _ := do(t, "POST", cs.url+"/v1/chat/completions", `{"messages":`, map[string]string{"X-Team": "gamma"}); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("invalid JSON: HTTP %d", resp.StatusCode)
+	}
+	for _, tc := range []struct {
+		tenant, outcome string
+		want            float64
+	}{{"alpha", "success", 2}, {"beta", "success", 1}, {"other", "client_error", 1}} {
+		if got := sample(t, cs.reg, "coordinator_tenant_requests_total", map[string]string{"tenant": tc.tenant, "route": "chat", "outcome": tc.outcome}); got != tc.want {
+			t.Errorf("tenant %s %s: %v, want %v", tc.tenant, tc.outcome, got, tc.want)
+		}
+	}
+	if got := sample(t, cs.reg, "coordinator_tenant_tokens_total", map[string]string{"tenant": "alpha", "kind": "prompt"}); got != 8 {
+		t.Errorf("alpha's prompt tokens %v, want 8", got)
+	}
+}

@@ -34,6 +34,9 @@ type exchange struct {
 	parse time.Duration
 	// firstByte is the time from start until the first byte of the answer was written (0: none).
 	firstByte time.Duration
+	// tenanted says server.metrics_tenant_header is configured, tenant is the request's value.
+	tenanted bool
+	tenant   string
 	// rc and revision are the pipeline's view of the request, for the step-timings log; pipe is
 	// the pipeline it runs on (stable or canary), whose tally and series count it.
 	rc       *request.Context
@@ -160,7 +163,7 @@ func (x *exchange) sent(r *echo.Response) func() {
 // requestEnd is what the metrics record of the settled exchange.
 func (x *exchange) requestEnd(responseBytes int) observe.RequestEnd {
 	e := observe.RequestEnd{Model: x.model, Status: x.status, RequestBytes: x.reqBytes, ResponseBytes: responseBytes,
-		ErrorCode: observe.ErrorCode(x.cause, x.status)}
+		ErrorCode: observe.ErrorCode(x.cause, x.status), Tenanted: x.tenanted, Tenant: x.tenant}
 	rc := x.rc
 	if rc == nil {
 		return e

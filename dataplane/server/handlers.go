@@ -46,6 +46,9 @@ func (s *Server) handleInference(c echo.Context) error {
 		return errNoPipeline()
 	}
 	req := c.Request()
+	if h := held.Config().Server.MetricsTenantHeader; h != "" {
+		x.tenanted, x.tenant = true, req.Header.Get(h)
+	}
 	buf, err := readBody(c, held.Config().Server.MaxRequestBodyBytes())
 	if err != nil {
 		return err
