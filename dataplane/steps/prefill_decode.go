@@ -183,8 +183,16 @@ func (s *prefillDecode) pair(ctx context.Context, rc *request.Context, legs pair
 		l.Info("prefill endpoint reserved; sending prefill and decode together", "endpoint", endpoint.String(), "bootstrap_room", b.Room)
 	}
 
-	pctx, cancel := context.WithCancelCause(ctx)
+	// The pair's legs do not end with the request's context by themselves: a client that leaves
+	// before it has decode's whole answer cancels them, one that leaves once it has it (the
+	// stream's last bytes still in flight) does not, so the prefill still settles (see settle).
+	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	p := &pairedBody{cancel: cancel, done: make(chan struct{})}
+	p.stop = context.AfterFunc(ctx, func() {
+		if !p.answered.Load() {
+			cancel(context.Cause(ctx))
+		}
+	})
 	trackPair(ctx, p)
 	pleg := withHeader(rc.Leg(gateway.ProfilePrefill, legs.prefillPath, pre), gateway.PinHeader, endpoint.String())
 	pleg.Phase = phasePairPrefill
@@ -289,8 +297,11 @@ type pairedBody struct {
 	started atomic.Bool   // decode's first byte was read
 	whole   bool          // decode's answer was read to its end (EOF, or its Content-Length)
 	left    int64         // bytes of the Content-Length not read yet; -1 when unknown
-	err     error         // the prefill's failure (set before done is closed)
-	once    sync.Once
+	// answered is whole, for the request context's watcher (stop releases it).
+	answered atomic.Bool
+	stop     func() bool
+	err      error // the prefill's failure (set before done is closed)
+	once     sync.Once
 }
 
 // prefill sends the pinned prefill leg and reads its answer; a failure before decode started
@@ -341,6 +352,7 @@ func (p *pairedBody) end(cause error, grace time.Duration) {
 		}
 		p.cancel(cause) // nothing to cancel any more when it ended; releases the context
 		<-p.done
+		p.stop()
 	})
 }
 
@@ -354,6 +366,7 @@ func (p *pairedBody) Read(b []byte) (int, error) {
 	}
 	if err == io.EOF || p.left == 0 {
 		p.whole = true
+		p.answered.Store(true)
 	}
 	return n, err
 }
