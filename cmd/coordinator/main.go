@@ -129,7 +129,11 @@ func run(args []string) int {
 		if err := gateway.CheckCA(c.Gateway); err != nil {
 			return nil, err
 		}
-		return builder.Build(c, builder.Options{Log: log, Telemetry: tel, Revision: revision, RetryBudget: budget})
+		p, err := builder.Build(c, builder.Options{Log: log, Telemetry: tel, Revision: revision, RetryBudget: budget})
+		if err == nil {
+			tel.Metrics.Hold(p.Tracks()...) // a built pipeline is installed next: count it from its first request
+		}
+		return p, err
 	}
 	var holder pipeline.Holder
 	holder.Swap(p)

@@ -180,18 +180,19 @@ func TestInvalid(t *testing.T) {
 		"unknown TLS version":      {yaml: "server: {tls_min_version: TLS1.2}\n" + minimal, key: "server.tls_min_version", msg: "VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13"},
 		"unknown cipher suite": {yaml: "server: {tls_cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_RSA_WITH_ROT13]}\n" + minimal,
 			key: "server.tls_cipher_suites[1]", msg: `"TLS_RSA_WITH_ROT13" is not supported`},
-		"tenant header invalid":    {yaml: "server: {metrics_tenant_header: 'x tenant'}\n" + minimal, key: "server.metrics_tenant_header", msg: "not a valid header name"},
-		"tenant header owned":      {yaml: "server: {metrics_tenant_header: Authorization}\n" + minimal, key: "server.metrics_tenant_header", msg: "coordinator owns"},
-		"canary weight over 100":   {yaml: minimal + "canary: {weight_percent: 101, pipeline: {steps: [{type: decode}]}}", key: "canary.weight_percent", msg: "between 0"},
-		"canary weight negative":   {yaml: minimal + "canary: {weight_percent: -5, pipeline: {steps: [{type: decode}]}}", key: "canary.weight_percent", msg: "between 0"},
-		"canary weight fractional": {yaml: minimal + "canary: {weight_percent: 2.5, pipeline: {steps: [{type: decode}]}}", key: "canary.weight_percent", msg: "integer"},
-		"canary without steps":     {yaml: minimal + "canary: {weight_percent: 5}", key: "canary.pipeline.steps", msg: "at least one step"},
-		"canary step without type": {yaml: minimal + "canary: {weight_percent: 5, pipeline: {steps: [{}]}}", key: "canary.pipeline.steps[0].type", msg: "required"},
-		"canary unknown key":       {yaml: minimal + "canary: {weight: 5, pipeline: {steps: [{type: decode}]}}", key: "canary.weight", msg: "unknown key"},
-		"canary pipeline key typo": {yaml: minimal + "canary: {pipeline: {stepz: []}}", key: "canary.pipeline.stepz", msg: "unknown key"},
-		"canary not a mapping":     {yaml: minimal + "canary: [decode]", key: "canary", msg: "mapping"},
-		"canary bad pool policy":   {yaml: minimal + "canary: {pipeline: {on_pool_failure: x, steps: [{type: decode}]}}", key: "canary.pipeline.on_pool_failure", msg: `"aggregate" or "fail"`},
-		"canary env not a mapping": {yaml: minimal, env: map[string]string{"COORDINATOR_CANARY": "5"}, key: "canary", msg: "mapping"},
+		"tenant header invalid":       {yaml: "server: {metrics_tenant_header: 'x tenant'}\n" + minimal, key: "server.metrics_tenant_header", msg: "not a valid header name"},
+		"tenant header owned":         {yaml: "server: {metrics_tenant_header: Authorization}\n" + minimal, key: "server.metrics_tenant_header", msg: "coordinator owns"},
+		"canary weight over 100":      {yaml: minimal + "canary: {weight_percent: 101, pipeline: {steps: [{type: decode}]}}", key: "canary.weight_percent", msg: "between 0"},
+		"canary weight negative":      {yaml: minimal + "canary: {weight_percent: -5, pipeline: {steps: [{type: decode}]}}", key: "canary.weight_percent", msg: "between 0"},
+		"canary weight fractional":    {yaml: minimal + "canary: {weight_percent: 2.5, pipeline: {steps: [{type: decode}]}}", key: "canary.weight_percent", msg: "integer"},
+		"canary without steps":        {yaml: minimal + "canary: {weight_percent: 5}", key: "canary.pipeline.steps", msg: "at least one step"},
+		"canary step without type":    {yaml: minimal + "canary: {weight_percent: 5, pipeline: {steps: [{}]}}", key: "canary.pipeline.steps[0].type", msg: "required"},
+		"canary unknown key":          {yaml: minimal + "canary: {weight: 5, pipeline: {steps: [{type: decode}]}}", key: "canary.weight", msg: "unknown key"},
+		"canary pipeline key typo":    {yaml: minimal + "canary: {pipeline: {stepz: []}}", key: "canary.pipeline.stepz", msg: "unknown key"},
+		"canary not a mapping":        {yaml: minimal + "canary: [decode]", key: "canary", msg: "mapping"},
+		"canary bad pool policy":      {yaml: minimal + "canary: {pipeline: {on_pool_failure: x, steps: [{type: decode}]}}", key: "canary.pipeline.on_pool_failure", msg: `"aggregate" or "fail"`},
+		"canary same as the pipeline": {yaml: minimal + "canary: {weight_percent: 5, pipeline: {steps: [{type: decode}]}}", key: "canary.pipeline", msg: "is the same as pipeline"},
+		"canary env not a mapping":    {yaml: minimal, env: map[string]string{"COORDINATOR_CANARY": "5"}, key: "canary", msg: "mapping"},
 		"insecure cipher suite": {yaml: minimal, env: map[string]string{"COORDINATOR_SERVER_TLS_CIPHER_SUITES": "[TLS_RSA_WITH_RC4_128_SHA]"},
 			key: "server.tls_cipher_suites[0]", msg: "insecure"},
 	}
@@ -261,7 +262,7 @@ canary:
 	if off, err := Parse([]byte(minimal+"canary: null\n"), nil); err != nil || off.Canary != nil {
 		t.Fatalf("canary: null gave %+v, %v", off.Canary, err)
 	}
-	env, err := Parse([]byte(minimal), env(map[string]string{"COORDINATOR_CANARY": "{weight_percent: 100, pipeline: {steps: [{type: decode}]}}"}))
+	env, err := Parse([]byte(minimal), env(map[string]string{"COORDINATOR_CANARY": "{weight_percent: 100, pipeline: {steps: [{type: prefill}, {type: decode}]}}"}))
 	if err != nil || env.Canary == nil || env.Canary.WeightPercent != 100 || env.Canary.Pipeline.OnPoolFailure != DefaultOnPoolFailure {
 		t.Fatalf("COORDINATOR_CANARY gave %+v, %v", env.Canary, err)
 	}

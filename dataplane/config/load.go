@@ -214,6 +214,10 @@ func (c Config) Validate() error {
 		if err := c.Canary.Pipeline.validate("canary.pipeline"); err != nil {
 			return err
 		}
+		if rev := c.Pipeline.Revision(); c.Canary.Pipeline.Revision() == rev {
+			return fieldErr("canary.pipeline", "is the same as pipeline (revision %s): nothing to compare; to promote a canary, "+
+				"move its pipeline to pipeline and remove canary in the same edit", rev)
+		}
 	}
 	return nil
 }

@@ -57,7 +57,7 @@ func TestRestartSettings(t *testing.T) {
 		"tracing.sample_ratio":                  {value: "0.5", wantRestart: "tracing"},
 		"tracing.service_name":                  {value: "coordinator-b", wantRestart: "tracing"},
 		"server.metrics_tenant_header":          {value: "x-tenant"},
-		"canary":                                {value: "{weight_percent: 5, pipeline: {steps: [{type: decode}]}}"},
+		"canary":                                {value: "{weight_percent: 5, pipeline: {steps: [{type: prefill}, {type: decode}]}}"},
 	}
 	keys := slices.Sorted(maps.Keys(tests))
 	if want := slices.Sorted(slices.Values(EnvKeys())); !slices.Equal(keys, want) {

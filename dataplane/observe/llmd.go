@@ -354,8 +354,10 @@ func (m *Metrics) answered(route, model string, e RequestEnd) {
 	if !e.HasUsage {
 		return
 	}
-	target := LabelUnknown
-	if e.TargetModel != "" {
+	// The served model is a label only where it differs from the requested one (a rewrite, an
+	// alias): one series per pair seen, not the product of the two label sets.
+	target := ""
+	if e.TargetModel != "" && e.TargetModel != e.Model {
 		target = m.targets.label(e.TargetModel, e.Status)
 	}
 	for _, t := range []struct {

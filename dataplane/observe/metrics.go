@@ -418,8 +418,9 @@ type PipelineTrack struct {
 }
 
 // Loaded marks revision as the loaded configuration and pipelines as the pipelines it serves.
-// The request series of pipeline revisions it no longer serves are removed, so that the series
-// are bounded by the revisions loaded at once, however many reloads there were.
+// Their request series are created at zero (so that a ratio of errors to requests exists before
+// the first error), and the series of pipeline revisions no longer served are removed: the
+// series are bounded by the revisions loaded at once, however many reloads there were.
 func (m *Metrics) Loaded(revision string, pipelines ...PipelineTrack) {
 	if m == nil {
 		return
@@ -432,7 +433,11 @@ func (m *Metrics) Loaded(revision string, pipelines ...PipelineTrack) {
 	m.pipelineWeight.Reset()
 	for _, p := range pipelines {
 		held[p.Revision] = true
-		m.pipelineWeight.WithLabelValues(p.Track, LabelValue(p.Revision)).Set(float64(p.WeightPercent))
+		rev := LabelValue(p.Revision)
+		m.pipelineWeight.WithLabelValues(p.Track, rev).Set(float64(p.WeightPercent))
+		for _, o := range []string{OutcomeSuccess, OutcomeClientError, OutcomeError} {
+			m.pipelineRequests.WithLabelValues(p.Track, rev, o).Add(0)
+		}
 	}
 	for r := range m.held {
 		if !held[r] {
@@ -440,6 +445,22 @@ func (m *Metrics) Loaded(revision string, pipelines ...PipelineTrack) {
 		}
 	}
 	m.held = held
+}
+
+// Hold counts the requests of pipelines from now on, before they serve (a reload swaps them in
+// afterwards, then calls Loaded): no request of a new revision goes uncounted in between.
+func (m *Metrics) Hold(pipelines ...PipelineTrack) {
+	if m == nil {
+		return
+	}
+	m.heldMu.Lock()
+	defer m.heldMu.Unlock()
+	if m.held == nil {
+		m.held = map[string]bool{}
+	}
+	for _, p := range pipelines {
+		m.held[p.Revision] = true
+	}
 }
 
 // Pipeline request outcomes (PipelineOutcome).

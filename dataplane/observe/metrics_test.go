@@ -100,8 +100,8 @@ coordinator_config_reloads_total{result="success"} 1
 }
 
 // The pipeline series are bounded by the revisions loaded at once: a reload drops the series
-// of revisions it no longer serves, a promoted canary keeps its own, and a request finishing on
-// an unloaded revision leaves none behind.
+// of revisions it no longer serves, a promoted canary keeps its own, a loaded pipeline's series
+// exist at zero, and a request finishing on an unloaded revision leaves none behind.
 func TestPipelineSeries(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
@@ -109,15 +109,23 @@ func TestPipelineSeries(t *testing.T) {
 	m.PipelineRequest("stable", "s1", OutcomeSuccess)
 	m.PipelineRequest("canary", "c1", OutcomeError)
 	m.PipelineRequest("canary", "c1", PipelineOutcome(200, false))
+	m.Hold(PipelineTrack{Track: "stable", Revision: "n1"}) // built, not yet swapped in: counted already
+	m.PipelineRequest("stable", "n1", OutcomeSuccess)
+	if got := testutil.ToFloat64(m.pipelineRequests.WithLabelValues("stable", "n1", OutcomeSuccess)); got != 1 {
+		t.Fatalf("a held revision's request was not counted: %v", got)
+	}
 	m.Reload(true, "cfg-2", PipelineTrack{Track: "stable", Revision: "c1", WeightPercent: 100}) // promotion
 	m.PipelineRequest("stable", "s1", OutcomeSuccess)                                           // in flight on the old pipeline
 	m.PipelineRequest("stable", "c1", PipelineOutcome(404, false))
 	want := `
 # HELP coordinator_pipeline_requests_total Requests run by pipeline track (stable, canary), pipeline revision and outcome (success; client_error: 4xx; error: 5xx or a response cut off). The series of revisions no longer loaded are removed.
 # TYPE coordinator_pipeline_requests_total counter
+coordinator_pipeline_requests_total{outcome="client_error",revision="c1",track="canary"} 0
 coordinator_pipeline_requests_total{outcome="client_error",revision="c1",track="stable"} 1
 coordinator_pipeline_requests_total{outcome="error",revision="c1",track="canary"} 1
+coordinator_pipeline_requests_total{outcome="error",revision="c1",track="stable"} 0
 coordinator_pipeline_requests_total{outcome="success",revision="c1",track="canary"} 1
+coordinator_pipeline_requests_total{outcome="success",revision="c1",track="stable"} 0
 # HELP coordinator_pipeline_weight_percent The share of requests each loaded pipeline serves, by track and pipeline revision.
 # TYPE coordinator_pipeline_weight_percent gauge
 coordinator_pipeline_weight_percent{revision="c1",track="stable"} 100

@@ -139,9 +139,6 @@ func (t *Tally) Counts() (requests, errors uint64) { return t.requests.Load(), t
 // New assembles a pipeline from built steps; the routes of RouteProvider steps are registered.
 func New(spec Spec) *Pipeline {
 	p := &Pipeline{spec: spec, tally: &Tally{}, revisionValue: []string{spec.PipelineRevision}}
-	if spec.Canary != nil && spec.Canary.spec.PipelineRevision == spec.PipelineRevision {
-		p.tally = spec.Canary.tally // the same revision is one tally
-	}
 	for _, name := range spec.Config.Pipeline.ForwardResponseHeaders {
 		p.forward = append(p.forward, textproto.CanonicalMIMEHeaderKey(name))
 	}

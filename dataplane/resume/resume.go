@@ -179,37 +179,38 @@ func (s *Stream) feed(resp *http.Response, p []byte) error {
 }
 
 // observe reads the statistics of complete events for s.rc and counts their token events. With
-// rc.HideUsage it returns complete without the usage chunk (copied: complete may be the read
+// rc.HideUsage it returns complete without its usage chunks (a copy: complete may be the read
 // buffer); otherwise complete itself.
 func (s *Stream) observe(complete []byte) ([]byte, int) {
-	rc, events := s.rc, 0
-	drop := -1 // the start of the usage-only event to leave out, if any
-	for at, rest := 0, complete; len(rest) > 0; {
+	rc, events, dropped := s.rc, 0, false
+	s.filtered = s.filtered[:0]
+	for rest := complete; len(rest) > 0; {
 		ev := rest
 		if i := bytes.Index(rest, eventEnd); i >= 0 {
 			ev, rest = rest[:i+2], rest[i+2:]
 		} else {
 			rest = nil
 		}
+		drop := false
 		EachData(ev, func(d []byte) {
-			if bytes.Equal(d, dataDone) {
-				return
+			switch {
+			case bytes.Equal(d, dataDone):
+			case rc.Answer.Read(d) && request.UsageOnly(d):
+				drop = rc.HideUsage
+			default:
+				events++
 			}
-			if rc.Answer.Read(d) && request.UsageOnly(d) {
-				if rc.HideUsage {
-					drop = at
-				}
-				return
-			}
-			events++
 		})
-		if drop == at {
-			s.filtered = append(append(s.filtered[:0], complete[:at]...), complete[at+len(ev):]...)
-			return s.filtered, events
+		if drop {
+			dropped = true
+		} else {
+			s.filtered = append(s.filtered, ev...)
 		}
-		at += len(ev)
 	}
-	return complete, events
+	if !dropped {
+		return complete, events
+	}
+	return s.filtered, events
 }
 
 // lastData reports whether the last data line of events is want.
@@ -254,8 +255,8 @@ func (s *Stream) Fail(reason string, cause error) error {
 // client asked for no usage; it reports whether it could.
 func (s *Stream) Finish(rc *request.Context) bool {
 	st, err := s.state(rc.API)
-	if err != nil || !st.finished || includeUsage(rc) {
-		return false
+	if err != nil || !st.finished || (includeUsage(rc) && !rc.HideUsage) {
+		return false // a client that asked for usage must get it: only a continuation can give it
 	}
 	if _, err := s.w.Write([]byte("data: [DONE]\n\n")); err != nil {
 		return false

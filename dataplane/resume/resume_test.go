@@ -282,3 +282,35 @@ func TestWatch(t *testing.T) {
 		})
 	}
 }
+
+// A stream whose last choice finished but whose [DONE] was lost is finished in place, also when
+// the coordinator (not the client) asked for usage: the hidden usage is not the client's to miss.
+// A client that asked for usage gets a continuation instead (only it can give the usage).
+func TestFinishWithAskedUsage(t *testing.T) {
+	finished := `data: {"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}` + "\n\n"
+	for name, tc := range map[string]struct {
+		body string
+		want bool
+	}{
+		"the client did not ask":  {body: `{"model":"m","messages":[],"stream":true}`, want: true},
+		"the client asked for it": {body: `{"model":"m","messages":[],"stream":true,"stream_options":{"include_usage":true}}`, want: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			s := New(rec, "rid")
+			defer s.Release()
+			rc := chatRC(t, tc.body)
+			rc.AskUsage()
+			s.Watch(rc)
+			if err := s.Relay(sse(io.ErrUnexpectedEOF, role, finished)); !errors.Is(err, ErrBroken) {
+				t.Fatalf("err = %v, want a broken stream", err)
+			}
+			if got := s.Finish(rc); got != tc.want {
+				t.Fatalf("Finish = %v, want %v", got, tc.want)
+			}
+			if tc.want && !strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
+				t.Fatalf("the client got %q", rec.Body.String())
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
@@ -95,8 +96,22 @@ func (cs *canaryStack) requests(t *testing.T, track, revision, outcome string) f
 	return sample(t, cs.reg, "coordinator_pipeline_requests_total", map[string]string{"track": track, "revision": revision, "outcome": outcome})
 }
 
-// sample is the value of the series of name with labels in reg (0 when absent).
+// sample is the value of the series of name with exactly labels in reg; the test fails when there
+// is no such series (a value of 0 is only meaningful for a series that exists).
 func sample(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	m := find(t, reg, name, labels)
+	if m == nil {
+		t.Fatalf("no series %s%v", name, labels)
+	}
+	if c := m.GetCounter(); c != nil {
+		return c.GetValue()
+	}
+	return m.GetGauge().GetValue()
+}
+
+// find returns the series of name with exactly labels in reg, nil when there is none.
+func find(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) *dto.Metric {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -116,13 +131,10 @@ func sample(t *testing.T, reg *prometheus.Registry, name string, labels map[stri
 					continue series
 				}
 			}
-			if c := m.GetCounter(); c != nil {
-				return c.GetValue()
-			}
-			return m.GetGauge().GetValue()
+			return m
 		}
 	}
-	return 0
+	return nil
 }
 
 // Each request runs wholly on one pipeline: 5 of 20 on the 25% canary, whose legs (prefill and
@@ -301,6 +313,14 @@ func TestCanaryClientErrorsAreNotPipelineErrors(t *testing.T) {
 // server.metrics_tenant_header labels each request's tenant series with the header's value,
 // bounded (an unserved value is other); without the header configured there are none.
 func TestTenantSeries(t *testing.T) {
+	off := startCanary(t, 0, jsonAnswer, nil)
+	if resp, _ := do(t, "POST", off.url+"/v1/chat/completions", `{"model":"m","messages":[]}`, map[string]string{"X-Team": "alpha"}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("HTTP %d", resp.StatusCode)
+	}
+	if m := find(t, off.reg, "coordinator_tenant_requests_total", map[string]string{"tenant": "alpha", "route": "chat", "outcome": "success"}); m != nil {
+		t.Fatal("tenant series without metrics_tenant_header")
+	}
+
 	cs := startCanary(t, 0, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"id":"ok","model":"m","choices":[],"usage":{"prompt_tokens":4,"completion_tokens":2}}`)
 	}, func(c *config.Config) { c.Server.MetricsTenantHeader = "X-Team" })
@@ -322,5 +342,58 @@ func TestTenantSeries(t *testing.T) {
 	}
 	if got := sample(t, cs.reg, "coordinator_tenant_tokens_total", map[string]string{"tenant": "alpha", "kind": "prompt"}); got != 8 {
 		t.Errorf("alpha's prompt tokens %v, want 8", got)
+	}
+}
+
+// A client that goes away mid-stream is not the pipeline's failure: the request counts, as
+// neither success nor error of the canary.
+func TestClientGoneIsNotAPipelineError(t *testing.T) {
+	release := make(chan struct{})
+	cs := startCanary(t, 100, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(gateway.ProfileHeader) == gateway.ProfilePrefill {
+			_, _ = io.WriteString(w, `{}`)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		select { // more tokens only once the client is gone
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		for range 100 {
+			if _, err := io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"b\"}}]}\n\n"); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}, nil)
+	req, err := http.NewRequest(http.MethodPost, cs.url+"/v1/chat/completions", strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 16)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close() // the client leaves mid-stream
+	close(release)
+	deadline := time.Now().Add(10 * time.Second)
+	for cs.tracks(t)[config.TrackCanary].Requests == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the request never ended")
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the server to finish the request
+	}
+	if c := cs.tracks(t)[config.TrackCanary]; c.Errors != 0 {
+		t.Fatalf("canary %+v: a client leaving counted as the pipeline's error", c)
+	}
+	if got := cs.requests(t, config.TrackCanary, cs.canary, observe.OutcomeError); got != 0 {
+		t.Fatalf("error series %v, want 0", got)
 	}
 }

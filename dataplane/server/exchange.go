@@ -15,6 +15,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
 // exchange is one request as the server sees it: its id, what the handler learned about it, and
@@ -125,9 +126,10 @@ func (s *Server) report(c echo.Context, x *exchange) {
 	}
 }
 
-// cut reports a response that started and then failed, other than because the client went away.
+// cut reports a response that started and then failed, other than because the client went away
+// (its connection closed, or a write to it failed).
 func (x *exchange) cut(c echo.Context) bool {
-	if x.cause == nil || x.apiErr != nil {
+	if x.cause == nil || x.apiErr != nil || errors.Is(x.cause, upstream.ErrClientGone) {
 		return false
 	}
 	ctxErr := c.Request().Context().Err()

@@ -91,7 +91,9 @@ func (s *Server) handleInference(c echo.Context) error {
 	x.rc, x.revision = rc, p.Revision()
 	if x.metrics != nil {
 		rc.AskUsage() // the tokens are counted from the usage; a client that did not ask does not see it
-		rc.OnEvents = x.metrics.Events
+		if stream {
+			rc.OnEvents = x.metrics.Events // not for force_stream: its client gets no events
+		}
 		c.Response().After(x.sent(c.Response()))
 	}
 	ctx = retry.WithRequestLimit(ctx, p.Config().Gateway.Retry.MaxRetriesPerRequest)

@@ -1,0 +1,85 @@
+package monitoring
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/prometheus/promql/promqltest"
+)
+
+// alertExpr returns the expression of the shipped alert named name.
+func alertExpr(t *testing.T, name string) string {
+	t.Helper()
+	for _, q := range rules(t) {
+		if strings.HasSuffix(q.where, "alert "+name) {
+			return q.expr
+		}
+	}
+	t.Fatalf("no alert %s", name)
+	return ""
+}
+
+// series is one pipeline-requests counter rising by perMinute, as a promqltest load line.
+func series(track, outcome string, perMinute int) string {
+	return fmt.Sprintf(`coordinator_pipeline_requests_total{namespace="llm-d",pipeline="epd",pod="epd-0",track=%q,revision=%q,outcome=%q} 0+%dx20`,
+		track, track+"-rev", outcome, perMinute)
+}
+
+// CoordinatorCanaryErrorRatio, evaluated by Prometheus's own engine on the series the
+// coordinators export (the pipeline's series exist at zero from the moment it loads): it fires
+// for a canary failing more than 2% and more than twice the stable pipeline, whether the stable
+// pipeline has no errors, no traffic (weight 100) or no series at all.
+func TestCanaryErrorRatioAlert(t *testing.T) {
+	expr := alertExpr(t, "CoordinatorCanaryErrorRatio")
+	tests := map[string]struct {
+		load []string
+		fire bool
+	}{
+		"canary 10% errors, stable none": {fire: true, load: []string{
+			series("canary", "success", 90), series("canary", "error", 10), series("canary", "client_error", 0),
+			series("stable", "success", 900), series("stable", "error", 0), series("stable", "client_error", 0)}},
+		"canary 1% errors": {load: []string{
+			series("canary", "success", 99), series("canary", "error", 1),
+			series("stable", "success", 900), series("stable", "error", 0)}},
+		"canary 10%, stable 8%: not twice": {load: []string{
+			series("canary", "success", 90), series("canary", "error", 10),
+			series("stable", "success", 920), series("stable", "error", 80)}},
+		"canary 10%, stable 3%": {fire: true, load: []string{
+			series("canary", "success", 90), series("canary", "error", 10),
+			series("stable", "success", 970), series("stable", "error", 30)}},
+		"weight 100: the stable pipeline idle": {fire: true, load: []string{
+			series("canary", "success", 90), series("canary", "error", 10),
+			series("stable", "success", 0), series("stable", "error", 0)}},
+		"no stable series at all": {fire: true, load: []string{series("canary", "success", 90), series("canary", "error", 10)}},
+		"a canary without traffic":  {load: []string{series("canary", "success", 0), series("canary", "error", 0), series("stable", "success", 900)}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			storage := promqltest.LoadedStorage(t, "load 1m\n  "+strings.Join(tc.load, "\n  "))
+			t.Cleanup(func() { _ = storage.Close() })
+			engine := promqltest.NewTestEngine(t, false, 5*time.Minute, promqltest.DefaultMaxSamplesPerQuery)
+			q, err := engine.NewInstantQuery(context.Background(), storage, nil, expr, time.Unix(0, 0).Add(20*time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			res := q.Exec(context.Background())
+			if res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			vec, err := res.Vector()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fired := len(vec) > 0; fired != tc.fire {
+				t.Fatalf("fired %v (%v), want %v", fired, vec, tc.fire)
+			}
+			if tc.fire && (vec[0].Metric.Get("revision") != "canary-rev" || vec[0].Metric.Get("pipeline") != "epd") {
+				t.Fatalf("alert labels %v", vec[0].Metric)
+			}
+		})
+	}
+}
