@@ -384,7 +384,11 @@ func revisionRolloutOf(cp *coordinatorv1alpha1.CoordinatorPipeline, survey *podS
 		case st.Revision == revision:
 			updated++
 		case st.Reload != nil && st.Reload.RejectedRevision == revision:
-			rejected = append(rejected, fmt.Sprintf("%s serves %s: %s", p.pod, truncate(st.Revision, maxRevisionLen), truncate(st.Reload.LastError, rolloutErrorLen)))
+			schema := ""
+			if st.ConfigSchema > 0 {
+				schema = fmt.Sprintf(" (its coordinator reads configuration schema %d)", st.ConfigSchema)
+			}
+			rejected = append(rejected, fmt.Sprintf("%s serves %s: %s%s", p.pod, truncate(st.Revision, maxRevisionLen), truncate(st.Reload.LastError, rolloutErrorLen), schema))
 		default:
 			old = append(old, fmt.Sprintf("%s serves %s", p.pod, truncate(st.Revision, maxRevisionLen)))
 		}

@@ -44,6 +44,9 @@ const (
 type PodPipelineStatus struct {
 	// Revision is the configuration revision the pod serves.
 	Revision string `json:"revision"`
+	// ConfigSchema is the configuration schema the pod's coordinator reads (0: a coordinator
+	// from before it reported one).
+	ConfigSchema int `json:"config_schema,omitempty"`
 	// Reload is the pod's config watcher (absent when it does not watch the file).
 	Reload *PodReloadStatus `json:"reload,omitempty"`
 	// Pipelines are the pipelines the pod serves (the stable one and its canary), with what

@@ -110,6 +110,15 @@ func TestRevisionRolloutOf(t *testing.T) {
 			status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonConfigRejected, updated: 1, requeue: rejectedPollInterval,
 			contains: []string{"revision r2 rejected by 1 of 2 ready pods", "b serves r1: pipeline.steps[0]: boom"},
 		},
+		"an older coordinator rejected a newer key": {
+			replicas: 1, survey: &podSurvey{pods: []podRevision{func() podRevision {
+				p := rejecting("a", "r1", "r2", "canary: unknown key (known keys: gateway, log_level, pipeline, server, tracing)")
+				p.status.ConfigSchema = 1
+				return p
+			}()}},
+			status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonConfigRejected, requeue: rejectedPollInterval,
+			contains: []string{"a serves r1: canary: unknown key", "(its coordinator reads configuration schema 1)"},
+		},
 		"rejections are bounded": {
 			replicas: 5, survey: &podSurvey{pods: many},
 			status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonConfigRejected, requeue: rejectedPollInterval,
@@ -252,7 +261,7 @@ func TestSurveyPods(t *testing.T) {
 	g.Expect(byName["good"].err).To(BeEmpty())
 	g.Expect(byName["good"].status.Revision).To(Equal("rev-1"))
 	g.Expect(byName["rejected"].err).To(BeEmpty())
-	g.Expect(byName["rejected"].status).To(Equal(PodPipelineStatus{Revision: "rev-1", Reload: &PodReloadStatus{
+	g.Expect(byName["rejected"].status).To(Equal(PodPipelineStatus{Revision: "rev-1", ConfigSchema: config.SchemaVersion, Reload: &PodReloadStatus{
 		LastError: "pipeline.steps[0].type: unknown", RejectedRevision: "rev-2", RestartRequired: []string{"server.read_timeout"}},
 		Pipelines: []PodPipelineTrack{
 			{Track: config.TrackStable, Revision: cfg.Pipeline.Revision(), Requests: 1},

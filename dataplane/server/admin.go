@@ -21,6 +21,8 @@ import (
 type PipelineStatus struct {
 	// Revision is the loaded configuration's fingerprint (the operator's status.configRevision).
 	Revision string `json:"revision"`
+	// ConfigSchema is the configuration schema this coordinator reads (config.SchemaVersion).
+	ConfigSchema int `json:"config_schema"`
 	// LoadedAt is when the serving pipeline was built.
 	LoadedAt time.Time `json:"loaded_at"`
 	// KVConnector, ECConnector and UseOpenAIFormat are the pipeline-level settings.
@@ -92,7 +94,7 @@ func debugPipeline(holder *pipeline.Holder, reloader StatusReporter) http.Handle
 		}
 		cfg := p.Config()
 		st := PipelineStatus{
-			Revision: p.Revision(), LoadedAt: p.LoadedAt(), Steps: p.Steps(),
+			Revision: p.Revision(), ConfigSchema: config.SchemaVersion, LoadedAt: p.LoadedAt(), Steps: p.Steps(),
 			KVConnector: cfg.Pipeline.KVConnector, ECConnector: cfg.Pipeline.ECConnector,
 			UseOpenAIFormat: cfg.Pipeline.UseOpenAIFormat, Gateway: cfg.Gateway.Address,
 		}

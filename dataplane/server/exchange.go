@@ -126,14 +126,15 @@ func (s *Server) report(c echo.Context, x *exchange) {
 	}
 }
 
-// cut reports a response that started and then failed, other than because the client went away
-// (its connection closed, or a write to it failed).
+// cut reports a response that started and then failed while its client was still there: a
+// failed write to the client, or a client whose context ended by the time the request did
+// (whatever error its leg then returned: a cancelled body read is not always the context's
+// error), is the client's leaving, not the pipeline's failure.
 func (x *exchange) cut(c echo.Context) bool {
 	if x.cause == nil || x.apiErr != nil || errors.Is(x.cause, upstream.ErrClientGone) {
 		return false
 	}
-	ctxErr := c.Request().Context().Err()
-	return ctxErr == nil || !errors.Is(x.cause, ctxErr)
+	return c.Request().Context().Err() == nil
 }
 
 // logFailure logs a failed request: server-side and upstream failures as errors, an upstream's
