@@ -53,8 +53,8 @@ func TestCanaryErrorRatioAlert(t *testing.T) {
 		"weight 100: the stable pipeline idle": {fire: true, load: []string{
 			series("canary", "success", 90), series("canary", "error", 10),
 			series("stable", "success", 0), series("stable", "error", 0)}},
-		"no stable series at all": {fire: true, load: []string{series("canary", "success", 90), series("canary", "error", 10)}},
-		"a canary without traffic":  {load: []string{series("canary", "success", 0), series("canary", "error", 0), series("stable", "success", 900)}},
+		"no stable series at all":  {fire: true, load: []string{series("canary", "success", 90), series("canary", "error", 10)}},
+		"a canary without traffic": {load: []string{series("canary", "success", 0), series("canary", "error", 0), series("stable", "success", 900)}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
