@@ -330,7 +330,7 @@ func TestRevisionsOf(t *testing.T) {
 	withCanary.Canary.WeightPercent = 5
 	withCanary.Canary.Pipeline.Steps = []config.Step{{Type: "prefill"}, {Type: "decode"}}
 	canary := withCanary.Canary.Pipeline.Revision()
-	serving := func(pod string, tracks ...PodPipelineTrack) podRevision {
+	reporting := func(pod string, tracks ...PodPipelineTrack) podRevision {
 		return podRevision{pod: pod, status: PodPipelineStatus{Revision: "cfg", Pipelines: tracks}}
 	}
 	type rs = coordinatorv1alpha1.PipelineRevisionStatus
@@ -341,23 +341,23 @@ func TestRevisionsOf(t *testing.T) {
 	}{
 		"no pods yet": {applied: withCanary, want: []rs{
 			{Track: "stable", Revision: stable, WeightPercent: 95}, {Track: "canary", Revision: canary, WeightPercent: 5}}},
-		"no canary": {applied: cfg, survey: &podSurvey{pods: []podRevision{serving("a", PodPipelineTrack{Track: "stable", Revision: stable, Requests: 7, Errors: 1})}},
+		"no canary": {applied: cfg, survey: &podSurvey{pods: []podRevision{reporting("a", PodPipelineTrack{Track: "stable", Revision: stable, Requests: 7, Errors: 1})}},
 			want: []rs{{Track: "stable", Revision: stable, WeightPercent: 100, Pods: 1, Requests: 7, Errors: 1}}},
 		"two pods summed, one unreachable, one on an older pipeline": {applied: withCanary, survey: &podSurvey{pods: []podRevision{
-			serving("a", PodPipelineTrack{Track: "stable", Revision: stable, Requests: 95}, PodPipelineTrack{Track: "canary", Revision: canary, Requests: 5, Errors: 2}),
-			serving("b", PodPipelineTrack{Track: "stable", Revision: stable, Requests: 19}, PodPipelineTrack{Track: "canary", Revision: canary, Requests: 1}),
+			reporting("a", PodPipelineTrack{Track: "stable", Revision: stable, Requests: 95}, PodPipelineTrack{Track: "canary", Revision: canary, Requests: 5, Errors: 2}),
+			reporting("b", PodPipelineTrack{Track: "stable", Revision: stable, Requests: 19}, PodPipelineTrack{Track: "canary", Revision: canary, Requests: 1}),
 			{pod: "c", err: "connection refused"},
-			serving("d", PodPipelineTrack{Track: "stable", Revision: "older", Requests: 1000}),
+			reporting("d", PodPipelineTrack{Track: "stable", Revision: "older", Requests: 1000}),
 		}}, want: []rs{
 			{Track: "stable", Revision: stable, WeightPercent: 95, Pods: 2, Requests: 114},
 			{Track: "canary", Revision: canary, WeightPercent: 5, Pods: 2, Requests: 6, Errors: 2}}},
 		"the canary's revision reported as stable is not the canary": {applied: withCanary, survey: &podSurvey{pods: []podRevision{
-			serving("a", PodPipelineTrack{Track: "stable", Revision: canary, Requests: 3})}}, want: []rs{
+			reporting("a", PodPipelineTrack{Track: "stable", Revision: canary, Requests: 3})}}, want: []rs{
 			{Track: "stable", Revision: stable, WeightPercent: 95}, {Track: "canary", Revision: canary, WeightPercent: 5}}},
 		"a hostile pod: a track twice, errors above requests, counts that overflow": {applied: cfg, survey: &podSurvey{pods: []podRevision{
-			serving("a", PodPipelineTrack{Track: "stable", Revision: stable, Requests: math.MaxUint64, Errors: math.MaxUint64},
+			reporting("a", PodPipelineTrack{Track: "stable", Revision: stable, Requests: math.MaxUint64, Errors: math.MaxUint64},
 				PodPipelineTrack{Track: "stable", Revision: stable, Requests: 5}),
-			serving("b", PodPipelineTrack{Track: "stable", Revision: stable, Requests: 1, Errors: 9}),
+			reporting("b", PodPipelineTrack{Track: "stable", Revision: stable, Requests: 1, Errors: 9}),
 		}}, want: []rs{{Track: "stable", Revision: stable, WeightPercent: 100, Pods: 2, Requests: math.MaxInt64, Errors: math.MaxInt64}}},
 	}
 	for name, tc := range tests {

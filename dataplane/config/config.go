@@ -332,23 +332,19 @@ func (g Gateway) MaxResponseBytes() int64 {
 
 // Revision is a short, stable fingerprint of the effective configuration. The operator stamps it
 // in the CoordinatorPipeline status and the coordinator reports it, so the two can be compared.
-func (c Config) Revision() string {
-	b, err := json.Marshal(c)
-	if err != nil {
-		// YAML params JSON cannot hold (.nan, .inf, non-string keys): fingerprint the Go value.
-		b = fmt.Appendf(nil, "%#v", c)
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:8])
-}
+func (c Config) Revision() string { return fingerprint(c) }
 
 // Revision is the fingerprint of the pipeline block alone: the same steps and pipeline-level
 // settings have the same revision whether they are the stable pipeline or the canary, so a
 // promoted canary keeps its revision (and its series).
-func (p Pipeline) Revision() string {
-	b, err := json.Marshal(p)
+func (p Pipeline) Revision() string { return fingerprint(p) }
+
+// fingerprint is 16 hex digits of the SHA-256 of v's JSON.
+func fingerprint(v any) string {
+	b, err := json.Marshal(v)
 	if err != nil {
-		b = fmt.Appendf(nil, "%#v", p)
+		// YAML params JSON cannot hold (.nan, .inf, non-string keys): fingerprint the Go value.
+		b = fmt.Appendf(nil, "%#v", v)
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])

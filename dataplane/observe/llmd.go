@@ -330,14 +330,25 @@ func (m *Metrics) MediaDownload(ctx context.Context, err error, d time.Duration)
 	m.llmd.mediaDownload.WithLabelValues(result).Observe(d.Seconds())
 }
 
+// tokenCount is a count of tokens of one kind (Tokens*).
+type tokenCount struct {
+	kind string
+	n    int64
+}
+
+// tokens are e's token counts by kind.
+func (e RequestEnd) tokens() [3]tokenCount {
+	return [3]tokenCount{{TokensPrompt, e.PromptTokens}, {TokensCompletion, e.CompletionTokens}, {TokensCached, e.CachedTokens}}
+}
+
 // tenanted records a request of a tenant (server.metrics_tenant_header), and its tokens.
 func (m *Metrics) tenanted(route string, e RequestEnd) {
 	tenant := m.tenants.label(e.Tenant, e.Status)
 	m.tenantRequests.WithLabelValues(tenant, route, PipelineOutcome(e.Status, false)).Inc()
 	if e.HasUsage && e.Status >= 200 && e.Status < 300 {
-		m.tenantTokens.WithLabelValues(tenant, TokensPrompt).Add(float64(e.PromptTokens))
-		m.tenantTokens.WithLabelValues(tenant, TokensCompletion).Add(float64(e.CompletionTokens))
-		m.tenantTokens.WithLabelValues(tenant, TokensCached).Add(float64(e.CachedTokens))
+		for _, t := range e.tokens() {
+			m.tenantTokens.WithLabelValues(tenant, t.kind).Add(float64(t.n))
+		}
 	}
 }
 
@@ -360,10 +371,7 @@ func (m *Metrics) answered(route, model string, e RequestEnd) {
 	if e.TargetModel != "" && e.TargetModel != e.Model {
 		target = m.targets.label(e.TargetModel, e.Status)
 	}
-	for _, t := range []struct {
-		kind string
-		n    int64
-	}{{TokensPrompt, e.PromptTokens}, {TokensCompletion, e.CompletionTokens}, {TokensCached, e.CachedTokens}} {
+	for _, t := range e.tokens() {
 		m.tokens.WithLabelValues(route, model, target, t.kind).Add(float64(t.n))
 	}
 }

@@ -235,15 +235,29 @@ func (p *Pipeline) PipelineRevision() string { return p.spec.PipelineRevision }
 // is shared, so h's values of it must never be modified in place.
 func (p *Pipeline) Stamp(h http.Header) { h[gateway.PipelineRevisionHeader] = p.revisionValue }
 
-// Tracks describe the pipelines p serves, for the metrics: p, with the share the canary leaves
-// it, and its canary.
-func (p *Pipeline) Tracks() []observe.PipelineTrack {
+// Share is one pipeline that serves requests and the percentage it serves.
+type Share struct {
+	*Pipeline
+	WeightPercent int
+}
+
+// Serving are the pipelines p serves requests on: p, with the share its canary leaves it, then
+// the canary.
+func (p *Pipeline) Serving() []Share {
 	c, w := p.Canary()
 	if c == nil {
-		return []observe.PipelineTrack{{Track: p.Track(), Revision: p.PipelineRevision(), WeightPercent: 100}}
+		return []Share{{p, 100}}
 	}
-	return []observe.PipelineTrack{{Track: p.Track(), Revision: p.PipelineRevision(), WeightPercent: 100 - w},
-		{Track: c.Track(), Revision: c.PipelineRevision(), WeightPercent: w}}
+	return []Share{{p, 100 - w}, {c, w}}
+}
+
+// Tracks describe Serving for the metrics.
+func (p *Pipeline) Tracks() []observe.PipelineTrack {
+	var out []observe.PipelineTrack
+	for _, s := range p.Serving() {
+		out = append(out, observe.PipelineTrack{Track: s.Track(), Revision: s.PipelineRevision(), WeightPercent: s.WeightPercent})
+	}
+	return out
 }
 
 // Tally counts the requests run on p's revision since a pipeline of that revision was first

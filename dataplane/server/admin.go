@@ -98,15 +98,10 @@ func debugPipeline(holder *pipeline.Holder, reloader StatusReporter) http.Handle
 			KVConnector: cfg.Pipeline.KVConnector, ECConnector: cfg.Pipeline.ECConnector,
 			UseOpenAIFormat: cfg.Pipeline.UseOpenAIFormat, Gateway: cfg.Gateway.Address,
 		}
-		canary, _ := p.Canary()
-		for _, t := range p.Tracks() {
-			q := p
-			if t.Track == config.TrackCanary {
-				q = canary
-			}
+		for _, q := range p.Serving() {
 			n, errs := q.Tally().Counts()
-			pt := PipelineTrack{Track: t.Track, Revision: t.Revision, WeightPercent: t.WeightPercent, Requests: n, Errors: errs}
-			if q != p {
+			pt := PipelineTrack{Track: q.Track(), Revision: q.PipelineRevision(), WeightPercent: q.WeightPercent, Requests: n, Errors: errs}
+			if q.Pipeline != p {
 				pt.Steps = q.Steps()
 			}
 			st.Pipelines = append(st.Pipelines, pt)

@@ -189,7 +189,7 @@ func (s *prefillDecode) pair(ctx context.Context, rc *request.Context, legs pair
 	pctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	p := &pairedBody{cancel: cancel, done: make(chan struct{})}
 	p.stop = context.AfterFunc(ctx, func() {
-		if !p.answered.Load() {
+		if !p.whole.Load() {
 			cancel(context.Cause(ctx))
 		}
 	})
@@ -295,13 +295,13 @@ type pairedBody struct {
 	cancel  context.CancelCauseFunc
 	done    chan struct{} // closed when the prefill leg ended
 	started atomic.Bool   // decode's first byte was read
-	whole   bool          // decode's answer was read to its end (EOF, or its Content-Length)
 	left    int64         // bytes of the Content-Length not read yet; -1 when unknown
-	// answered is whole, for the request context's watcher (stop releases it).
-	answered atomic.Bool
-	stop     func() bool
-	err      error // the prefill's failure (set before done is closed)
-	once     sync.Once
+	// whole is set once decode's answer was read to its end (EOF, or its Content-Length); the
+	// request context's watcher reads it too (stop releases the watcher).
+	whole atomic.Bool
+	stop  func() bool
+	err   error // the prefill's failure (set before done is closed)
+	once  sync.Once
 }
 
 // prefill sends the pinned prefill leg and reads its answer; a failure before decode started
@@ -365,15 +365,14 @@ func (p *pairedBody) Read(b []byte) (int, error) {
 		p.left -= int64(n)
 	}
 	if err == io.EOF || p.left == 0 {
-		p.whole = true
-		p.answered.Store(true)
+		p.whole.Store(true)
 	}
 	return n, err
 }
 
 func (p *pairedBody) Close() error {
 	err := p.ReadCloser.Close()
-	if !p.whole {
+	if !p.whole.Load() {
 		p.end(errDecodeFailed, 0) // decode broke off: nobody waits for the prefill's KV
 	}
 	return err
