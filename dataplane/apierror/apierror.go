@@ -266,8 +266,18 @@ func (e *Error) Body(requestID string) []byte {
 	return append(b, '\n')
 }
 
-// Write sends e as the response.
-func Write(w http.ResponseWriter, e *Error, requestID string) {
+// Format encodes an error as a response body; Error.Body is the OpenAI one. A route whose
+// clients speak another API's errors has its own (anthropic.ErrorBody).
+type Format func(e *Error, requestID string) []byte
+
+// Write sends e as the response, as OpenAI JSON.
+func Write(w http.ResponseWriter, e *Error, requestID string) { WriteAs(w, e, requestID, nil) }
+
+// WriteAs sends e as the response with its body encoded by format (nil: OpenAI JSON).
+func WriteAs(w http.ResponseWriter, e *Error, requestID string, format Format) {
+	if format == nil {
+		format = (*Error).Body
+	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -275,5 +285,5 @@ func Write(w http.ResponseWriter, e *Error, requestID string) {
 		h.Set("Retry-After", strconv.FormatInt(max(1, int64(math.Ceil(e.RetryAfter.Seconds()))), 10))
 	}
 	w.WriteHeader(e.Status)
-	_, _ = w.Write(e.Body(requestID))
+	_, _ = w.Write(format(e, requestID))
 }

@@ -234,3 +234,18 @@ func TestWriteRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteAs: another format writes its own body, with the status and headers Write sends.
+func TestWriteAs(t *testing.T) {
+	rec := httptest.NewRecorder()
+	e := &Error{Status: 503, Type: TypeUnavailable, Code: "c", Message: "busy", RetryAfter: 2 * time.Second}
+	WriteAs(rec, e, "rid", func(e *Error, id string) []byte { return []byte(e.Message + "/" + id) })
+	if rec.Code != 503 || rec.Body.String() != "busy/rid" || rec.Header().Get("Retry-After") != "2" || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("HTTP %d %q %v", rec.Code, rec.Body.String(), rec.Header())
+	}
+	rec = httptest.NewRecorder()
+	WriteAs(rec, e, "rid", nil)
+	if rec.Body.String() != string(e.Body("rid")) {
+		t.Fatalf("nil format wrote %q", rec.Body.String())
+	}
+}

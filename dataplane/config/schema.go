@@ -1,5 +1,7 @@
 package config
 
+import "fmt"
+
 // SchemaVersion is the version of the configuration schema this build reads: its keys (every
 // field of Config, at any depth), the step types and each step's params. The coordinator rejects
 // unknown keys, so a coordinator image can only run a configuration rendered for its schema or an
@@ -15,14 +17,23 @@ package config
 // tree, refuses to render for a coordinator image that declares an older schema
 // (docs/upgrades.md).
 //
-// Schema 1 is the first versioned one; schema 2 added canary and server.metrics_tenant_header.
-const SchemaVersion = 2
+// Schema 1 is the first versioned one; schema 2 added canary and server.metrics_tenant_header;
+// schema 3 the modalities param of replace-media-urls (per-modality limits for audio and video).
+const SchemaVersion = 3
 
 // NeededSchema is the oldest schema that reads c, and the key that needs it ("" for schema 1):
 // the operator renders only what the coordinator image reads, and refuses an image of an older
 // schema only when the configuration uses a key that image cannot read. A key added with a
 // schema bump is added here too (a test walks the schema's keys).
 func (c Config) NeededSchema() (version int, key string) {
+	if key := mediaModalities(c.Pipeline, "pipeline"); key != "" {
+		return 3, key
+	}
+	if c.Canary != nil {
+		if key := mediaModalities(c.Canary.Pipeline, "canary.pipeline"); key != "" {
+			return 3, key
+		}
+	}
 	switch {
 	case c.Canary != nil:
 		return 2, "canary"
@@ -30,6 +41,17 @@ func (c Config) NeededSchema() (version int, key string) {
 		return 2, "server.metrics_tenant_header"
 	}
 	return 1, ""
+}
+
+// mediaModalities returns the key of the first replace-media-urls step of p (at key) that sets
+// the modalities param (schema 3), "" when none does.
+func mediaModalities(p Pipeline, key string) string {
+	for i, s := range p.Steps {
+		if _, ok := s.Params["modalities"]; ok && s.Type == "replace-media-urls" {
+			return fmt.Sprintf("%s.steps[%d].params.modalities", key, i)
+		}
+	}
+	return ""
 }
 
 // SchemaLabel is the coordinator image's OCI label holding SchemaVersion; the operator reads the

@@ -41,4 +41,18 @@ func TestNeededSchema(t *testing.T) {
 	if v, key := cfg.NeededSchema(); v != since["canary"] || key != "canary" {
 		t.Fatalf("a canary needs schema %d (%s), want 2 (canary)", v, key)
 	}
+	// Step params are not keys of Config: replace-media-urls' modalities needs schema 3.
+	cfg.Canary.Pipeline.Steps = []Step{{Type: "render"}, {Type: "replace-media-urls", Params: map[string]any{"modalities": map[string]any{}}}}
+	if v, key := cfg.NeededSchema(); v != 3 || key != "canary.pipeline.steps[1].params.modalities" {
+		t.Fatalf("a canary's modalities need schema %d (%s), want 3", v, key)
+	}
+	cfg.Pipeline.Steps = []Step{{Type: "replace-media-urls", Params: map[string]any{"modalities": map[string]any{"audio": map[string]any{"max_size": 25}}}}}
+	if v, key := cfg.NeededSchema(); v != 3 || key != "pipeline.steps[0].params.modalities" {
+		t.Fatalf("modalities need schema %d (%s), want 3", v, key)
+	}
+	cfg.Pipeline.Steps[0].Params = map[string]any{"max_download_size": 20}
+	cfg.Canary = nil
+	if v, key := cfg.NeededSchema(); v != 2 || key != "server.metrics_tenant_header" {
+		t.Fatalf("a replace-media-urls step without modalities needs schema %d (%s)", v, key)
+	}
 }

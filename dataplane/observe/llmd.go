@@ -69,7 +69,7 @@ var llmdOverheadBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.00
 
 // llmdRoutes maps the inference routes of the coordinator_* series to upstream's route label; other
 // routes (passthrough) record no llm-d request series.
-var llmdRoutes = map[string]string{"chat": "chat-completions", "completions": "completions", "generate": "generate"}
+var llmdRoutes = map[string]string{"chat": "chat-completions", "completions": "completions", "generate": "generate", "responses": "responses"}
 
 // llmdUpstreams maps an outbound call's phase to upstream's upstream label; other phases
 // (passthrough) record no llm-d upstream series.

@@ -16,3 +16,33 @@ func newMediaInFlight() prometheus.Collector {
 		Help: "Media bytes held by requests in flight (downloads and inlined bodies of replace-media-urls)."},
 		func() float64 { return float64(MediaInFlight.Load()) })
 }
+
+// Media modalities (coordinator_media_items_total's modality label, vLLM's feature keys).
+const (
+	ModalityImage = "image"
+	ModalityAudio = "audio"
+	ModalityVideo = "video"
+)
+
+// Media sources (coordinator_media_items_total's source label).
+const (
+	// MediaDownloaded items were fetched from a media host by replace-media-urls.
+	MediaDownloaded = "download"
+	// MediaInline items came in the request (a data: URL, input_audio data).
+	MediaInline = "inline"
+)
+
+// newMediaItems is coordinator_media_items_total.
+func newMediaItems() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: "media_items_total",
+		Help: "Media items replace-media-urls accepted, by modality (image, audio, video) and source (download, inline)."},
+		[]string{"modality", "source"})
+}
+
+// MediaItem counts one media item replace-media-urls accepted: modality is ModalityImage,
+// ModalityAudio or ModalityVideo, source MediaDownloaded or MediaInline.
+func (m *Metrics) MediaItem(modality, source string) {
+	if m != nil {
+		m.mediaItems.WithLabelValues(modality, source).Inc()
+	}
+}

@@ -93,6 +93,7 @@ type Metrics struct {
 	resumes           *prometheus.CounterVec
 	degraded          *prometheus.CounterVec
 	encodeFanout      prometheus.Histogram
+	mediaItems        *prometheus.CounterVec
 	reloads           *prometheus.CounterVec
 	configInfo        *prometheus.GaugeVec
 	pipelineRequests  *prometheus.CounterVec
@@ -178,11 +179,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.models.seen = map[string]string{}
 	m.targets.seen = map[string]string{}
 	m.tenants.seen, m.tenants.max = map[string]string{}, MaxTenants
+	m.mediaItems = newMediaItems()
 	m.llmd = newLLMD()
 	reg.MustRegister(m.llmd.collectors()...)
 	reg.MustRegister(m.requests, m.requestDuration, m.inFlight, m.requestBytes, m.responseBytes, m.stepDuration,
 		m.upstreamDuration, m.upstreamRequests, m.conditionalDecode, m.retries, m.budgetExhausted, m.resumes, m.degraded, m.encodeFanout, m.reloads, m.configInfo,
-		m.pipelineRequests, m.pipelineWeight, m.timeToFirstToken, m.interTokenLatency, m.prefillToFirst, m.tokens, m.tenantRequests, m.tenantTokens, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newMediaInFlight())
+		m.pipelineRequests, m.pipelineWeight, m.timeToFirstToken, m.interTokenLatency, m.prefillToFirst, m.tokens, m.tenantRequests, m.tenantTokens, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newMediaInFlight(), m.mediaItems)
 	return m
 }
 

@@ -80,6 +80,12 @@ type Spec struct {
 	// Steps and Info are the built steps and their descriptions, in order.
 	Steps []Step
 	Info  []StepInfo
+	// Tokenizer is the first of Steps that provides the prompt's tokens (render), nil when none
+	// does: Tokenize runs it alone.
+	Tokenizer Step
+	// GuardsMedia is true when a step guards the media of conversational requests
+	// (registry.Media, replace-media-urls).
+	GuardsMedia bool
 	// Config and Revision are the configuration the steps were built from and its revision.
 	Config   config.Config
 	Revision string
@@ -161,8 +167,26 @@ func New(spec Spec) *Pipeline {
 // ErrDone (success), or when ctx is cancelled between steps. Each step is timed (rc.Timings, the
 // step-duration metric) and traced as a child span of ctx.
 func (p *Pipeline) Execute(ctx context.Context, rc *request.Context) error {
+	return p.execute(ctx, rc, p.spec.Steps)
+}
+
+// CanTokenize reports whether the pipeline has a step that provides the prompt's tokens.
+func (p *Pipeline) CanTokenize() bool { return p.spec.Tokenizer != nil }
+
+// Tokenize runs only the pipeline's tokenizing step (Spec.Tokenizer) on rc, timed and traced as
+// Execute does, so that rc.TokenIDs holds the rendered prompt (a token count that renders nothing
+// else and sends no inference leg). Without such a step it does nothing and reports false.
+func (p *Pipeline) Tokenize(ctx context.Context, rc *request.Context) (bool, error) {
+	if p.spec.Tokenizer == nil {
+		return false, nil
+	}
+	return true, p.execute(ctx, rc, []Step{p.spec.Tokenizer})
+}
+
+// execute runs steps in order (see Execute).
+func (p *Pipeline) execute(ctx context.Context, rc *request.Context, steps []Step) error {
 	if rc.Timings == nil {
-		rc.Timings = make([]request.StepTiming, 0, len(p.spec.Steps))
+		rc.Timings = make([]request.StepTiming, 0, len(steps))
 	}
 	tel := p.spec.Telemetry
 	// stepDone ends the running step's metrics; a step that panics still stops counting as running.
@@ -173,7 +197,7 @@ func (p *Pipeline) Execute(ctx context.Context, rc *request.Context) error {
 			stepDone("error", time.Since(stepStart), nil)
 		}
 	}()
-	for _, s := range p.spec.Steps {
+	for _, s := range steps {
 		name := s.Name()
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("pipeline cancelled before %s: %w", name, err)
@@ -293,6 +317,9 @@ func (p *Pipeline) Handler(r *http.Request) (http.Handler, bool) {
 	}
 	return nil, false
 }
+
+// GuardsMedia reports whether a step guards the media of conversational requests (Spec.GuardsMedia).
+func (p *Pipeline) GuardsMedia() bool { return p.spec.GuardsMedia }
 
 // Gateway is the pipeline's gateway client (nil without gateway.address).
 func (p *Pipeline) Gateway() *gateway.Client { return p.spec.Gateway }

@@ -106,6 +106,30 @@ func TestExecuteOrderDoneAndErrors(t *testing.T) {
 	}
 }
 
+// TestTokenize: Tokenize runs the tokenizer alone, timed; without one it runs nothing.
+func TestTokenize(t *testing.T) {
+	var l runLog
+	render := l.step("render", nil)
+	p := New(Spec{Steps: []Step{l.step("media", nil), render, l.step("end", nil)}, Tokenizer: render})
+	rc := &request.Context{}
+	ok, err := p.Tokenize(context.Background(), rc)
+	if !ok || err != nil || !p.CanTokenize() {
+		t.Fatalf("Tokenize = %v, %v", ok, err)
+	}
+	if strings.Join(l.log, ",") != "render" || len(rc.Timings) != 1 || rc.Timings[0].Step != "render" || rc.Timings[0].Outcome != "ok" {
+		t.Fatalf("ran %v, timings %+v", l.log, rc.Timings)
+	}
+	render.ret = errors.New("boom")
+	if _, err := p.Tokenize(context.Background(), &request.Context{}); err == nil || err.Error() != "render: boom" {
+		t.Fatalf("err = %v", err)
+	}
+	l.log = nil
+	bare := New(Spec{Steps: []Step{l.step("end", nil)}})
+	if ok, err := bare.Tokenize(context.Background(), &request.Context{}); ok || err != nil || bare.CanTokenize() || len(l.log) != 0 {
+		t.Fatalf("Tokenize without a tokenizer = %v, %v, ran %v", ok, err, l.log)
+	}
+}
+
 func TestCancellationBetweenSteps(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -25,18 +25,25 @@ var usageKey = []byte(`"usage"`)
 // is labelled invalid).
 const maxModelLen = 256
 
-// usage is the part of OpenAI's usage object the metrics count.
+// usage is the part of OpenAI's usage object the metrics count: chat and completions name the
+// counts prompt and completion, the Responses API input and output.
 type usage struct {
-	PromptTokens        int64 `json:"prompt_tokens"`
-	CompletionTokens    int64 `json:"completion_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int64 `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
+	PromptTokens        int64   `json:"prompt_tokens"`
+	CompletionTokens    int64   `json:"completion_tokens"`
+	PromptTokensDetails *cached `json:"prompt_tokens_details"`
+	InputTokens         int64   `json:"input_tokens"`
+	OutputTokens        int64   `json:"output_tokens"`
+	InputTokensDetails  *cached `json:"input_tokens_details"`
+}
+
+type cached struct {
+	CachedTokens int64 `json:"cached_tokens"`
 }
 
 // Read takes the model (the first one seen) and the usage (the last one seen) of doc, a JSON
-// answer or one stream chunk, and reports whether doc carries a usage object. Anything that does
-// not parse is ignored: statistics never fail an answer.
+// answer or one stream chunk (a Responses stream event carries them in its response), and
+// reports whether doc carries a usage object. Anything that does not parse is ignored:
+// statistics never fail an answer.
 func (a *AnswerStats) Read(doc []byte) bool {
 	hasUsage := bytes.Contains(doc, usageKey)
 	if a.Model != "" && !hasUsage {
@@ -45,6 +52,9 @@ func (a *AnswerStats) Read(doc []byte) bool {
 	obj, err := body.Parse(doc)
 	if err != nil {
 		return false
+	}
+	if inner, _, err := obj.Object("response"); err == nil && inner != nil {
+		obj = inner // response.created, response.completed, ...
 	}
 	if a.Model == "" {
 		if m, _, err := obj.String("model"); err == nil {
@@ -60,6 +70,9 @@ func (a *AnswerStats) Read(doc []byte) bool {
 	var u usage
 	if json.Unmarshal(raw, &u) != nil {
 		return false
+	}
+	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
+		u.PromptTokens, u.CompletionTokens, u.PromptTokensDetails = u.InputTokens, u.OutputTokens, u.InputTokensDetails
 	}
 	a.HasUsage, a.PromptTokens, a.CompletionTokens = true, max(u.PromptTokens, 0), max(u.CompletionTokens, 0)
 	a.CachedTokens = 0

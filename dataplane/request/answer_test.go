@@ -24,7 +24,12 @@ func TestAnswerStatsRead(t *testing.T) {
 		"usage with the wrong types":     {docs: []string{`{"usage":{"prompt_tokens":"7"}}`}},
 		"not JSON":                       {docs: []string{`{"model":`, `data: x`, ``}},
 		"a model that is not a string":   {docs: []string{`{"model":7}`}},
-		"a huge model name is cut":       {docs: []string{`{"model":"` + strings.Repeat("m", 1<<20) + `"}`}, want: AnswerStats{Model: strings.Repeat("m", maxModelLen)}},
+		"a Responses answer": {docs: []string{`{"object":"response","model":"served","usage":{"input_tokens":9,"output_tokens":4,"input_tokens_details":{"cached_tokens":9}}}`},
+			want: AnswerStats{Model: "served", HasUsage: true, PromptTokens: 9, CompletionTokens: 4, CachedTokens: 9}},
+		"Responses events: the model and usage in their response": {docs: []string{`{"type":"response.created","response":{"model":"served","usage":null}}`,
+			`{"type":"response.output_text.delta","delta":"usage"}`, `{"type":"response.completed","response":{"model":"x","usage":{"input_tokens":5,"output_tokens":2}}}`},
+			want: AnswerStats{Model: "served", HasUsage: true, PromptTokens: 5, CompletionTokens: 2}},
+		"a huge model name is cut": {docs: []string{`{"model":"` + strings.Repeat("m", 1<<20) + `"}`}, want: AnswerStats{Model: strings.Repeat("m", maxModelLen)}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -50,13 +55,14 @@ func TestAskUsage(t *testing.T) {
 		wantOpts string // stream_options afterwards ("" when absent)
 		wantHide bool
 	}{
-		"a stream without stream_options":     {api: APIChat, stream: true, body: `{"stream":true}`, wantOpts: `{"include_usage":true}`, wantHide: true},
-		"stream_options null":                 {api: APIChat, stream: true, body: `{"stream":true,"stream_options":null}`, wantOpts: `{"include_usage":true}`, wantHide: true},
-		"other options kept":                  {api: APICompletions, stream: true, body: `{"stream":true,"stream_options":{"continuous_usage_stats":false}}`, wantOpts: `{"continuous_usage_stats":false,"include_usage":true}`, wantHide: true},
-		"include_usage false":                 {api: APIChat, stream: true, body: `{"stream":true,"stream_options":{"include_usage":false}}`, wantOpts: `{"include_usage":true}`, wantHide: true},
-		"the client asked: nothing to hide":   {api: APIChat, stream: true, body: `{"stream":true,"stream_options":{"include_usage":true}}`, wantOpts: `{"include_usage":true}`},
-		"not a stream: the answer has usage":  {api: APIChat, body: `{}`},
-		"generate: no usage chunk to ask for": {api: APIGenerate, stream: true, body: `{"stream":true}`},
+		"a stream without stream_options":           {api: APIChat, stream: true, body: `{"stream":true}`, wantOpts: `{"include_usage":true}`, wantHide: true},
+		"stream_options null":                       {api: APIChat, stream: true, body: `{"stream":true,"stream_options":null}`, wantOpts: `{"include_usage":true}`, wantHide: true},
+		"other options kept":                        {api: APICompletions, stream: true, body: `{"stream":true,"stream_options":{"continuous_usage_stats":false}}`, wantOpts: `{"continuous_usage_stats":false,"include_usage":true}`, wantHide: true},
+		"include_usage false":                       {api: APIChat, stream: true, body: `{"stream":true,"stream_options":{"include_usage":false}}`, wantOpts: `{"include_usage":true}`, wantHide: true},
+		"the client asked: nothing to hide":         {api: APIChat, stream: true, body: `{"stream":true,"stream_options":{"include_usage":true}}`, wantOpts: `{"include_usage":true}`},
+		"not a stream: the answer has usage":        {api: APIChat, body: `{}`},
+		"generate: no usage chunk to ask for":       {api: APIGenerate, stream: true, body: `{"stream":true}`},
+		"responses: usage is in response.completed": {api: APIResponses, stream: true, body: `{"stream":true}`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

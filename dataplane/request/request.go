@@ -27,10 +27,11 @@ const (
 	PathChat        = "/v1/chat/completions"
 	PathCompletions = "/v1/completions"
 	PathGenerate    = "/inference/v1/generate"
+	PathResponses   = "/v1/responses"
 )
 
 // Paths lists the client API paths.
-var Paths = []string{PathChat, PathCompletions, PathGenerate}
+var Paths = []string{PathChat, PathCompletions, PathGenerate, PathResponses}
 
 // API is the client-facing request format.
 type API int
@@ -40,6 +41,9 @@ const (
 	APIChat API = iota
 	APICompletions
 	APIGenerate
+	// APIResponses is OpenAI's Responses API, stateless: the workers serve it themselves, and
+	// its input items carry the chat messages' content parts.
+	APIResponses
 )
 
 // String names the format.
@@ -49,6 +53,8 @@ func (a API) String() string {
 		return "chat"
 	case APICompletions:
 		return "completions"
+	case APIResponses:
+		return "responses"
 	}
 	return "generate"
 }
@@ -60,6 +66,8 @@ func APIForPath(path string) API {
 		return APIChat
 	case PathCompletions:
 		return APICompletions
+	case PathResponses:
+		return APIResponses
 	}
 	return APIGenerate
 }
@@ -83,8 +91,27 @@ func (a API) Path() string {
 		return PathChat
 	case APICompletions:
 		return PathCompletions
+	case APIResponses:
+		return PathResponses
 	}
 	return PathGenerate
+}
+
+// Conversational reports a format whose prompt is a list of messages with content parts (chat,
+// and the Responses API's input items): media parts, a chat template, tokens{token_ids,
+// features} on the legs.
+func (a API) Conversational() bool { return a == APIChat || a == APIResponses }
+
+// MessagesKey is the body member holding the messages of a conversational format ("" for the
+// others): messages for chat, input for the Responses API.
+func (a API) MessagesKey() string {
+	switch a {
+	case APIChat:
+		return "messages"
+	case APIResponses:
+		return "input"
+	}
+	return ""
 }
 
 // Placeholder is where an item's placeholder tokens sit in the prompt.
@@ -95,7 +122,8 @@ type Placeholder struct {
 
 // MediaEntry is one multimodal item of the request, in document order.
 type MediaEntry struct {
-	// Message and Part locate the item in messages[Message].content[Part] (chat only; -1 otherwise).
+	// Message and Part locate the item in messages[Message].content[Part] (input[Message] for the
+	// Responses API; -1 for the other formats).
 	Message, Part int
 	// Kind is the content-part type, e.g. image_url.
 	Kind string

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/epd-dev/coordinator/dataplane/request"
 	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
 
@@ -23,7 +24,7 @@ func BenchmarkStreamRelay(b *testing.B) {
 		relay func(w http.ResponseWriter, resp *http.Response) error
 	}{
 		{"resume.Stream", func(w http.ResponseWriter, resp *http.Response) error {
-			s := New(w, "rid")
+			s := New(w, "rid", request.APIChat)
 			defer s.Release()
 			return s.Relay(resp)
 		}},

@@ -8,6 +8,10 @@
 // what was produced. Relaying the continuation through the same Stream splices it in: the
 // original id and created time, no second role event, usage totals that add up. A stream that
 // cannot be resumed ends with an OpenAI error event (Fail) and an aborted body.
+//
+// A Responses API stream is relayed the same way but never resumed (the API has no continuation
+// of a partial answer): it ends with its response.completed, response.incomplete or
+// response.failed event rather than [DONE], and a break ends it with the API's own error event.
 package resume
 
 import (
@@ -49,6 +53,8 @@ type Stream struct {
 	w         http.ResponseWriter
 	flusher   http.Flusher
 	requestID string
+	api       request.API
+	events    int // data events written (the next sequence_number of a Responses stream)
 
 	pending []byte  // the start of an event not yet complete
 	got     []byte  // the complete events the client got (nil once over MaxTracked)
@@ -69,11 +75,12 @@ type Stream struct {
 // (an empty choices list next to the usage) is read but not relayed.
 func (s *Stream) Watch(rc *request.Context) { s.rc = rc }
 
-// New returns the stream of a response written to w; Release it when the response is done.
-func New(w http.ResponseWriter, requestID string) *Stream {
+// New returns the stream of a response in format api written to w; Release it when the response
+// is done.
+func New(w http.ResponseWriter, requestID string, api request.API) *Stream {
 	f, _ := w.(http.Flusher)
 	kp := kept.Get().(*[]byte)
-	return &Stream{w: w, flusher: f, requestID: requestID, kept: kp, got: (*kp)[:0]}
+	return &Stream{w: w, flusher: f, requestID: requestID, api: api, kept: kp, got: (*kp)[:0]}
 }
 
 // Release returns the stream's record to the pool; the stream is not used afterwards.
@@ -172,10 +179,42 @@ func (s *Stream) feed(resp *http.Response, p []byte) error {
 			s.got = append(s.got, complete...)
 		}
 	}
-	if bytes.Contains(complete, dataDone) && lastData(complete, dataDone) {
+	if s.api == request.APIResponses {
+		EachData(complete, func(d []byte) {
+			s.events++
+			s.done = s.done || terminal(d)
+		})
+	} else if bytes.Contains(complete, dataDone) && lastData(complete, dataDone) {
 		s.done = true
 	}
 	return nil
+}
+
+// Responses stream events that end a response.
+var terminalTypes = []string{"response.completed", "response.incomplete", "response.failed"}
+
+// terminal reports whether d, a Responses stream event, ends the response.
+func terminal(d []byte) bool {
+	if !bytes.Contains(d, []byte(`"response.`)) {
+		return false
+	}
+	typ := eventType(d)
+	for _, t := range terminalTypes {
+		if typ == t {
+			return true
+		}
+	}
+	return false
+}
+
+// eventType is the type member of a Responses stream event ("" when it has none).
+func eventType(d []byte) string {
+	o, err := body.Parse(d)
+	if err != nil {
+		return ""
+	}
+	t, _, _ := o.String("type")
+	return t
 }
 
 // observe reads the statistics of complete events for s.rc and counts their token events. With
@@ -197,8 +236,8 @@ func (s *Stream) observe(complete []byte) ([]byte, int) {
 			case bytes.Equal(d, dataDone):
 			case rc.Answer.Read(d) && request.UsageOnly(d):
 				drop = rc.HideUsage
-			default:
-				events++
+			case s.api != request.APIResponses || bytes.HasSuffix([]byte(eventType(d)), []byte(".delta")):
+				events++ // a Responses stream's token events are its deltas
 			}
 		})
 		if drop {
@@ -243,7 +282,14 @@ func (s *Stream) Fail(reason string, cause error) error {
 	if s.started {
 		e := &apierror.Error{Type: apierror.TypeAPI, Code: "stream_interrupted",
 			Message: "the answer broke off and could not be resumed: " + reason}
-		ev := append(append([]byte("data: "), bytes.TrimSuffix(e.Body(s.requestID), []byte("\n"))...), "\n\n"...)
+		var ev []byte
+		if s.api == request.APIResponses {
+			// The Responses API's own error event.
+			ev, _ = json.Marshal(map[string]any{"type": "error", "code": e.Code, "message": e.Message, "param": nil, "sequence_number": s.events})
+			ev = append(append([]byte("event: error\ndata: "), ev...), "\n\n"...)
+		} else {
+			ev = append(append([]byte("data: "), bytes.TrimSuffix(e.Body(s.requestID), []byte("\n"))...), "\n\n"...)
+		}
 		if _, err := s.w.Write(ev); err == nil && s.flusher != nil {
 			s.flusher.Flush()
 		}
@@ -312,6 +358,9 @@ func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "
 
 // state parses the events the client got.
 func (s *Stream) state(api request.API) (*state, error) {
+	if api != request.APIChat && api != request.APIGenerate {
+		return nil, fmt.Errorf("%s streams are not resumed (only chat and tokens-in generate)", api)
+	}
 	if s.over {
 		return nil, fmt.Errorf("the answer is longer than the %d bytes kept to resume from", MaxTracked)
 	}
@@ -439,9 +488,6 @@ func includeUsage(rc *request.Context) bool {
 // prefilled). Relays that follow splice its events into the stream. It returns an error saying
 // why when the rest cannot be produced exactly (see docs/operations.md).
 func (s *Stream) Continuation(rc *request.Context) (*body.Object, error) {
-	if rc.API != request.APIChat && rc.API != request.APIGenerate {
-		return nil, fmt.Errorf("%s streams are not resumed (only chat and tokens-in generate)", rc.API)
-	}
 	if why := notExact(rc); why != "" {
 		return nil, errors.New(why)
 	}

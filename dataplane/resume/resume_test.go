@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -60,7 +61,7 @@ func chatRC(t *testing.T, raw string) *request.Context {
 // original id, without a second role event, with usage that adds up.
 func TestChatResume(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := New(rec, "rid")
+	s := New(rec, "rid", request.APIChat)
 	err := s.Relay(sse(io.ErrUnexpectedEOF, role, chunk("c1", "Hello"), chunk("c1", " big"), `data: {"id":"c1","choi`))
 	if !errors.Is(err, ErrBroken) || !s.Started() {
 		t.Fatalf("err = %v, started %v; want a broken stream the client saw", err, s.Started())
@@ -99,7 +100,7 @@ func TestChatResume(t *testing.T) {
 
 func TestGenerateResume(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := New(rec, "rid")
+	s := New(rec, "rid", request.APIChat)
 	ev := func(ids string) string {
 		return `data: {"request_id":"g1","choices":[{"index":0,"token_ids":` + ids + `,"finish_reason":null}]}` + "\n\n"
 	}
@@ -145,7 +146,7 @@ func TestContinuationRefused(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			s := New(httptest.NewRecorder(), "rid")
+			s := New(httptest.NewRecorder(), "rid", request.APIChat)
 			_ = s.Relay(sse(io.ErrUnexpectedEOF, tc.events...))
 			rc := chatRC(t, tc.body)
 			rc.API = tc.api
@@ -155,7 +156,7 @@ func TestContinuationRefused(t *testing.T) {
 		})
 	}
 	// A plain text response_format is no constraint.
-	s := New(httptest.NewRecorder(), "rid")
+	s := New(httptest.NewRecorder(), "rid", request.APIChat)
 	_ = s.Relay(sse(io.ErrUnexpectedEOF, chunk("c", "a")))
 	if _, err := s.Continuation(chatRC(t, `{"messages":[{"role":"user","content":"a"}],"response_format":{"type":"text"}}`)); err != nil {
 		t.Fatal(err)
@@ -165,7 +166,7 @@ func TestContinuationRefused(t *testing.T) {
 // A stream that fails before its first complete event writes nothing: the leg is retried.
 func TestNotStarted(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := New(rec, "rid")
+	s := New(rec, "rid", request.APIChat)
 	err := s.Relay(sse(io.ErrUnexpectedEOF, `data: {"id":`))
 	if !errors.Is(err, upstream.ErrNotStarted) || s.Started() || rec.Body.Len() != 0 || len(rec.Header()) != 0 {
 		t.Fatalf("err = %v, started %v, wrote %q", err, s.Started(), rec.Body.String())
@@ -174,7 +175,7 @@ func TestNotStarted(t *testing.T) {
 
 // A clean end of the body without [DONE] is a break too: the answer is not complete.
 func TestEOFWithoutDone(t *testing.T) {
-	s := New(httptest.NewRecorder(), "rid")
+	s := New(httptest.NewRecorder(), "rid", request.APIChat)
 	if err := s.Relay(sse(io.EOF, chunk("c", "a"))); !errors.Is(err, ErrBroken) {
 		t.Fatalf("err = %v, want ErrBroken", err)
 	}
@@ -183,7 +184,7 @@ func TestEOFWithoutDone(t *testing.T) {
 // Fail sends an OpenAI error event and reports a truncated response, so the server aborts it.
 func TestFail(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := New(rec, "rid")
+	s := New(rec, "rid", request.APIChat)
 	_ = s.Relay(sse(io.ErrUnexpectedEOF, chunk("c", "a")))
 	err := s.Fail("n > 1", io.ErrUnexpectedEOF)
 	if !errors.Is(err, upstream.ErrResponseTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
@@ -208,7 +209,7 @@ func TestFinish(t *testing.T) {
 		want bool
 	}{{`{"messages":[]}`, true}, {`{"messages":[],"stream_options":{"include_usage":true}}`, false}} {
 		rec := httptest.NewRecorder()
-		s := New(rec, "rid")
+		s := New(rec, "rid", request.APIChat)
 		_ = s.Relay(sse(io.ErrUnexpectedEOF, finished))
 		if got := s.Finish(chatRC(t, tc.body)); got != tc.want || tc.want != strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
 			t.Fatalf("%s: Finish = %v, body %q", tc.body, got, rec.Body.String())
@@ -225,7 +226,7 @@ func TestSplitEvents(t *testing.T) {
 			p = append(p, all[i:min(i+size, len(all))])
 		}
 		rec := httptest.NewRecorder()
-		if err := New(rec, "rid").Relay(sse(io.EOF, p...)); err != nil {
+		if err := New(rec, "rid", request.APIChat).Relay(sse(io.EOF, p...)); err != nil {
 			t.Fatalf("reads of %d: %v", size, err)
 		}
 		if !bytes.Equal(rec.Body.Bytes(), []byte(all)) {
@@ -255,7 +256,7 @@ func TestWatch(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			s := New(rec, "rid")
+			s := New(rec, "rid", request.APIChat)
 			defer s.Release()
 			rc := chatRC(t, `{"model":"m","messages":[],"stream":true}`)
 			rc.HideUsage = tc.hide
@@ -297,7 +298,7 @@ func TestFinishWithAskedUsage(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			s := New(rec, "rid")
+			s := New(rec, "rid", request.APIChat)
 			defer s.Release()
 			rc := chatRC(t, tc.body)
 			rc.AskUsage()
@@ -313,4 +314,71 @@ func TestFinishWithAskedUsage(t *testing.T) {
 			}
 		})
 	}
+}
+
+func responsesEvent(typ, rest string) string {
+	return "event: " + typ + "\ndata: {\"type\":\"" + typ + "\"" + rest + "}\n\n"
+}
+
+// A Responses stream ends with its response's last event (there is no [DONE]); its token events
+// are its deltas; a break is never resumed and ends with the API's own error event, numbered
+// after the events the client got.
+func TestResponsesStream(t *testing.T) {
+	created := responsesEvent("response.created", `,"sequence_number":0,"response":{"model":"served","usage":null}`)
+	delta := func(n int, text string) string {
+		return responsesEvent("response.output_text.delta", fmt.Sprintf(`,"sequence_number":%d,"delta":%q`, n, text))
+	}
+	completed := responsesEvent("response.completed", `,"sequence_number":3,"response":{"model":"served","usage":{"input_tokens":4,"output_tokens":2}}`)
+	for _, final := range []string{"response.completed", "response.incomplete", "response.failed"} {
+		t.Run("ends with "+final, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			s := New(rec, "rid", request.APIResponses)
+			end := strings.ReplaceAll(completed, "response.completed", final)
+			if err := s.Relay(sse(io.EOF, created, delta(1, "a"), delta(2, " b"), end)); err != nil {
+				t.Fatalf("a finished Responses stream: %v", err)
+			}
+			if rec.Body.String() != created+delta(1, "a")+delta(2, " b")+end {
+				t.Fatalf("the events were changed: %q", rec.Body.String())
+			}
+		})
+	}
+	t.Run("watched: deltas are the token events, usage from the response", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		s := New(rec, "rid", request.APIResponses)
+		rc := &request.Context{API: request.APIResponses, Stream: true}
+		events := 0
+		rc.OnEvents = func(n int) { events += n }
+		s.Watch(rc)
+		if err := s.Relay(sse(io.EOF, created, delta(1, "usage"), delta(2, " b"), completed)); err != nil {
+			t.Fatal(err)
+		}
+		if events != 2 || rc.Answer != (request.AnswerStats{Model: "served", HasUsage: true, PromptTokens: 4, CompletionTokens: 2}) {
+			t.Fatalf("%d token events, stats %+v; want 2 and the completed response's usage", events, rc.Answer)
+		}
+	})
+	t.Run("a break is not resumed", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		s := New(rec, "rid", request.APIResponses)
+		err := s.Relay(sse(io.EOF, created, delta(1, "a"), delta(2, " b")))
+		if !errors.Is(err, ErrBroken) {
+			t.Fatalf("a stream without its final event: %v, want ErrBroken", err)
+		}
+		rc := &request.Context{API: request.APIResponses, Body: &body.Object{}, Stream: true, Log: logr.Discard()}
+		if _, why := s.Continuation(rc); why == nil || !strings.Contains(why.Error(), "responses streams are not resumed") {
+			t.Fatalf("continuation: %v", why)
+		}
+		if s.Finish(rc) {
+			t.Fatal("Finish ended a Responses stream")
+		}
+		if err := s.Fail("the worker died", io.EOF); !errors.Is(err, upstream.ErrResponseTruncated) {
+			t.Fatal(err)
+		}
+		tail := strings.TrimPrefix(rec.Body.String(), created+delta(1, "a")+delta(2, " b"))
+		ev, ok := strings.CutPrefix(tail, "event: error\ndata: ")
+		var got map[string]any
+		if !ok || json.Unmarshal([]byte(ev), &got) != nil || got["type"] != "error" || got["code"] != "stream_interrupted" ||
+			got["sequence_number"] != 3.0 || !strings.Contains(got["message"].(string), "the worker died") {
+			t.Fatalf("the client's last event %q, want the Responses error event numbered 3", tail)
+		}
+	})
 }

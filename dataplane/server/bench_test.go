@@ -26,7 +26,7 @@ import (
 func benchBodies() map[string][]byte {
 	small := `{"model":"m","messages":[{"role":"user","content":"Write a haiku about disaggregated inference, please."}],"max_tokens":16}`
 	text := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%q}],"max_tokens":16}`, strings.Repeat("lorem ipsum ", 256<<10/12))
-	img := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xff, 0xd8, 0x42}, (1<<20)*3/4/3))
+	img := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0xff, 0xd8, 0xff}, (1<<20)*3/4/3)) // JPEG magic: the media guard sniffs the content
 	image := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"describe"},{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,%s"}}]}],"max_tokens":16}`, img)
 	return map[string][]byte{"200B": []byte(small), "256KiB-text": []byte(text), "1MiB-image": []byte(image)}
 }

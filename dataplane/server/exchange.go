@@ -84,7 +84,7 @@ func (s *Server) observe(c echo.Context, x *exchange, route string) context.Cont
 func (s *Server) report(c echo.Context, x *exchange) {
 	if x.apiErr != nil {
 		s.logFailure(x)
-		apierror.Write(c.Response(), x.apiErr, x.id)
+		apierror.WriteAs(c.Response(), x.apiErr, x.id, errorFormat(c.Request().URL.Path))
 	}
 	if x.metrics != nil {
 		x.metrics.Done(x.requestEnd(int(c.Response().Size)))

@@ -35,7 +35,7 @@ func (s *Server) front(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		p := req.URL.Path
 		switch {
-		case slices.Contains(request.Paths, p):
+		case slices.Contains(request.Paths, p), p == PathMessages, p == PathCountTokens:
 			if req.Method != http.MethodPost {
 				c.Response().Header().Set("Allow", http.MethodPost)
 				return echo.ErrMethodNotAllowed

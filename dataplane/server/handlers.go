@@ -27,19 +27,29 @@ const (
 	routeChat        = "chat"
 	routeCompletions = "completions"
 	routeGenerate    = "generate"
+	routeResponses   = "responses"
 	routePassthrough = "passthrough"
 )
 
-var routeOf = map[request.API]string{request.APIChat: routeChat, request.APICompletions: routeCompletions, request.APIGenerate: routeGenerate}
+var routeOf = map[request.API]string{request.APIChat: routeChat, request.APICompletions: routeCompletions, request.APIGenerate: routeGenerate,
+	request.APIResponses: routeResponses}
 
-// handleInference runs a chat, completions or generate request through the current pipeline, or
+// handleInference runs a chat, completions, generate or Responses request through the current pipeline, or
 // its canary (Pipeline.Pick, once the body parsed). The pipeline is acquired once: a reload
 // during the request does not affect it. The request body's buffer is held until the handler
 // returns and by every leg body until it has been sent.
-func (s *Server) handleInference(c echo.Context) error {
+func (s *Server) handleInference(c echo.Context) error { return s.infer(c, nil) }
+
+// infer is handleInference; with tr, the request is in a format the pipeline does not speak and
+// runs as a chat request that tr translates, and its answer back (see messages.go).
+func (s *Server) infer(c echo.Context, tr translation) error {
 	api := request.APIForPath(c.Request().URL.Path)
+	route, path := routeOf[api], c.Request().URL.Path
+	if tr != nil {
+		api, route, path = request.APIChat, tr.route(), request.PathChat
+	}
 	x := exchangeOf(c)
-	ctx := s.observe(c, x, routeOf[api])
+	ctx := s.observe(c, x, route)
 	held, release := s.holder.Acquire()
 	defer release()
 	if held == nil {
@@ -55,7 +65,7 @@ func (s *Server) handleInference(c echo.Context) error {
 	}
 	defer buf.Release()
 	x.reqBytes = len(buf.Bytes())
-	obj, model, stream, err := parseBody(buf.Bytes(), api)
+	obj, model, stream, err := parseAs(buf.Bytes(), api, tr)
 	x.model = model
 	if err != nil {
 		return err
@@ -65,6 +75,11 @@ func (s *Server) handleInference(c echo.Context) error {
 	// The request runs wholly on one pipeline; the server settings are the same on both.
 	p := held.Pick()
 	x.pipe = p
+	if api.Conversational() && !p.GuardsMedia() {
+		if err := refuseRemoteMedia(buf.Bytes()); err != nil {
+			return err
+		}
+	}
 	fwd := forwarded(p.Config(), req.Header)
 	if fwd == nil {
 		fwd = http.Header{}
@@ -77,7 +92,7 @@ func (s *Server) handleInference(c echo.Context) error {
 	rc := &request.Context{
 		ID:              x.id,
 		API:             api,
-		Path:            req.URL.Path,
+		Path:            path,
 		Header:          req.Header,
 		Forwarded:       fwd,
 		ForwardResponse: p.ForwardResponse(),
@@ -85,7 +100,7 @@ func (s *Server) handleInference(c echo.Context) error {
 		Buffer:          buf,
 		Model:           model,
 		Stream:          stream,
-		Writer:          c.Response(),
+		Writer:          writerFor(c.Response(), tr, x.id),
 		Log:             logging.WithValuesLazily(s.log, "request_id", x.id),
 	}
 	x.rc, x.revision = rc, p.Revision()
@@ -101,7 +116,7 @@ func (s *Server) handleInference(c echo.Context) error {
 		// Whoever writes the response (the relay, a step, the error) writes the timings so far.
 		c.Response().Before(func() { c.Response().Header().Set("Server-Timing", rc.ServerTiming()) })
 	}
-	if err := p.Execute(ctx, rc); err != nil {
+	if err := finish(tr, p.Execute(ctx, rc)); err != nil {
 		return err // after the response started, only the log can tell (the relay logged it)
 	}
 	if !c.Response().Committed {

@@ -6,12 +6,28 @@ import (
 	"mime"
 	"strconv"
 	"strings"
+
+	"github.com/epd-dev/coordinator/dataplane/apierror"
 )
 
 // isJSON reports a JSON request body (application/json or a +json type).
 func isJSON(contentType string) bool {
 	mt, _, err := mime.ParseMediaType(contentType)
 	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// refuseRemoteMedia is the 400 for a conversational request that names a remote URL (remoteURL)
+// when its pipeline has no step guarding media (pipeline.GuardsMedia): the worker would fetch it
+// itself, past the media guard.
+func refuseRemoteMedia(data []byte) error {
+	if !bytes.Contains(data, []byte("://")) {
+		return nil // the common case, data: URLs included, without a scan
+	}
+	if where, found := remoteURL(data); found {
+		return apierror.InvalidField(where, "%s: remote URLs are refused: this pipeline has no replace-media-urls step to download them "+
+			"through the media guard; send the media inline as a data: URL", where)
+	}
+	return nil
 }
 
 // remoteURL finds, in a JSON body, the first member named url or uri or ending in _url or _uri

@@ -10,6 +10,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/body"
 	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/responses"
 )
 
 // validRequestID is the shape of a client x-request-id that is kept as is.
@@ -67,6 +68,10 @@ func parseBody(raw []byte, api request.API) (obj *body.Object, model string, str
 	case request.APIGenerate:
 		if err = expectKind(obj, "token_ids", body.KindArray, "an array", true); err == nil {
 			err = expectKind(obj, "sampling_params", body.KindObject, "an object", false)
+		}
+	case request.APIResponses:
+		if err = responses.Check(obj); err == nil {
+			responses.Stateless(obj)
 		}
 	}
 	if err != nil {

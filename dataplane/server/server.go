@@ -71,6 +71,7 @@ func New(opts Options) *Server {
 	for _, path := range request.Paths {
 		e.POST(path, s.handleInference)
 	}
+	s.messagesRoutes(e)
 	e.Match(probeMethods, "/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
 	e.Match(probeMethods, "/readyz", s.handleReady)
 	e.RouteNotFound("/v1/*", s.handlePassthrough)
@@ -184,10 +185,11 @@ func (s *Server) recovered(c echo.Context, x *exchange, next echo.HandlerFunc) (
 }
 
 // handleError is echo's error handler, for errors that do not pass through serve (none of the
-// registered routes): it writes them as OpenAI-style JSON unless the response has started.
+// registered routes): it writes them as OpenAI-style JSON (Anthropic's under /v1/messages, see
+// errorFormat) unless the response has started.
 func (s *Server) handleError(err error, c echo.Context) {
 	if !c.Response().Committed {
-		apierror.Write(c.Response(), apierror.From(echoToAPI(err)), c.Response().Header().Get(upstream.RequestIDHeader))
+		apierror.WriteAs(c.Response(), apierror.From(echoToAPI(err)), c.Response().Header().Get(upstream.RequestIDHeader), errorFormat(c.Request().URL.Path))
 	}
 }
 

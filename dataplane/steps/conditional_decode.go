@@ -102,7 +102,7 @@ func (s *conditionalDecode) body(rc *request.Context) *body.Object {
 	}
 	obj := rc.Body.Clone()
 	switch rc.API {
-	case request.APIChat:
+	case request.APIChat, request.APIResponses:
 		obj.Set("tokens", tokensJSON(rc))
 	case request.APICompletions:
 		obj.Set("prompt", rc.TokenIDsJSON())

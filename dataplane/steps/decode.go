@@ -148,7 +148,7 @@ func (s *decode) body(rc *request.Context, withKV bool) (*body.Object, error) {
 func decodeBody(rc *request.Context, kvRaw json.RawMessage) (*body.Object, error) {
 	obj := rc.Body.Clone()
 	switch rc.API {
-	case request.APIChat:
+	case request.APIChat, request.APIResponses:
 		if rc.Rendered {
 			if err := setMediaUUIDs(rc, obj); err != nil {
 				return nil, err

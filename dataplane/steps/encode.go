@@ -29,8 +29,8 @@ func init() {
 		Needs: []registry.Need{{Capability: registry.Tokens, Why: "it sends each item's mm_hash and placeholder"}}})
 }
 
-// encode sends one single-token leg per media item (EPP-Profile: encode), at most maxParallel at
-// once; the first failure cancels the others. The encoders' ec_transfer_params are merged, in
+// encode sends one single-token leg per media item of any modality (image, audio, video;
+// EPP-Profile: encode), at most maxParallel at once; the first failure cancels the others. The encoders' ec_transfer_params are merged, in
 // item order, through the EC connector for the prefill leg.
 type encode struct {
 	gw          *gateway.Client
@@ -60,10 +60,13 @@ func (s *encode) Execute(ctx context.Context, rc *request.Context) error {
 		return nil
 	}
 	format := rc.API.Format(s.useOpenAI)
+	if format == request.APIResponses {
+		format = request.APIChat // an encode leg is one media part: the chat shape
+	}
 	s.metrics.EncodeFanout(len(rc.Media))
 	var msgs []json.RawMessage
 	if format == request.APIChat {
-		raw, _ := rc.Body.Get("messages")
+		raw, _ := rc.Body.Get(rc.API.MessagesKey())
 		msgs, _ = body.Array(raw)
 	}
 	answers := make([]map[string]any, len(rc.Media))
@@ -117,8 +120,10 @@ func (s *encode) Execute(ctx context.Context, rc *request.Context) error {
 	return nil
 }
 
-// body builds the leg of item i: one media part plus its tokens, [BOS] + [P]*length with the
-// placeholder at offset 1 (chat), or token_ids and features with kwargs_data (generate).
+// body builds the leg of item i: its own media part (an input_audio's {"data", "format"}, another
+// kind's {"url", ...}) plus its tokens, [BOS] + [P]*length with the placeholder at offset 1 and P
+// its modality's placeholder token (chat), or token_ids and features with kwargs_data keyed by its
+// modality (generate).
 func (s *encode) body(rc *request.Context, format request.API, msgs []json.RawMessage, i int) (*body.Object, error) {
 	m := rc.Media[i]
 	bos, ph := 1, 0

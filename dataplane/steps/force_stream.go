@@ -52,10 +52,14 @@ func newForceStream(p *params.Params) *forceStream {
 }
 
 // admit decides whether rc's answer is force-streamed and reserves its bytes; it reports the
-// reservation (released by forced) or false with the reason logged. Requests with tools or
-// logprobs, without a token limit, or over the per-request or process budget go unstreamed.
+// reservation (released by forced) or false with the reason logged. Responses requests, requests
+// with tools or logprobs, without a token limit, or over the per-request or process budget go
+// unstreamed.
 func (f *forceStream) admit(rc *request.Context) (int64, bool) {
 	o := rc.Body
+	if rc.API == request.APIResponses {
+		return f.skip(rc, "unsupported") // its events are not folded (nor resumed)
+	}
 	if rc.API == request.APIGenerate {
 		sp, _, err := o.Object("sampling_params")
 		if err != nil || sp == nil {

@@ -106,8 +106,14 @@ func ecConnector(p *params.Params) ec.Connector {
 // capSingleToken turns a leg into a one-token, non-streaming request (encode and prefill legs):
 // max_tokens 1, no min_tokens, max_completion_tokens / max_output_tokens 1 when present, and
 // stream false without stream_options. In generate format the token limits live in
-// sampling_params.
+// sampling_params; the Responses API has max_output_tokens only.
 func capSingleToken(o *body.Object, format request.API) error {
+	if format == request.APIResponses {
+		o.Set("max_output_tokens", jsonOne)
+		o.Set("stream", jsonFalse)
+		o.Delete("stream_options")
+		return nil
+	}
 	if format == request.APIGenerate {
 		if err := editObject(o, "sampling_params", func(sp *body.Object) error {
 			capTokens(sp)
@@ -173,15 +179,13 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
-// modality maps a content-part type to the feature key vLLM uses.
+// modality maps a content-part type (a MediaEntry.Kind) to the feature key vLLM uses: image,
+// audio (audio_url and input_audio alike) or video.
 func modality(kind string) string {
-	switch kind {
-	case "video_url":
-		return "video"
-	case "input_audio", "audio_url":
-		return "audio"
+	if k := kindOf(kind); k != nil && k.modality != "" {
+		return k.modality
 	}
-	return "image"
+	return modImage
 }
 
 // mmPayload is the per-item payload a leg's features carry beside mm_hashes and mm_placeholders.

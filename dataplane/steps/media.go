@@ -9,6 +9,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
@@ -21,22 +22,35 @@ type mediaKind struct {
 	partType, field string
 	// aliases are other "type" values of the kind (Responses-style input_image).
 	aliases []string
-	// mediaTypes are the media types accepted in data: URLs and downloads.
-	mediaTypes []string
+	// modality is the kind's feature key (image, audio, video): its media types, limits and
+	// render features are the modality's (see modalities).
+	modality string
 	// dataOnly kinds carry base64 data, never a URL (input_audio).
 	dataOnly bool
-	// entry kinds are collected as rc.Media for render and encode; the others are inlined too and
-	// reach the workers as data only (adding one to render and encode is a table change).
+	// entry kinds are collected as rc.Media for render and encode (one encode leg per item); the
+	// others would be inlined too and reach the workers as data only.
 	entry bool
 	// refused, when set, is why parts of the kind are refused.
 	refused string
 }
 
-var (
-	imageTypes = []string{"image/jpeg", "image/png", "image/gif", "image/webp"}
-	videoTypes = []string{"video/mp4", "video/webm", "video/quicktime"}
-	audioTypes = []string{"audio/wav", "audio/wave", "audio/x-wav", "audio/mpeg", "audio/mp3", "audio/ogg", "audio/flac", "audio/webm", "audio/mp4"}
+// The modalities: vLLM's feature keys (mm_hashes.image, .audio, .video).
+const (
+	modImage = observe.ModalityImage
+	modAudio = observe.ModalityAudio
+	modVideo = observe.ModalityVideo
 )
+
+// modalities lists the modalities in the order params and messages name them.
+var modalities = []string{modAudio, modImage, modVideo}
+
+// defaultTypes are the media types each modality accepts in data: URLs, downloads and
+// input_audio formats unless replace-media-urls' modalities.<m>.allowed_types says otherwise.
+var defaultTypes = map[string][]string{
+	modImage: {"image/jpeg", "image/png", "image/gif", "image/webp"},
+	modVideo: {"video/mp4", "video/webm", "video/quicktime"},
+	modAudio: {"audio/wav", "audio/wave", "audio/x-wav", "audio/mpeg", "audio/mp3", "audio/ogg", "audio/flac", "audio/webm", "audio/mp4"},
+}
 
 const (
 	refusedEmbeds = "embedding inputs are not accepted; send the media itself"
@@ -44,10 +58,10 @@ const (
 )
 
 var mediaKinds = []mediaKind{
-	{partType: "image_url", field: "image_url", aliases: []string{"input_image"}, mediaTypes: imageTypes, entry: true},
-	{partType: "video_url", field: "video_url", mediaTypes: videoTypes},
-	{partType: "audio_url", field: "audio_url", mediaTypes: audioTypes},
-	{partType: "input_audio", field: "input_audio", dataOnly: true},
+	{partType: "image_url", field: "image_url", aliases: []string{"input_image"}, modality: modImage, entry: true},
+	{partType: "video_url", field: "video_url", modality: modVideo, entry: true},
+	{partType: "audio_url", field: "audio_url", modality: modAudio, entry: true},
+	{partType: "input_audio", field: "input_audio", modality: modAudio, dataOnly: true, entry: true},
 	{partType: "image_embeds", field: "image_embeds", refused: refusedEmbeds},
 	{partType: "audio_embeds", field: "audio_embeds", refused: refusedEmbeds},
 	{partType: "video_embeds", field: "video_embeds", refused: refusedEmbeds},
@@ -56,6 +70,13 @@ var mediaKinds = []mediaKind{
 	{partType: "file", field: "file", refused: refusedFile},
 	{partType: "file_url", field: "file_url", refused: refusedFile},
 }
+
+// responsesInput is the messages member of a Responses body; responsesTypes are the media part
+// types the Responses API has (each written in its own shape: input_image with its URL as a
+// string, input_audio with its data).
+const responsesInput = "input"
+
+var responsesTypes = []string{"input_image", "input_audio"}
 
 // textTypes are the content-part types without media; vLLM never fetches anything for them.
 var textTypes = []string{"text", "input_text", "output_text", "refusal", "thinking", "tool_reference"}
@@ -82,6 +103,9 @@ func kindByType(typ string) *mediaKind {
 
 // mediaItem is one media content part, as the walker found it.
 type mediaItem struct {
+	// key is the body member of the messages (request.API.MessagesKey): messages, or input for
+	// the Responses API, whose parts keep their own shape.
+	key       string
 	msg, part int
 	// kind is nil for a part refused for carrying a URL outside any media member.
 	kind *mediaKind
@@ -109,39 +133,41 @@ type mediaItem struct {
 }
 
 func (it *mediaItem) where() string {
-	return fmt.Sprintf("messages[%d].content[%d] (%s)", it.msg, it.part, it.label)
+	return fmt.Sprintf("%s[%d].content[%d] (%s)", it.key, it.msg, it.part, it.label)
 }
 
-// chatMessages returns the raw messages value of a chat body and its elements; both are nil when
-// the body has no messages array (the worker reports a malformed one).
-func chatMessages(obj *body.Object) (json.RawMessage, []json.RawMessage, error) {
-	raw, ok := obj.Get("messages")
+// chatMessages returns the raw value of the messages member key of a conversational body
+// (request.API.MessagesKey) and its elements; both are nil when the body has no such array (a
+// Responses input string; the worker reports a malformed one).
+func chatMessages(obj *body.Object, key string) (json.RawMessage, []json.RawMessage, error) {
+	raw, ok := obj.Get(key)
 	if !ok || body.KindOf(raw) != body.KindArray {
 		return nil, nil, nil
 	}
 	msgs, err := body.Array(raw)
 	if err != nil {
-		return nil, nil, apierror.InvalidField("messages", "\"messages\" must be an array")
+		return nil, nil, apierror.InvalidField(key, "%q must be an array", key)
 	}
 	return raw, msgs, nil
 }
 
-// walkMedia walks messages[*].content[*] of a chat body (the only place the chat API carries
-// media; completions and generate carry none) and returns every media part, and every part
-// refused for carrying a URL elsewhere, in document order.
-func walkMedia(obj *body.Object) ([]mediaItem, error) {
-	_, msgs, err := chatMessages(obj)
+// walkMedia walks messages[*].content[*] of a chat body, or input[*].content[*] of a Responses
+// body (key: the only places these APIs carry media; completions and generate carry none) and
+// returns every media part, and every part refused for carrying a URL elsewhere, in document
+// order.
+func walkMedia(obj *body.Object, key string) ([]mediaItem, error) {
+	_, msgs, err := chatMessages(obj, key)
 	if err != nil {
 		return nil, err
 	}
 	var out []mediaItem
 	for mi, rawMsg := range msgs {
 		if body.KindOf(rawMsg) != body.KindObject {
-			return nil, apierror.InvalidField("messages", "messages[%d] must be an object", mi)
+			return nil, apierror.InvalidField(key, "%s[%d] must be an object", key, mi)
 		}
 		msg, err := body.ParseNested(rawMsg)
 		if err != nil {
-			return nil, apierror.InvalidField("messages", "messages[%d]: %v", mi, err)
+			return nil, apierror.InvalidField(key, "%s[%d]: %v", key, mi, err)
 		}
 		rawContent, ok := msg.Get("content")
 		if !ok || body.KindOf(rawContent) != body.KindArray {
@@ -149,7 +175,7 @@ func walkMedia(obj *body.Object) ([]mediaItem, error) {
 		}
 		parts, err := body.Array(rawContent)
 		if err != nil {
-			return nil, apierror.InvalidField("messages", "messages[%d].content must be an array", mi)
+			return nil, apierror.InvalidField(key, "%s[%d].content must be an array", key, mi)
 		}
 		for pi, rawPart := range parts {
 			if body.KindOf(rawPart) != body.KindObject {
@@ -159,7 +185,7 @@ func walkMedia(obj *body.Object) ([]mediaItem, error) {
 			if err != nil {
 				continue
 			}
-			it := mediaItem{msg: mi, part: pi, raw: rawPart, obj: part}
+			it := mediaItem{key: key, msg: mi, part: pi, raw: rawPart, obj: part}
 			if classify(&it) {
 				out = append(out, it)
 			}
@@ -209,6 +235,10 @@ func classify(it *mediaItem) bool {
 		it.problem = k.refused
 		return true
 	}
+	if it.key == responsesInput && !slices.Contains(responsesTypes, typ) {
+		it.problem = "the Responses API takes media as input_image or input_audio parts"
+		return true
+	}
 	raw, _ := p.Get(k.field)
 	switch body.KindOf(raw) {
 	case body.KindString:
@@ -217,6 +247,7 @@ func classify(it *mediaItem) bool {
 		}
 		it.url, _, _ = p.String(k.field)
 		it.urlRaw = raw
+		it.canonical = it.key == responsesInput // the Responses API's own shape: a plain URL string
 	case body.KindObject:
 		it.inner, _ = body.ParseNested(raw)
 		key := "url"
@@ -227,7 +258,7 @@ func classify(it *mediaItem) bool {
 			it.url, _, _ = it.inner.String(key)
 			it.urlRaw = u
 		}
-		it.canonical = k.dataOnly || typ == k.partType
+		it.canonical = k.dataOnly || (typ == k.partType && it.key != responsesInput)
 	}
 	switch {
 	case k.dataOnly && (it.inner == nil || urlOutside(it.inner, "")):
@@ -272,11 +303,11 @@ func urlKey(k string) bool {
 	return k == "url" || k == "uri" || strings.HasSuffix(k, "_url") || strings.HasSuffix(k, "_uri")
 }
 
-// scanMedia returns one entry per media part of an entry kind (images), in document order, with
-// its URL; parts the walker would refuse are left out. It is render's fallback when no
+// scanMedia returns one entry per media part of an entry kind (images, audio and video), in
+// document order, with its URL (an input_audio's base64 data); parts the walker would refuse are left out. It is render's fallback when no
 // replace-media-urls step ran: the URLs are then the client's own, remote ones included.
-func scanMedia(obj *body.Object) ([]request.MediaEntry, error) {
-	items, err := walkMedia(obj)
+func scanMedia(obj *body.Object, key string) ([]request.MediaEntry, error) {
+	items, err := walkMedia(obj, key)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +328,8 @@ func setMediaUUIDs(rc *request.Context, obj *body.Object) error {
 	if len(rc.Media) == 0 {
 		return nil
 	}
-	rawMsgs, msgs, err := chatMessages(obj)
+	key := rc.API.MessagesKey()
+	rawMsgs, msgs, err := chatMessages(obj, key)
 	if err != nil || msgs == nil {
 		return err
 	}
@@ -328,14 +360,14 @@ func setMediaUUIDs(rc *request.Context, obj *body.Object) error {
 	if last == 0 {
 		return nil
 	}
-	obj.SetSegments("messages", append(segs, rawMsgs[last:])...)
+	obj.SetSegments(key, append(segs, rawMsgs[last:])...)
 	return nil
 }
 
 // setMediaUUIDsByRewrite is setMediaUUIDs for parts that already carry a uuid: they are decoded
 // and re-assembled.
 func setMediaUUIDsByRewrite(rc *request.Context, obj *body.Object) error {
-	return editParts(obj, rc.Media, func(part *body.Object, m *request.MediaEntry) error {
+	return editParts(obj, rc.API.MessagesKey(), rc.Media, func(part *body.Object, m *request.MediaEntry) error {
 		if m.Hash != "" {
 			part.Set("uuid", mustJSON(m.Hash))
 		}
@@ -383,10 +415,10 @@ func mediaPart(msgs []json.RawMessage, m *request.MediaEntry) (json.RawMessage, 
 
 var errMediaMissing = apierror.BadRequest("invalid_media", "media part not found in messages")
 
-// editParts applies fn to messages[m.Message].content[m.Part] for each entry and writes the edited
+// editParts applies fn to <key>[m.Message].content[m.Part] for each entry and writes the edited
 // messages back into obj.
-func editParts(obj *body.Object, media []request.MediaEntry, fn func(part *body.Object, m *request.MediaEntry) error) error {
-	_, msgs, err := chatMessages(obj)
+func editParts(obj *body.Object, key string, media []request.MediaEntry, fn func(part *body.Object, m *request.MediaEntry) error) error {
+	_, msgs, err := chatMessages(obj, key)
 	if err != nil || msgs == nil {
 		return err
 	}
@@ -399,7 +431,7 @@ func editParts(obj *body.Object, media []request.MediaEntry, fn func(part *body.
 	for mi, entries := range byMsg {
 		msg, err := body.ParseNested(msgs[mi])
 		if err != nil {
-			return apierror.InvalidField("messages", "messages[%d] must be an object", mi)
+			return apierror.InvalidField(key, "%s[%d] must be an object", key, mi)
 		}
 		rawContent, _ := msg.Get("content")
 		parts, err := body.Array(rawContent)
@@ -423,6 +455,6 @@ func editParts(obj *body.Object, media []request.MediaEntry, fn func(part *body.
 		msg.Set("content", body.AppendArray(nil, parts))
 		msgs[mi] = msg.Bytes()
 	}
-	obj.Set("messages", json.RawMessage(body.AppendArray(nil, msgs)))
+	obj.Set(key, json.RawMessage(body.AppendArray(nil, msgs)))
 	return nil
 }

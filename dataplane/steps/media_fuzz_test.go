@@ -1,6 +1,7 @@
 package steps
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -25,7 +26,7 @@ func FuzzScanMedia(f *testing.F) {
 		if err != nil {
 			return
 		}
-		items, err := walkMedia(obj)
+		items, err := walkMedia(obj, "messages")
 		if err != nil {
 			return
 		}
@@ -58,7 +59,7 @@ func FuzzScanMedia(f *testing.F) {
 				t.Fatalf("%s: URL %q, the body has %q", it.where(), it.url, want)
 			}
 		}
-		entries, err := scanMedia(obj)
+		entries, err := scanMedia(obj, "messages")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +87,7 @@ func FuzzScanMedia(f *testing.F) {
 		if !json.Valid(out) {
 			t.Fatalf("the body sent on is not JSON: %s", out)
 		}
-		after, err := walkMedia(mustParse(t, string(out)))
+		after, err := walkMedia(mustParse(t, string(out)), "messages")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,22 +107,26 @@ func (failingTransport) RoundTrip(*http.Request) (*http.Response, error) {
 }
 
 // FuzzCheckDataURL (seeds in testdata/fuzz/FuzzCheckDataURL) holds checkDataURL to a real base64 decoder: what it accepts decodes to the
-// size it computed, and a well-formed data: URL whose payload decodes is accepted.
+// size it computed and its sniffed head (dataURLHead) is the start of its bytes, and a well-formed data: URL whose payload decodes
+// is accepted.
 func FuzzCheckDataURL(f *testing.F) {
-	kinds := []*mediaKind{kindOf("image_url"), kindOf("video_url"), kindOf("audio_url")}
+	mods := []string{modImage, modVideo, modAudio}
 	f.Fuzz(func(t *testing.T, u string, kind uint8) {
-		k := kinds[int(kind)%len(kinds)]
-		mt, size, err := checkDataURL(u, k)
+		types := defaultTypes[mods[int(kind)%len(mods)]]
+		mt, size, err := checkDataURL(u, types)
 		_, payload, _ := strings.Cut(u, ",")
 		decoded, derr := base64.StdEncoding.DecodeString(payload)
 		if err == nil {
-			if !allowedType(mt, k) || derr != nil || int64(len(decoded)) != size {
+			if !allowedType(mt, types) || derr != nil || int64(len(decoded)) != size {
 				t.Fatalf("accepted %q: type %q size %d, but decoding gives %d bytes, %v", u, mt, size, len(decoded), derr)
+			}
+			if head := dataURLHead(u); !bytes.Equal(head, decoded[:min(len(decoded), len(head))]) || len(head) < min(len(decoded), sniffLen) {
+				t.Fatalf("accepted %q: its sniffed head %x is not the start of its %d bytes", u, head, len(decoded))
 			}
 			return
 		}
 		header, _, _ := strings.Cut(u, ",")
-		wellFormed := len(header) > 5 && strings.EqualFold(header, "data:"+k.mediaTypes[0]+";base64")
+		wellFormed := len(header) > 5 && strings.EqualFold(header, "data:"+types[0]+";base64")
 		if wellFormed && derr == nil && payload != "" && !strings.ContainsAny(payload, "\r\n") {
 			t.Fatalf("refused %q (%v), but it decodes", u, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,8 @@ import (
 // process budget first; the downloaded bytes are let go once it is written. The body with its
 // media inlined must stay within max_inlined_body_size.
 func (s *replaceMediaURLs) writeBody(rc *request.Context, items []mediaItem, use *mediaUse) error {
-	rawMsgs, _ := rc.Body.Get("messages")
+	key := rc.API.MessagesKey()
+	rawMsgs, _ := rc.Body.Get(key)
 	type edit struct {
 		it        *mediaItem
 		off       int
@@ -45,7 +47,7 @@ func (s *replaceMediaURLs) writeBody(rc *request.Context, items []mediaItem, use
 		edits = append(edits, edit{it: it, off: off, pre: pre, post: post})
 	}
 	if total := int64(rc.Body.Size() - len(rawMsgs) + size); total > s.maxBody {
-		return apierror.InvalidField("messages", "with its media inlined the request is %d bytes, more than max_inlined_body_size (%d bytes)", total, s.maxBody)
+		return apierror.InvalidField(key, "with its media inlined the request is %d bytes, more than max_inlined_body_size (%d bytes)", total, s.maxBody)
 	}
 	if len(edits) == 0 {
 		return nil
@@ -79,7 +81,7 @@ func (s *replaceMediaURLs) writeBody(rc *request.Context, items []mediaItem, use
 		last = e.off + len(e.it.raw)
 	}
 	buf = append(buf, rawMsgs[last:]...)
-	rc.Body.Set("messages", buf)
+	rc.Body.Set(key, buf)
 	use.drop(downloads)
 	return nil
 }
@@ -88,6 +90,9 @@ func (s *replaceMediaURLs) writeBody(rc *request.Context, items []mediaItem, use
 // {"type":<partType>,<field>:{"url": and post the media member's other members, }, the part's
 // other members and }.
 func canonicalPart(it *mediaItem) (pre, post []byte) {
+	if it.key == responsesInput {
+		return responsesPart(it)
+	}
 	pre = fmt.Appendf(nil, `{"type":%s,%s:{"url":`, mustJSON(it.kind.partType), mustJSON(it.kind.field))
 	if it.inner != nil {
 		for _, f := range it.inner.Fields() {
@@ -97,6 +102,26 @@ func canonicalPart(it *mediaItem) (pre, post []byte) {
 		}
 	}
 	post = append(post, '}')
+	for _, f := range it.obj.Fields() {
+		if f.Key != "type" && f.Key != it.kind.field {
+			post = appendMember(post, f)
+		}
+	}
+	return pre, append(post, '}')
+}
+
+// responsesPart is canonicalPart for a Responses input_image: {"type":"input_image",
+// "image_url": before the URL, then the part's other members (and those of an image_url object,
+// but its url) and }.
+func responsesPart(it *mediaItem) (pre, post []byte) {
+	pre = []byte(`{"type":"input_image","image_url":`)
+	if it.inner != nil {
+		for _, f := range it.inner.Fields() {
+			if f.Key != "url" && !it.obj.Has(f.Key) {
+				post = appendMember(post, f)
+			}
+		}
+	}
 	for _, f := range it.obj.Fields() {
 		if f.Key != "type" && f.Key != it.kind.field {
 			post = appendMember(post, f)
@@ -133,7 +158,7 @@ type mediaUse struct {
 // add counts n more media bytes of the request.
 func (u *mediaUse) add(it *mediaItem, n int64) error {
 	if u.total.Add(n) > u.s.maxRequest {
-		return apierror.InvalidField("messages", "%s: the request's media is more than max_request_media_size (%d bytes)", it.where(), u.s.maxRequest)
+		return apierror.InvalidField(it.key, "%s: the request's media is more than max_request_media_size (%d bytes)", it.where(), u.s.maxRequest)
 	}
 	return nil
 }
@@ -162,9 +187,9 @@ func (u *mediaUse) drop(n int64) {
 // release lets go of everything the request holds (safe to call more than once).
 func (u *mediaUse) release() { u.s.inFlight.Add(-u.held.Swap(0)) }
 
-// checkDataURL validates data:<media type>[;params];base64,<data> and returns the media type and
-// the decoded size, computed from the base64 length without decoding.
-func checkDataURL(u string, k *mediaKind) (string, int64, error) {
+// checkDataURL validates data:<media type>[;params];base64,<data> with a media type of types and
+// returns the media type and the decoded size, computed from the base64 length without decoding.
+func checkDataURL(u string, types []string) (string, int64, error) {
 	if !hasPrefixFold(u, "data:") {
 		return "", 0, errors.New("not a data: URL")
 	}
@@ -185,8 +210,8 @@ func checkDataURL(u string, k *mediaKind) (string, int64, error) {
 		return "", 0, errors.New("data: URL must be base64-encoded (;base64)")
 	case mt == "":
 		return "", 0, errors.New("data: URL has no media type")
-	case !allowedType(mt, k):
-		return "", 0, fmt.Errorf("data: URL media type %q is not one of %s", mt, strings.Join(k.mediaTypes, ", "))
+	case !allowedType(mt, types):
+		return "", 0, fmt.Errorf("data: URL media type %q is not one of %s", mt, strings.Join(types, ", "))
 	case payload == "":
 		return "", 0, errors.New("data: URL has no data")
 	}
@@ -222,14 +247,8 @@ var base64Alphabet = func() (t [256]bool) {
 	return t
 }()
 
-func allowedType(mt string, k *mediaKind) bool {
-	for _, t := range k.mediaTypes {
-		if mt == t {
-			return true
-		}
-	}
-	return false
-}
+// allowedType reports whether mt is one of types.
+func allowedType(mt string, types []string) bool { return slices.Contains(types, mt) }
 
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)

@@ -9,8 +9,9 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/request"
 )
 
-// TestScanMedia is render's fallback without replace-media-urls: images of every shape become
-// entries with the client's URLs; other kinds and refused parts do not.
+// TestScanMedia is render's fallback without replace-media-urls: media parts of every modality and
+// shape become entries with the client's URLs (an input_audio's data), in document order; refused
+// parts do not.
 func TestScanMedia(t *testing.T) {
 	obj, err := body.Parse([]byte(chatWithParts(
 		`{"type":"image_url","image_url":{"url":"http://a/1.png"}}`,
@@ -20,11 +21,14 @@ func TestScanMedia(t *testing.T) {
 		`{"type":"video_url","video_url":{"url":"http://a/v.mp4"}}`,
 		`{"type":"image_embeds","image_embeds":"AAAA"}`,
 		`{"type":"text","text":"x","image_url":"http://a/4.png"}`,
+		`{"type":"audio_url","audio_url":"http://a/a.wav"}`,
+		`{"type":"input_audio","input_audio":{"data":"BBBB","format":"wav"}}`,
+		`{"type":"input_audio","input_audio":{"url":"http://a/b.wav"}}`,
 	)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := scanMedia(obj)
+	got, err := scanMedia(obj, "messages")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +37,9 @@ func TestScanMedia(t *testing.T) {
 		{Message: 1, Part: 2, Kind: "image_url", URL: "http://a/2.png"},
 		{Message: 1, Part: 3, Kind: "image_url", URL: "http://a/3.png"},
 		{Message: 1, Part: 4, Kind: "image_url", URL: "data:image/png;base64,AAAA"},
+		{Message: 1, Part: 5, Kind: "video_url", URL: "http://a/v.mp4"},
+		{Message: 1, Part: 8, Kind: "audio_url", URL: "http://a/a.wav"},
+		{Message: 1, Part: 9, Kind: "input_audio", URL: "BBBB"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("entries %+v", got)
@@ -42,7 +49,7 @@ func TestScanMedia(t *testing.T) {
 			t.Errorf("entry %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	if _, err := scanMedia(mustParse(t, `{"messages":[1]}`)); err == nil || !strings.Contains(err.Error(), "messages[0] must be an object") {
+	if _, err := scanMedia(mustParse(t, `{"messages":[1]}`), "messages"); err == nil || !strings.Contains(err.Error(), "messages[0] must be an object") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -54,7 +61,7 @@ func TestMediaPart(t *testing.T) {
 		`{"type":"image_url","image_url":"data:image/png;base64,AAAA"}`:                        `{"url":"data:image/png;base64,AAAA"}`,
 	} {
 		obj := mustParse(t, chatWithParts(raw))
-		_, msgs, _ := chatMessages(obj)
+		_, msgs, _ := chatMessages(obj, "messages")
 		got, err := mediaPart(msgs, &request.MediaEntry{Message: 1, Part: 1, Kind: "image_url"})
 		if err != nil || string(got) != want || !json.Valid(got) {
 			t.Errorf("%s: %s, %v", raw, got, err)

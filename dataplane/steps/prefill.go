@@ -133,7 +133,7 @@ func (s *prefill) body(rc *request.Context, format request.API) (*body.Object, e
 	payload := prefillPayload(rc.Media, ecRaw != nil)
 	var obj *body.Object
 	switch format {
-	case request.APIChat:
+	case request.APIChat, request.APIResponses:
 		obj = rc.Body.Clone()
 		if rc.Rendered {
 			obj.Set("tokens", tokensJSON(rc))

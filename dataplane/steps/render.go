@@ -17,6 +17,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/responses"
 	"github.com/epd-dev/coordinator/dataplane/retry"
 	"github.com/epd-dev/coordinator/dataplane/upstream"
 )
@@ -95,7 +96,12 @@ func (s *render) Execute(ctx context.Context, rc *request.Context) error {
 	case request.APICompletions:
 		err = s.completions(ctx, rc)
 	case request.APIChat:
-		err = s.chat(ctx, rc)
+		err = s.chat(ctx, rc, rc.Body)
+	case request.APIResponses:
+		var chat *body.Object
+		if chat, err = responses.Chat(rc.Body); err == nil {
+			err = s.chat(ctx, rc, chat)
+		}
 	}
 	if err != nil {
 		return err
@@ -173,7 +179,7 @@ func (s *render) completions(ctx context.Context, rc *request.Context) error {
 	raw, _ := rc.Body.Get("prompt")
 	switch body.KindOf(raw) {
 	case body.KindString:
-		out, err := s.call(ctx, rc, renderCompletionsPath)
+		out, err := s.call(ctx, rc, renderCompletionsPath, rc.Body)
 		if err != nil {
 			return err
 		}
@@ -213,15 +219,17 @@ type renderAnswer struct {
 	Features *clientFeatures `json:"features"`
 }
 
-func (s *render) chat(ctx context.Context, rc *request.Context) error {
+// chat renders a conversational request through the chat render service: msgs is its chat
+// body (the client's own, or a Responses request's messages).
+func (s *render) chat(ctx context.Context, rc *request.Context, msgs *body.Object) error {
 	if !rc.MediaScanned {
-		media, err := scanMedia(rc.Body)
+		media, err := scanMedia(rc.Body, rc.API.MessagesKey())
 		if err != nil {
 			return err
 		}
 		rc.Media, rc.MediaScanned = media, true
 	}
-	out, err := s.call(ctx, rc, renderChatPath)
+	out, err := s.call(ctx, rc, renderChatPath, msgs)
 	if err != nil {
 		return err
 	}
@@ -383,12 +391,15 @@ func (f *clientFeatures) entries() ([]request.MediaEntry, error) {
 	return out, nil
 }
 
-// partTypeOf maps a feature modality back to its content-part type.
+// partTypeOf maps a feature modality back to a content-part type of it: audio has two
+// (audio_url and input_audio), and input_audio stands for both. The kind of an entry made from
+// features is only read for its modality (alignMedia, featuresJSON): a request's own items keep
+// their kinds.
 func partTypeOf(mod string) string {
 	switch mod {
-	case "video":
+	case modVideo:
 		return "video_url"
-	case "audio":
+	case modAudio:
 		return "input_audio"
 	}
 	return "image_url"
@@ -411,10 +422,10 @@ func parseTokenIDs(raw json.RawMessage) ([]int, error) {
 	return ids, nil
 }
 
-// call sends the request to the render service under gateway.retry and returns the answer.
-func (s *render) call(ctx context.Context, rc *request.Context, path string) ([]byte, error) {
+// call sends obj to the render service under gateway.retry and returns the answer.
+func (s *render) call(ctx context.Context, rc *request.Context, path string, obj *body.Object) ([]byte, error) {
 	return s.retrier.Call(ctx, rc.Log, func() (string, []byte, error, error) {
-		r := rc.Outbound(RenderStep, path, rc.Body)
+		r := rc.Outbound(RenderStep, path, obj)
 		r.MaxResponse = s.maxResponse
 		out, err := s.client.Call(ctx, r)
 		return RenderStep, out, err, nil

@@ -1,6 +1,7 @@
 package steps
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,22 +30,28 @@ import (
 // ReplaceMediaURLsStep is the type name of the media inlining step.
 const ReplaceMediaURLsStep = "replace-media-urls"
 
-func init() { registry.Register(registry.Type{Name: ReplaceMediaURLsStep, New: newReplaceMediaURLs}) }
+func init() {
+	registry.Register(registry.Type{Name: ReplaceMediaURLsStep, New: newReplaceMediaURLs, Provides: []registry.Capability{registry.Media}})
+}
 
 // replaceMediaURLs downloads the remote media of a chat request (concurrently, bounded, behind
 // an SSRF guard) and inlines it as base64 data: URLs, so that render, encode and every worker see
 // the same bytes and no worker fetches anything. Every media part is checked (see mediaKinds):
 // inline data is validated, parts that could make a worker fetch a URL the guard did not approve
-// are refused. Memory is bounded per item, per request and per process. It records one media
-// entry per image, in document order.
+// are refused, and what sniffing tells of the bytes must be of the part's modality. Memory is
+// bounded per item, per request and per process, and each modality (image, audio, video) has its
+// own item size, item count and media types (modalities). It records one media entry per item
+// (image_url, video_url, audio_url, input_audio), in document order.
 type replaceMediaURLs struct {
 	client     *http.Client
 	guard      *netGuard
 	maxConc    int
 	maxEntries int
-	// Byte limits: per item, per request (all its media), the body after inlining, and the
-	// process-wide budget of media held by requests in flight.
-	maxItem, maxRequest, maxBody, maxInFlight int64
+	// Byte limits: per request (all its media), the body after inlining, and the process-wide
+	// budget of media held by requests in flight.
+	maxRequest, maxBody, maxInFlight int64
+	// limits are each modality's item size, item count and media types.
+	limits map[string]*mediaLimits
 	// inFlight is the process-wide count maxInFlight bounds: observe.MediaInFlight, shared by
 	// every replace-media-urls step of the process, across pipeline reloads (tests use their own).
 	inFlight *atomic.Int64
@@ -65,7 +72,6 @@ func newReplaceMediaURLs(deps registry.Deps, p *params.Params) (pipeline.Step, e
 	s := &replaceMediaURLs{
 		maxConc:     p.Int("max_concurrent_downloads", 10, 1),
 		maxEntries:  p.Int("max_multimodal_entries", 32, 0),
-		maxItem:     mib("max_download_size", 10),
 		maxRequest:  mib("max_request_media_size", 32),
 		maxBody:     mib("max_inlined_body_size", 64),
 		maxInFlight: mib("max_inflight_media_size", 128),
@@ -79,6 +85,7 @@ func newReplaceMediaURLs(deps registry.Deps, p *params.Params) (pipeline.Step, e
 		// A request holds up to its downloads and its inlined body at once.
 		p.Fail("max_inflight_media_size", "must be at least max_request_media_size + max_inlined_body_size (%d MiB)", need>>20)
 	}
+	s.limits = modalityLimits(p, mib("max_download_size", 10), s.maxRequest, max(s.maxEntries, 1))
 	timeout := p.Duration("download_timeout", 10*time.Second)
 	var allowed []netip.Prefix
 	if p.Bool("allow_private_networks", false) {
@@ -175,10 +182,10 @@ var _ pipeline.Closer = (*replaceMediaURLs)(nil)
 func (s *replaceMediaURLs) Close() { s.client.CloseIdleConnections() }
 
 func (s *replaceMediaURLs) Execute(ctx context.Context, rc *request.Context) error {
-	if rc.API != request.APIChat {
+	if !rc.API.Conversational() {
 		return nil
 	}
-	items, err := walkMedia(rc.Body)
+	items, err := walkMedia(rc.Body, rc.API.MessagesKey())
 	if err != nil {
 		return err
 	}
@@ -187,7 +194,10 @@ func (s *replaceMediaURLs) Execute(ctx context.Context, rc *request.Context) err
 		return nil
 	}
 	if len(items) > s.maxEntries {
-		return apierror.InvalidField("messages", "too many multimodal items: got %d, max %d (max_multimodal_entries)", len(items), s.maxEntries)
+		return apierror.InvalidField(rc.API.MessagesKey(), "too many multimodal items: got %d, max %d (max_multimodal_entries)", len(items), s.maxEntries)
+	}
+	if err := s.checkCounts(items, rc.API.MessagesKey()); err != nil {
+		return err
 	}
 	use := &mediaUse{s: s}
 	if err := s.inline(ctx, rc, items, use); err != nil {
@@ -201,7 +211,13 @@ func (s *replaceMediaURLs) Execute(ctx context.Context, rc *request.Context) err
 	}
 	rc.Media = nil
 	for i := range items {
-		if it := &items[i]; it.kind.entry {
+		it := &items[i]
+		source := observe.MediaInline
+		if it.fetched {
+			source = observe.MediaDownloaded
+		}
+		s.metrics.MediaItem(it.kind.modality, source)
+		if it.kind.entry {
 			rc.Media = append(rc.Media, request.MediaEntry{Message: it.msg, Part: it.part, Kind: it.kind.partType, URL: it.url, ContentType: it.contentType})
 		}
 	}
@@ -217,21 +233,26 @@ func (s *replaceMediaURLs) inline(ctx context.Context, rc *request.Context, item
 		it := &items[i]
 		if it.problem != "" {
 			rc.Log.V(logging.Verbose).Info("media part refused", "part", it.where(), "reason", it.problem)
-			return apierror.InvalidField("messages", "%s: %s", it.where(), it.problem)
+			return apierror.InvalidField(it.key, "%s: %s", it.where(), it.problem)
 		}
 		var err error
+		var head []byte // the data's first bytes, for sniffing
 		switch {
 		case it.kind.dataOnly:
 			var ok bool
 			if it.size, ok = base64Size(it.url); !ok {
 				err = errors.New("data is not valid padded base64")
+			} else if it.contentType, err = s.audioFormat(it); err != nil {
+				return err
 			}
+			head = base64Head(it.url)
 		case hasPrefixFold(it.url, "data:"):
-			it.contentType, it.size, err = checkDataURL(it.url, it.kind)
+			it.contentType, it.size, err = checkDataURL(it.url, s.limits[it.kind.modality].types)
+			head = dataURLHead(it.url)
 		default:
 			u, perr := url.Parse(it.url)
 			if perr != nil {
-				return apierror.InvalidField("messages", "%s: the media URL is malformed", it.where())
+				return apierror.InvalidField(it.key, "%s: the media URL is malformed", it.where())
 			}
 			if r := s.guard.checkURL(u); r != nil {
 				return s.refused(rc, it, r, r)
@@ -240,9 +261,12 @@ func (s *replaceMediaURLs) inline(ctx context.Context, rc *request.Context, item
 			continue
 		}
 		if err != nil {
-			return apierror.InvalidField("messages", "%s: %v", it.where(), err)
+			return apierror.InvalidField(it.key, "%s: %v", it.where(), err)
 		}
 		if err := s.checkItemSize(it, it.size); err != nil {
+			return err
+		}
+		if err := s.checkContent(it, head); err != nil {
 			return err
 		}
 		if err := use.add(it, it.size); err != nil {
@@ -267,9 +291,10 @@ func (s *replaceMediaURLs) inline(ctx context.Context, rc *request.Context, item
 	return s.writeBody(rc, items, use)
 }
 
+// checkItemSize applies the item's modality size limit (max_download_size unless overridden).
 func (s *replaceMediaURLs) checkItemSize(it *mediaItem, n int64) error {
-	if n > s.maxItem {
-		return apierror.InvalidField("messages", "%s: the media is %d bytes, more than max_download_size (%d bytes)", it.where(), n, s.maxItem)
+	if lim := s.limits[it.kind.modality]; n > lim.maxSize {
+		return apierror.InvalidField(it.key, "%s: the media is %d bytes, more than %s (%d bytes)", it.where(), n, lim.sizeParam, lim.maxSize)
 	}
 	return nil
 }
@@ -284,10 +309,11 @@ const readChunk = 3 << 16
 func (s *replaceMediaURLs) fetch(ctx context.Context, rc *request.Context, it *mediaItem, u *url.URL, use *mediaUse) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return apierror.InvalidField("messages", "%s: the media URL is malformed", it.where())
+		return apierror.InvalidField(it.key, "%s: the media URL is malformed", it.where())
 	}
 	req.Header.Set("User-Agent", "epd-coordinator")
-	req.Header.Set("Accept", strings.Join(it.kind.mediaTypes, ", "))
+	types := s.limits[it.kind.modality].types
+	req.Header.Set("Accept", strings.Join(types, ", "))
 	start := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -342,14 +368,22 @@ func (s *replaceMediaURLs) fetch(ctx context.Context, rc *request.Context, it *m
 		}
 	}
 	if it.size == 0 {
-		return apierror.InvalidField("messages", "%s: the downloaded media is empty", it.where())
+		return apierror.InvalidField(it.key, "%s: the downloaded media is empty", it.where())
 	}
+	// The declared type must be accepted, and what sniffing tells of the bytes too (checkContent);
+	// without a declared type, the sniffed one names the data.
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if ct == "" || ct == "application/octet-stream" {
-		ct, _, _ = mime.ParseMediaType(http.DetectContentType(it.data[0]))
+		ct = cmp.Or(sniffMedia(it.data[0]), "application/octet-stream")
+		if t := asAllowed(ct, types); t != "" {
+			ct = t
+		}
 	}
-	if !allowedType(ct, it.kind) {
-		return apierror.InvalidField("messages", "%s: the downloaded content is %q, not one of %s", it.where(), ct, strings.Join(it.kind.mediaTypes, ", "))
+	if !allowedType(ct, types) {
+		return apierror.InvalidField(it.key, "%s: the downloaded content is %q, not one of %s", it.where(), ct, strings.Join(types, ", "))
+	}
+	if err := s.checkContent(it, it.data[0]); err != nil {
+		return err
 	}
 	it.contentType, it.fetched = ct, true
 	return nil
@@ -369,7 +403,7 @@ func (s *replaceMediaURLs) fetchFailed(ctx context.Context, rc *request.Context,
 	var ne net.Error
 	switch {
 	case errors.As(err, &dns) && dns.IsNotFound:
-		e := apierror.InvalidField("messages", "%s: the media host could not be resolved", it.where())
+		e := apierror.InvalidField(it.key, "%s: the media host could not be resolved", it.where())
 		e.Cause = err
 		return e
 	case errors.As(err, &dns):
@@ -386,7 +420,7 @@ func (s *replaceMediaURLs) fetchFailed(ctx context.Context, rc *request.Context,
 // is logged only.
 func (s *replaceMediaURLs) refused(rc *request.Context, it *mediaItem, r *refusal, err error) error {
 	rc.Log.V(logging.Verbose).Info("media URL refused", "part", it.where(), "err", err.Error())
-	e := apierror.InvalidField("messages", "%s: media URL refused: %s", it.where(), r.reason)
+	e := apierror.InvalidField(it.key, "%s: media URL refused: %s", it.where(), r.reason)
 	e.Cause = err
 	return e
 }

@@ -191,14 +191,14 @@ func mustGet(t *testing.T, rc *request.Context, key string) []byte {
 func TestReplaceMediaURLsShapes(t *testing.T) {
 	media := startMedia(t)
 	img := media.URL() + "/img/shape.png"
-	vid := media.URL() + "/big?bytes=3000&type=video/mp4"
-	aud := media.URL() + "/big?bytes=3000&type=audio/mpeg"
+	vid := media.URL() + "/video/shape.mp4"
+	aud := media.URL() + "/audio/shape.mp3"
 	png := "data:image/png;base64," + base64.StdEncoding.EncodeToString(mediaserver.PNG("shape"))
 	meta := "http://169.254.169.254/latest/meta-data/"
 	tests := map[string]struct {
 		part string
 		// canonical is the type and member the part must end up as, with a data: URL of media type
-		// data; entry is whether it is a media entry (images).
+		// data; entry is whether it is a media entry (every media kind is).
 		canonical, data string
 		entry           bool
 		// unchanged: the part reaches the workers as sent.
@@ -213,12 +213,12 @@ func TestReplaceMediaURLsShapes(t *testing.T) {
 		"input_image string":        {part: `{"type":"input_image","image_url":%q,"detail":"auto"}`, canonical: "image_url", data: "image/png", entry: true},
 		"input_image object":        {part: `{"type":"input_image","image_url":{"url":%q}}`, canonical: "image_url", data: "image/png", entry: true},
 		"image_url with uuid":       {part: `{"type":"image_url","image_url":{"url":%q},"uuid":"u1"}`, canonical: "image_url", data: "image/png", entry: true},
-		"video_url object":          {part: `{"type":"video_url","video_url":{"url":"` + vid + `"}}%.0s`, canonical: "video_url", data: "video/mp4"},
-		"video_url string, no type": {part: `{"video_url":"` + vid + `"}%.0s`, canonical: "video_url", data: "video/mp4"},
-		"audio_url object":          {part: `{"type":"audio_url","audio_url":{"url":"` + aud + `"}}%.0s`, canonical: "audio_url", data: "audio/mpeg"},
-		"audio_url string":          {part: `{"type":"audio_url","audio_url":"` + aud + `"}%.0s`, canonical: "audio_url", data: "audio/mpeg"},
+		"video_url object":          {part: `{"type":"video_url","video_url":{"url":"` + vid + `"}}%.0s`, canonical: "video_url", data: "video/mp4", entry: true},
+		"video_url string, no type": {part: `{"video_url":"` + vid + `"}%.0s`, canonical: "video_url", data: "video/mp4", entry: true},
+		"audio_url object":          {part: `{"type":"audio_url","audio_url":{"url":"` + aud + `"}}%.0s`, canonical: "audio_url", data: "audio/mpeg", entry: true},
+		"audio_url string":          {part: `{"type":"audio_url","audio_url":"` + aud + `"}%.0s`, canonical: "audio_url", data: "audio/mpeg", entry: true},
 		"inline image string":       {part: `{"type":"image_url","image_url":"` + png + `"}%.0s`, canonical: "image_url", data: "image/png", entry: true},
-		"input_audio data":          {part: `{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}%.0s`, unchanged: true},
+		"input_audio data":          {part: `{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}%.0s`, unchanged: true, entry: true},
 		"text":                      {part: `{"type":"text","text":"see http://example.com","source_url":"http://example.com"}%.0s`, unchanged: true},
 		"unknown type, no URL":      {part: `{"type":"widget","widget":{"size":3}}%.0s`, unchanged: true},
 
@@ -273,8 +273,8 @@ func TestReplaceMediaURLsShapes(t *testing.T) {
 				if got := part(t, rc, 1); fmt.Sprint(got) != fmt.Sprint(decodeJSON(t, p)) {
 					t.Fatalf("part changed: %v", got)
 				}
-				if len(rc.Media) != 0 {
-					t.Fatalf("media %+v", rc.Media)
+				if (len(rc.Media) == 1) != tc.entry {
+					t.Fatalf("media %+v, want entry=%v", rc.Media, tc.entry)
 				}
 				return
 			}
@@ -401,7 +401,7 @@ func redirects(base string, n int) string {
 func TestFetchFailedHidesTheNetwork(t *testing.T) {
 	s := newMediaStep(t, nil, false)
 	rc, _ := newRC(t, "/v1/chat/completions", chatWithImages("http://x.example/a.png"), nil)
-	it := &mediaItem{msg: 1, part: 1, label: "image_url"}
+	it := &mediaItem{key: "messages", msg: 1, part: 1, label: "image_url"}
 	for name, tc := range map[string]struct {
 		err    error
 		status int

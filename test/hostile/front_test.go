@@ -58,12 +58,14 @@ func TestPassthroughStaysInV1(t *testing.T) {
 		})
 	}
 
-	t.Run("remote URLs in passthrough bodies", func(t *testing.T) {
-		// Workers fetch image URLs of the Responses and Messages APIs themselves: on the
-		// passthrough, where no media guard runs, a remote URL is refused.
+	t.Run("remote URLs where no media guard runs", func(t *testing.T) {
+		// Workers fetch media URLs themselves: on the passthrough, and on the pipeline's routes
+		// when it has no replace-media-urls step (this one is decode alone), a remote URL is refused.
 		for path, body := range map[string]string{
-			"/v1/responses": `{"model":"sim-model","input":[{"role":"user","content":[{"type":"input_image","image_url":"http://` + metadata + `/"}]}]}`,
-			"/v1/messages":  `{"model":"sim-model","messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"http://` + metadata + `/"}}]}]}`,
+			"/v1/chat/completions": `{"model":"sim-model","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://` + metadata + `/"}}]}]}`,
+			"/v1/embeddings":       `{"model":"sim-model","input":[{"type":"image_url","image_url":"http://` + metadata + `/"}]}`,
+			"/v1/responses":        `{"model":"sim-model","input":[{"role":"user","content":[{"type":"input_image","image_url":"http://` + metadata + `/"}]}]}`,
+			"/v1/messages":         `{"model":"sim-model","max_tokens":8,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"http://` + metadata + `/"}}]}]}`,
 		} {
 			rec.taken()
 			r := do(t, http.MethodPost, co.url+path, []byte(body), nil)

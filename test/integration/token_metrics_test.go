@@ -89,6 +89,26 @@ func histogram(t *testing.T, reg *prometheus.Registry, name string, labels map[s
 	return count, sum
 }
 
+// awaitValue returns what get returns once it is want, or after 5 s what it last returned. A
+// request's metrics are recorded when the server settles it, as its handler returns: a client
+// that stops at a stream's last event ([DONE]) can read them before that.
+func awaitValue(get func() float64, want float64) float64 {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := get()
+		if got == want || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// awaitTokens is tokens once it is want (awaitValue).
+func awaitTokens(t *testing.T, reg *prometheus.Registry, kind string, want float64) float64 {
+	t.Helper()
+	return awaitValue(func() float64 { return tokens(t, reg, kind) }, want)
+}
+
 func tokens(t *testing.T, reg *prometheus.Registry, kind string) float64 {
 	// target_model_name is empty: the workers serve the model asked for.
 	return counter(t, reg, "coordinator_tokens_total", map[string]string{"route": "chat", "model": simworker.DefaultModelName,
@@ -113,10 +133,10 @@ func TestTokenMetrics(t *testing.T) {
 	if prompt == 0 || resp.Usage.CompletionTokens != maxTokens {
 		t.Fatalf("usage %+v", resp.Usage)
 	}
-	if got := tokens(t, reg, observe.TokensPrompt); got != prompt {
+	if got := awaitTokens(t, reg, observe.TokensPrompt, prompt); got != prompt {
 		t.Fatalf("prompt tokens %v, want %v", got, prompt)
 	}
-	if got := tokens(t, reg, observe.TokensCompletion); got != maxTokens {
+	if got := awaitTokens(t, reg, observe.TokensCompletion, maxTokens); got != maxTokens {
 		t.Fatalf("completion tokens %v, want %d", got, maxTokens)
 	}
 
@@ -136,13 +156,13 @@ func TestTokenMetrics(t *testing.T) {
 	if withUsage != 0 {
 		t.Fatalf("the client got %d usage chunks it did not ask for", withUsage)
 	}
-	if got := tokens(t, reg, observe.TokensPrompt); got != 2*prompt {
+	if got := awaitTokens(t, reg, observe.TokensPrompt, 2*prompt); got != 2*prompt {
 		t.Fatalf("prompt tokens %v after the stream, want %v", got, 2*prompt)
 	}
-	if got := tokens(t, reg, observe.TokensCompletion); got != 2*maxTokens {
+	if got := awaitTokens(t, reg, observe.TokensCompletion, 2*maxTokens); got != 2*maxTokens {
 		t.Fatalf("completion tokens %v after the stream, want %d", got, 2*maxTokens)
 	}
-	if got := tokens(t, reg, observe.TokensCached); got != prompt {
+	if got := awaitTokens(t, reg, observe.TokensCached, prompt); got != prompt {
 		t.Fatalf("cached tokens %v, want the repeated prompt's %v", got, prompt)
 	}
 
@@ -150,11 +170,15 @@ func TestTokenMetrics(t *testing.T) {
 	if text, _ := streamChat(t, s.client, chatParams("another prompt", maxTokens)); text == "" {
 		t.Fatal("empty answer")
 	}
-	if got := tokens(t, reg, observe.TokensCompletion); got != 3*maxTokens {
+	if got := awaitTokens(t, reg, observe.TokensCompletion, 3*maxTokens); got != 3*maxTokens {
 		t.Fatalf("completion tokens %v, want %d", got, 3*maxTokens)
 	}
 
 	route := map[string]string{"route": "chat", "model": simworker.DefaultModelName}
+	awaitValue(func() float64 {
+		n, _ := histogram(t, reg, "coordinator_time_to_first_token_seconds", route)
+		return float64(n)
+	}, 3)
 	if n, sum := histogram(t, reg, "coordinator_time_to_first_token_seconds", route); n != 3 || sum < 3*workerTTFT.Seconds() {
 		t.Fatalf("time to first token: %d samples, %.3fs in all; want 3 of at least %s each", n, sum, workerTTFT)
 	}
@@ -184,7 +208,7 @@ func TestTokenMetricsAcrossAResumedStream(t *testing.T) {
 	if text == "" {
 		t.Fatal("empty answer")
 	}
-	if got := tokens(t, reg, observe.TokensCompletion); got != maxTokens {
+	if got := awaitTokens(t, reg, observe.TokensCompletion, maxTokens); got != maxTokens {
 		t.Fatalf("completion tokens %v across the resume, want the uninterrupted answer's %d", got, maxTokens)
 	}
 	if got := counter(t, reg, "coordinator_stream_resumes_total", map[string]string{"outcome": "resumed"}); got < 1 {

@@ -65,14 +65,14 @@ func fillBig(b []byte, off int64) {
 	}
 }
 
-// handleImage answers /img/{name}.png.
+// handleImage answers /img/{name}.png[?type=T] (see writeTyped).
 func handleImage(rw http.ResponseWriter, r *http.Request) {
 	name, ok := strings.CutSuffix(r.PathValue("file"), ".png")
 	if !ok || name == "" {
 		http.NotFound(rw, r)
 		return
 	}
-	writePNG(rw, PNG(name))
+	writeTyped(rw, r, PNG(name), "image/png")
 }
 
 // writePNG answers a PNG with its length.

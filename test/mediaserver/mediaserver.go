@@ -6,6 +6,13 @@
 // Endpoints (GET and HEAD):
 //
 //	/img/{name}.png          a real PNG (see PNG), size varying with name
+//	/audio/{name}.wav, /audio/{name}.mp3
+//	                         a real WAV or MP3 file (see WAV, MP3)
+//	/video/{name}.mp4, /video/{name}.webm
+//	                         a real MP4 or WebM file (see MP4, WebM)
+//	                         (these four and /img take ?type=T: that Content-Type
+//	                         instead of the file's, or none without one, so that
+//	                         the client sniffs)
 //	/held/{name}.png         the same PNG, answered once Release was called
 //	                         (see WaitHeld: tests observe concurrent downloads)
 //	/big?bytes=N[&chunked=1][&type=T][&declare=M]
@@ -63,6 +70,8 @@ type Server struct {
 func New() *Server {
 	s := &Server{mux: http.NewServeMux(), open: make(chan struct{}), changed: make(chan struct{})}
 	s.mux.HandleFunc("GET /img/{file}", handleImage)
+	s.mux.HandleFunc("GET /audio/{file}", handleAV("audio"))
+	s.mux.HandleFunc("GET /video/{file}", handleAV("video"))
 	s.mux.HandleFunc("GET /held/{file}", s.handleHeld)
 	s.mux.HandleFunc("GET /big", handleBig)
 	s.mux.HandleFunc("GET /slow", handleSlow)

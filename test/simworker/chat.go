@@ -10,15 +10,18 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/body"
 )
 
-// RenderedImage is one image found while rendering chat messages.
-type RenderedImage struct {
-	// Hash is the image's mm_hash (ImageHash of Bytes).
+// RenderedMedia is one media item (an image, audio or a video) found while rendering chat
+// messages.
+type RenderedMedia struct {
+	// Modality is ModalityImage, ModalityAudio or ModalityVideo.
+	Modality string
+	// Hash is the item's mm_hash (MediaHash of Bytes).
 	Hash string
 	// Offset is the index in the token ids of the first placeholder token.
 	Offset int
-	// Length is the number of placeholder tokens (ImageTokenCount of Bytes).
+	// Length is the number of placeholder tokens (MediaTokenCount of Bytes).
 	Length int
-	// Bytes is the image payload B (see ImageBytes).
+	// Bytes is the item's payload B (see ImageBytes; an input_audio's decoded data).
 	Bytes []byte
 }
 
@@ -27,7 +30,9 @@ type ChatRendering struct {
 	// TokenIDs is BOS, then for each message its role token and content.
 	TokenIDs []int
 	// Images lists the image parts in order of appearance.
-	Images []RenderedImage
+	Images []RenderedMedia
+	// Media lists the media parts of every modality in order of appearance.
+	Media []RenderedMedia
 	// LastUserText is the text of the last user message (its text parts
 	// joined by spaces); simworker echoes its words.
 	LastUserText string
@@ -39,8 +44,11 @@ var errNoMessages = errors.New("messages is required")
 // RenderChat tokenizes the JSON array of OpenAI chat messages the way the
 // worker's render service and prompt keys do: BOS, then for each message its
 // role token (see RoleTokenID) followed by its content. String content and
-// text parts are tokenized with TokenizeText; an image_url part becomes
-// ImageTokenCount(B) ImageTokenID tokens, where B is ImageBytes(url).
+// text parts are tokenized with TokenizeText; a media part becomes
+// MediaTokenCount(m, B) MediaTokenID(m) tokens, m being its modality: an
+// image_url part ImageTokenCount(B) ImageTokenID tokens, where B is
+// ImageBytes(url), an audio_url or video_url part likewise, an input_audio
+// part's B its decoded data.
 func RenderChat(messages json.RawMessage) (*ChatRendering, error) {
 	messages = bytes.TrimSpace(messages)
 	if absent(messages) {
@@ -57,17 +65,21 @@ func RenderChat(messages json.RawMessage) (*ChatRendering, error) {
 	// The texts share messages' memory: the caller's, which it may reuse.
 	out := &ChatRendering{TokenIDs: r.ids, LastUserText: strings.Clone(strings.Join(r.lastUser, " "))}
 	for _, im := range r.images {
-		out.Images = append(out.Images, RenderedImage{Hash: im.hash(), Offset: im.offset, Length: imageTokens(im.size), Bytes: im.data})
+		m := RenderedMedia{Modality: im.modality(), Hash: im.hash(), Offset: im.offset, Length: im.tokens(), Bytes: im.data}
+		out.Media = append(out.Media, m)
+		if m.Modality == ModalityImage {
+			out.Images = append(out.Images, m)
+		}
 	}
 	return out, nil
 }
 
 // renderer tokenizes chat messages (see RenderChat).
 type renderer struct {
-	detail   imageDetail // what to compute of each image
+	detail   imageDetail // what to compute of each media item
 	ids      []int
-	images   []chatImage
-	lastUser []string // the texts of the last user message
+	images   []chatImage // the media items of every modality, in order
+	lastUser []string    // the texts of the last user message
 	// lastRole and lastTexts are the role and texts of the final message.
 	lastRole  string
 	lastTexts []string
@@ -82,9 +94,11 @@ type chatMessage struct {
 // contentPart is one element of an array message content. Members such as
 // "uuid" are deliberately ignored.
 type contentPart struct {
-	typ      string
-	text     *string
-	imageURL []byte // raw
+	typ  string
+	text *string
+	// media is the raw member of a media part's type (image_url, audio_url, video_url,
+	// input_audio).
+	media []byte
 }
 
 // render tokenizes messages, a validated JSON value.
@@ -186,7 +200,10 @@ func decodeParts(raw []byte) ([]contentPart, error) {
 			return nil, err
 		}
 		f := fields{obj: o, path: path, err: &ferr}
-		parts[j] = contentPart{typ: f.str("type"), imageURL: f.raw("image_url")}
+		parts[j] = contentPart{typ: f.str("type")}
+		if _, ok := mediaParts[parts[j].typ]; ok {
+			parts[j].media = f.raw(parts[j].typ)
+		}
 		if text := f.raw("text"); text != nil {
 			s := f.str("text")
 			parts[j].text = &s
@@ -207,18 +224,29 @@ func (r *renderer) part(p contentPart) (string, error) {
 		}
 		r.ids = appendTextTokens(r.ids, *p.text)
 		return *p.text, nil
-	case "image_url":
-		url, err := partImageURL(p.imageURL)
-		if err != nil {
-			return "", err
-		}
-		im, err := loadImage(url, r.detail)
-		if err != nil {
-			return "", err
+	case "image_url", "audio_url", "video_url", "input_audio":
+		m := mediaParts[p.typ]
+		var im chatImage
+		if p.typ == "input_audio" {
+			data, err := partAudioData(p.media)
+			if err != nil {
+				return "", err
+			}
+			if im, err = loadBase64(m, data, r.detail); err != nil {
+				return "", err
+			}
+		} else {
+			url, err := partURL(p.media, p.typ)
+			if err != nil {
+				return "", err
+			}
+			if im, err = loadMedia(m, url, r.detail); err != nil {
+				return "", err
+			}
 		}
 		im.offset = len(r.ids)
-		for range imageTokens(im.size) {
-			r.ids = append(r.ids, ImageTokenID)
+		for range im.tokens() {
+			r.ids = append(r.ids, MediaTokenID(m))
 		}
 		r.images = append(r.images, im)
 		return "", nil
@@ -226,9 +254,9 @@ func (r *renderer) part(p contentPart) (string, error) {
 	return "", fmt.Errorf("unsupported content part type %q", p.typ)
 }
 
-// partImageURL extracts the URL of an image_url part, which is either
+// partURL extracts the URL of an image_url, audio_url or video_url part (typ), which is either
 // {"url": "..."} or, leniently, a bare string.
-func partImageURL(raw []byte) (string, error) {
+func partURL(raw []byte, typ string) (string, error) {
 	var url string
 	var err error
 	switch {
@@ -239,10 +267,27 @@ func partImageURL(raw []byte) (string, error) {
 			url, err = jsonString(member(o, "url"), "url")
 		}
 	case raw[0] == '"':
-		url, err = jsonString(raw, "image_url")
+		url, err = jsonString(raw, typ)
 	}
 	if err != nil || url == "" {
-		return "", errors.New("image_url part without image_url.url")
+		return "", fmt.Errorf("%s part without %s.url", typ, typ)
 	}
 	return url, nil
+}
+
+// partAudioData extracts the base64 data of an input_audio part, {"data": "...", "format": ...}
+// (vLLM reads the data by its content, whatever the format says).
+func partAudioData(raw []byte) (string, error) {
+	var data string
+	var err error
+	if !absent(raw) && raw[0] == '{' {
+		var o *body.Object
+		if o, err = body.ParseNested(raw); err == nil {
+			data, err = jsonString(member(o, "data"), "data")
+		}
+	}
+	if err != nil || data == "" {
+		return "", errors.New("input_audio part without input_audio.data")
+	}
+	return data, nil
 }

@@ -20,7 +20,7 @@ func TestRenderChat(t *testing.T) {
 		name       string
 		messages   string
 		wantIDs    []int
-		wantImages []RenderedImage
+		wantImages []RenderedMedia
 		wantLast   string
 		wantErr    string
 	}{
@@ -40,21 +40,23 @@ func TestRenderChat(t *testing.T) {
 			name:       "text and data-url image parts, uuid ignored",
 			messages:   `[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"` + dataURL(img) + `"},"uuid":"abc"},{"type":"text","text":"there"}]}]`,
 			wantIDs:    slices.Concat([]int{BOSTokenID, UserTokenID, hi}, placeholders(ImageTokenCount(img)), []int{there}),
-			wantImages: []RenderedImage{{Hash: ImageHash(img), Offset: 3, Length: ImageTokenCount(img), Bytes: img}},
+			wantImages: []RenderedMedia{{Hash: ImageHash(img), Offset: 3, Length: ImageTokenCount(img), Bytes: img}},
 			wantLast:   "hi there",
 		},
 		{
 			name:       "http image url uses the url bytes",
 			messages:   `[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/a.png"}}]}]`,
 			wantIDs:    slices.Concat([]int{BOSTokenID, UserTokenID}, placeholders(ImageTokenCount([]byte("http://x/a.png")))),
-			wantImages: []RenderedImage{{Hash: ImageHash([]byte("http://x/a.png")), Offset: 2, Length: ImageTokenCount([]byte("http://x/a.png")), Bytes: []byte("http://x/a.png")}},
+			wantImages: []RenderedMedia{{Hash: ImageHash([]byte("http://x/a.png")), Offset: 2, Length: ImageTokenCount([]byte("http://x/a.png")), Bytes: []byte("http://x/a.png")}},
 		},
 		{name: "missing", messages: ``, wantErr: "messages is required"},
 		{name: "null", messages: `null`, wantErr: "messages is required"},
 		{name: "empty", messages: `[]`, wantErr: "must not be empty"},
 		{name: "not an array", messages: `{"role":"user"}`, wantErr: "must be an array"},
 		{name: "bad content", messages: `[{"role":"user","content":42}]`, wantErr: "messages[0].content"},
-		{name: "unknown part", messages: `[{"role":"user","content":[{"type":"input_audio"}]}]`, wantErr: "unsupported content part type"},
+		{name: "unknown part", messages: `[{"role":"user","content":[{"type":"image_embeds"}]}]`, wantErr: "unsupported content part type"},
+		{name: "input_audio without data", messages: `[{"role":"user","content":[{"type":"input_audio","input_audio":{"format":"wav"}}]}]`, wantErr: "input_audio part without input_audio.data"},
+		{name: "video without url", messages: `[{"role":"user","content":[{"type":"video_url","video_url":{}}]}]`, wantErr: "video_url part without video_url.url"},
 		{name: "image without url", messages: `[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]`, wantErr: "without image_url.url"},
 		{name: "text without text", messages: `[{"role":"user","content":[{"type":"text"}]}]`, wantErr: "text part without text"},
 		{name: "bad base64", messages: `[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,@@"}}]}]`, wantErr: "invalid base64"},

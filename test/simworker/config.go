@@ -17,7 +17,7 @@ const (
 	RoleDecode Role = "decode"
 	// RoleBoth accepts every leg: prefill legs like RolePrefill, the rest like RoleDecode.
 	RoleBoth Role = "both"
-	// RoleEncode accepts only encode legs (one image plus its rendered tokens).
+	// RoleEncode accepts only encode legs (one media item plus its rendered tokens).
 	RoleEncode Role = "encode"
 )
 
@@ -45,10 +45,10 @@ type ECConnector string
 
 // The supported EC connectors.
 const (
-	// ECNixl publishes per-image descriptors that consumers look up on the
+	// ECNixl publishes per-item descriptors that consumers look up on the
 	// encode worker.
 	ECNixl ECConnector = "ec-nixl"
-	// ECSharedStorage writes one file per image hash into ECDir.
+	// ECSharedStorage writes one file per media item hash into ECDir.
 	ECSharedStorage ECConnector = "ec-shared-storage"
 )
 
@@ -107,8 +107,8 @@ type Config struct {
 	// (Requests then returns none), so that load tests run in bounded memory.
 	DisableRecording bool
 	// RenderWithoutMetadata makes the render endpoints answer features without mm_metadata, as
-	// vLLM before vllm-project/vllm#54659 does. By default each image's features carry its
-	// mm_metadata (ImageMetadata) beside its kwargs_data, as the current vLLM render does.
+	// vLLM before vllm-project/vllm#54659 does. By default each media item's features carry its
+	// mm_metadata (MediaMetadata) beside its kwargs_data, as the current vLLM render does.
 	RenderWithoutMetadata bool
 	// FaultControl serves the fault-control endpoint PathFaults (POST a
 	// Fault to queue it, DELETE to clear the queue, GET to list it), so that

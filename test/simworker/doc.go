@@ -22,7 +22,24 @@
 // Text generation is deterministic (echo mode): the words of the last user
 // message or the prompt are cycled to produce exactly max_tokens tokens. The
 // tokenizer is deterministic too and exported so that tests can compute the
-// token ids, prompt keys and multimodal hashes a worker will produce.
+// token ids, prompt keys and multimodal hashes a worker will produce. A chat
+// request with tools whose tool_choice is required or names a function is
+// answered with one call of it instead, its arguments derived from the tool's
+// parameters schema (see tools.go); tool_choice auto answers text.
+//
+// # Media
+//
+// Chat messages may carry image_url, audio_url, input_audio ({"data",
+// "format"}) and video_url parts. Each item of modality m (image, audio for
+// audio_url and input_audio alike, video) renders as MediaTokenCount(m, B)
+// MediaTokenID(m) placeholder tokens, B being its bytes (a data: URL's or an
+// input_audio's decoded payload, else the URL itself), and its mm_hash is
+// MediaHash(m, B): vLLM's features, keyed by modality, in document order
+// within each. An encode leg carries one part of any modality and gets one EC
+// descriptor; a prefill leg needs the encoder outputs of every item, and a
+// prefill or decode chat leg's tokens.features must line up with its
+// messages, modality by modality (counts, lengths, the placeholder tokens
+// they cover), or the worker answers 400 as vLLM would fail.
 //
 // # Streams and continuations
 //
@@ -52,7 +69,7 @@
 //     true, so leaving it out is that 400 too. Continuing a final message
 //     that is not the assistant's is a 400 of the worker's own.
 //   - Generate (tokens in): the output continues the prompt's content ids
-//     (without BOS and image placeholders) with their shortest period: C of
+//     (without BOS and media placeholders) with their shortest period: C of
 //     length L with shortest period p is followed by C[(L+i) % p]. When no
 //     content id repeats, p == L and the output cycles the content from its
 //     start, as it always did; and since C followed by the first k output
@@ -67,7 +84,8 @@
 //
 // A worker fails on demand the way a real one does, for fault-tolerance
 // tests: InjectFault queues Faults (FailNext is the FaultStatus shorthand),
-// each applying to the next Count inference or render requests: an error
+// each applying to the next Count inference or render requests (whose body
+// contains Fault.Match, when set: one modality's encode legs): an error
 // status, a TCP reset before the headers, a hang before or after the
 // headers, or a death mid-answer after a given number of stream tokens (the
 // connection is reset with SO_LINGER 0 after what was flushed, as a
@@ -106,7 +124,7 @@
 //     sequential prefill-then-decode fails as on SGLang (llm-d-router#2974);
 //     a room serves one prefill and one decode, and a decode whose prefill
 //     worker dies fails at once. Shared-storage KV and EC files are keyed
-//     by prompt key and image hash and can be read any number of times; EC
+//     by prompt key and media item hash and can be read any number of times; EC
 //     descriptors can be looked up any number of times.
 //   - No data-parallel ranks: a kv-nixl prefill answers remote_dp_rank equal
 //     to its leg's X-Data-Parallel-Rank (a non-negative integer; nothing

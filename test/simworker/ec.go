@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-// encodeItem is one image an encode leg computes.
+// encodeItem is one media item (image, audio or video) an encode leg computes.
 type encodeItem struct {
 	hash   string
 	size   int           // of the simulated encoder output
@@ -58,47 +58,55 @@ func (w *Worker) serveEncode(rw http.ResponseWriter, r *http.Request, in *infere
 	w.respond(rw, r, in, nil, params)
 }
 
-// encodeItems validates the shape of an encode leg and returns its images.
+// encodeItems validates the shape of an encode leg and returns its items. A chat leg carries one
+// media part of any modality and, in its tokens.features, that modality's one mm_hash, which
+// must be the part's (MediaHash of its bytes); a generate leg the kwargs_data of every item.
 func encodeItems(in *inference) ([]encodeItem, *apiError) {
 	hashes := in.features.hashes()
 	switch in.kind {
 	case kindChat:
 		if len(in.chatImages) != 1 {
-			return nil, badRequest("encode request must contain exactly one image part, got %d", len(in.chatImages))
+			return nil, badRequest("encode request must contain exactly one media part (image_url, audio_url, input_audio or video_url), got %d", len(in.chatImages))
 		}
-		if len(hashes) != 1 {
-			return nil, badRequest("encode request requires tokens.features.mm_hashes.image with exactly one mm_hash, got %d", len(hashes))
+		item := in.chatImages[0]
+		m := item.modality()
+		if own := in.features.of(m).hashes; len(own) != 1 || len(hashes) != 1 {
+			return nil, badRequest("encode request requires tokens.features.mm_hashes.%s with exactly one mm_hash (and no other modality), got %d of %d", m, len(own), len(hashes))
 		}
 		if !validHash(hashes[0]) {
 			return nil, badRequest("invalid mm_hash %q", hashes[0])
 		}
-		img := in.chatImages[0]
+		if hashes[0] != item.hash() {
+			return nil, badRequest("mm_hash %s is not the %s part's (its bytes hash to %s)", hashes[0], m, item.hash())
+		}
 		return []encodeItem{{
 			hash:   hashes[0],
-			size:   ImageKwargsSize(img.size),
-			output: func() []byte { return kwargsBlob(img.sum, img.size) },
+			size:   ImageKwargsSize(item.size),
+			output: func() []byte { return kwargsBlob(item.sum, item.size) },
 		}}, nil
 	case kindGenerate:
 		if len(hashes) == 0 {
-			return nil, badRequest("encode request requires features.mm_hashes.image")
+			return nil, badRequest("encode request requires features.mm_hashes")
 		}
-		kwargs := in.features.imageKwargs
-		if len(kwargs) != len(hashes) {
-			return nil, badRequest("encode request requires features.kwargs_data.image for every mm_hash (%d hashes, %d items)", len(hashes), len(kwargs))
-		}
-		items := make([]encodeItem, len(hashes))
-		for i, h := range hashes {
-			if !validHash(h) {
-				return nil, badRequest("invalid mm_hash %q", h)
+		var items []encodeItem
+		for _, m := range in.features.modalities() {
+			f := in.features.of(m)
+			if len(f.kwargs) != len(f.hashes) {
+				return nil, badRequest("encode request requires features.kwargs_data.%s for every mm_hash (%d hashes, %d items)", m, len(f.hashes), len(f.kwargs))
 			}
-			if kwargs[i] == nil {
-				return nil, badRequest("features.kwargs_data.image[%d] is null", i)
+			for i, h := range f.hashes {
+				if !validHash(h) {
+					return nil, badRequest("invalid mm_hash %q", h)
+				}
+				if f.kwargs[i] == nil {
+					return nil, badRequest("features.kwargs_data.%s[%d] is null", m, i)
+				}
+				data, err := base64.StdEncoding.DecodeString(*f.kwargs[i])
+				if err != nil {
+					data = []byte(*f.kwargs[i])
+				}
+				items = append(items, encodeItem{hash: h, size: len(data), output: func() []byte { return data }})
 			}
-			data, err := base64.StdEncoding.DecodeString(*kwargs[i])
-			if err != nil {
-				data = []byte(*kwargs[i])
-			}
-			items[i] = encodeItem{hash: h, size: len(data), output: func() []byte { return data }}
 		}
 		return items, nil
 	default:
@@ -106,25 +114,14 @@ func encodeItems(in *inference) ([]encodeItem, *apiError) {
 	}
 }
 
-// verifyEC checks that the encoder outputs of every image of the request are
-// available. Strict checks (prefill legs) require them; lenient checks (local
-// computation) verify ec_transfer_params only when the request carries them,
-// since the worker could encode the images itself.
+// verifyEC checks that the encoder outputs of every media item (of any modality) of the request
+// are available. Strict checks (prefill legs) require them; lenient checks (local computation)
+// verify ec_transfer_params only when the request carries them, since the worker could encode
+// the items itself. Items that carry their preprocessed inputs (kwargs_data) are encoded inline
+// by this worker, as vLLM does for tokens-in requests; only the others (metadata-only items among
+// them) need encoder outputs.
 func (w *Worker) verifyEC(ctx context.Context, in *inference, strict bool) *apiError {
-	// Items that carry their preprocessed inputs (kwargs_data) are encoded inline by this worker,
-	// as vLLM does for tokens-in requests; only the others (metadata-only items among them) need
-	// encoder outputs.
-	if in.features == nil {
-		return nil
-	}
-	var hashes []string
-	kwargs := in.features.imageKwargs
-	for i, h := range in.features.imageHashes {
-		if i < len(kwargs) && kwargs[i] != nil {
-			continue
-		}
-		hashes = append(hashes, h)
-	}
+	hashes := in.features.needEncoded()
 	if len(hashes) == 0 {
 		return nil
 	}
@@ -185,10 +182,10 @@ func (w *Worker) verifyECNixl(ctx context.Context, in *inference, hashes []strin
 			return fmt.Errorf("mm_hash %s: descriptor mismatch: request has size_bytes=%d metadata=%q, encode worker has size_bytes=%d metadata=%q",
 				h, d.SizeBytes, d.NixlAgentMetadataB64, peer.SizeBytes, peer.NixlAgentMetadataB64)
 		}
-		// The item's mm_metadata, when it has one, must describe the image the encoder encoded.
-		if m := in.features.metadataFor(h); m != nil && ImageKwargsSize(m.Size) != peer.SizeBytes {
-			return fmt.Errorf("mm_hash %s: mm_metadata describes a %d-byte image, the encoder output has size_bytes=%d (want %d)",
-				h, m.Size, peer.SizeBytes, ImageKwargsSize(m.Size))
+		// The item's mm_metadata, when it has one, must describe the item the encoder encoded.
+		if m, mod := in.features.metadataFor(h); m != nil && ImageKwargsSize(m.Size) != peer.SizeBytes {
+			return fmt.Errorf("mm_hash %s: mm_metadata describes a %d-byte %s, the encoder output has size_bytes=%d (want %d)",
+				h, m.Size, mod, peer.SizeBytes, ImageKwargsSize(m.Size))
 		}
 	}
 	return nil

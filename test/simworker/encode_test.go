@@ -167,13 +167,13 @@ func TestEncodeValidation(t *testing.T) {
 		body    obj
 		wantMsg string
 	}{
-		{"two images", PathChatCompletions, twoImages, "exactly one image part, got 2"},
+		{"two images", PathChatCompletions, twoImages, "exactly one media part (image_url, audio_url, input_audio or video_url), got 2"},
 		{"no tokens", PathChatCompletions, noTokens, "requires tokens.features.mm_hashes.image"},
 		{"bad hash", PathChatCompletions, badHash, "invalid mm_hash"},
 		{"max tokens", PathChatCompletions, encodeChat(t, e, img, obj{"max_tokens": 2}), "max_tokens must be 1 for encode requests"},
 		{"stream", PathChatCompletions, encodeChat(t, e, img, obj{"stream": true}), "stream must be false"},
 		{"completions", PathCompletions, completion("a", obj{"max_tokens": 1}), "encode worker serves only"},
-		{"generate without features", PathGenerate, generate([]int{1}, obj{"max_tokens": 1}, nil), "requires features.mm_hashes.image"},
+		{"generate without features", PathGenerate, generate([]int{1}, obj{"max_tokens": 1}, nil), "requires features.mm_hashes"},
 		{"generate without kwargs", PathGenerate, genNoKwargs, "kwargs_data.image for every mm_hash"},
 	}
 	for _, tt := range tests {

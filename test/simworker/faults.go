@@ -65,6 +65,10 @@ type Fault struct {
 	Body string `json:"body,omitempty"`
 	// RetryAfter, when positive, is the Retry-After of FaultStatus, in seconds.
 	RetryAfter int `json:"retry_after,omitempty"`
+	// Match, when set, limits the fault to requests whose body contains it, for example
+	// `"input_audio"` for the encode legs of input_audio items: a request without it passes,
+	// unfaulted, and uses none of Count (nor do the faults queued behind this one apply to it).
+	Match string `json:"match,omitempty"`
 }
 
 // Validate reports whether f describes a fault a Worker can inject.
@@ -133,16 +137,16 @@ func faultable(r *http.Request) bool {
 		return false
 	}
 	switch r.URL.Path {
-	case PathChatCompletions, PathCompletions, PathGenerate, PathChatRender, PathCompletionRender:
+	case PathChatCompletions, PathCompletions, PathGenerate, PathResponses, PathChatRender, PathCompletionRender:
 		return true
 	}
 	return false
 }
 
-// takeFaultLocked uses up one request of the first queued fault, if r is faultable. w.mu must
-// be held.
-func (w *Worker) takeFaultLocked(r *http.Request) (Fault, bool) {
-	if len(w.faults) == 0 || !faultable(r) {
+// takeFaultLocked uses up one request of the first queued fault, if r (whose body is body) is
+// faultable and matches it. w.mu must be held.
+func (w *Worker) takeFaultLocked(r *http.Request, body []byte) (Fault, bool) {
+	if len(w.faults) == 0 || !faultable(r) || !bytes.Contains(body, []byte(w.faults[0].Match)) {
 		return Fault{}, false
 	}
 	f := w.faults[0]

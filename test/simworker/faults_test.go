@@ -154,6 +154,41 @@ func TestFaultQueue(t *testing.T) {
 	}
 }
 
+// A fault with Match strikes only requests whose body contains it, and the others neither use
+// it up nor reach the faults queued behind it.
+func TestFaultMatch(t *testing.T) {
+	w := startWorker(t, Config{})
+	for _, f := range []Fault{{Kind: FaultStatus, Status: 503, Count: 2, Match: `"input_audio"`}, {Kind: FaultStatus, Status: 500}} {
+		if err := w.InjectFault(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	audio := obj{"model": DefaultModelName, "max_tokens": 1, "messages": []obj{{"role": "user", "content": []obj{inputAudioPart([]byte("clip"))}}}}
+	text := userChat("no audio here", obj{"max_tokens": 1})
+	for i, s := range []struct {
+		body   obj
+		status int
+		fault  FaultKind
+	}{
+		{text, 200, ""},
+		{audio, 503, FaultStatus},
+		{text, 200, ""},
+		{audio, 503, FaultStatus},
+		{text, 500, FaultStatus}, // the next fault matches every request
+		{audio, 200, ""},
+	} {
+		if r := post(t, w, PathChatCompletions, s.body); r.status != s.status {
+			t.Errorf("step %d: status %d, want %d: %s", i, r.status, s.status, r.body)
+		}
+		if got := w.Requests()[i]; got.Fault != s.fault {
+			t.Errorf("step %d recorded fault %q, want %q", i, got.Fault, s.fault)
+		}
+	}
+	if got := w.Faults(); len(got) != 0 {
+		t.Errorf("Faults after use = %+v", got)
+	}
+}
+
 func TestFaultsBeforeHeaders(t *testing.T) {
 	tests := []struct {
 		name  string

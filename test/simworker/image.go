@@ -5,9 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"hash"
 	"io"
 	"strings"
@@ -36,6 +34,11 @@ func ImageBytes(url string) ([]byte, error) {
 	if !ok {
 		return []byte(url), nil
 	}
+	return decodeBase64String(payload)
+}
+
+// decodeBase64String decodes payload in the standard encoding, else the unpadded one.
+func decodeBase64String(payload string) ([]byte, error) {
 	b, err := base64.StdEncoding.DecodeString(payload)
 	if err != nil {
 		if b2, err2 := base64.RawStdEncoding.DecodeString(payload); err2 == nil {
@@ -133,52 +136,9 @@ func writeKwargsBase64(w io.Writer, seed [sha256.Size]byte, n int) error {
 // without pixel values): a small JSON object {"image_grid_thw":[1,2,2t],"size":n,"mm_hash":h},
 // t being ImageTokenCount(b) (a merge size of 2 makes the grid t tokens), n len(b) and h
 // ImageHash(b). The hash is the double's own field: it lets a prefill worker check that an item's
-// metadata is the one rendered for its mm_hash.
+// metadata is the one rendered for its mm_hash. MediaMetadata is its form for every modality.
 func ImageMetadata(b []byte) string {
-	return metadataBase64(sha256.Sum256(b), len(b))
-}
-
-// metadataBase64 is ImageMetadata of an image of n bytes whose SHA-256 is sum.
-func metadataBase64(sum [sha256.Size]byte, n int) string {
-	js := fmt.Appendf(nil, `{"image_grid_thw":[1,2,%d],"size":%d,"mm_hash":%q}`, 2*imageTokens(n), n, hex.EncodeToString(sum[:]))
-	return base64.StdEncoding.EncodeToString(js)
-}
-
-// imageMeta is a decoded ImageMetadata item.
-type imageMeta struct {
-	GridTHW []int  `json:"image_grid_thw"`
-	Size    int    `json:"size"`
-	Hash    string `json:"mm_hash"`
-}
-
-// tokens is the number of placeholder tokens the grid stands for (merge size 2).
-func (m *imageMeta) tokens() int {
-	if len(m.GridTHW) != 3 {
-		return -1
-	}
-	return m.GridTHW[0] * m.GridTHW[1] * m.GridTHW[2] / 4
-}
-
-// parseImageMetadata decodes an ImageMetadata item and checks that it describes the image of
-// mm_hash hash with length placeholder tokens (length < 0: not checked).
-func parseImageMetadata(item, hash string, length int) (*imageMeta, error) {
-	raw, err := base64.StdEncoding.DecodeString(item)
-	if err != nil {
-		return nil, errors.New("is not base64")
-	}
-	var m imageMeta
-	if err := json.Unmarshal(raw, &m); err != nil || len(m.GridTHW) != 3 || m.Size < 0 {
-		return nil, errors.New("is not an item the render service produced ({image_grid_thw, size, mm_hash})")
-	}
-	switch {
-	case m.Hash != hash:
-		return nil, fmt.Errorf("was rendered for mm_hash %s, not %s", m.Hash, hash)
-	case m.tokens() != imageTokens(m.Size):
-		return nil, fmt.Errorf("image_grid_thw %v does not match a %d-byte image", m.GridTHW, m.Size)
-	case length >= 0 && m.tokens() != length:
-		return nil, fmt.Errorf("image_grid_thw %v stands for %d tokens, the placeholder has %d", m.GridTHW, m.tokens(), length)
-	}
-	return &m, nil
+	return MediaMetadata(ModalityImage, b)
 }
 
 // imageDetail says how much of each image a rendering computes.
@@ -191,50 +151,81 @@ const (
 	imageData                      // B itself
 )
 
-// chatImage is one image part of rendered chat messages.
+// chatImage is one media part (an image, audio or a video) of rendered chat messages.
 type chatImage struct {
+	mod    string            // its modality: ModalityImage, ModalityAudio or ModalityVideo
 	offset int               // index in the token ids of its first placeholder
-	size   int               // len(B), B being ImageBytes(url)
-	sum    [sha256.Size]byte // SHA-256 of B (imageDigest and imageData)
+	size   int               // len(B), B being ImageBytes(url) (input_audio: its decoded data)
+	sum    [sha256.Size]byte // its digest, mediaSum of B (imageDigest and imageData)
 	data   []byte            // B (imageData only)
 }
 
-// hash returns the image's mm_hash (ImageHash of B).
+// hash returns the item's mm_hash (MediaHash of B).
 func (im *chatImage) hash() string { return hex.EncodeToString(im.sum[:]) }
 
-// loadImage computes detail of the image at url, decoding a base64 payload
-// once, in chunks, without holding B unless detail is imageData.
+// modality returns the item's modality (an image when unset).
+func (im *chatImage) modality() string {
+	if im.mod == "" {
+		return ModalityImage
+	}
+	return im.mod
+}
+
+// tokens returns the item's number of placeholder tokens.
+func (im *chatImage) tokens() int { return mediaTokens(im.modality(), im.size) }
+
+// loadImage computes detail of the image at url (see loadMedia).
 func loadImage(url string, detail imageDetail) (chatImage, error) {
+	return loadMedia(ModalityImage, url, detail)
+}
+
+// loadMedia computes detail of the item of modality at url, decoding a base64 payload once, in
+// chunks, without holding B unless detail is imageData.
+func loadMedia(modality, url string, detail imageDetail) (chatImage, error) {
 	payload, ok := base64Payload(url)
-	if detail == imageData || !ok || hasLineBreak(payload) {
-		// Rare cases: the bytes are wanted, there is nothing to decode, or
-		// line breaks (which the decoder skips) break the chunking.
-		b, err := ImageBytes(url)
+	if !ok {
+		return loadBytes(modality, []byte(url), detail), nil
+	}
+	return loadBase64(modality, payload, detail)
+}
+
+// loadBase64 computes detail of the item of modality whose bytes are the base64 payload (an
+// input_audio's data, a data: URL's payload).
+func loadBase64(modality, payload string, detail imageDetail) (chatImage, error) {
+	if detail == imageData || hasLineBreak(payload) {
+		// Rare cases: the bytes are wanted, or line breaks (which the decoder skips) break the
+		// chunking.
+		b, err := decodeBase64String(payload)
 		if err != nil {
 			return chatImage{}, err
 		}
-		im := chatImage{size: len(b)}
-		if detail >= imageDigest {
-			im.sum = sha256.Sum256(b)
-		}
-		if detail == imageData {
-			im.data = b
-		}
-		return im, nil
+		return loadBytes(modality, b, detail), nil
 	}
 	var h hash.Hash
 	if detail == imageDigest {
-		h = sha256.New()
+		h = mediaHasher(modality)
 	}
 	n, err := decodeBase64(h, bytesOf(payload))
 	if err != nil {
 		return chatImage{}, err
 	}
-	im := chatImage{size: n}
+	im := chatImage{mod: modality, size: n}
 	if h != nil {
 		h.Sum(im.sum[:0])
 	}
 	return im, nil
+}
+
+// loadBytes computes detail of the item of modality whose bytes are b.
+func loadBytes(modality string, b []byte, detail imageDetail) chatImage {
+	im := chatImage{mod: modality, size: len(b)}
+	if detail >= imageDigest {
+		im.sum = mediaSum(modality, b)
+	}
+	if detail == imageData {
+		im.data = b
+	}
+	return im
 }
 
 // hasLineBreak reports whether s holds a CR or LF (two vectorized scans:

@@ -28,6 +28,12 @@ func (w *Worker) handleInference(kind apiKind) http.HandlerFunc {
 			w.serveEncode(rw, r, in)
 			return
 		}
+		if kind == kindChat {
+			if err := in.checkChatFeatures(); err != nil {
+				writeAPIError(rw, err)
+				return
+			}
+		}
 		w.servePrefillDecode(rw, r, in)
 	}
 }

@@ -9,8 +9,9 @@ import (
 )
 
 // RenderFeatures is the multimodal part of a render answer (vLLM
-// MultiModalFeatures). Every list is empty, not null, for text-only prompts.
-// MMMetadata (vllm-project/vllm#54659) holds each image's ImageMetadata,
+// MultiModalFeatures), keyed by modality: image (empty, not null, for
+// text-only prompts), and audio and video when the prompt has such items.
+// MMMetadata (vllm-project/vllm#54659) holds each item's MediaMetadata,
 // parallel to MMHashes; it is absent for text-only prompts and when the worker
 // has Config.RenderWithoutMetadata, as from an older vLLM.
 type RenderFeatures struct {
@@ -20,7 +21,7 @@ type RenderFeatures struct {
 	MMMetadata     map[string][]*string           `json:"mm_metadata,omitempty"`
 }
 
-// RenderPlaceholder is the token range of one image.
+// RenderPlaceholder is the token range of one media item.
 type RenderPlaceholder struct {
 	Offset int `json:"offset"`
 	Length int `json:"length"`
@@ -141,9 +142,9 @@ type renderAnswer struct {
 	requestID string
 	model     string
 	tokenIDs  []int
-	images    []chatImage // their features, with imageDigest detail
+	images    []chatImage // the media items' features, with imageDigest detail
 	features  bool        // whether there are features (chat) or null (completions)
-	metadata  bool        // whether the features carry mm_metadata (when there are images)
+	metadata  bool        // whether the features carry mm_metadata (when there are items)
 	sampling  map[string]any
 }
 
@@ -178,47 +179,59 @@ func writeRender(rw http.ResponseWriter, list bool, a renderAnswer) {
 	_ = bw.Flush()
 }
 
-// writeFeatures writes the RenderFeatures of images, with their mm_metadata
-// when metadata is set and there are images.
-func writeFeatures(bw *bufio.Writer, images []chatImage, metadata bool) {
+// writeFeatures writes the RenderFeatures of the media items (images, audio, videos), modality by
+// modality as encoding/json orders map keys: image always (empty for a text-only prompt), audio
+// and video when there are any; with their mm_metadata when metadata is set and there are items.
+func writeFeatures(bw *bufio.Writer, items []chatImage, metadata bool) {
 	var num [20]byte
-	bw.WriteString(`{"mm_hashes":{"image":[`)
-	for i := range images {
-		if i > 0 {
-			bw.WriteByte(',')
-		}
-		bw.WriteString(`"` + images[i].hash() + `"`)
+	byMod := map[string][]chatImage{}
+	for _, im := range items {
+		byMod[im.modality()] = append(byMod[im.modality()], im)
 	}
-	bw.WriteString(`]},"mm_placeholders":{"image":[`)
-	for i, im := range images {
-		if i > 0 {
-			bw.WriteByte(',')
+	section := func(name string, item func(im *chatImage)) {
+		bw.WriteString(`"` + name + `":{`)
+		first := true
+		for _, m := range modalityOrder {
+			list, ok := byMod[m]
+			if !ok && m != ModalityImage {
+				continue
+			}
+			if !first {
+				bw.WriteByte(',')
+			}
+			first = false
+			bw.WriteString(`"` + m + `":[`)
+			for i := range list {
+				if i > 0 {
+					bw.WriteByte(',')
+				}
+				item(&list[i])
+			}
+			bw.WriteByte(']')
 		}
+		bw.WriteByte('}')
+	}
+	bw.WriteByte('{')
+	section("mm_hashes", func(im *chatImage) { bw.WriteString(`"` + im.hash() + `"`) })
+	bw.WriteByte(',')
+	section("mm_placeholders", func(im *chatImage) {
 		bw.WriteString(`{"offset":`)
 		bw.Write(strconv.AppendInt(num[:0], int64(im.offset), 10))
 		bw.WriteString(`,"length":`)
-		bw.Write(strconv.AppendInt(num[:0], int64(imageTokens(im.size)), 10))
+		bw.Write(strconv.AppendInt(num[:0], int64(im.tokens()), 10))
 		bw.WriteByte('}')
-	}
-	bw.WriteString(`]},"kwargs_data":{"image":[`)
-	for i, im := range images {
-		if i > 0 {
-			bw.WriteByte(',')
-		}
+	})
+	bw.WriteByte(',')
+	section("kwargs_data", func(im *chatImage) {
 		bw.WriteByte('"')
 		_ = writeKwargsBase64(bw, im.sum, im.size)
 		bw.WriteByte('"')
-	}
-	bw.WriteString(`]}`)
-	if metadata && len(images) > 0 {
-		bw.WriteString(`,"mm_metadata":{"image":[`)
-		for i, im := range images {
-			if i > 0 {
-				bw.WriteByte(',')
-			}
-			bw.WriteString(`"` + metadataBase64(im.sum, im.size) + `"`)
-		}
-		bw.WriteString(`]}`)
+	})
+	if metadata && len(items) > 0 {
+		bw.WriteByte(',')
+		section("mm_metadata", func(im *chatImage) {
+			bw.WriteString(`"` + mediaMetadataBase64(im.modality(), im.sum, im.size) + `"`)
+		})
 	}
 	bw.WriteByte('}')
 }

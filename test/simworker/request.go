@@ -14,6 +14,7 @@ const (
 	kindChat       apiKind = iota // POST /v1/chat/completions
 	kindCompletion                // POST /v1/completions
 	kindGenerate                  // POST /inference/v1/generate
+	kindResponses                 // POST /v1/responses
 )
 
 // Endpoint paths served by a Worker.
@@ -33,86 +34,6 @@ const maxGeneratedTokens = 1 << 20
 
 // fallbackWord is echoed when a request has no words to echo.
 const fallbackWord = "sim"
-
-// mmFeatures is the part of vLLM's MultiModalFeatures (render output,
-// generate input) a Worker reads: the image items. The other modalities are
-// only checked to be well-typed.
-type mmFeatures struct {
-	imageHashes   []string     // mm_hashes.image
-	imageLengths  []int        // mm_placeholders.image lengths
-	imageKwargs   []*string    // kwargs_data.image; nil items have none
-	imageMetadata []*string    // mm_metadata.image (vllm-project/vllm#54659); nil items have none
-	imageMeta     []*imageMeta // imageMetadata decoded (checkMetadata)
-}
-
-// metadataOnly reports whether an item of the features carries mm_metadata but no kwargs_data:
-// vLLM then needs its encoder output from ec_transfer_params.
-func (f *mmFeatures) metadataOnly() bool {
-	if f == nil {
-		return false
-	}
-	for i, m := range f.imageMetadata {
-		if m != nil && (i >= len(f.imageKwargs) || f.imageKwargs[i] == nil) {
-			return true
-		}
-	}
-	return false
-}
-
-// checkMetadata enforces vLLM's rule for mm_metadata on the generate and completions formats:
-// metadata-only items need ec_transfer_params (the 400 and its wording are vLLM's). Each image
-// item's metadata must also be the one the render service produced for its mm_hash and
-// placeholder (ImageMetadata), and as long as mm_hashes.image.
-func (in *inference) checkMetadata() *apiError {
-	f := in.features
-	if f == nil || f.imageMetadata == nil {
-		return nil
-	}
-	if len(f.imageMetadata) != len(f.imageHashes) {
-		return badRequest("features.mm_metadata.image must have one item per mm_hash (%d hashes, %d items)", len(f.imageHashes), len(f.imageMetadata))
-	}
-	f.imageMeta = make([]*imageMeta, len(f.imageMetadata))
-	for i, m := range f.imageMetadata {
-		if m == nil {
-			continue
-		}
-		length := -1
-		if i < len(f.imageLengths) {
-			length = f.imageLengths[i]
-		}
-		meta, err := parseImageMetadata(*m, f.imageHashes[i], length)
-		if err != nil {
-			return badRequest("features.mm_metadata.image[%d] %v", i, err)
-		}
-		f.imageMeta[i] = meta
-	}
-	if in.ec == nil && f.metadataOnly() {
-		return badRequest("metadata-only multimodal items require ec_transfer_params")
-	}
-	return nil
-}
-
-// metadataFor returns the decoded mm_metadata of an image item of mm_hash h, nil when none has
-// any (or checkMetadata did not run: chat).
-func (f *mmFeatures) metadataFor(h string) *imageMeta {
-	if f == nil {
-		return nil
-	}
-	for i, m := range f.imageMeta {
-		if m != nil && f.imageHashes[i] == h {
-			return m
-		}
-	}
-	return nil
-}
-
-// hashes returns the image mm_hashes, if any.
-func (f *mmFeatures) hashes() []string {
-	if f == nil {
-		return nil
-	}
-	return f.imageHashes
-}
 
 // inference is an inference request normalized across the three formats.
 type inference struct {
@@ -140,6 +61,8 @@ type inference struct {
 	chatImages []chatImage // chat only: images found in the messages
 	// cachedPrompt is set when the worker had served the prompt before (its prefix cache holds it).
 	cachedPrompt bool
+	// tool is the call a chat request is answered with (tools.go), nil for text.
+	tool *toolCall
 }
 
 // kindForPath maps an inference endpoint path to its format.
@@ -151,6 +74,8 @@ func kindForPath(path string) (apiKind, bool) {
 		return kindCompletion, true
 	case PathGenerate:
 		return kindGenerate, true
+	case PathResponses:
+		return kindResponses, true
 	}
 	return 0, false
 }
@@ -195,13 +120,15 @@ func parseInferenceImages(kind apiKind, body []byte, detail imageDetail) (*infer
 		in, aerr = parseChat(f, detail)
 	case kindCompletion:
 		in, aerr = parseCompletion(f)
+	case kindResponses:
+		in, aerr = parseResponses(f, detail)
 	default:
 		in, aerr = parseGenerate(f)
 	}
 	if aerr != nil {
 		return nil, aerr
 	}
-	if kind != kindChat { // chat media are in the messages: its items are never metadata-only
+	if kind != kindChat && kind != kindResponses { // their media are in the messages: never metadata-only
 		if aerr := in.checkMetadata(); aerr != nil {
 			return nil, aerr
 		}
@@ -260,6 +187,7 @@ func parseChat(f fields, detail imageDetail) (*inference, *apiError) {
 	tokens := f.object("tokens")
 	ids := tokens.ints("token_ids")
 	in.features = parseFeatures(tokens.object("features"))
+	tools, toolChoice := f.raw("tools"), f.raw("tool_choice")
 	continueFinal := f.boolean("continue_final_message")
 	// add_generation_prompt defaults to true.
 	generationPrompt := f.boolean("add_generation_prompt") || f.raw("add_generation_prompt") == nil
@@ -284,6 +212,10 @@ func parseChat(f fields, detail imageDetail) (*inference, *apiError) {
 		for _, t := range r.lastTexts {
 			in.continued += len(strings.Fields(t))
 		}
+	}
+	var aerr *apiError
+	if in.tool, aerr = in.toolCallOf(tools, toolChoice); aerr != nil {
+		return nil, aerr
 	}
 	if len(ids) > 0 {
 		in.promptIDs = ids
@@ -355,70 +287,12 @@ func typeError(f fields) *apiError {
 	return badRequest("invalid JSON body: %v", *f.err)
 }
 
-// parseFeatures reads a features object (nil when it is absent).
-func parseFeatures(f fields) *mmFeatures {
-	if f.obj == nil {
-		return nil
-	}
-	placeholder := func(raw []byte, path string) (int, error) {
-		var err error
-		o, oerr := nestedObject(raw, path)
-		p := fields{obj: o, path: path, err: &err}
-		p.keep(oerr)
-		p.integer("offset")
-		length := p.integer("length")
-		if length == nil {
-			return -1, err
-		}
-		return *length, err
-	}
-	kwargs := func(raw []byte, path string) (*string, error) {
-		if absent(raw) {
-			return nil, nil
-		}
-		s, err := jsonString(raw, path)
-		return &s, err
-	}
-	feats := &mmFeatures{
-		imageHashes:   imageItems(f, "mm_hashes", jsonString),
-		imageLengths:  imageItems(f, "mm_placeholders", placeholder),
-		imageKwargs:   imageItems(f, "kwargs_data", kwargs),
-		imageMetadata: imageItems(f, "mm_metadata", kwargs),
-	}
-	return feats
-}
-
-// imageItems reads member name of a features object, a map from modality to
-// a list of items each decoded by item, and returns the image items.
-func imageItems[T any](f fields, name string, item func(raw []byte, path string) (T, error)) []T {
-	m := f.object(name)
-	if m.obj == nil {
-		return nil
-	}
-	var image []T
-	for _, mod := range m.obj.Fields() {
-		path := m.at(mod.Key)
-		items, err := nestedArray(mod.Value, path)
-		m.keep(err)
-		list := make([]T, len(items))
-		for i, it := range items {
-			v, err := item(it, fmt.Sprintf("%s[%d]", path, i))
-			m.keep(err)
-			list[i] = v
-		}
-		if mod.Key == "image" {
-			image = list
-		}
-	}
-	return image
-}
-
 // tokenWords names prompt tokens as words ("t<id>") for echoing, skipping BOS
-// and image placeholders.
+// and media placeholders.
 func tokenWords(ids []int) []string {
 	var words []string
 	for _, id := range ids {
-		if id != BOSTokenID && id != ImageTokenID {
+		if id != BOSTokenID && !isPlaceholder(id) {
 			words = append(words, fmt.Sprintf("t%d", id))
 		}
 	}
@@ -467,7 +341,7 @@ func firstWords(texts []string, n int) []string {
 }
 
 // outputTokenIDs returns the n token ids that continue the prompt's content
-// (its ids without BOS and image placeholders) with its shortest period: the
+// (its ids without BOS and media placeholders) with its shortest period: the
 // content C of length L, whose shortest period is p (C[i] == C[i+p] for
 // every i, p == L when nothing repeats), is followed by C[(L+i) % p]. When
 // no content id repeats that cycles the content from its start; and since
@@ -476,7 +350,7 @@ func firstWords(texts []string, n int) []string {
 func (in *inference) outputTokenIDs(n int) []int {
 	src := make([]int, 0, len(in.promptIDs))
 	for _, id := range in.promptIDs {
-		if id != BOSTokenID && id != ImageTokenID {
+		if id != BOSTokenID && !isPlaceholder(id) {
 			src = append(src, id)
 		}
 	}

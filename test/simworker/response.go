@@ -39,11 +39,15 @@ type generation struct {
 	usage     Usage
 	kv        any
 	ec        map[string]ECDescriptor
+	seq       int // the next sequence_number of a Responses stream event
 }
 
 // newGeneration prepares the response to in.
 func (w *Worker) newGeneration(r *http.Request, in *inference, kv any, ec map[string]ECDescriptor) *generation {
 	n := in.completionTokens(w.cfg.DefaultMaxTokens)
+	if in.tool != nil {
+		n = in.tool.tokens(n)
+	}
 	g := &generation{
 		in:      in,
 		model:   in.model,
@@ -69,6 +73,9 @@ func (w *Worker) newGeneration(r *http.Request, in *inference, kv any, ec map[st
 		g.continues = in.continued > 0
 	case kindCompletion:
 		g.id = "cmpl-" + rid
+		g.words = in.outputWords(n)
+	case kindResponses:
+		g.id = "resp_" + rid
 		g.words = in.outputWords(n)
 	default:
 		g.id = in.requestID
@@ -111,6 +118,9 @@ func (g *generation) text() string {
 func (g *generation) full() any {
 	switch g.in.kind {
 	case kindChat:
+		if g.in.tool != nil {
+			return g.toolFull()
+		}
 		return ChatCompletion{
 			ID: g.id, Object: "chat.completion", Created: g.created, Model: g.model,
 			Choices: []ChatChoice{{
@@ -125,6 +135,8 @@ func (g *generation) full() any {
 			Choices: []TextChoice{{Text: g.text(), FinishReason: ptr(finishLength)}},
 			Usage:   &g.usage, KVTransferParams: g.kv, ECTransferParams: g.ec,
 		}
+	case kindResponses:
+		return g.responseObject(g.finalStatus(), true)
 	default:
 		return GenerateResponse{
 			RequestID: g.id, Model: g.model, Created: g.created,

@@ -57,6 +57,9 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 	send := func(v any) bool {
 		buf.Reset()
 		buf.WriteString(w.stamp())
+		if ev, ok := v.(respEvent); ok {
+			buf.WriteString("event: " + ev["type"].(string) + "\n")
+		}
 		buf.WriteString("data: ")
 		if enc.Encode(v) != nil { // the JSON and a newline
 			return false
@@ -83,6 +86,13 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 		if i == 0 && g.in.kind == kindChat && !send(g.chatChunk(ChatDelta{Role: "assistant", Content: ptr("")}, nil)) {
 			return
 		}
+		if i == 0 && g.in.kind == kindResponses {
+			for _, ev := range g.openingEvents() {
+				if !send(ev) {
+					return
+				}
+			}
+		}
 		if !send(g.tokenChunk(i, i == n-1)) {
 			return
 		}
@@ -93,6 +103,14 @@ func (w *Worker) stream(ctx context.Context, rw http.ResponseWriter, g *generati
 	}
 	if fault != nil { // more tokens asked than the stream has: it dies before its end
 		fault.strike(ctx)
+		return
+	}
+	if g.in.kind == kindResponses { // no [DONE]: the response's last event ends it
+		for _, ev := range g.closingEvents() {
+			if !send(ev) {
+				return
+			}
+		}
 		return
 	}
 	if g.in.includeUsage && !send(g.usageChunk()) {
@@ -119,12 +137,17 @@ func (g *generation) tokenChunk(i int, last bool) any {
 	}
 	switch g.in.kind {
 	case kindChat:
+		if g.in.tool != nil {
+			return g.toolTokenChunk(i, last)
+		}
 		return g.chatChunk(ChatDelta{Content: ptr(g.piece(i))}, finish)
 	case kindCompletion:
 		return TextCompletion{
 			ID: g.id, Object: "text_completion", Created: g.created, Model: g.model,
 			Choices: []TextChoice{{Text: g.piece(i), FinishReason: finish}},
 		}
+	case kindResponses:
+		return g.deltaEvent(i)
 	default:
 		return GenerateResponse{
 			RequestID: g.id,

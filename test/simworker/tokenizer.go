@@ -23,6 +23,10 @@ const (
 	OtherRoleTokenID = 6
 	// ImageTokenID is the placeholder token repeated for each image.
 	ImageTokenID = 32000
+	// AudioTokenID is the placeholder token repeated for each audio item (audio_url, input_audio).
+	AudioTokenID = 32001
+	// VideoTokenID is the placeholder token repeated for each video.
+	VideoTokenID = 32002
 )
 
 // wordTokenBase and wordTokenRange map words into [100, 30100).

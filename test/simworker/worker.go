@@ -278,7 +278,7 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	w.mu.Lock()
 	w.active++
-	fault, faulted := w.takeFaultLocked(r)
+	fault, faulted := w.takeFaultLocked(r, body)
 	if rec != nil {
 		rec.Fault = fault.Kind
 		w.requests = append(w.requests, rec)
@@ -348,6 +348,7 @@ func (w *Worker) routes() *http.ServeMux {
 	mux.HandleFunc("POST "+PathChatCompletions, w.handleInference(kindChat))
 	mux.HandleFunc("POST "+PathCompletions, w.handleInference(kindCompletion))
 	mux.HandleFunc("POST "+PathGenerate, w.handleInference(kindGenerate))
+	mux.HandleFunc("POST "+PathResponses, w.handleInference(kindResponses))
 	mux.HandleFunc("POST "+PathChatRender, w.handleChatRender)
 	mux.HandleFunc("POST "+PathCompletionRender, w.handleCompletionRender)
 	mux.HandleFunc("GET "+PathModels, w.handleModels)

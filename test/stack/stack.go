@@ -223,10 +223,13 @@ type Coordinator struct {
 // URL is the coordinator's base URL (no trailing slash).
 func (c *Coordinator) URL() string { return c.url }
 
-// Close stops the server at once.
+// Close stops the server at once and closes its pipeline: its pooled connections to the gateway
+// and the media hosts are dropped, so that a double shutting down after it does not wait for a
+// connection the coordinator dialled and never used (net/http's Shutdown gives those 5 seconds).
 func (c *Coordinator) Close() {
 	_ = c.Server.Close()
 	<-c.done //nolint:errcheck // Serve's nil after Close
+	c.Holder.Swap(nil)
 }
 
 // LoopbackMedia lets replace-media-urls download from loopback media servers (tests only).

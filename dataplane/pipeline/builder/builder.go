@@ -7,6 +7,7 @@ package builder
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -120,6 +121,10 @@ func buildSpec(cfg config.Config, key string, opts Options) (pipeline.Spec, erro
 		}
 		spec.Steps = append(spec.Steps, step)
 		spec.Info = append(spec.Info, pipeline.StepInfo{Type: sc.Type, Params: p.Effective()})
+		if spec.Tokenizer == nil && slices.Contains(types[i].Provides, registry.Tokens) {
+			spec.Tokenizer = step
+		}
+		spec.GuardsMedia = spec.GuardsMedia || slices.Contains(types[i].Provides, registry.Media)
 	}
 	return spec, nil
 }

@@ -255,6 +255,16 @@ func TestBuildWithProvidersAndLeaders(t *testing.T) {
 	if got := strings.Join(types, ","); got != "test-lead,render,test-needy,test-end" {
 		t.Fatalf("steps = %s", got)
 	}
+	if !p.CanTokenize() {
+		t.Error("the render step is not the pipeline's tokenizer")
+	}
+	q, err := Build(cfgWith(config.Step{Type: "test-a"}, config.Step{Type: "test-end"}), Options{Registry: testRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.CanTokenize() {
+		t.Error("a pipeline without render tokenizes")
+	}
 }
 
 func TestBuildUsesTheDefaultRegistry(t *testing.T) {

@@ -27,6 +27,11 @@ type Capability string
 // Tokens means that the prompt's token ids and each media item's hash and placeholder are known.
 const Tokens Capability = "tokens"
 
+// Media means that every media part of a conversational request is guarded: downloaded through
+// the SSRF guard and inlined, or refused. Without a step providing it, the server refuses remote
+// URLs in those requests, since a worker would fetch them itself.
+const Media Capability = "media"
+
 // Need is a capability a step requires from an earlier step, and why.
 type Need struct {
 	Capability Capability
