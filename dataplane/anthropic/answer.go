@@ -127,7 +127,7 @@ func Answer(chat []byte, o Options) ([]byte, error) {
 		}
 		m.Content = append(m.Content, contentBlock{Type: "tool_use", ID: toolUseID(tc.ID, o.RequestID, i), Name: tc.Function.Name, Input: input})
 	}
-	reason, seq := stopReason(ch.FinishReason, ch.StopReason, o.StopSequences)
+	reason, seq := stopReason(ch.FinishReason, ch.StopReason, o.StopSequences, len(ch.Message.ToolCalls) > 0)
 	m.StopReason, m.StopSequence = &reason, seq
 	return json.Marshal(m)
 }
@@ -147,8 +147,12 @@ func toolInput(args string) (json.RawMessage, error) {
 // stopReason maps a chat finish_reason to an Anthropic stop_reason: stop is end_turn, or
 // stop_sequence when the worker reported (vLLM's stop_reason) one of the request's
 // stop_sequences as the cause; length is max_tokens, tool_calls (and function_call) tool_use,
-// content_filter refusal; anything else, or none, is end_turn.
-func stopReason(finish *string, workerStop json.RawMessage, stops []string) (string, *string) {
+// content_filter refusal; anything else, or none, is end_turn. An answer with tool calls
+// (toolCalls) is tool_use unless it was cut at the limit: vLLM finishes a named call with stop.
+func stopReason(finish *string, workerStop json.RawMessage, stops []string, toolCalls bool) (string, *string) {
+	if toolCalls && (finish == nil || *finish != "length") {
+		return "tool_use", nil // vLLM finishes a named tool call with "stop"
+	}
 	if finish == nil {
 		return "end_turn", nil
 	}

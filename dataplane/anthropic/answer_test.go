@@ -50,6 +50,12 @@ func TestAnswer(t *testing.T) {
 				"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}`,
 		},
 		{
+			name: "a named tool call: vLLM finishes it with stop",
+			chat: `{"id":"chatcmpl-n","model":"s","choices":[{"message":{"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"stop"}]}`,
+			want: `{"id":"msg_n","type":"message","role":"assistant","model":"s","content":[{"type":"tool_use","id":"c1","name":"f","input":{}}],"stop_reason":"tool_use","stop_sequence":null,
+				"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}`,
+		},
+		{
 			name: "content filter",
 			chat: `{"id":"z","model":"s","choices":[{"message":{"content":"no"},"finish_reason":"content_filter"}]}`,
 			want: `{"id":"msg_z","type":"message","role":"assistant","model":"s","content":[{"type":"text","text":"no"}],"stop_reason":"refusal","stop_sequence":null,

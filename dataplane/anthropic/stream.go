@@ -302,7 +302,7 @@ func (s *Stream) end() {
 		s.start("", "")
 	}
 	s.closeBlock()
-	reason, seq := stopReason(s.finish, s.workerStop, s.o.StopSequences)
+	reason, seq := stopReason(s.finish, s.workerStop, s.o.StopSequences, s.maxTool >= 0)
 	delta, _ := json.Marshal(struct {
 		Type  string `json:"type"`
 		Delta struct {

@@ -83,9 +83,9 @@ type Spec struct {
 	// Tokenizer is the first of Steps that provides the prompt's tokens (render), nil when none
 	// does: Tokenize runs it alone.
 	Tokenizer Step
-	// GuardsMedia is true when a step guards the media of conversational requests
-	// (registry.Media, replace-media-urls).
-	GuardsMedia bool
+	// MediaGuard is the first of Steps that guards the media of conversational requests
+	// (registry.Media, replace-media-urls), nil when none does: Tokenize runs it first.
+	MediaGuard Step
 	// Config and Revision are the configuration the steps were built from and its revision.
 	Config   config.Config
 	Revision string
@@ -173,14 +173,19 @@ func (p *Pipeline) Execute(ctx context.Context, rc *request.Context) error {
 // CanTokenize reports whether the pipeline has a step that provides the prompt's tokens.
 func (p *Pipeline) CanTokenize() bool { return p.spec.Tokenizer != nil }
 
-// Tokenize runs only the pipeline's tokenizing step (Spec.Tokenizer) on rc, timed and traced as
-// Execute does, so that rc.TokenIDs holds the rendered prompt (a token count that renders nothing
-// else and sends no inference leg). Without such a step it does nothing and reports false.
+// Tokenize runs only the pipeline's media guard (Spec.MediaGuard, when it has one: the media are
+// held to its limits) and tokenizing step (Spec.Tokenizer) on rc, timed and traced as Execute
+// does, so that rc.TokenIDs holds the rendered prompt (a token count that renders nothing else and
+// sends no inference leg). Without a tokenizing step it does nothing and reports false.
 func (p *Pipeline) Tokenize(ctx context.Context, rc *request.Context) (bool, error) {
 	if p.spec.Tokenizer == nil {
 		return false, nil
 	}
-	return true, p.execute(ctx, rc, []Step{p.spec.Tokenizer})
+	steps := []Step{p.spec.Tokenizer}
+	if p.spec.MediaGuard != nil {
+		steps = []Step{p.spec.MediaGuard, p.spec.Tokenizer}
+	}
+	return true, p.execute(ctx, rc, steps)
 }
 
 // execute runs steps in order (see Execute).
@@ -318,8 +323,8 @@ func (p *Pipeline) Handler(r *http.Request) (http.Handler, bool) {
 	return nil, false
 }
 
-// GuardsMedia reports whether a step guards the media of conversational requests (Spec.GuardsMedia).
-func (p *Pipeline) GuardsMedia() bool { return p.spec.GuardsMedia }
+// GuardsMedia reports whether a step guards the media of conversational requests (Spec.MediaGuard).
+func (p *Pipeline) GuardsMedia() bool { return p.spec.MediaGuard != nil }
 
 // Gateway is the pipeline's gateway client (nil without gateway.address).
 func (p *Pipeline) Gateway() *gateway.Client { return p.spec.Gateway }

@@ -143,6 +143,10 @@ func itemOf(raw json.RawMessage, i int) (item, error) {
 				return item{}, apierror.InvalidField("input", "input[%d].%s must be a non-empty string", i, k)
 			}
 		}
+	case "reasoning":
+		if k := o.Kind("encrypted_content"); k != body.KindNone && k != body.KindNull {
+			return item{}, apierror.InvalidField("input", "input[%d].encrypted_content: encrypted reasoning is not supported (as vLLM): send its summary", i)
+		}
 	case "function_call_output":
 		if v, _, err := o.String("call_id"); err != nil || v == "" {
 			return item{}, apierror.InvalidField("input", "input[%d].call_id must be a non-empty string", i)
@@ -186,8 +190,8 @@ func checkTools(obj *body.Object) error {
 // Chat returns the chat body the render service tokenizes for a checked Responses request obj:
 // model, the messages vLLM builds from instructions and input (a system message, then one
 // message per item: function calls as assistant tool calls, their outputs as tool messages,
-// reasoning items left out as vLLM's chat template drops them), and the function tools as chat
-// tools. Content parts are translated to the chat shape (input_text and output_text to text,
+// reasoning items as assistant messages with their reasoning), and the function tools as chat
+// tools (none with tool_choice none). Content parts are translated to the chat shape (input_text and output_text to text,
 // input_image to image_url); each media URL is a subslice of obj, not a copy.
 func Chat(obj *body.Object) (*body.Object, error) {
 	out := &body.Object{}
@@ -218,8 +222,9 @@ func Chat(obj *body.Object) (*body.Object, error) {
 		}
 	}
 	out.SetSegments("messages", m.close()...)
-	if tools, ok := obj.Get("tools"); ok && body.KindOf(tools) == body.KindArray {
-		out.Set("tools", chatTools(tools))
+	choice, _, _ := obj.String("tool_choice")
+	if tools, ok := obj.Get("tools"); ok && body.KindOf(tools) == body.KindArray && choice != "none" {
+		out.Set("tools", chatTools(tools)) // as vLLM: no tools in the prompt with tool_choice none
 	}
 	return out, nil
 }
@@ -270,6 +275,12 @@ func (m *messages) item(it item, i int) error {
 	o := it.obj
 	switch it.typ {
 	case "reasoning":
+		// As vLLM: an assistant message whose reasoning is the item's one summary text, else its
+		// one content text, else empty.
+		m.sep()
+		m.write(`{"role":"assistant","reasoning":`)
+		m.ref(reasoningText(o))
+		m.write("}")
 		return nil
 	case "function_call":
 		id, _ := o.Get("call_id")
@@ -321,6 +332,23 @@ func (m *messages) item(it item, i int) error {
 	}
 	m.write("]}")
 	return nil
+}
+
+// reasoningText is the JSON string a reasoning item gives its assistant message.
+func reasoningText(o *body.Object) json.RawMessage {
+	for _, key := range []string{"summary", "content"} {
+		raw, _ := o.Get(key)
+		parts, err := body.Array(raw)
+		if err != nil || len(parts) != 1 {
+			continue
+		}
+		if p, err := body.ParseNested(parts[0]); err == nil {
+			if text, ok := p.Get("text"); ok && body.KindOf(text) == body.KindString {
+				return text
+			}
+		}
+	}
+	return json.RawMessage(`""`)
 }
 
 // part appends the chat form of one content part.

@@ -52,6 +52,7 @@ func TestCheck(t *testing.T) {
 		"tools not an array":                {body: `{"input":"hi","tools":{}}`, wantParam: "tools"},
 		"the type of an item not a string":  {body: `{"input":[{"type":1}]}`, wantParam: "input", wantMsg: "type must be a string"},
 		"a role that is not a string":       {body: `{"input":[{"role":1,"content":"x"}]}`, wantParam: "input", wantMsg: "role"},
+		"encrypted reasoning":               {body: `{"input":[{"type":"reasoning","summary":[],"encrypted_content":"gAAA"}]}`, wantParam: "input", wantMsg: "encrypted reasoning"},
 		"function_call_output with no call": {body: `{"input":[{"type":"function_call_output","output":"x"}]}`, wantParam: "input", wantMsg: "call_id"},
 	}
 	for name, tc := range tests {
@@ -93,10 +94,14 @@ func TestChat(t *testing.T) {
 			want: `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`},
 		"message items and their parts": {body: `{"input":[{"role":"user","content":[{"type":"input_text","text":"look"},{"type":"input_image","image_url":"` + img + `","detail":"auto"}]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok","annotations":[]}]}]}`,
 			want: `{"messages":[{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"` + img + `"}}]},{"role":"assistant","content":[{"type":"text","text":"ok"}]}]}`},
-		"function calls, outputs, reasoning left out": {body: `{"input":[{"role":"user","content":"weather?"},{"type":"reasoning","summary":[]},{"type":"function_call","call_id":"c1","name":"get","arguments":"{\"city\":\"x\"}"},{"type":"function_call_output","call_id":"c1","output":"sunny"}]}`,
-			want: `{"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get","arguments":"{\"city\":\"x\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]}`},
+		"function calls, outputs, reasoning": {body: `{"input":[{"role":"user","content":"weather?"},{"type":"reasoning","summary":[{"type":"summary_text","text":"look it up"}]},{"type":"function_call","call_id":"c1","name":"get","arguments":"{\"city\":\"x\"}"},{"type":"function_call_output","call_id":"c1","output":"sunny"}]}`,
+			want: `{"messages":[{"role":"user","content":"weather?"},{"role":"assistant","reasoning":"look it up"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get","arguments":"{\"city\":\"x\"}"}}]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]}`},
 		"function tools become chat tools": {body: `{"input":"hi","tools":[{"type":"function","name":"get","description":"d","parameters":{"type":"object"},"strict":true}]}`,
 			want: `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"get","description":"d","parameters":{"type":"object"},"strict":true}}]}`},
+		"reasoning without one summary: its content, else empty": {body: `{"input":[{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"think"}]},{"type":"reasoning","summary":[]}]}`,
+			want: `{"messages":[{"role":"assistant","reasoning":"think"},{"role":"assistant","reasoning":""}]}`},
+		"tool_choice none: no tools in the prompt": {body: `{"input":"hi","tool_choice":"none","tools":[{"type":"function","name":"get"}]}`,
+			want: `{"messages":[{"role":"user","content":"hi"}]}`},
 		"input_audio keeps its shape": {body: `{"input":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}]}]}`,
 			want: `{"messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}]}]}`},
 	}

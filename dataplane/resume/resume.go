@@ -40,13 +40,16 @@ var ErrBroken = errors.New("the decode stream broke off")
 var (
 	eventEnd = []byte("\n\n")
 	dataDone = []byte("[DONE]")
-	bufs     = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+	// bufs are the read buffers, one per relayed stream for its whole life: thousands of streams
+	// are open at once, each reading one small event at a time (a longer one gathers in pending).
+	bufs = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
 	// kept holds the record of what clients got, reused from stream to stream.
-	kept = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+	kept = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 )
 
-// maxPooledKept is the largest record returned to the pool.
-const maxPooledKept = 1 << 20
+// maxPooledKept is the largest record returned to the pool: a longer one goes to the garbage
+// collector, so the pool does not keep every open stream's worth of the longest answers.
+const maxPooledKept = 64 << 10
 
 // Stream is one client's event stream, fed by one worker answer after another.
 type Stream struct {

@@ -180,8 +180,9 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 		ContentType: req.Header.Get("Content-Type"),
 	}}
 	switch {
-	case req.ContentLength != 0 && isJSON(leg.ContentType):
-		// A JSON body is read first: no remote URL may reach a worker that would fetch it itself
+	case req.ContentLength != 0 && (isJSON(leg.ContentType) || leg.ContentType == ""):
+		// A JSON body (or one without a Content-Type: the leg labels it JSON) is read first: no
+		// remote URL may reach a worker that would fetch it itself
 		// (the Responses, Messages and embeddings APIs take image URLs), past the media guard.
 		buf, err := readBody(c, limit)
 		if err != nil {

@@ -201,6 +201,10 @@ func TestCountTokens(t *testing.T) {
 		b, _ := io.ReadAll(r.Body)
 		rendered = append(rendered, r.URL.Path+" "+string(b))
 		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(string(b), `"image_url"`) { // one image: its placeholder
+			_, _ = io.WriteString(w, `{"token_ids":[1,5,9,4],"features":{"mm_hashes":{"image":["h1"]},"mm_placeholders":{"image":[{"offset":1,"length":2}]}}}`)
+			return
+		}
 		_, _ = io.WriteString(w, `{"token_ids":[1,5,9,4]}`)
 	}))
 	t.Cleanup(render.Close)
@@ -225,5 +229,30 @@ func TestCountTokens(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || string(b) != `{"id":"ok"}` || leg.URL.Path != "/v1/messages/count_tokens" || leg.Header.Get("EPP-Profile") != "decode" ||
 		legBody != `{"model":"m","messages":[{"role":"user","content":"hi"}]}` {
 		t.Errorf("HTTP %d %s; leg %s %s", resp.StatusCode, b, leg.URL.Path, legBody)
+	}
+	// Without a Content-Type the passthrough still reads the body as JSON (the leg is labelled
+	// JSON) and refuses a remote URL in it.
+	before := bare.up.count()
+	resp, b = do(t, http.MethodPost, bare.url+"/v1/messages/count_tokens",
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"http://169.254.169.254/"}}]}]}`, nil)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "remote URLs are refused") || bare.up.count() != before {
+		t.Errorf("a remote URL without a Content-Type: HTTP %d %s, %d legs", resp.StatusCode, b, bare.up.count()-before)
+	}
+
+	// With a media guard the count's images meet its limits before render runs.
+	rendered = nil
+	guarded := start(t, jsonAnswer, func(c *config.Config) {
+		c.Pipeline.Steps = []config.Step{{Type: "replace-media-urls", Params: map[string]any{"max_multimodal_entries": 1}},
+			{Type: "render", Params: map[string]any{"address": render.URL}}, {Type: "decode"}}
+	})
+	img := `{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgoAAAAN"}}`
+	resp, b = do(t, http.MethodPost, guarded.url+"/v1/messages/count_tokens",
+		`{"model":"m","messages":[{"role":"user","content":[`+img+`,`+img+`]}]}`, nil)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "too many") || len(rendered) != 0 {
+		t.Errorf("two images past max_multimodal_entries 1: HTTP %d %s, %d renders", resp.StatusCode, b, len(rendered))
+	}
+	resp, b = do(t, http.MethodPost, guarded.url+"/v1/messages/count_tokens", `{"model":"m","messages":[{"role":"user","content":[`+img+`]}]}`, nil)
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(b)) != `{"input_tokens":4}` || len(rendered) != 1 {
+		t.Errorf("one image: HTTP %d %s, %d renders", resp.StatusCode, b, len(rendered))
 	}
 }

@@ -20,8 +20,10 @@ func isJSON(contentType string) bool {
 // when its pipeline has no step guarding media (pipeline.GuardsMedia): the worker would fetch it
 // itself, past the media guard.
 func refuseRemoteMedia(data []byte) error {
-	if !bytes.Contains(data, []byte("://")) {
-		return nil // the common case, data: URLs included, without a scan
+	if !bytes.Contains(data, []byte(":/")) && !bytes.Contains(data, []byte(`:\`)) && !bytes.Contains(data, []byte(`\u`)) {
+		// The common case, data: URLs included, without a scan: no URL can be spelled without
+		// ":/", or, escaped, ":\/" (":\t/"...) or "\u003a".
+		return nil
 	}
 	if where, found := remoteURL(data); found {
 		return apierror.InvalidField(where, "%s: remote URLs are refused: this pipeline has no replace-media-urls step to download them "+
@@ -108,6 +110,9 @@ func remoteURL(data []byte) (string, bool) {
 
 // isRemote reports an http:// or https:// URL (any case).
 func isRemote(s string) bool {
-	s = strings.TrimSpace(s)
+	// As Python's urllib (vLLM) reads a URL: leading C0 controls and spaces stripped, tabs and
+	// line breaks removed anywhere.
+	s = strings.TrimLeftFunc(s, func(r rune) bool { return r <= ' ' })
+	s = strings.NewReplacer("\t", "", "\r", "", "\n", "").Replace(s)
 	return len(s) >= 7 && strings.EqualFold(s[:7], "http://") || len(s) >= 8 && strings.EqualFold(s[:8], "https://")
 }

@@ -27,6 +27,34 @@ func TestRemoteURL(t *testing.T) {
 	}
 }
 
+// TestRefuseRemoteMedia: the check of a pipeline without a media guard sees a URL however JSON
+// spells it (escaped slashes, an escaped colon, tabs or leading controls Python's urllib drops),
+// and skips the scan only where no URL can be.
+func TestRefuseRemoteMedia(t *testing.T) {
+	tests := map[string]struct {
+		body    string
+		refused bool
+	}{
+		"a plain URL":                  {`{"messages":[{"content":[{"type":"image_url","image_url":{"url":"http://169.254.169.254/"}}]}]}`, true},
+		"escaped slashes":              {`{"messages":[{"content":[{"type":"image_url","image_url":{"url":"http:\/\/169.254.169.254\/latest"}}]}]}`, true},
+		"an escaped colon":             {`{"input":[{"content":[{"type":"input_image","image_url":"http\u003a//169.254.169.254/"}]}]}`, true},
+		"escaped slashes as u escapes": {`{"input":[{"content":[{"type":"input_image","image_url":"https:\u002f\u002fx/"}]}]}`, true},
+		"a tab in the scheme":          {`{"image_url":"ht\ttp://x/"}`, true},
+		"a tab after the colon":        {`{"image_url":"http:\t//x/"}`, true},
+		"leading controls":             {`{"image_url":"\u0001 https://x/"}`, true},
+		"inline data":                  {`{"messages":[{"content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AA//BB=="}}]}]}`, false},
+		"a URL in text":                {`{"messages":[{"content":"see https://example.com"}]}`, false},
+		"unicode escapes, no URLs":     {`{"messages":[{"content":"\u4f60\u597d"}]}`, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if err := refuseRemoteMedia([]byte(tc.body)); (err != nil) != tc.refused {
+				t.Fatalf("refused: %v, want %v", err, tc.refused)
+			}
+		})
+	}
+}
+
 func FuzzRemoteURL(f *testing.F) {
 	f.Add([]byte(`{"input":[{"type":"input_image","image_url":"http://169.254.169.254/"}]}`))
 	f.Add([]byte(`{"a":[{"b":{"url":"data:x"}}],"c":"http://x"}`))

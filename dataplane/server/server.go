@@ -51,6 +51,7 @@ type Server struct {
 	tel      observe.Telemetry
 	log      logr.Logger
 	draining atomic.Bool
+	trim     *idleTrim
 }
 
 // maxHeaderBytes bounds a request's line and headers (net/http's default); a larger head gets
@@ -64,7 +65,7 @@ func New(opts Options) *Server {
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	s := &Server{echo: e, holder: opts.Pipelines, tel: opts.Telemetry, log: opts.Log, tls: opts.TLS}
+	s := &Server{echo: e, holder: opts.Pipelines, tel: opts.Telemetry, log: opts.Log, tls: opts.TLS, trim: newIdleTrim()}
 	e.HTTPErrorHandler = s.handleError
 	e.Pre(s.serve, s.front)
 
@@ -114,6 +115,11 @@ func (s *Server) Handler() http.Handler { return s.http.Handler }
 // Serve accepts connections on l until Shutdown: HTTPS when Options.TLS is set, otherwise plain
 // HTTP/1.1.
 func (s *Server) Serve(l net.Listener) error {
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	go s.trim.run(ctx, t.C, time.Second)
 	return serve(s.http, l, s.tls, s.log)
 }
 
@@ -151,6 +157,8 @@ func (s *Server) handleReady(c echo.Context) error {
 // into a 500, then settles how the request ended once and reports it (see exchange).
 func (s *Server) serve(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		s.trim.begin()
+		defer s.trim.end()
 		x := &exchange{start: time.Now()}
 		client := c.Request().Header.Get(upstream.RequestIDHeader)
 		var replaced bool

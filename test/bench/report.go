@@ -21,8 +21,15 @@ type Report struct {
 	Cells []CellResult `json:"cells"`
 	// PeakRSS is VmHWM in bytes per process name ("coordinator decode-only", "raw-proxy", ...).
 	PeakRSS map[string]int64 `json:"peak_rss_bytes"`
+	// RestRSS is VmRSS in bytes per process name 8 s after the load ended.
+	RestRSS map[string]int64 `json:"rest_rss_bytes"`
 	// SSE is the per-event latency per path.
 	SSE []SSEResult `json:"sse"`
+	// Scale are the concurrency-scaling cells; FileLimit the open-file limit they ran under.
+	Scale     []ScaleResult `json:"scale"`
+	FileLimit uint64        `json:"file_limit"`
+	// Notes are things the run could not do (a target not installed, a limit lowered).
+	Notes []string `json:"notes,omitempty"`
 	// Micro are the Go micro-benchmarks; MicroErr is set when they failed.
 	Micro    []MicroResult `json:"micro"`
 	MicroErr string        `json:"micro_error,omitempty"`
@@ -40,6 +47,8 @@ type Settings struct {
 	SSEDuration    time.Duration `json:"sse_duration_ns"`
 	SSEITL         time.Duration `json:"sse_itl_ns"`
 	SSETokens      int           `json:"sse_tokens"`
+	ScaleTokens    int           `json:"scale_tokens"`
+	ScaleITL       time.Duration `json:"scale_itl_ns"`
 }
 
 // Errors is the total number of failed requests and streams.
@@ -49,6 +58,9 @@ func (r *Report) Errors() int {
 		n += c.Errors
 	}
 	for _, s := range r.SSE {
+		n += s.Errors
+	}
+	for _, s := range r.Scale {
 		n += s.Errors
 	}
 	return n
@@ -61,12 +73,18 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "Source: %s. Machine: %s.\n\nClosed loop, concurrency %d; per cell %s warm-up, then %s measured in %d slices interleaved round-robin with the other targets of the same body and mode.\n\n",
 		orDash(r.Revision), r.Machine, s.Concurrency, s.Warmup, s.Duration, s.Slices)
 
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "- %s\n", n)
+	}
+	if len(r.Notes) > 0 {
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintln(w, "### Throughput and latency")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "`×raw` = req/s ÷ the raw proxy's req/s for the same body and mode. `proxy CPU/req` = CPU time (user+sys) of the proxy process (raw proxy or coordinator) per request; `CPU ×raw` = the raw proxy's CPU/req ÷ this one's (the throughput ratio when the proxy, not the worker, is the bottleneck); `worker CPU/req` = the simworker's CPU time per request; `other load` = CPUs busy with anything but the benchmark (other users of the box, steal) during the cell, out of the machine's CPUs.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| target | body | mode | req/s | ×raw | p50 | p99 | proxy CPU/req | CPU ×raw | worker CPU/req | other load | errors |")
-	fmt.Fprintln(w, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| target | body | mode | req/s | ×raw | ×nginx | p50 | p99 | proxy CPU/req | CPU ×raw | worker CPU/req | other load | errors |")
+	fmt.Fprintln(w, "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, c := range r.Cells {
 		ratio := "—"
 		if c.RatioToRaw > 0 {
@@ -84,27 +102,35 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		if c.WorkerCPU > 0 {
 			workerCPU = fmtDur(c.WorkerCPU)
 		}
+		nginx := "—"
+		if c.RatioToNginx > 0 {
+			nginx = fmt.Sprintf("%.3f", c.RatioToNginx)
+		}
 		errs := fmt.Sprint(c.Errors)
 		if c.Errors > 0 {
 			errs = fmt.Sprintf("**%d** (%s)", c.Errors, mdEscape(c.ErrorSample, 80))
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %.2f | %s |\n", c.Target, c.Body, streamName(c.Stream),
-			c.RPS, ratio, fmtDur(c.P50), fmtDur(c.P99), proxyCPU, cpuRatio, workerCPU, c.OtherLoad, errs)
+		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %.2f | %s |\n", c.Target, c.Body, streamName(c.Stream),
+			c.RPS, ratio, nginx, fmtDur(c.P50), fmtDur(c.P99), proxyCPU, cpuRatio, workerCPU, c.OtherLoad, errs)
 	}
 	fmt.Fprintln(w)
 
 	if len(r.PeakRSS) > 0 {
-		fmt.Fprintln(w, "### Peak RSS (VmHWM) after the load")
+		fmt.Fprintln(w, "### Peak RSS (VmHWM) after the load, and RSS at rest (8 s later)")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| process | peak RSS |")
-		fmt.Fprintln(w, "|---|--:|")
+		fmt.Fprintln(w, "| process | peak RSS | at rest |")
+		fmt.Fprintln(w, "|---|--:|--:|")
 		names := make([]string, 0, len(r.PeakRSS))
 		for n := range r.PeakRSS {
 			names = append(names, n)
 		}
 		slices.Sort(names)
 		for _, n := range names {
-			fmt.Fprintf(w, "| %s | %.1f MiB |\n", n, float64(r.PeakRSS[n])/(1<<20))
+			rest := "—"
+			if v, ok := r.RestRSS[n]; ok {
+				rest = fmt.Sprintf("%.1f MiB", float64(v)/(1<<20))
+			}
+			fmt.Fprintf(w, "| %s | %.1f MiB | %s |\n", n, float64(r.PeakRSS[n])/(1<<20), rest)
 		}
 		fmt.Fprintln(w)
 	}
@@ -135,6 +161,10 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 			fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s | %s | %s |\n", e.Target, e.Streams, e.Events, fmtDur(e.P50), fmtDur(e.P99), added, overRaw, errs)
 		}
 		fmt.Fprintln(w)
+	}
+
+	if len(r.Scale) > 0 {
+		r.writeScale(w)
 	}
 
 	if len(r.Micro) > 0 || r.MicroErr != "" {
@@ -194,4 +224,42 @@ func orDash(s string) string {
 		return "—"
 	}
 	return s
+}
+
+// writeScale renders the concurrency-scaling cells.
+func (r *Report) writeScale(w io.Writer) {
+	fmt.Fprintln(w, "### Concurrency scaling: open streams")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Each stream: %d tokens, one event every %s, all streams opened together (open-file limit %d). `RSS/stream` and `goroutines/stream`: the proxy's (all its processes') resident set and goroutines at the most open streams, above idle, per open stream. `CPU/event`: the proxy's CPU time over the cell per relayed event. Latency: each event's arrival at the client − its send by the worker. `lag`: how much longer than %d × %s the slowest stream took (the box falling behind the offered event rate).\n\n",
+		r.Settings.ScaleTokens, r.Settings.ScaleITL, r.FileLimit, r.Settings.ScaleTokens, r.Settings.ScaleITL)
+	fmt.Fprintln(w, "| target | streams | open | events | RSS/stream | goroutines/stream | CPU/event | CPU ×raw | p50 | p99 | p99 over raw | lag | errors |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	raw := map[int]ScaleResult{}
+	for _, c := range r.Scale {
+		if c.Target == TargetRaw {
+			raw[c.Streams] = c
+		}
+	}
+	for _, c := range r.Scale {
+		g := "—"
+		if v := c.GoroutinesPerStream(); v >= 0 {
+			g = fmt.Sprintf("%.2f", v)
+		}
+		cpuX, overRaw := "—", "—"
+		if b, ok := raw[c.Streams]; ok && c.Target != TargetRaw {
+			if b.CPUPerEvent > 0 && c.CPUPerEvent > 0 {
+				cpuX = fmt.Sprintf("%.2f", float64(c.CPUPerEvent)/float64(b.CPUPerEvent))
+			}
+			if b.Events > 0 && c.Events > 0 {
+				overRaw = fmtDur(c.P99 - b.P99)
+			}
+		}
+		errs := fmt.Sprint(c.Errors)
+		if c.Errors > 0 {
+			errs = fmt.Sprintf("**%d** (%s)", c.Errors, mdEscape(c.ErrorSample, 80))
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %.1f KiB | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Target, c.Streams, c.Open, c.Events,
+			c.RSSPerStream()/1024, g, fmtDur(c.CPUPerEvent), cpuX, fmtDur(c.P50), fmtDur(c.P99), overRaw, fmtDur(c.Lag), errs)
+	}
+	fmt.Fprintln(w)
 }

@@ -160,6 +160,17 @@ func (l *SSELoad) Result() SSEResult {
 
 // stream sends one streaming request and reads its stamped events.
 func stream(ctx context.Context, client *http.Client, url string, payload []byte, now func() int64) ([]time.Duration, error) {
+	resp, err := postStream(ctx, client, url, payload)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return ReadStampedStream(resp.Body, now)
+}
+
+// postStream sends a streaming chat request and returns its 200 answer (any other status is an
+// error carrying the start of the body).
+func postStream(ctx context.Context, client *http.Client, url string, payload []byte) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(payload))
 	if err != nil {
 		return nil, err
@@ -169,10 +180,10 @@ func stream(ctx context.Context, client *http.Client, url string, payload []byte
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return nil, fmt.Errorf("status %d: %s", resp.StatusCode, b)
 	}
-	return ReadStampedStream(resp.Body, now)
+	return resp, nil
 }

@@ -16,7 +16,7 @@ const (
 )
 
 // TargetNames lists every target in report order.
-var TargetNames = []string{TargetDirect, TargetRaw, TargetDecodeOnly, TargetPrefillDecode}
+var TargetNames = []string{TargetDirect, TargetRaw, TargetNginx, TargetDecodeOnly, TargetPrefillDecode}
 
 // IsCoordinator reports whether target is a coordinator pipeline.
 func IsCoordinator(target string) bool {
@@ -71,6 +71,9 @@ type CellResult struct {
 	// CPURatioToRaw is the raw proxy's ProxyCPU divided by this target's: the throughput ratio
 	// to expect when the proxy process, not the worker, is the bottleneck (0 when unknown).
 	CPURatioToRaw float64 `json:"cpu_ratio_to_raw"`
+	// RatioToNginx is RPS divided by nginx's RPS for the same body and stream (0 when nginx was
+	// not measured).
+	RatioToNginx float64 `json:"ratio_to_nginx"`
 }
 
 // Percentile returns the q-quantile (0 ≤ q ≤ 1) of sorted by the nearest-rank method, or 0 for
@@ -92,15 +95,21 @@ func Summarize[T ~int64](latencies []T) (p50, p99 T) {
 // FillRatios sets RatioToRaw and CPURatioToRaw on every result whose body and stream flag have a
 // raw-proxy result with a non-zero rate (and CPU time).
 func FillRatios(results []CellResult) {
-	raw := map[Cell]CellResult{}
+	raw, nginx := map[Cell]CellResult{}, map[Cell]CellResult{}
 	for _, r := range results {
-		if r.Target == TargetRaw {
+		switch r.Target {
+		case TargetRaw:
 			raw[Cell{Body: r.Body, Stream: r.Stream}] = r
+		case TargetNginx:
+			nginx[Cell{Body: r.Body, Stream: r.Stream}] = r
 		}
 	}
 	for i := range results {
 		r := &results[i]
-		r.RatioToRaw, r.CPURatioToRaw = 0, 0
+		r.RatioToRaw, r.CPURatioToRaw, r.RatioToNginx = 0, 0, 0
+		if n, ok := nginx[Cell{Body: r.Body, Stream: r.Stream}]; ok && n.RPS > 0 {
+			r.RatioToNginx = r.RPS / n.RPS
+		}
 		base, ok := raw[Cell{Body: r.Body, Stream: r.Stream}]
 		if !ok {
 			continue
@@ -143,6 +152,19 @@ var throughputGoals = []struct {
 // SSEGoal is the largest acceptable p50 per-event latency the coordinator adds to a stream.
 const SSEGoal = 100 * time.Microsecond
 
+// Scale goals (issue 17): memory per open stream above idle at the most streams measured, CPU
+// per relayed event against the raw proxy's and the per-event latency added over it at
+// ScaleGoalStreams, decode-only's small-request rate against nginx's, and prefill+decode's CPU
+// per 256 KiB text request against the raw proxy's.
+const (
+	ScaleMemoryGoal    = 24 << 10
+	ScaleCPUGoal       = 1.2
+	ScaleLatencyGoal   = time.Millisecond
+	ScaleGoalStreams   = 5000
+	NginxRatioGoal     = 0.5
+	PrefillTextCPUGoal = 2.0
+)
+
 // EvaluateGoals checks the throughput goals (each in both the streaming and non-streaming cells)
 // against results (ratios filled) and the SSE goal against sse.
 func EvaluateGoals(results []CellResult, sse []SSEResult) []Goal {
@@ -167,6 +189,19 @@ func EvaluateGoals(results []CellResult, sse []SSEResult) []Goal {
 			goals = append(goals, goal)
 		}
 	}
+	for _, stream := range []bool{false, true} {
+		goal := Goal{Name: fmt.Sprintf("decode-only ≥ %.1f× nginx req/s at %s %s", NginxRatioGoal, Body200B, streamName(stream))}
+		if r, ok := find(results, TargetDecodeOnly, Body200B, stream); ok && r.RatioToNginx > 0 {
+			goal.Measured, goal.Observed, goal.Met = true, fmt.Sprintf("%.3f×", r.RatioToNginx), r.RatioToNginx >= NginxRatioGoal && r.Errors == 0
+		}
+		goals = append(goals, goal)
+		goal = Goal{Name: fmt.Sprintf("prefill-decode proxy CPU/req ≤ %.0f× the raw proxy's at %s %s", PrefillTextCPUGoal, Body256K, streamName(stream))}
+		if r, ok := find(results, TargetPrefillDecode, Body256K, stream); ok && r.CPURatioToRaw > 0 {
+			times := 1 / r.CPURatioToRaw
+			goal.Measured, goal.Observed, goal.Met = true, fmt.Sprintf("%.2f×", times), times <= PrefillTextCPUGoal
+		}
+		goals = append(goals, goal)
+	}
 	goal := Goal{Name: fmt.Sprintf("SSE per-event latency added by the coordinator (decode-only) < %s at p50", SSEGoal)}
 	if added, ok := AddedSSELatency(sse, TargetDecodeOnly); ok {
 		goal.Measured = true
@@ -174,6 +209,54 @@ func EvaluateGoals(results []CellResult, sse []SSEResult) []Goal {
 		goal.Met = added < SSEGoal
 	}
 	return append(goals, goal)
+}
+
+func find(results []CellResult, target, body string, stream bool) (CellResult, bool) {
+	for _, r := range results {
+		if r.Target == target && r.Body == body && r.Stream == stream {
+			return r, true
+		}
+	}
+	return CellResult{}, false
+}
+
+// EvaluateScaleGoals checks the concurrency-scaling goals of each coordinator target.
+func EvaluateScaleGoals(cells []ScaleResult) []Goal {
+	byKey := map[string]ScaleResult{}
+	most := map[string]int{}
+	for _, c := range cells {
+		byKey[fmt.Sprint(c.Target, "/", c.Streams)] = c
+		most[c.Target] = max(most[c.Target], c.Streams)
+	}
+	var goals []Goal
+	for _, t := range []string{TargetDecodeOnly, TargetPrefillDecode} {
+		n, ok := most[t]
+		goal := Goal{Name: fmt.Sprintf("%s memory per open stream ≤ %d KiB above idle at the most streams (10000 asked), no errors", t, ScaleMemoryGoal>>10)}
+		if c := byKey[fmt.Sprint(t, "/", n)]; ok && c.Open > 0 {
+			goal.Measured = true
+			goal.Observed = fmt.Sprintf("%.1f KiB at %d open of %d", c.RSSPerStream()/1024, c.Open, c.Streams)
+			goal.Met = c.RSSPerStream() <= ScaleMemoryGoal && c.Errors == 0
+			if c.Errors > 0 {
+				goal.Observed += fmt.Sprintf(" (%d errors)", c.Errors)
+			}
+		}
+		goals = append(goals, goal)
+		c, okT := byKey[fmt.Sprint(t, "/", ScaleGoalStreams)]
+		raw, okR := byKey[fmt.Sprint(TargetRaw, "/", ScaleGoalStreams)]
+		goal = Goal{Name: fmt.Sprintf("%s CPU per relayed event ≤ %.1f× the raw proxy's at %d streams", t, ScaleCPUGoal, ScaleGoalStreams)}
+		if okT && okR && raw.CPUPerEvent > 0 && c.CPUPerEvent > 0 {
+			x := float64(c.CPUPerEvent) / float64(raw.CPUPerEvent)
+			goal.Measured, goal.Observed, goal.Met = true, fmt.Sprintf("%.2f× (%s against %s)", x, fmtDur(c.CPUPerEvent), fmtDur(raw.CPUPerEvent)), x <= ScaleCPUGoal
+		}
+		goals = append(goals, goal)
+		goal = Goal{Name: fmt.Sprintf("%s per-event latency p99 ≤ %s over the raw proxy's at %d streams", t, ScaleLatencyGoal, ScaleGoalStreams)}
+		if okT && okR && c.Events > 0 && raw.Events > 0 {
+			added := c.P99 - raw.P99
+			goal.Measured, goal.Observed, goal.Met = true, fmt.Sprintf("%s (%s against %s)", fmtDur(added), fmtDur(c.P99), fmtDur(raw.P99)), added <= ScaleLatencyGoal
+		}
+		goals = append(goals, goal)
+	}
+	return goals
 }
 
 // AddedSSELatency is target's p50 per-event latency minus the direct (no proxy) p50.

@@ -76,8 +76,8 @@ func TestEvaluateGoals(t *testing.T) {
 	for _, g := range goals {
 		byName[g.Name] = g
 	}
-	if len(goals) != 9 {
-		t.Fatalf("%d goals, want 4 throughput goals × 2 modes + SSE", len(goals))
+	if len(goals) != 13 {
+		t.Fatalf("%d goals, want 4 throughput goals × 2 modes, nginx and prefill-text CPU × 2 modes, SSE", len(goals))
 	}
 	check := func(name string, measured, met bool, observed string) {
 		t.Helper()
@@ -139,10 +139,10 @@ func TestWriteMarkdown(t *testing.T) {
 	r.WriteMarkdown(&b)
 	out := b.String()
 	for _, want := range []string{
-		"| decode-only | 200B | json | 960 | 0.960 | 0 | 0 | 125µs | 0.800 | — | 0.00 | 0 |",
+		"| decode-only | 200B | json | 960 | 0.960 | — | 0 | 0 | 125µs | 0.800 | — | 0.00 | 0 |",
 		"| decode-only | 1MiB-image | json | 35 | 0.875 |",
 		"**1** (status 502: a\\|b c)",
-		"| coordinator decode-only | 64.0 MiB |",
+		"| coordinator decode-only | 64.0 MiB | — |",
 		"| decode-only | 0 | 10 | 100µs | 0 | 50µs | 10µs | 0 |",
 		"| X/y | 10 | 0.0 | 5 | 1 |",
 		"| prefill-decode ≥ 0.75× raw proxy req/s at 1MiB-image json | 0.800× | yes | 1.000× | yes |",

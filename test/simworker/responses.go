@@ -67,7 +67,7 @@ func RenderResponses(body []byte) ([]int, error) {
 // responsesMessages builds the chat messages of a Responses request as vLLM's
 // construct_input_messages does: instructions as the system message, a string input as one user
 // message, message items with their parts in the chat shape, function calls as assistant tool
-// calls, their outputs as tool messages; reasoning items are left out.
+// calls, their outputs as tool messages, reasoning items as assistant messages with reasoning.
 func responsesMessages(instructions, input []byte) ([]byte, error) {
 	var msgs []map[string]any
 	if !absent(instructions) {
@@ -98,6 +98,7 @@ func responsesMessages(instructions, input []byte) ([]byte, error) {
 		_ = json.Unmarshal(it["role"], &role)
 		switch typ {
 		case "reasoning":
+			msgs = append(msgs, map[string]any{"role": "assistant", "reasoning": reasoningOf(it)})
 		case "function_call":
 			var id, name, args string
 			_ = json.Unmarshal(it["call_id"], &id)
@@ -123,6 +124,20 @@ func responsesMessages(instructions, input []byte) ([]byte, error) {
 		}
 	}
 	return json.Marshal(msgs)
+}
+
+// reasoningOf is what vLLM makes a reasoning item's message reasoning: its one summary text, else
+// its one content text.
+func reasoningOf(it map[string]json.RawMessage) string {
+	for _, key := range []string{"summary", "content"} {
+		var parts []struct {
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(it[key], &parts) == nil && len(parts) == 1 {
+			return parts[0].Text
+		}
+	}
+	return ""
 }
 
 // responsesContent is a message item's content in the chat shape.

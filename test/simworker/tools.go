@@ -21,6 +21,8 @@ import (
 type toolCall struct {
 	name   string
 	pieces []string // the arguments JSON, one piece per token
+	// named is set when tool_choice named the function: vLLM then finishes with "stop".
+	named bool
 }
 
 // chatTool is the part of a chat tool definition the worker reads.
@@ -78,7 +80,9 @@ func (in *inference) toolCallOf(tools, toolChoice []byte) (*toolCall, *apiError)
 			return nil, badRequest("Tool '%s' has not been passed in `tools`.", name)
 		}
 	}
-	return in.argumentsFor(list[i]), nil
+	call := in.argumentsFor(list[i])
+	call.named = name != ""
+	return call, nil
 }
 
 // argumentsFor builds the call of t (see the package's tool calls).
@@ -193,8 +197,11 @@ func (g *generation) toolCallID() string { return "call_" + strings.TrimPrefix(g
 
 // toolFinish is the finish_reason of the call's answer.
 func (g *generation) toolFinish() string {
-	if g.usage.CompletionTokens < len(g.in.tool.pieces) {
+	switch {
+	case g.usage.CompletionTokens < len(g.in.tool.pieces):
 		return finishLength
+	case g.in.tool.named:
+		return "stop" // vLLM's finish_reason of a named tool call
 	}
 	return "tool_calls"
 }

@@ -124,7 +124,9 @@ func buildSpec(cfg config.Config, key string, opts Options) (pipeline.Spec, erro
 		if spec.Tokenizer == nil && slices.Contains(types[i].Provides, registry.Tokens) {
 			spec.Tokenizer = step
 		}
-		spec.GuardsMedia = spec.GuardsMedia || slices.Contains(types[i].Provides, registry.Media)
+		if spec.MediaGuard == nil && slices.Contains(types[i].Provides, registry.Media) {
+			spec.MediaGuard = step
+		}
 	}
 	return spec, nil
 }

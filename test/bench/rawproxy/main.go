@@ -21,9 +21,13 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 )
+
+// GoroutinesPath answers the proxy's goroutine count instead of being forwarded.
+const GoroutinesPath = "/_rawproxy/goroutines"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -51,6 +55,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// transport still reads it (its check for bytes past Content-Length), which tears down the
 	// upstream connection and truncates fast streamed answers (golang/go#40747).
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == GoroutinesPath { // the harness's per-stream accounting
+			fmt.Fprint(w, runtime.NumGoroutine())
+			return
+		}
 		_ = http.NewResponseController(w).EnableFullDuplex()
 		proxy.ServeHTTP(w, r)
 	})

@@ -17,16 +17,19 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/epd-dev/coordinator/dataplane/retry"
 	"github.com/epd-dev/coordinator/test/bench"
 )
 
@@ -51,11 +54,15 @@ type options struct {
 	profile                        []string
 	profileDuration                time.Duration
 	strict                         bool
+	scaleStreams                   []int
+	scaleTargets                   []string
+	scaleTokens                    int
+	scaleITL, scaleRamp            time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
-	var targets, bodies, modes, sseTargets, microPkgs, profile string
+	var targets, bodies, modes, sseTargets, microPkgs, profile, scaleStreams, scaleTargets string
 	fs := flag.NewFlagSet("benchharness", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.repo, "repo", "", "module root (default: found from the working directory)")
@@ -66,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 8*time.Second, "measured window per cell (and per SSE path), split into --slices")
 	fs.IntVar(&o.slices, "slices", 4, "measured slices per cell, interleaved round-robin with the other targets of the same body and mode")
 	fs.DurationVar(&o.timeout, "timeout", 60*time.Second, "bound on one request")
-	fs.StringVar(&targets, "targets", "raw-proxy,decode-only,prefill-decode", "throughput targets: direct, raw-proxy, decode-only, prefill-decode")
+	fs.StringVar(&targets, "targets", "raw-proxy,nginx,decode-only,prefill-decode", "throughput targets: direct, raw-proxy, nginx (skipped when not installed), decode-only, prefill-decode")
 	fs.StringVar(&bodies, "bodies", strings.Join(bench.BodyNames, ","), "bodies: 200B, 256KiB-text, 1MiB-image")
 	fs.StringVar(&modes, "modes", "json,stream", "response modes: json (non-streaming), stream")
 	fs.StringVar(&sseTargets, "sse-targets", "direct,raw-proxy,decode-only,prefill-decode", "SSE latency paths (empty: skip the SSE run)")
@@ -81,6 +88,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&profile, "profile", "", "cells to CPU-profile with perf after the table run, e.g. decode-only/1MiB-image/json (comma-separated)")
 	fs.DurationVar(&o.profileDuration, "profile-duration", 10*time.Second, "measured window of a profiled cell")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is not met")
+	fs.StringVar(&scaleStreams, "scale-streams", "100,1000,5000,10000", "concurrency-scaling cells: streams held open at once (empty: skip)")
+	fs.StringVar(&scaleTargets, "scale-targets", "raw-proxy,nginx,decode-only,prefill-decode", "concurrency-scaling targets")
+	fs.IntVar(&o.scaleTokens, "scale-tokens", 200, "tokens per stream in the scaling cells")
+	fs.DurationVar(&o.scaleITL, "scale-itl", 20*time.Millisecond, "the scaling worker's inter-token interval")
+	fs.DurationVar(&o.scaleRamp, "scale-ramp", 2*time.Second, "the scaling cells open their streams over this long")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -89,8 +101,26 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	o.targets, o.bodies, o.modes = split(targets), split(bodies), split(modes)
 	o.sseTargets, o.microPkgs, o.profile = split(sseTargets), split(microPkgs), split(profile)
+	o.scaleTargets = split(scaleTargets)
 	var errs []error
+	for _, f := range split(scaleStreams) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("--scale-streams: %q is not a positive number", f))
+			continue
+		}
+		o.scaleStreams = append(o.scaleStreams, n)
+	}
+	if slices.Contains(o.sseTargets, bench.TargetNginx) {
+		errs = append(errs, errors.New("nginx is not an SSE latency path (it runs in the throughput and scaling cells)"))
+	}
+	for _, t := range o.scaleTargets {
+		if t == bench.TargetDirect || !slices.Contains(bench.TargetNames, t) {
+			errs = append(errs, fmt.Errorf("unknown scale target %q (want raw-proxy, nginx, decode-only or prefill-decode)", t))
+		}
+	}
 	for _, t := range append(slices.Clone(o.targets), o.sseTargets...) {
+
 		if !slices.Contains(bench.TargetNames, t) {
 			errs = append(errs, fmt.Errorf("unknown target %q (want one of %v)", t, bench.TargetNames))
 		}
@@ -107,14 +137,14 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	for _, p := range o.profile {
 		c, err := parseCell(p)
-		if err == nil && !bench.IsCoordinator(c.Target) && c.Target != bench.TargetRaw {
-			err = fmt.Errorf("profile cell %q: only raw-proxy and coordinator targets can be profiled", p)
+		if err == nil && !bench.IsCoordinator(c.Target) && c.Target != bench.TargetRaw && c.Target != bench.TargetNginx {
+			err = fmt.Errorf("profile cell %q: only raw-proxy, nginx and coordinator targets can be profiled", p)
 		}
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if o.concurrency < 1 || o.sseConcurrency < 1 || o.slices < 1 || o.duration <= 0 || o.sseDuration <= 0 || o.sseTokens < 1 {
+	if o.concurrency < 1 || o.sseConcurrency < 1 || o.slices < 1 || o.duration <= 0 || o.sseDuration <= 0 || o.sseTokens < 1 || o.scaleTokens < 1 || o.scaleITL <= 0 {
 		errs = append(errs, errors.New("concurrency, durations and tokens must be positive"))
 	}
 	return o, errors.Join(errs...)
@@ -163,10 +193,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logf("%v", err)
 		return 1
 	}
-	rep := &bench.Report{Started: started, Machine: machine(), Revision: revision(o.repo), PeakRSS: map[string]int64{}, Settings: bench.Settings{
+	rep := &bench.Report{Started: started, Machine: machine(), Revision: revision(o.repo), PeakRSS: map[string]int64{}, RestRSS: map[string]int64{}, Settings: bench.Settings{
 		Concurrency: o.concurrency, Slices: o.slices, Warmup: o.warmup, Duration: o.duration, SSEConcurrency: o.sseConcurrency,
-		SSEDuration: o.sseDuration, SSEITL: o.sseITL, SSETokens: o.sseTokens,
+		SSEDuration: o.sseDuration, SSEITL: o.sseITL, SSETokens: o.sseTokens, ScaleTokens: o.scaleTokens, ScaleITL: o.scaleITL,
 	}}
+	if bench.NginxBinary() == "" && (slices.Contains(o.targets, bench.TargetNginx) || slices.Contains(o.scaleTargets, bench.TargetNginx)) {
+		rep.Notes = append(rep.Notes, "nginx is not installed: its cells are skipped (Debian: apt-get install nginx-light)")
+		logf("nginx is not installed: skipping its cells (apt-get install nginx-light)")
+		drop := func(t string) bool { return t == bench.TargetNginx }
+		o.targets, o.scaleTargets = slices.DeleteFunc(o.targets, drop), slices.DeleteFunc(o.scaleTargets, drop)
+	}
 
 	var bins bench.Binaries
 	if o.binDir != "" {
@@ -202,13 +238,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+	if len(o.scaleStreams) > 0 && len(o.scaleTargets) > 0 && ctx.Err() == nil {
+		if err := scale(ctx, o, bins, rep, logf); err != nil {
+			logf("%v", err)
+			return 1
+		}
+	}
 	if ctx.Err() != nil {
 		logf("interrupted")
 		return 1
 	}
 
 	bench.FillRatios(rep.Cells)
-	rep.Goals = bench.EvaluateGoals(rep.Cells, rep.SSE)
+	rep.Goals = append(bench.EvaluateGoals(rep.Cells, rep.SSE), bench.EvaluateScaleGoals(rep.Scale)...)
 	var md bytes.Buffer
 	rep.WriteMarkdown(&md)
 	_, _ = stdout.Write(md.Bytes())
@@ -242,9 +284,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // rig is one set of processes: a worker, the raw proxy in front of it, and coordinators.
 type rig struct {
-	procs  map[string]*bench.Proc // by target; "worker" is the simworker
-	urls   map[string]string      // by target
-	config map[string]string      // coordinator config paths
+	procs   map[string]*bench.Proc // by target; "worker" is the simworker
+	urls    map[string]string      // by target
+	config  map[string]string      // coordinator config paths
+	metrics map[string]string      // coordinator admin URLs
 }
 
 func (r *rig) stop() {
@@ -255,7 +298,7 @@ func (r *rig) stop() {
 
 // startRig starts the worker with workerArgs and whatever targets need.
 func startRig(ctx context.Context, o options, bins bench.Binaries, tag string, targets []string, workerArgs []string) (*rig, error) {
-	r := &rig{procs: map[string]*bench.Proc{}, urls: map[string]string{}, config: map[string]string{}}
+	r := &rig{procs: map[string]*bench.Proc{}, urls: map[string]string{}, config: map[string]string{}, metrics: map[string]string{}}
 	w, err := bench.Start(ctx, bench.StartOptions{Name: tag + "-simworker", Bin: bins.Simworker, LogDir: o.out, ReadyPath: "/health",
 		Args: append([]string{"--role", "both", "--kv-connector", "kv-nixl", "--no-record"}, workerArgs...)})
 	if err != nil {
@@ -270,6 +313,8 @@ func startRig(ctx context.Context, o options, bins bench.Binaries, tag string, t
 		case bench.TargetRaw:
 			p, err = bench.Start(ctx, bench.StartOptions{Name: tag + "-rawproxy", Bin: bins.RawProxy, LogDir: o.out, ReadyPath: "/health",
 				Args: []string{"--upstream", w.URL}})
+		case bench.TargetNginx:
+			p, err = bench.StartNginx(ctx, bench.NginxBinary(), o.out, tag+"-nginx", w.URL, "/health", 12000)
 		default:
 			var addr, metrics string
 			if addr, err = bench.FreeAddr(); err != nil {
@@ -282,7 +327,7 @@ func startRig(ctx context.Context, o options, bins bench.Binaries, tag string, t
 			if err = os.WriteFile(path, []byte(bench.CoordinatorConfig(addr, w.URL, t)), 0o644); err != nil {
 				break
 			}
-			r.config[t] = path
+			r.config[t], r.metrics[t] = path, "http://"+metrics
 			p, err = bench.Start(ctx, bench.StartOptions{Name: tag + "-coordinator-" + t, Bin: bins.Coordinator, LogDir: o.out,
 				ReadyPath: "/readyz", URL: "http://" + addr, Args: []string{"--config", path},
 				// Each coordinator gets its own metrics port (set through the environment, which
@@ -346,17 +391,20 @@ func throughput(ctx context.Context, o options, bins bench.Binaries, bodies map[
 		}
 	}
 	for t, p := range r.procs {
-		rss, err := bench.PeakRSS(p.Pid())
+		rss, err := bench.TreePeakRSS(p.Pid())
 		if err != nil {
 			return err
 		}
-		name := t
-		if bench.IsCoordinator(t) {
-			name = "coordinator " + t
-		} else if t == "worker" {
-			name = "simworker"
+		rep.PeakRSS[rssName(t)] = rss
+	}
+	// At rest: the resident set once the load is over and the processes had time to give back
+	// what it left behind (the coordinator trims after 5 s idle).
+	if retry.Sleep(ctx, 8*time.Second) {
+		for t, p := range r.procs {
+			if rss, err := bench.TreeRSS(p.Pid()); err == nil {
+				rep.RestRSS[rssName(t)] = rss
+			}
 		}
-		rep.PeakRSS[name] = rss
 	}
 	for _, spec := range o.profile {
 		c, _ := parseCell(spec)
@@ -391,11 +439,12 @@ func newCellRun(o options, r *rig, cell bench.Cell, body bench.Body) *cellRun {
 	return c
 }
 
+// cpuOf is the CPU time of p and its children (nginx's workers).
 func cpuOf(p *bench.Proc) time.Duration {
 	if p == nil {
 		return 0
 	}
-	t, _ := bench.CPUTime(p.Pid())
+	t, _ := bench.TreeCPUTime(p.Pid())
 	return t
 }
 
@@ -521,6 +570,89 @@ func sse(ctx context.Context, o options, bins bench.Binaries, rep *bench.Report,
 		rep.SSE = append(rep.SSE, res)
 	}
 	return nil
+}
+
+// rssName is a process's name in the RSS tables.
+func rssName(target string) string {
+	switch {
+	case bench.IsCoordinator(target):
+		return "coordinator " + target
+	case target == "worker":
+		return "simworker"
+	}
+	return target
+}
+
+// scale runs the concurrency-scaling cells: for each stream count, each target in turn holds
+// that many streams open through a worker with the scaling inter-token interval.
+func scale(ctx context.Context, o options, bins bench.Binaries, rep *bench.Report, logf func(string, ...any)) error {
+	most := slices.Max(o.scaleStreams)
+	// The client, the worker and each proxy hold a descriptor per stream (a proxy two).
+	limit, err := bench.RaiseFileLimit(uint64(2*most + 1024))
+	if err != nil {
+		return err
+	}
+	rep.FileLimit = limit
+	if limit < uint64(2*most+64) {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the open-file limit is %d (the hard limit, not raisable here): a proxy holding N streams needs 2N descriptors, so the %d-stream cells are bounded by it", limit, most))
+	}
+	r, err := startRig(ctx, o, bins, "scale", o.scaleTargets, []string{"--ttft", "0", "--itl", o.scaleITL.String(), "--stamp-events"})
+	if err != nil {
+		return err
+	}
+	defer r.stop()
+	payload := []byte(fmt.Sprintf(`{"model":"sim-model","messages":[{"role":"user","content":"stream for a while"}],"max_tokens":%d,"stream":true}`, o.scaleTokens))
+	order := slices.DeleteFunc(slices.Clone(bench.TargetNames), func(t string) bool { return !slices.Contains(o.scaleTargets, t) })
+	for _, n := range o.scaleStreams {
+		for _, t := range order {
+			p := r.procs[t]
+			sample := func() (int64, int) {
+				rss, _ := bench.TreeRSS(p.Pid())
+				return rss, goroutines(r, t)
+			}
+			res := bench.RunScale(ctx, t, r.urls[t], bench.ScaleOptions{Streams: n, Payload: payload, Tokens: o.scaleTokens, ITL: o.scaleITL,
+				Ramp: min(o.scaleRamp, time.Duration(n)*time.Millisecond), Timeout: 10*time.Duration(o.scaleTokens)*o.scaleITL + o.scaleRamp + 30*time.Second,
+				Sample: sample, SampleEvery: 100 * time.Millisecond, CPU: func() time.Duration { return cpuOf(p) }})
+			logf("scale %-16s %6d streams: open %6d, %.1f KiB/stream, CPU/event %v, p50 %v p99 %v, lag %v, errors %d %s", t, n, res.Open,
+				res.RSSPerStream()/1024, res.CPUPerEvent, res.P50.Round(time.Microsecond), res.P99.Round(time.Microsecond), res.Lag.Round(time.Millisecond),
+				res.Errors, res.ErrorSample)
+			rep.Scale = append(rep.Scale, res)
+			if ctx.Err() != nil {
+				return nil
+			}
+			for name, p := range r.procs {
+				if !p.Alive() {
+					return fmt.Errorf("%s exited during the %d-stream cells (log %s)", name, n, p.LogPath)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// goroutines is target's goroutine count: the coordinators' go_goroutines, the raw proxy's own
+// endpoint; -1 for nginx (no goroutines) or when it cannot be read.
+func goroutines(r *rig, target string) int {
+	var url string
+	switch {
+	case bench.IsCoordinator(target):
+		url = r.metrics[target] + "/metrics"
+	case target == bench.TargetRaw:
+		url = r.urls[target] + "/_rawproxy/goroutines"
+	default:
+		return -1
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return -1
+	}
+	return bench.ParseGoroutines(b)
 }
 
 // revision describes the source tree: git describe --always --dirty, or "" outside git.

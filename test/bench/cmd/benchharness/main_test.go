@@ -16,9 +16,11 @@ func TestParseFlagsDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.concurrency != 16 || o.warmup != 2*time.Second || o.duration != 8*time.Second || o.slices != 4 || !o.micro ||
-		!slices.Equal(o.targets, []string{"raw-proxy", "decode-only", "prefill-decode"}) ||
+		!slices.Equal(o.targets, []string{"raw-proxy", "nginx", "decode-only", "prefill-decode"}) ||
 		!slices.Equal(o.bodies, bench.BodyNames) || !slices.Equal(o.modes, []string{"json", "stream"}) ||
-		!slices.Equal(o.sseTargets, bench.TargetNames) || len(o.profile) != 0 || o.strict {
+		!slices.Equal(o.sseTargets, []string{"direct", "raw-proxy", "decode-only", "prefill-decode"}) || len(o.profile) != 0 || o.strict ||
+		!slices.Equal(o.scaleStreams, []int{100, 1000, 5000, 10000}) || !slices.Equal(o.scaleTargets, []string{"raw-proxy", "nginx", "decode-only", "prefill-decode"}) ||
+		o.scaleTokens != 200 || o.scaleITL != 20*time.Millisecond {
 		t.Errorf("defaults %+v", o)
 	}
 }
@@ -35,7 +37,12 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("%+v", o)
 	}
 	for _, args := range [][]string{
-		{"--targets", "nginx"},
+		{"--targets", "nginy"},
+		{"--sse-targets", "nginx"},
+		{"--scale-streams", "100,0"},
+		{"--scale-streams", "many"},
+		{"--scale-targets", "direct"},
+		{"--scale-itl", "0s"},
 		{"--bodies", "2MiB"},
 		{"--modes", "sse"},
 		{"--profile", "direct/200B/json"},
