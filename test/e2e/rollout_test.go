@@ -79,15 +79,22 @@ func rolledOut(cp *coordinatorv1alpha1.CoordinatorPipeline) metav1.Condition {
 }
 
 // waitRollout waits until namespace/name has observed generation gen and its RolledOut condition
-// has status and reason with updatedReplicas updated, and returns it.
-func (e *env) waitRollout(namespace, name string, gen int64, status metav1.ConditionStatus, reason coordinatorv1alpha1.ConditionReason, updated int32) *coordinatorv1alpha1.CoordinatorPipeline {
+// has status and reason with updatedReplicas updated (and a message containing each of saying),
+// and returns it.
+func (e *env) waitRollout(namespace, name string, gen int64, status metav1.ConditionStatus, reason coordinatorv1alpha1.ConditionReason, updated int32,
+	saying ...string,
+) *coordinatorv1alpha1.CoordinatorPipeline {
 	e.t.Helper()
 	var cp *coordinatorv1alpha1.CoordinatorPipeline
-	e.waitFor(fmt.Sprintf("RolledOut=%s (%s) with %d updated", status, reason, updated), 30*time.Second, func() (bool, error) {
+	e.waitFor(fmt.Sprintf("RolledOut=%s (%s) with %d updated, saying %q", status, reason, updated, saying), 30*time.Second, func() (bool, error) {
 		cp = e.pipeline(namespace, name)
 		c := rolledOut(cp)
+		says := true
+		for _, s := range saying {
+			says = says && strings.Contains(c.Message, s)
+		}
 		return cp.Status.ObservedGeneration >= gen && c.ObservedGeneration >= gen && c.Status == status &&
-				c.Reason == string(reason) && cp.Status.UpdatedReplicas == updated,
+				c.Reason == string(reason) && cp.Status.UpdatedReplicas == updated && says,
 			fmt.Errorf("RolledOut=%s (%s) %q, updated %d", c.Status, c.Reason, c.Message, cp.Status.UpdatedReplicas)
 	})
 	return cp
@@ -187,7 +194,8 @@ func TestRolloutTruth(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.podFor(namespace, name, name+"-c", nil)
-	got = e.waitRollout(namespace, name, gen, metav1.ConditionUnknown, coordinatorv1alpha1.ReasonRevisionUnknown, 1)
+	// Until the operator has seen the third pod, the message counts 1 of 2: wait for 2 of 3.
+	got = e.waitRollout(namespace, name, gen, metav1.ConditionUnknown, coordinatorv1alpha1.ReasonRevisionUnknown, 1, "2 of 3 ready pods")
 	msg = rolledOut(got).Message
 	if !strings.Contains(msg, "2 of 3 ready pods could not be asked") || !strings.Contains(msg, name+"-b: ") || !strings.Contains(msg, name+"-c: ") {
 		t.Fatalf("Unknown message %q", msg)
