@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -196,15 +197,12 @@ func (s *Stream) feed(resp *http.Response, p []byte) error {
 // Responses stream events that end a response.
 var terminalTypes = []string{"response.completed", "response.incomplete", "response.failed"}
 
-// terminal reports whether d, a Responses stream event, ends the response.
+// terminal reports whether d, a Responses stream event, ends the response: only an event that
+// names a terminal type anywhere is parsed to be sure it is its own.
 func terminal(d []byte) bool {
-	if !bytes.Contains(d, []byte(`"response.`)) {
-		return false
-	}
-	typ := eventType(d)
 	for _, t := range terminalTypes {
-		if typ == t {
-			return true
+		if bytes.Contains(d, []byte(t)) {
+			return slices.Contains(terminalTypes, eventType(d))
 		}
 	}
 	return false

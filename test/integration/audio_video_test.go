@@ -88,6 +88,18 @@ func (a av) hashesOf(m string) []string {
 	return out
 }
 
+// checkTokens asserts the tokens{token_ids, features} of a chat leg (checkFeatures).
+func (a av) checkTokens(t *testing.T, what string, leg map[string]any) {
+	t.Helper()
+	tok, _ := leg["tokens"].(map[string]any)
+	feats, _ := tok["features"].(map[string]any)
+	ids, _ := tok["token_ids"].([]any)
+	if feats == nil || ids == nil {
+		t.Fatalf("%s leg without tokens{token_ids, features}: %.300s", what, mustJSON(t, leg))
+	}
+	a.checkFeatures(t, what, feats, ids)
+}
+
 // checkFeatures asserts the features of a leg: per modality, the items' hashes in document order
 // and placeholders of their token counts over the modality's placeholder tokens of ids.
 func (a av) checkFeatures(t *testing.T, what string, feats map[string]any, ids []any) {
@@ -188,8 +200,7 @@ func TestAudioVideoFullPipeline(t *testing.T) {
 
 	// Prefill: the features of every modality and one EC descriptor per item.
 	pre := received(t, s.stack.Prefill[0])[0]
-	tok := pre["tokens"].(map[string]any)
-	a.checkFeatures(t, "prefill", tok["features"].(map[string]any), tok["token_ids"].([]any))
+	a.checkTokens(t, "prefill", pre)
 	ecp := pre["ec_transfer_params"].(map[string]any)
 	if len(ecp) != 4 {
 		t.Fatalf("prefill ec_transfer_params %v, want 4 descriptors", ecp)
@@ -217,8 +228,7 @@ func TestAudioVideoFullPipeline(t *testing.T) {
 			t.Fatalf("decode %s not inlined", it.kind)
 		}
 	}
-	dtok := final["tokens"].(map[string]any)
-	a.checkFeatures(t, "decode", dtok["features"].(map[string]any), dtok["token_ids"].([]any))
+	a.checkTokens(t, "decode", final)
 }
 
 // TestAudioVideoEveryConnectorCombination runs audio and video with every KV×EC connector pair
@@ -227,63 +237,20 @@ func TestAudioVideoFullPipeline(t *testing.T) {
 // file with ec-shared-storage), and the decode worker the KV hand-off.
 func TestAudioVideoEveryConnectorCombination(t *testing.T) {
 	a := newAV(nil, "combo")
-	for _, kv := range []string{"kv-nixl", "kv-sglang", "kv-shared-storage"} {
-		for _, ec := range []string{"ec-nixl", "ec-shared-storage"} {
-			t.Run(kv+"+"+ec, func(t *testing.T) {
-				tail := []string{"prefill", "decode"}
-				if kv == "kv-sglang" {
-					tail = []string{"prefill-decode"}
-				}
-				s := start(t, stack.Options{KVConnector: kv, ECConnector: ec}, kv, ec, true, steps(append([]string{"replace-media-urls", "render", "encode"}, tail...)...))
-				for _, stream := range []bool{false, true} {
-					p := a.params("combo test", 3, "combo")
-					var text string
-					if stream {
-						text, _ = streamChat(t, s.client, p)
-					} else {
-						resp, err := s.client.Chat.Completions.New(context.Background(), p)
-						if err != nil {
-							t.Fatal(err)
-						}
-						text = resp.Choices[0].Message.Content
-					}
-					if text != "combo test combo" {
-						t.Fatalf("answer %q", text)
-					}
-				}
-				if n := len(received(t, s.stack.Encode[0])); n != 8 {
-					t.Fatalf("%d encode legs, want 4 per answer", n)
-				}
-				pres := received(t, s.stack.Prefill[0])
-				if len(pres) != 2 {
-					t.Fatalf("%d prefill legs, want 2", len(pres))
-				}
-				for _, pre := range pres {
-					kvp, _ := pre["kv_transfer_params"].(map[string]any)
-					handoff := kvp["do_remote_decode"] == true
-					if kv == "kv-sglang" {
-						handoff = kvp == nil && pre["bootstrap_room"] != nil && pre["bootstrap_host"] != nil
-					}
-					tok := pre["tokens"].(map[string]any)
-					a.checkFeatures(t, "prefill", tok["features"].(map[string]any), tok["token_ids"].([]any))
-					if pre["max_tokens"] != 1.0 || pre["stream"] != false || !handoff {
-						t.Fatalf("prefill leg %.400s", mustJSON(t, pre))
-					}
-					ecp, hasEC := pre["ec_transfer_params"]
-					if hasEC != (ec == "ec-nixl") {
-						t.Fatalf("prefill ec_transfer_params present=%v with %s", hasEC, ec)
-					}
-					if m, _ := ecp.(map[string]any); hasEC {
-						for i, it := range a.items {
-							if m[a.hash(i)] == nil || len(m) != len(a.items) {
-								t.Fatalf("prefill ec_transfer_params %v, want one for the %s", m, it.kind)
-							}
-						}
-					}
-				}
-			})
+	connectorPairs(t, a.params("combo test", 3, "combo"), func(t *testing.T, s *system, pre map[string]any) {
+		if n := len(received(t, s.stack.Encode[0])); n != 8 {
+			t.Fatalf("%d encode legs, want 4 per answer", n)
 		}
-	}
+		a.checkTokens(t, "prefill", pre)
+		if ecp, hasEC := pre["ec_transfer_params"]; hasEC {
+			m, _ := ecp.(map[string]any)
+			for i, it := range a.items {
+				if m[a.hash(i)] == nil || len(m) != len(a.items) {
+					t.Fatalf("prefill ec_transfer_params %v, want one for the %s", m, it.kind)
+				}
+			}
+		}
+	})
 }
 
 // A decode-only pipeline sends the rendered features of every modality on its one leg, and a
@@ -304,8 +271,7 @@ func TestAudioVideoDecodeOnlyAndConditionalHit(t *testing.T) {
 			t.Fatalf("legs %s", got)
 		}
 		dec := received(t, s.stack.Decode[0])[0]
-		tok := dec["tokens"].(map[string]any)
-		a.checkFeatures(t, "decode", tok["features"].(map[string]any), tok["token_ids"].([]any))
+		a.checkTokens(t, "decode", dec)
 	})
 	t.Run("conditional decode miss then hit", func(t *testing.T) {
 		s := start(t, stack.Options{}, "kv-nixl", "ec-nixl", true, fullPipeline)
@@ -329,8 +295,7 @@ func TestAudioVideoDecodeOnlyAndConditionalHit(t *testing.T) {
 		}
 		dec := received(t, s.stack.Decode[0])
 		probe := dec[len(dec)-1]
-		tok := probe["tokens"].(map[string]any)
-		a.checkFeatures(t, "hit", tok["features"].(map[string]any), tok["token_ids"].([]any))
+		a.checkTokens(t, "hit", probe)
 		if len(received(t, s.stack.Encode[0])) != 4 {
 			t.Fatal("the hit ran encode")
 		}

@@ -284,8 +284,13 @@ func TestGenerateClientSkipsEncode(t *testing.T) {
 	}
 }
 
-func TestEveryConnectorCombination(t *testing.T) {
-	img := mediaserver.PNG("combo")
+// connectorPairs runs a media pipeline (download, render, encode, then prefill and decode, or
+// prefill-decode for kv-sglang) for every KV×EC connector pair, asks it p twice (unstreamed and
+// streamed, each answered "combo test combo"), checks that both prefill legs are one-token legs
+// that hand the KV off and carry ec_transfer_params with ec-nixl only, and calls check with each
+// of them for the caller's media checks.
+func connectorPairs(t *testing.T, p openai.ChatCompletionNewParams, check func(t *testing.T, s *system, pre map[string]any)) {
+	t.Helper()
 	for _, kv := range []string{"kv-nixl", "kv-sglang", "kv-shared-storage"} {
 		for _, ec := range []string{"ec-nixl", "ec-shared-storage"} {
 			t.Run(kv+"+"+ec, func(t *testing.T) {
@@ -295,7 +300,6 @@ func TestEveryConnectorCombination(t *testing.T) {
 				}
 				s := start(t, stack.Options{KVConnector: kv, ECConnector: ec}, kv, ec, true, steps(append([]string{"replace-media-urls", "render", "encode"}, tail...)...))
 				for _, stream := range []bool{false, true} {
-					p := imageChat("combo test", 3, dataURL(img))
 					var text string
 					if stream {
 						text, _ = streamChat(t, s.client, p)
@@ -310,9 +314,6 @@ func TestEveryConnectorCombination(t *testing.T) {
 						t.Fatalf("answer %q", text)
 					}
 				}
-				// Both prefill legs (one per answer) carry the image's hash, the KV hand-off and,
-				// with ec-nixl only, the encoder's descriptor.
-				hash := simworker.ImageHash(img)
 				pres := received(t, s.stack.Prefill[0])
 				if len(pres) != 2 {
 					t.Fatalf("%d prefill legs, want 2", len(pres))
@@ -323,21 +324,35 @@ func TestEveryConnectorCombination(t *testing.T) {
 					if kv == "kv-sglang" {
 						handoff = kvp == nil && pre["bootstrap_room"] != nil && pre["bootstrap_host"] != nil
 					}
-					if got := hashes(t, pre, "tokens", "features", "mm_hashes", "image"); len(got) != 1 || got[0] != hash ||
-						pre["max_tokens"] != 1.0 || pre["stream"] != false || !handoff {
+					if pre["max_tokens"] != 1.0 || pre["stream"] != false || !handoff {
 						t.Fatalf("prefill leg %.400s", mustJSON(t, pre))
 					}
-					ecp, hasEC := pre["ec_transfer_params"]
+					_, hasEC := pre["ec_transfer_params"]
 					if hasEC != (ec == "ec-nixl") {
 						t.Fatalf("prefill ec_transfer_params present=%v with %s", hasEC, ec)
 					}
-					if m, _ := ecp.(map[string]any); hasEC && (len(m) != 1 || m[hash] == nil) {
-						t.Fatalf("prefill ec_transfer_params %v, want one for %s", ecp, hash)
-					}
+					check(t, s, pre)
 				}
 			})
 		}
 	}
+}
+
+// TestEveryConnectorCombination: both prefill legs (one per answer) carry the image's hash and,
+// with ec-nixl only, the encoder's descriptor for it.
+func TestEveryConnectorCombination(t *testing.T) {
+	img := mediaserver.PNG("combo")
+	hash := simworker.ImageHash(img)
+	connectorPairs(t, imageChat("combo test", 3, dataURL(img)), func(t *testing.T, _ *system, pre map[string]any) {
+		if got := hashes(t, pre, "tokens", "features", "mm_hashes", "image"); len(got) != 1 || got[0] != hash {
+			t.Fatalf("prefill leg %.400s", mustJSON(t, pre))
+		}
+		if ecp, hasEC := pre["ec_transfer_params"]; hasEC {
+			if m, _ := ecp.(map[string]any); len(m) != 1 || m[hash] == nil {
+				t.Fatalf("prefill ec_transfer_params %v, want one for %s", ecp, hash)
+			}
+		}
+	})
 }
 
 func TestMediaErrors(t *testing.T) {
