@@ -26,28 +26,47 @@ type idleTrim struct {
 func (t *idleTrim) begin() { t.inflight.Add(1); t.served.Add(1) }
 func (t *idleTrim) end()   { t.inflight.Add(-1) }
 
-// run trims once after every stretch of load: when no request was in flight or started for
-// idleTrimAfter's worth of ticks since the last one that served something. It returns when ctx
-// ends.
+// run calls step every tick until ctx ends.
 func (t *idleTrim) run(ctx context.Context, ticks <-chan time.Time, perTick time.Duration) {
-	need := int(idleTrimAfter / perTick)
-	idle, seen, trimmed := 0, t.served.Load(), t.served.Load()
+	st := t.stepper(perTick)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticks:
-		}
-		served := t.served.Load()
-		if t.inflight.Load() != 0 || served != seen {
-			idle, seen = 0, served
-			continue
-		}
-		if idle++; idle >= need && served != trimmed {
-			t.free()
-			trimmed = served
+			st.step()
 		}
 	}
+}
+
+// stepper starts counting idle ticks of perTick from now.
+func (t *idleTrim) stepper(perTick time.Duration) *trimStep {
+	served := t.served.Load()
+	return &trimStep{t: t, need: int(idleTrimAfter / perTick), seen: served, trimmed: served}
+}
+
+// trimStep is the state of run between ticks.
+type trimStep struct {
+	t             *idleTrim
+	need, idle    int
+	seen, trimmed uint64
+}
+
+// step counts one tick and trims once after every stretch of load: when no request was in
+// flight or started for idleTrimAfter's worth of ticks since the last one that served
+// something. It reports whether it trimmed.
+func (s *trimStep) step() bool {
+	served := s.t.served.Load()
+	if s.t.inflight.Load() != 0 || served != s.seen {
+		s.idle, s.seen = 0, served
+		return false
+	}
+	if s.idle++; s.idle >= s.need && served != s.trimmed {
+		s.t.free()
+		s.trimmed = served
+		return true
+	}
+	return false
 }
 
 // freeMemory collects twice, so that the sync.Pools (whose contents survive one collection in

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"testing"
 	"time"
 )
@@ -9,37 +8,41 @@ import (
 // TestIdleTrim: memory is returned once per stretch of load, after idleTrimAfter without a
 // request in flight or started, never while one runs, and not again while nothing new came.
 func TestIdleTrim(t *testing.T) {
-	frees := make(chan struct{}, 10)
-	tr := &idleTrim{free: func() { frees <- struct{}{} }}
-	ticks := make(chan time.Time)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { tr.run(ctx, ticks, time.Second); close(done) }()
+	frees := 0
+	tr := &idleTrim{free: func() { frees++ }}
+	st := tr.stepper(time.Second)
 	need := int(idleTrimAfter / time.Second)
-	tick := func(n int) {
+	tick := func(n int) (trims int) {
 		for range n {
-			ticks <- time.Time{}
+			if st.step() {
+				trims++
+			}
 		}
+		return trims
 	}
-	tick(2 * need) // idle from the start, nothing served: nothing to give back
+	if n := tick(2 * need); n != 0 {
+		t.Fatalf("%d trims while idle from the start, with nothing served", n)
+	}
 	tr.begin()
-	tick(2 * need) // a long request in flight
+	if n := tick(2 * need); n != 0 {
+		t.Fatalf("%d trims while a request is in flight", n)
+	}
 	tr.end()
-	tick(need - 1) // idle, not yet for idleTrimAfter
-	if len(frees) != 0 {
-		t.Fatalf("%d trims before the server was idle for %s", len(frees), idleTrimAfter)
+	if n := tick(need - 1); n != 0 { // the first of these sees the request ended
+		t.Fatalf("%d trims before the server was idle for %s", n, idleTrimAfter)
 	}
-	tick(1) // idleTrimAfter idle: the trim
-	if len(frees) != 1 {
-		t.Fatalf("%d trims after %s idle, want 1", len(frees), idleTrimAfter)
+	if n := tick(1); n != 1 {
+		t.Fatalf("%d trims after %s idle, want 1", n, idleTrimAfter)
 	}
-	tick(3 * need) // still idle: no second trim
+	if n := tick(3 * need); n != 0 {
+		t.Fatalf("%d more trims while still idle", n)
+	}
 	tr.begin()
 	tr.end()
-	tick(need + 1) // a new stretch of load: one more trim
-	cancel()
-	<-done
-	if len(frees) != 2 {
-		t.Fatalf("%d trims, want one per stretch of load (2)", len(frees))
+	if n := tick(need + 1); n != 1 { // a new stretch of load: one more
+		t.Fatalf("%d trims after a new stretch of load, want 1", n)
+	}
+	if frees != 2 {
+		t.Fatalf("free called %d times, want 2", frees)
 	}
 }
