@@ -347,3 +347,71 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// FuzzMembers: for any input Valid accepts, Members and Elements yield what encoding/json reads
+// (every member in order, every element), and AppendString decodes every string as it does.
+func FuzzMembers(f *testing.F) {
+	for _, s := range seedBodies {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(`{"s":"\ud800x","t":"\udc00","u":"\ud83d\ude00\u00e9\/\b\f\n\r\t"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !Valid(data) {
+			return
+		}
+		switch KindOf(bytes.TrimSpace(data)) {
+		case KindObject:
+			var want map[string]json.RawMessage
+			if err := json.Unmarshal(data, &want); err != nil {
+				t.Fatalf("encoding/json rejects %q: %v", data, err)
+			}
+			got := map[string]json.RawMessage{}
+			for k, v := range Members(data) {
+				got[jsonKey(k)] = v // the last value of a duplicate key, as encoding/json
+				checkString(t, v)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%q: Members yields %d distinct keys, encoding/json %d", data, len(got), len(want))
+			}
+			for k, v := range want {
+				if !bytes.Equal(bytes.TrimSpace(got[k]), bytes.TrimSpace(v)) {
+					t.Fatalf("%q: member %q is %s, encoding/json reads %s", data, k, got[k], v)
+				}
+			}
+		case KindArray:
+			var want []json.RawMessage
+			if err := json.Unmarshal(data, &want); err != nil {
+				t.Fatalf("encoding/json rejects %q: %v", data, err)
+			}
+			n := 0
+			for v := range Elements(data) {
+				if n >= len(want) || !bytes.Equal(v, bytes.TrimSpace(want[n])) {
+					t.Fatalf("%q: element %d is %s", data, n, v)
+				}
+				checkString(t, v)
+				n++
+			}
+			if n != len(want) {
+				t.Fatalf("%q: Elements yields %d, encoding/json %d", data, n, len(want))
+			}
+		case KindString:
+			checkString(t, bytes.TrimSpace(data))
+		}
+	})
+}
+
+// checkString decodes raw with AppendString when it is a string and compares with encoding/json.
+func checkString(t *testing.T, raw []byte) {
+	t.Helper()
+	if KindOf(raw) != KindString {
+		return
+	}
+	var want string
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatalf("encoding/json rejects %s: %v", raw, err)
+	}
+	got, err := AppendString([]byte("prefix:"), raw)
+	if err != nil || string(got) != "prefix:"+want {
+		t.Fatalf("AppendString(%s) = %q, %v; encoding/json decodes %q", raw, got, err, want)
+	}
+}

@@ -9,8 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"net"
 	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -517,4 +520,158 @@ func Offset(outer, inner []byte) int {
 		return -1
 	}
 	return d
+}
+
+// Members yields the members of a validated object (data passed Valid, or is a value taken from
+// one) in order: each key (decoded; a key with escapes is decoded with an allocation) and raw
+// value. It allocates nothing for plain keys, and yields nothing when data is not an object.
+func Members(data []byte) iter.Seq2[string, []byte] {
+	return func(yield func(string, []byte) bool) {
+		s := scanner{data: data}
+		s.skipSpace()
+		if s.pos >= len(data) || data[s.pos] != '{' {
+			return
+		}
+		s.pos++
+		for {
+			s.skipSpace()
+			if s.pos >= len(data) || data[s.pos] == '}' {
+				return
+			}
+			if data[s.pos] == ',' {
+				s.pos++
+				s.skipSpace()
+			}
+			key, err := decodeKey(s.value())
+			if err != nil {
+				return
+			}
+			s.skipSpace()
+			s.pos++ // ':'
+			s.skipSpace()
+			if !yield(key, s.value()) {
+				return
+			}
+		}
+	}
+}
+
+// Elements yields the raw elements of a validated array; nothing when data is not an array.
+func Elements(data []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		s := scanner{data: data}
+		s.skipSpace()
+		if s.pos >= len(data) || data[s.pos] != '[' {
+			return
+		}
+		s.pos++
+		for {
+			s.skipSpace()
+			if s.pos >= len(data) || data[s.pos] == ']' {
+				return
+			}
+			if data[s.pos] == ',' {
+				s.pos++
+				s.skipSpace()
+			}
+			if !yield(s.value()) {
+				return
+			}
+		}
+	}
+}
+
+// AppendString appends the text of raw, a validated JSON string (quotes included), to dst,
+// decoding its escapes as encoding/json does (a lone surrogate, and each byte of invalid UTF-8,
+// becomes U+FFFD).
+func AppendString(dst, raw []byte) ([]byte, error) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return dst, errors.New("not a JSON string")
+	}
+	s := raw[1 : len(raw)-1]
+	for len(s) > 0 {
+		i := bytes.IndexByte(s, '\\')
+		if i < 0 {
+			return appendUTF8(dst, s), nil
+		}
+		dst = appendUTF8(dst, s[:i])
+		if i+1 >= len(s) {
+			return dst, errors.New("truncated escape")
+		}
+		c := s[i+1]
+		s = s[i+2:]
+		switch c {
+		case '"', '\\', '/':
+			dst = append(dst, c)
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r, ok := hex4(s)
+			if !ok {
+				return dst, errors.New("bad \\u escape")
+			}
+			s = s[4:]
+			if utf16.IsSurrogate(r) {
+				r2, ok := rune(-1), false
+				if len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
+					r2, ok = hex4(s[2:])
+				}
+				if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
+					r, s = dec, s[6:]
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+		default:
+			return dst, fmt.Errorf("bad escape \\%c", c)
+		}
+	}
+	return dst, nil
+}
+
+// appendUTF8 appends s with each byte of invalid UTF-8 replaced by U+FFFD.
+func appendUTF8(dst, s []byte) []byte {
+	if utf8.Valid(s) {
+		return append(dst, s...)
+	}
+	for len(s) > 0 {
+		r, n := utf8.DecodeRune(s)
+		if r == utf8.RuneError && n == 1 {
+			dst = utf8.AppendRune(dst, utf8.RuneError)
+		} else {
+			dst = append(dst, s[:n]...)
+		}
+		s = s[n:]
+	}
+	return dst
+}
+
+func hex4(s []byte) (rune, bool) {
+	if len(s) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range s[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			c = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }

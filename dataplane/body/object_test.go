@@ -3,6 +3,7 @@ package body
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
@@ -241,5 +242,65 @@ func TestSegmentsAndOffset(t *testing.T) {
 	}
 	if url, _, _ := inner.String("url"); url != "data:x" {
 		t.Fatalf("url %q", url)
+	}
+}
+
+func TestMembersAndElements(t *testing.T) {
+	tests := []struct {
+		data    string
+		members []string // key=value
+		elems   []string
+	}{
+		{data: ` { "a" : 1 , "b":[1, {"c":"}"}], "k\"q": "v" } `, members: []string{`a=1`, `b=[1, {"c":"}"}]`, `k"q="v"`}},
+		{data: `{}`},
+		{data: `[ 1 ,"x", {"a":[]} ,null]`, elems: []string{`1`, `"x"`, `{"a":[]}`, `null`}},
+		{data: `[]`},
+		{data: `"not a container"`},
+	}
+	for _, tc := range tests {
+		var members, elems []string
+		for k, v := range Members([]byte(tc.data)) {
+			members = append(members, k+"="+string(v))
+		}
+		for v := range Elements([]byte(tc.data)) {
+			elems = append(elems, string(v))
+		}
+		if fmt.Sprint(members) != fmt.Sprint(tc.members) || fmt.Sprint(elems) != fmt.Sprint(tc.elems) {
+			t.Errorf("%s: members %q elements %q; want %q and %q", tc.data, members, elems, tc.members, tc.elems)
+		}
+	}
+	// Stopping early stops the walk.
+	n := 0
+	for range Members([]byte(`{"a":1,"b":2,"c":3}`)) {
+		n++
+		break
+	}
+	if n != 1 {
+		t.Fatalf("walked %d members after break", n)
+	}
+}
+
+func TestAppendString(t *testing.T) {
+	tests := map[string]string{
+		`""`:                     "",
+		`"plain"`:                "plain",
+		`"a\"b\\c\/d\b\f\n\r\t"`: "a\"b\\c/d\b\f\n\r\t",
+		`"\u00e9\u4e2d"`:         "é中",
+		`"\ud83d\ude00"`:         "😀",
+		`"lone \ud800 high"`:     "lone \uFFFD high",
+		`"lone \udc00 low"`:      "lone \uFFFD low",
+		`"\ud800\u0041"`:         "\uFFFDA",
+		`"multi-byte é stays"`:   "multi-byte é stays",
+	}
+	for raw, want := range tests {
+		got, err := AppendString(nil, []byte(raw))
+		if err != nil || string(got) != want {
+			t.Errorf("AppendString(%s) = %q, %v; want %q", raw, got, err, want)
+		}
+	}
+	for _, bad := range []string{`x`, `"`, `"\`, `"\u12"`, `"\q"`} {
+		if _, err := AppendString(nil, []byte(bad)); err == nil {
+			t.Errorf("AppendString(%s) accepted", bad)
+		}
 	}
 }

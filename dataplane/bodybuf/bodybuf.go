@@ -139,6 +139,10 @@ func (d *Body) WriteTo(w io.Writer) (int64, error) {
 	return n, err
 }
 
+// Pieces are the slices left to write, for a transport that writes them with its own header
+// block in one vectored write; it then Closes the body.
+func (d *Body) Pieces() net.Buffers { return d.bufs }
+
 // Len is the number of bytes left.
 func (d *Body) Len() int64 {
 	var n int64

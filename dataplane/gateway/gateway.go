@@ -125,13 +125,12 @@ func New(cfg config.Gateway, tel observe.Telemetry, budget *retry.Budget) (*Clie
 	if cfg.Address == "" {
 		return nil, fmt.Errorf("gateway.address is empty")
 	}
-	t := upstream.NewTransport(upstream.TransportOptions{
+	up, err := upstream.NewClient(cfg.Address, upstream.TransportOptions{
 		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerHost,
 		IdleConnTimeout:       cfg.IdleConnTimeout.Std(),
 		ResponseHeaderTimeout: cfg.Timeout.Std(),
 		CAFile:                cfg.CAFile,
-	})
-	up, err := upstream.NewClient(cfg.Address, t, 0, tel)
+	}, 0, tel)
 	if err != nil {
 		return nil, err
 	}

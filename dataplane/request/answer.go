@@ -3,7 +3,6 @@ package request
 import (
 	"bytes"
 	"encoding/json"
-	"strings"
 
 	"github.com/epd-dev/coordinator/dataplane/body"
 )
@@ -25,62 +24,98 @@ var usageKey = []byte(`"usage"`)
 // is labelled invalid).
 const maxModelLen = 256
 
-// usage is the part of OpenAI's usage object the metrics count: chat and completions name the
-// counts prompt and completion, the Responses API input and output.
-type usage struct {
-	PromptTokens        int64   `json:"prompt_tokens"`
-	CompletionTokens    int64   `json:"completion_tokens"`
-	PromptTokensDetails *cached `json:"prompt_tokens_details"`
-	InputTokens         int64   `json:"input_tokens"`
-	OutputTokens        int64   `json:"output_tokens"`
-	InputTokensDetails  *cached `json:"input_tokens_details"`
-}
-
-type cached struct {
-	CachedTokens int64 `json:"cached_tokens"`
-}
-
 // Read takes the model (the first one seen) and the usage (the last one seen) of doc, a JSON
 // answer or one stream chunk (a Responses stream event carries them in its response), and
 // reports whether doc carries a usage object. Anything that does not parse is ignored:
-// statistics never fail an answer.
+// statistics never fail an answer. It validates doc once and walks only the members it reads
+// (chat and completions name the counts prompt and completion, the Responses API input and
+// output), allocating nothing but the model name.
 func (a *AnswerStats) Read(doc []byte) bool {
 	hasUsage := bytes.Contains(doc, usageKey)
-	if a.Model != "" && !hasUsage {
+	if a.Model != "" && !hasUsage || !body.Valid(doc) {
 		return false
 	}
-	obj, err := body.Parse(doc)
-	if err != nil {
-		return false
-	}
-	if inner, _, err := obj.Object("response"); err == nil && inner != nil {
+	obj := doc
+	if inner, ok := member(doc, "response"); ok && body.KindOf(inner) == body.KindObject {
 		obj = inner // response.created, response.completed, ...
 	}
-	if a.Model == "" {
-		if m, _, err := obj.String("model"); err == nil {
-			// A copy (doc may be a reused read buffer), at most maxModelLen bytes of it: a longer
-			// name is no label anyway.
-			a.Model = strings.Clone(m[:min(len(m), maxModelLen)])
+	var model, usage []byte
+	for k, v := range body.Members(obj) {
+		switch k {
+		case "model":
+			model = v
+		case "usage":
+			usage = v
 		}
 	}
-	raw, ok := obj.Get("usage")
-	if !ok || len(raw) == 0 || raw[0] != '{' {
+	if a.Model == "" && body.KindOf(model) == body.KindString {
+		a.Model = modelName(model)
+	}
+	if body.KindOf(usage) != body.KindObject {
 		return false
 	}
-	var u usage
-	if json.Unmarshal(raw, &u) != nil {
+	var prompt, completion, cached, input, output, inputCached int64
+	ok := true
+	count := func(dst *int64, raw []byte) {
+		if n, err := body.ParseInt(raw); err == nil {
+			*dst = n
+		} else if len(raw) > 0 && !isNull(raw) {
+			ok = false // a count of the wrong type: the usage is not read
+		}
+	}
+	for k, v := range body.Members(usage) {
+		switch k {
+		case "prompt_tokens":
+			count(&prompt, v)
+		case "completion_tokens":
+			count(&completion, v)
+		case "input_tokens":
+			count(&input, v)
+		case "output_tokens":
+			count(&output, v)
+		case "prompt_tokens_details":
+			c, _ := member(v, "cached_tokens")
+			count(&cached, c)
+		case "input_tokens_details":
+			c, _ := member(v, "cached_tokens")
+			count(&inputCached, c)
+		}
+	}
+	if !ok {
 		return false
 	}
-	if u.PromptTokens == 0 && u.CompletionTokens == 0 {
-		u.PromptTokens, u.CompletionTokens, u.PromptTokensDetails = u.InputTokens, u.OutputTokens, u.InputTokensDetails
+	if prompt == 0 && completion == 0 {
+		prompt, completion, cached = input, output, inputCached
 	}
-	a.HasUsage, a.PromptTokens, a.CompletionTokens = true, max(u.PromptTokens, 0), max(u.CompletionTokens, 0)
-	a.CachedTokens = 0
-	if d := u.PromptTokensDetails; d != nil {
-		a.CachedTokens = min(max(d.CachedTokens, 0), a.PromptTokens)
-	}
+	a.HasUsage, a.PromptTokens, a.CompletionTokens = true, max(prompt, 0), max(completion, 0)
+	a.CachedTokens = min(max(cached, 0), a.PromptTokens)
 	return true
 }
+
+// modelName is a copy of a model member's text (raw may be a reused read buffer), at most
+// maxModelLen bytes of it: a longer name is no label anyway.
+func modelName(raw []byte) string {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : 1+min(len(raw)-2, maxModelLen)])
+	}
+	m, err := body.AppendString(nil, raw)
+	if err != nil {
+		return ""
+	}
+	return string(m[:min(len(m), maxModelLen)])
+}
+
+// member is the raw value of key in obj, a validated object.
+func member(obj []byte, key string) ([]byte, bool) {
+	for k, v := range body.Members(obj) {
+		if k == key {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
+func isNull(raw []byte) bool { return string(raw) == "null" }
 
 // UsageOnly reports whether a stream chunk is the usage chunk OpenAI streams add for
 // stream_options.include_usage: an empty choices list next to the usage.

@@ -44,13 +44,7 @@ var (
 	// bufs are the read buffers, one per relayed stream for its whole life: thousands of streams
 	// are open at once, each reading one small event at a time (a longer one gathers in pending).
 	bufs = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
-	// kept holds the record of what clients got, reused from stream to stream.
-	kept = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 )
-
-// maxPooledKept is the largest record returned to the pool: a longer one goes to the garbage
-// collector, so the pool does not keep every open stream's worth of the longest answers.
-const maxPooledKept = 64 << 10
 
 // Stream is one client's event stream, fed by one worker answer after another.
 type Stream struct {
@@ -60,15 +54,17 @@ type Stream struct {
 	api       request.API
 	events    int // data events written (the next sequence_number of a Responses stream)
 
-	pending []byte  // the start of an event not yet complete
-	got     []byte  // the complete events the client got (nil once over MaxTracked)
-	kept    *[]byte // got's pooled backing
-	over    bool
+	pending []byte // the start of an event not yet complete
+	// got is what the client got, folded event by event (chat and generate streams, the ones
+	// that can be resumed; nil for the others): the text or token ids so far and the facts a
+	// continuation needs, not the events themselves, so an open stream holds a few bytes per
+	// token.
+	got     *state
 	started bool // the response's status and headers are written
 	done    bool // the [DONE] event was forwarded
 
 	// splice is set while a continuation is relayed: what its events are rewritten to.
-	splice *state
+	splice *splice
 	// rc, when watched, receives the answer's statistics and token events (Watch).
 	rc       *request.Context
 	filtered []byte // the events written when the usage chunk is kept from the client
@@ -79,21 +75,14 @@ type Stream struct {
 // (an empty choices list next to the usage) is read but not relayed.
 func (s *Stream) Watch(rc *request.Context) { s.rc = rc }
 
-// New returns the stream of a response in format api written to w; Release it when the response
-// is done.
+// New returns the stream of a response in format api written to w.
 func New(w http.ResponseWriter, requestID string, api request.API) *Stream {
 	f, _ := w.(http.Flusher)
-	kp := kept.Get().(*[]byte)
-	return &Stream{w: w, flusher: f, requestID: requestID, api: api, kept: kp, got: (*kp)[:0]}
-}
-
-// Release returns the stream's record to the pool; the stream is not used afterwards.
-func (s *Stream) Release() {
-	if s.kept != nil && cap(s.got) <= maxPooledKept {
-		*s.kept = s.got[:0]
-		kept.Put(s.kept)
+	s := &Stream{w: w, flusher: f, requestID: requestID, api: api}
+	if api == request.APIChat || api == request.APIGenerate {
+		s.got = &state{api: api}
 	}
-	s.kept, s.got = nil, nil
+	return s
 }
 
 // Started reports whether the client got the response's headers (and at least one event).
@@ -176,12 +165,8 @@ func (s *Stream) feed(resp *http.Response, p []byte) error {
 	if events > 0 && s.rc.OnEvents != nil {
 		s.rc.OnEvents(events)
 	}
-	if !s.over {
-		if len(s.got)+len(complete) > MaxTracked {
-			s.over, s.got = true, nil
-		} else {
-			s.got = append(s.got, complete...)
-		}
+	if s.got != nil {
+		s.got.fold(complete)
 	}
 	if s.api == request.APIResponses {
 		EachData(complete, func(d []byte) {
@@ -315,7 +300,7 @@ func (s *Stream) Finish(rc *request.Context) bool {
 	return true
 }
 
-// state is what the client got, read back from the events.
+// state is what the client got: each event it got is folded in as it passes.
 type state struct {
 	api      request.API
 	id       string
@@ -326,103 +311,137 @@ type state struct {
 	finished bool   // a finish_reason was sent
 	exotic   string // why the output cannot be continued exactly, when it cannot
 	roleSent bool
+	err      error // an event that could not be read: the stream is no longer resumed
+	over     bool  // the output outgrew MaxTracked: the stream is no longer resumed
 }
 
-type chatChunk struct {
-	ID      string          `json:"id"`
-	Created json.RawMessage `json:"created"`
-	Choices []struct {
-		Index int `json:"index"`
-		Delta struct {
-			Role             string          `json:"role"`
-			Content          *string         `json:"content"`
-			ToolCalls        json.RawMessage `json:"tool_calls"`
-			Reasoning        json.RawMessage `json:"reasoning"`
-			ReasoningContent json.RawMessage `json:"reasoning_content"`
-		} `json:"delta"`
-		Logprobs     json.RawMessage `json:"logprobs"`
-		FinishReason *string         `json:"finish_reason"`
-	} `json:"choices"`
-}
+func present(raw []byte) bool { return len(raw) > 0 && string(raw) != "null" }
 
-type generateChunk struct {
-	RequestID string `json:"request_id"`
-	Choices   []struct {
-		Index        int             `json:"index"`
-		TokenIDs     []int           `json:"token_ids"`
-		Logprobs     json.RawMessage `json:"logprobs"`
-		FinishReason *string         `json:"finish_reason"`
-	} `json:"choices"`
-}
-
-func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
-
-// state parses the events the client got.
+// state is what the client got, or why a continuation cannot be built from it.
 func (s *Stream) state(api request.API) (*state, error) {
-	if api != request.APIChat && api != request.APIGenerate {
+	switch {
+	case api != request.APIChat && api != request.APIGenerate || s.got == nil:
 		return nil, fmt.Errorf("%s streams are not resumed (only chat and tokens-in generate)", api)
-	}
-	if s.over {
+	case s.got.over:
 		return nil, fmt.Errorf("the answer is longer than the %d bytes kept to resume from", MaxTracked)
+	case s.got.err != nil:
+		return nil, s.got.err
 	}
-	st := &state{api: api}
-	var perr error
-	EachData(s.got, func(d []byte) {
-		if perr != nil || bytes.Equal(d, dataDone) {
+	return s.got, nil
+}
+
+// fold adds the data events of events, which the client got.
+func (st *state) fold(events []byte) {
+	if st.over || st.err != nil {
+		return
+	}
+	EachData(events, func(d []byte) {
+		if st.err != nil || bytes.Equal(d, dataDone) {
 			return
 		}
-		perr = st.add(d)
+		if !body.Valid(d) {
+			st.err = errors.New("an event the client got is not JSON")
+			return
+		}
+		st.err = st.add(d)
 	})
-	return st, perr
+	if len(st.text)+8*len(st.ids) > MaxTracked {
+		st.over, st.text, st.ids = true, nil, nil
+	}
 }
 
+// add folds in one event, d (valid JSON).
 func (st *state) add(d []byte) error {
-	switch st.api {
-	case request.APIChat:
-		var c chatChunk
-		if err := json.Unmarshal(d, &c); err != nil {
-			return fmt.Errorf("an event the client got is not JSON: %w", err)
-		}
-		if st.id == "" {
-			st.id, st.created = c.ID, c.Created
-		}
-		for _, ch := range c.Choices {
-			switch {
-			case ch.Index != 0:
-				st.exotic = "several choices"
-			case present(ch.Delta.ToolCalls):
-				st.exotic = "a tool call was being streamed"
-			case present(ch.Delta.Reasoning), present(ch.Delta.ReasoningContent):
-				st.exotic = "reasoning was being streamed"
-			case present(ch.Logprobs):
-				st.exotic = "logprobs were being streamed"
+	var id, created []byte
+	for k, v := range body.Members(d) {
+		switch k {
+		case "id", "request_id":
+			if k == "id" && st.api == request.APIChat || k == "request_id" && st.api == request.APIGenerate {
+				id = v
 			}
-			st.roleSent = st.roleSent || ch.Delta.Role != ""
-			if ch.Delta.Content != nil && *ch.Delta.Content != "" {
-				st.text = append(st.text, *ch.Delta.Content...)
-				st.tokens++
+		case "created":
+			created = v
+		case "choices":
+			for ch := range body.Elements(v) {
+				if err := st.addChoice(ch); err != nil {
+					return err
+				}
 			}
-			st.finished = st.finished || ch.FinishReason != nil
 		}
-	case request.APIGenerate:
-		var c generateChunk
-		if err := json.Unmarshal(d, &c); err != nil {
-			return fmt.Errorf("an event the client got is not JSON: %w", err)
+	}
+	if st.id == "" && len(id) > 0 {
+		raw, err := body.AppendString(nil, id)
+		if err != nil {
+			return fmt.Errorf("an event the client got has an id that is not a string: %w", err)
 		}
-		if st.id == "" {
-			st.id = c.RequestID
+		st.id = string(raw)
+		if st.api == request.APIChat {
+			st.created = bytes.Clone(created)
 		}
-		for _, ch := range c.Choices {
-			switch {
-			case ch.Index != 0:
-				st.exotic = "several choices"
-			case present(ch.Logprobs):
-				st.exotic = "logprobs were being streamed"
+	}
+	return nil
+}
+
+// addChoice folds in one choice of an event.
+func (st *state) addChoice(ch []byte) error {
+	var index int64
+	var delta, logprobs, tokenIDs []byte
+	for k, v := range body.Members(ch) {
+		switch k {
+		case "index":
+			index, _ = body.ParseInt(v)
+		case "delta":
+			delta = v
+		case "token_ids":
+			tokenIDs = v
+		case "logprobs":
+			logprobs = v
+		case "finish_reason":
+			st.finished = st.finished || present(v)
+		}
+	}
+	var content, toolCalls, reasoning []byte
+	for k, v := range body.Members(delta) {
+		switch k {
+		case "role":
+			st.roleSent = st.roleSent || body.KindOf(v) == body.KindString && len(v) > 2
+		case "content":
+			content = v
+		case "tool_calls":
+			toolCalls = v
+		case "reasoning", "reasoning_content":
+			if present(v) {
+				reasoning = v
 			}
-			st.ids = append(st.ids, ch.TokenIDs...)
-			st.tokens += len(ch.TokenIDs)
-			st.finished = st.finished || ch.FinishReason != nil
 		}
+	}
+	switch {
+	case index != 0:
+		st.exotic = "several choices"
+	case st.api == request.APIChat && present(toolCalls):
+		st.exotic = "a tool call was being streamed"
+	case st.api == request.APIChat && reasoning != nil:
+		st.exotic = "reasoning was being streamed"
+	case present(logprobs):
+		st.exotic = "logprobs were being streamed"
+	}
+	if st.api == request.APIGenerate {
+		for id := range body.Elements(tokenIDs) {
+			n, err := body.ParseInt(id)
+			if err != nil {
+				return fmt.Errorf("an event the client got has a token id that is not an integer: %s", id)
+			}
+			st.ids = append(st.ids, int(n))
+			st.tokens++
+		}
+		return nil
+	}
+	if body.KindOf(content) == body.KindString && len(content) > 2 {
+		var err error
+		if st.text, err = body.AppendString(st.text, content); err != nil {
+			return err
+		}
+		st.tokens++
 	}
 	return nil
 }
@@ -510,7 +529,7 @@ func (s *Stream) Continuation(rc *request.Context) (*body.Object, error) {
 	} else if err := continueGenerate(rc, obj, st); err != nil {
 		return nil, err
 	}
-	s.splice = st
+	s.splice = &splice{api: st.api, id: st.id, created: st.created, tokens: st.tokens}
 	return obj, nil
 }
 
@@ -585,10 +604,19 @@ func lowerLimits(o *body.Object, produced int, keys ...string) error {
 	return nil
 }
 
+// splice is what a continuation's events are rewritten to: the original stream's id and created
+// time, and the tokens produced before the break.
+type splice struct {
+	api     request.API
+	id      string
+	created json.RawMessage
+	tokens  int
+}
+
 // rewrite makes a continuation's events the original stream's: its first role-only event is
 // dropped (the client has had one), the id and created time are the original's, and a usage
 // event counts the tokens produced before the break as completion tokens, not prompt.
-func (st *state) rewrite(events []byte) []byte {
+func (st *splice) rewrite(events []byte) []byte {
 	out := make([]byte, 0, len(events)+32)
 	for len(events) > 0 {
 		ev := events
@@ -602,7 +630,7 @@ func (st *state) rewrite(events []byte) []byte {
 	return out
 }
 
-func (st *state) rewriteEvent(ev []byte) []byte {
+func (st *splice) rewriteEvent(ev []byte) []byte {
 	var out []byte
 	keep := true
 	for len(ev) > 0 {
@@ -645,7 +673,7 @@ func (st *state) rewriteEvent(ev []byte) []byte {
 }
 
 // roleOnly reports the opening event of a chat stream: a role with empty content, nothing else.
-func (st *state) roleOnly(o *body.Object) bool {
+func (st *splice) roleOnly(o *body.Object) bool {
 	raw, ok := o.Get("choices")
 	if !ok {
 		return false
@@ -671,7 +699,7 @@ func (st *state) roleOnly(o *body.Object) bool {
 
 // fixUsage moves the tokens produced before the break from the continuation's prompt count to
 // its completion count: the totals are those of the uninterrupted answer.
-func (st *state) fixUsage(o *body.Object) {
+func (st *splice) fixUsage(o *body.Object) {
 	raw, ok := o.Get("usage")
 	if !ok || st.tokens == 0 || string(raw) == "null" {
 		return

@@ -3,7 +3,7 @@ package steps
 import (
 	"context"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"strconv"
 	"time"
 
@@ -95,14 +95,14 @@ func (s *prefill) Execute(ctx context.Context, rc *request.Context) error {
 	if err != nil {
 		return s.pool.handle(ctx, rc, PrefillStep, err)
 	}
-	var answer struct {
-		KV json.RawMessage `json:"kv_transfer_params"`
+	// The answer is validated once and only its kv_transfer_params taken: with a long prompt it
+	// lists thousands of KV blocks, which are handed to decode raw.
+	answer, err := body.Parse(out)
+	if err != nil {
+		return &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Body: head(out), Err: errors.New("decoding answer: not a JSON object")}
 	}
-	if err := json.Unmarshal(out, &answer); err != nil {
-		return &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Body: head(out), Err: fmt.Errorf("decoding answer: %w", err)}
-	}
-	if body.KindOf(answer.KV) == body.KindObject {
-		rc.PrefillKV = answer.KV
+	if kv, _ := answer.Get("kv_transfer_params"); body.KindOf(kv) == body.KindObject {
+		rc.PrefillKV = kv
 	}
 	rc.Prefilled, rc.PrefillEnd = true, time.Now()
 	return nil

@@ -67,8 +67,7 @@ func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 		p.Fail("address", "is required: the base URL of the render service, e.g. http://render:8000")
 		return s, nil
 	}
-	t := upstream.NewTransport(upstream.TransportOptions{MaxIdleConnsPerHost: idle, IdleConnTimeout: idleTimeout})
-	c, err := upstream.NewClient(addr, t, timeout, deps.Telemetry)
+	c, err := upstream.NewClient(addr, upstream.TransportOptions{MaxIdleConnsPerHost: idle, IdleConnTimeout: idleTimeout}, timeout, deps.Telemetry)
 	if err != nil {
 		p.Fail("address", "%v", err)
 		return s, nil

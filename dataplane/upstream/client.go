@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,23 +25,44 @@ import (
 const maxErrorBody = 8 << 10
 
 // Client calls one base URL over a keep-alive pool: the gateway's legs and side services (render).
+// A plain-HTTP base is served by this package's own HTTP/1.1 transport (no goroutine per
+// connection, a leg in one vectored write); an https one by net/http's (TLS, HTTP/2).
 type Client struct {
 	base string
 	http *http.Client
+	h1   *h1Transport // nil for an https base
 	tel  observe.Telemetry
 }
 
-// NewClient is a client of base (an http or https URL). timeout bounds each whole call; 0 leaves
-// bodies unbounded (streams).
-func NewClient(base string, t *http.Transport, timeout time.Duration, tel observe.Telemetry) (*Client, error) {
+// NewClient is a client of base (an http or https URL) with a transport tuned by o. timeout
+// bounds each whole call; 0 leaves bodies unbounded (streams). Redirects are not followed: a
+// redirect is the answer.
+func NewClient(base string, o TransportOptions, timeout time.Duration, tel observe.Telemetry) (*Client, error) {
 	if err := config.ValidateBaseURL(base); err != nil {
 		return nil, err
 	}
-	return &Client{base: strings.TrimRight(base, "/"), http: &http.Client{Transport: t, Timeout: timeout}, tel: tel}, nil
+	c := &Client{base: strings.TrimRight(base, "/"), tel: tel}
+	var rt http.RoundTripper
+	if u, _ := url.Parse(base); u.Scheme == "http" {
+		c.h1 = newH1Transport(o, dialerOf(o).DialContext)
+		rt = c.h1
+	} else {
+		rt = NewTransport(o)
+	}
+	c.http = &http.Client{Transport: rt, Timeout: timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return c, nil
 }
 
-// Close drops the idle connections of the pool (when a reload replaces the client).
-func (c *Client) Close() { c.http.CloseIdleConnections() }
+// Close drops the idle connections of the pool, and the others as their calls end (when a
+// reload replaces the client).
+func (c *Client) Close() {
+	if c.h1 != nil {
+		c.h1.close()
+		return
+	}
+	c.http.CloseIdleConnections()
+}
 
 // Request is one outbound call.
 type Request struct {

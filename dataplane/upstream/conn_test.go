@@ -23,6 +23,15 @@ type pieces struct {
 	reads   int // bytes that went through Read (net/http also reads past the end, to check the length)
 }
 
+// handedOver is a pieces that also hands its slices over (piecewise), counting the calls.
+type handedOver struct {
+	*pieces
+	calls, closed int
+}
+
+func (h *handedOver) Pieces() net.Buffers { h.calls++; return h.bufs }
+func (h *handedOver) Close() error        { h.closed++; return nil }
+
 func (p *pieces) Read(b []byte) (int, error) {
 	n, err := p.bufs.Read(b)
 	p.reads += n
@@ -97,51 +106,80 @@ func TestLegConnPlainReader(t *testing.T) {
 	}
 }
 
-// TestClientSendsWholeBodiesVectored sends a WholeBody through NewTransport to a loopback server:
-// it arrives intact, written with WriteTo, with the request id, the caller's fields and the
-// forwarded headers, and the client's own header set is left alone.
+// TestClientSendsWholeBodiesVectored sends WholeBodies through NewClient's transports to a
+// loopback server: each arrives intact, on plain HTTP written without a Read (a body that hands
+// its pieces over goes out with the header block in one vectored write; any other with WriteTo),
+// with the request id, the caller's fields and the forwarded headers, and the client's own
+// header set is left alone.
 func TestClientSendsWholeBodiesVectored(t *testing.T) {
 	type got struct {
 		body string
 		h    http.Header
 	}
-	seen := make(chan got, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		seen <- got{string(b), r.Header.Clone()}
-		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, `{"ok":true}`)
-	}))
-	defer srv.Close()
-	c, err := NewClient(srv.URL+"/", NewTransport(TransportOptions{ResponseHeaderTimeout: 5 * time.Second}), 0, observe.Telemetry{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	body := newPieces(`{"a":`, strings.Repeat("x", 100<<10), `}`)
-	size := body.Len()
-	base := http.Header{"X-Tenant": {"t1", "t2"}}
-	out, err := c.Call(context.Background(), Request{Path: "/v1/x", Phase: "test", Header: base, RequestID: "rid", Body: body, Size: size},
-		Field{Name: "X-Role", Value: "prefill"}, Field{Name: "X-Empty", Value: ""})
-	if err != nil || string(out) != `{"ok":true}` {
-		t.Fatalf("Call = %q, %v", out, err)
-	}
-	g := <-seen
-	if int64(len(g.body)) != size || !strings.HasPrefix(g.body, `{"a":xxx`) {
-		t.Fatalf("server read %d bytes", len(g.body))
-	}
-	if body.writeTo == 0 || body.reads != 0 { // a second WriteTo (of nothing) is net/http checking the length
-		t.Fatalf("body sent with %d WriteTo and %d bytes read, want one vectored write", body.writeTo, body.reads)
-	}
-	if g.h.Get(RequestIDHeader) != "rid" || g.h.Get("X-Role") != "prefill" || g.h.Get("Content-Type") != "application/json" ||
-		len(g.h.Values("X-Tenant")) != 2 || g.h.Get("Traceparent") != "" {
-		t.Fatalf("headers %v", g.h)
-	}
-	if _, ok := g.h["X-Empty"]; ok {
-		t.Fatal("an empty field was sent")
-	}
-	if len(base) != 1 {
-		t.Fatalf("the base header set was modified: %v", base)
+	for _, tc := range []struct {
+		name     string
+		tls      bool
+		handOver bool
+	}{{"plain, pieces handed over", false, true}, {"plain, WriteTo", false, false}, {"https (net/http's transport), WriteTo", true, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen := make(chan got, 1)
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				seen <- got{string(b), r.Header.Clone()}
+				w.WriteHeader(http.StatusOK)
+				_, _ = io.WriteString(w, `{"ok":true}`)
+			})
+			opts := TransportOptions{ResponseHeaderTimeout: 5 * time.Second}
+			var srv *httptest.Server
+			if tc.tls {
+				srv = httptest.NewTLSServer(h)
+				opts.CAFile = writeServerCA(t, srv)
+			} else {
+				srv = httptest.NewServer(h)
+			}
+			defer srv.Close()
+			c, err := NewClient(srv.URL+"/", opts, 0, observe.Telemetry{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			p := newPieces(`{"a":`, strings.Repeat("x", 100<<10), `}`)
+			var body io.Reader = p
+			ho := &handedOver{pieces: p}
+			if tc.handOver {
+				body = ho
+			}
+			size := p.Len()
+			base := http.Header{"X-Tenant": {"t1", "t2"}}
+			out, err := c.Call(context.Background(), Request{Path: "/v1/x", Phase: "test", Header: base, RequestID: "rid", Body: body, Size: size},
+				Field{Name: "X-Role", Value: "prefill"}, Field{Name: "X-Empty", Value: ""})
+			if err != nil || string(out) != `{"ok":true}` {
+				t.Fatalf("Call = %q, %v", out, err)
+			}
+			g := <-seen
+			if int64(len(g.body)) != size || !strings.HasPrefix(g.body, `{"a":xxx`) || !strings.HasSuffix(g.body, `x}`) {
+				t.Fatalf("server read %d bytes", len(g.body))
+			}
+			switch {
+			case tc.tls: // TLS encrypts a copy: no vectored write of the caller's slices
+			case p.reads != 0:
+				t.Fatalf("%d bytes of the body went through Read", p.reads)
+			case tc.handOver && (ho.calls != 1 || p.writeTo != 0 || ho.closed == 0):
+				t.Fatalf("pieces handed over %d times, WriteTo %d, closed %d; want one vectored write, then Close", ho.calls, p.writeTo, ho.closed)
+			case !tc.handOver && p.writeTo == 0: // a second WriteTo (of nothing) is net/http checking the length
+				t.Fatal("the body was not written with WriteTo")
+			}
+			if g.h.Get(RequestIDHeader) != "rid" || g.h.Get("X-Role") != "prefill" || g.h.Get("Content-Type") != "application/json" ||
+				len(g.h.Values("X-Tenant")) != 2 || g.h.Get("Traceparent") != "" {
+				t.Fatalf("headers %v", g.h)
+			}
+			if _, ok := g.h["X-Empty"]; ok {
+				t.Fatal("an empty field was sent")
+			}
+			if len(base) != 1 {
+				t.Fatalf("the base header set was modified: %v", base)
+			}
+		})
 	}
 }
 
@@ -151,7 +189,7 @@ func TestCallErrors(t *testing.T) {
 		_, _ = io.WriteString(w, strings.Repeat("e", 20<<10))
 	}))
 	defer srv.Close()
-	c, err := NewClient(srv.URL, NewTransport(TransportOptions{}), 0, observe.Telemetry{})
+	c, err := NewClient(srv.URL, TransportOptions{}, 0, observe.Telemetry{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +203,7 @@ func TestCallErrors(t *testing.T) {
 	if up := asUpstream(t, err); up.Status != 0 || up.Err == nil {
 		t.Fatalf("transport error %+v", up)
 	}
-	if _, err := NewClient("gateway:80", NewTransport(TransportOptions{}), 0, observe.Telemetry{}); err == nil {
+	if _, err := NewClient("gateway:80", TransportOptions{}, 0, observe.Telemetry{}); err == nil {
 		t.Fatal("a base URL without a scheme was accepted")
 	}
 }

@@ -27,7 +27,7 @@ func limitsServer(t *testing.T, h func(w http.ResponseWriter, r *http.Request, r
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) }) // first: srv.Close waits for the handlers
 	reg := prometheus.NewRegistry()
-	c, err := NewClient(srv.URL, NewTransport(TransportOptions{}), 0, observe.Telemetry{Metrics: observe.NewMetrics(reg)})
+	c, err := NewClient(srv.URL, TransportOptions{}, 0, observe.Telemetry{Metrics: observe.NewMetrics(reg)})
 	if err != nil {
 		t.Fatal(err)
 	}

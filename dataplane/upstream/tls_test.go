@@ -9,6 +9,7 @@ import (
 	"encoding/asn1"
 	"encoding/pem"
 	"math/big"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -74,4 +75,15 @@ func TestCABundleReload(t *testing.T) {
 			t.Fatalf("%s: the pool does not hold %s", s.name, s.want)
 		}
 	}
+}
+
+// writeServerCA writes the certificate of an httptest TLS server as a CA bundle and returns its
+// path.
+func writeServerCA(t *testing.T, srv *httptest.Server) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -24,14 +24,21 @@ type TransportOptions struct {
 	CAFile string
 }
 
-// NewTransport is a pooled transport for outbound calls. It ignores HTTP(S)_PROXY (the gateway and
-// side services are in-cluster, and a dial guard must see the address actually dialled), and its
-// connections write WholeBody request bodies with one vectored write.
-func NewTransport(o TransportOptions) *http.Transport {
+// dialerOf is o's dialer.
+func dialerOf(o TransportOptions) *net.Dialer {
 	d := &net.Dialer{Timeout: o.DialTimeout, KeepAlive: 30 * time.Second, Control: o.Control}
 	if d.Timeout == 0 {
 		d.Timeout = 30 * time.Second
 	}
+	return d
+}
+
+// NewTransport is net/http's pooled transport for outbound calls to any host (media downloads,
+// https upstreams). It ignores HTTP(S)_PROXY (the gateway and
+// side services are in-cluster, and a dial guard must see the address actually dialled), and its
+// connections write WholeBody request bodies with one vectored write.
+func NewTransport(o TransportOptions) *http.Transport {
+	d := dialerOf(o)
 	tls := o.TLSHandshakeTimeout
 	if tls == 0 {
 		tls = 10 * time.Second
