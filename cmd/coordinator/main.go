@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	_ "github.com/epd-dev/coordinator/dataplane/asyncbroker" // the async-broker step's Redis runtime
 	"github.com/epd-dev/coordinator/dataplane/config"
@@ -141,10 +140,9 @@ func run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	ctrllog.SetLogger(log.V(logging.Info)) // controller-runtime's certificate watcher
 	opts := server.Options{Server: cfg.Server, Pipelines: &holder, Log: log, Telemetry: tel}
 	if cfg.Server.SecureServing {
-		if opts.TLS, err = server.TLSConfig(ctx, cfg.Server, cfg.Server.CertPath, "server.cert_path", log); err != nil {
+		if opts.TLS, err = server.TLSConfig(cfg.Server, cfg.Server.CertPath, "server.cert_path", log); err != nil {
 			fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)
 			return 1
 		}
@@ -153,7 +151,7 @@ func run(args []string) int {
 	}
 	var adminTLS *tls.Config
 	if dir := cfg.Server.MetricsCertDir; dir != "" && cfg.Server.MetricsPort > 0 {
-		if adminTLS, err = server.TLSConfig(ctx, cfg.Server, dir, "server.metrics_cert_dir", log); err != nil {
+		if adminTLS, err = server.TLSConfig(cfg.Server, dir, "server.metrics_cert_dir", log); err != nil {
 			fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)
 			return 1
 		}

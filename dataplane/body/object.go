@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"iter"
 	"net"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -589,12 +590,17 @@ func AppendString(dst, raw []byte) ([]byte, error) {
 		return dst, errors.New("not a JSON string")
 	}
 	s := raw[1 : len(raw)-1]
+	appendText := appendUTF8
+	if utf8.Valid(s) { // the common case: checked once, not chunk by chunk
+		appendText = func(dst, s []byte) []byte { return append(dst, s...) }
+	}
+	dst = slices.Grow(dst, len(s))
 	for len(s) > 0 {
 		i := bytes.IndexByte(s, '\\')
 		if i < 0 {
-			return appendUTF8(dst, s), nil
+			return appendText(dst, s), nil
 		}
-		dst = appendUTF8(dst, s[:i])
+		dst = appendText(dst, s[:i])
 		if i+1 >= len(s) {
 			return dst, errors.New("truncated escape")
 		}

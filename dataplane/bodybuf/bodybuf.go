@@ -158,13 +158,14 @@ func (d *Body) Close() error {
 	return nil
 }
 
-// pool recycles buffers by power-of-two size class (4 KiB to 64 MiB), so a stream of megabyte
-// requests does not allocate and zero a megabyte each.
+// pool recycles buffers by power-of-two size class (512 B to 64 MiB), so a stream of megabyte
+// requests does not allocate and zero a megabyte each, and a small request held by a long stream
+// (its body is kept to resume it) holds little.
 var pool sizedPool
 
-type sizedPool struct{ classes [15]sync.Pool }
+type sizedPool struct{ classes [18]sync.Pool }
 
-const minClass = 12 // 4 KiB
+const minClass = 9 // 512 B
 
 func classOf(n int) int {
 	c := bits.Len(uint(max(n, 1) - 1))

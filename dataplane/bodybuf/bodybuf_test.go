@@ -114,7 +114,7 @@ func TestOpenAfterReleaseFails(t *testing.T) {
 }
 
 func TestPoolSizeClasses(t *testing.T) {
-	for n, want := range map[int]int{0: 4 << 10, 1: 4 << 10, 4 << 10: 4 << 10, 4<<10 + 1: 8 << 10, 1 << 20: 1 << 20} {
+	for n, want := range map[int]int{0: 512, 1: 512, 200: 512, 512: 512, 513: 1 << 10, 4 << 10: 4 << 10, 4<<10 + 1: 8 << 10, 1 << 20: 1 << 20, 64 << 20: 64 << 20} {
 		if got := cap(*pool.get(n)); got != want {
 			t.Errorf("get(%d) has capacity %d, want %d", n, got, want)
 		}

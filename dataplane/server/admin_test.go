@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"crypto/tls"
 	"encoding/json"
 	"net"
@@ -98,7 +97,7 @@ func TestAdminHandler(t *testing.T) {
 func TestAdminOverTLS(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "metrics-tls")
 	writeCertDir(t, dir, "admin")
-	tc, err := server.TLSConfig(context.Background(), config.Default().Server, dir, "server.metrics_cert_dir", logr.Discard())
+	tc, err := server.TLSConfig(config.Default().Server, dir, "server.metrics_cert_dir", logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

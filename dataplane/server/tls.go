@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -18,9 +17,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/filevalue"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 )
 
@@ -37,10 +36,10 @@ const selfSignedValidity = 365 * 24 * time.Hour
 
 // TLSConfig is a listener's TLS configuration under cfg's policy (server.tls_min_version,
 // server.tls_cipher_suites; HTTP/1.1 only). The certificate is dir's tls.crt and tls.key,
-// re-read when they change until ctx ends (a renewal applies to the next handshakes; files that
-// do not load keep the last good pair), or, when dir is empty, a self-signed one generated now.
-// An error names key, the setting of dir.
-func TLSConfig(ctx context.Context, cfg config.Server, dir, key string, log logr.Logger) (*tls.Config, error) {
+// re-read when they change (a renewal applies to the next handshakes; files that do not load keep
+// the last good pair, and say so in the log), or, when dir is empty, a self-signed one generated
+// now. An error names key, the setting of dir.
+func TLSConfig(cfg config.Server, dir, key string, log logr.Logger) (*tls.Config, error) {
 	tc := &tls.Config{
 		MinVersion:   cfg.TLSMinVersionID(),
 		CipherSuites: cfg.TLSCipherSuiteIDs(),
@@ -57,16 +56,17 @@ func TLSConfig(ctx context.Context, cfg config.Server, dir, key string, log logr
 		tc.Certificates = []tls.Certificate{cert}
 		return tc, nil
 	}
-	w, err := certwatcher.New(filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile))
-	if err != nil {
+	certFile, keyFile := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
+	pair := filevalue.New(func() (*tls.Certificate, error) {
+		c, err := tls.LoadX509KeyPair(certFile, keyFile)
+		return &c, err
+	}, certFile, keyFile).WhenStale(func(err error) {
+		log.Error(err, "the renewed TLS certificate does not load; serving the last good one", key, dir)
+	})
+	if _, err := pair.Get(); err != nil {
 		return nil, &config.FieldError{Key: key, Reason: fmt.Sprintf("cannot load %s and %s from %s: %v", CertFile, KeyFile, dir, err)}
 	}
-	go func() {
-		if err := w.Start(ctx); err != nil {
-			log.Error(err, "watching the TLS certificate failed; renewed files will not be picked up", key, dir)
-		}
-	}()
-	tc.GetCertificate = w.GetCertificate
+	tc.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return pair.Get() }
 	return tc, nil
 }
 

@@ -4,12 +4,12 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"sync"
 	"time"
+
+	"github.com/epd-dev/coordinator/dataplane/filevalue"
 )
 
 // LoadCAFile reads a PEM bundle of CA certificates. A file without any certificate is an error.
@@ -25,34 +25,13 @@ func LoadCAFile(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// caBundle is a CA file read on first use and again whenever its size or modification time
-// changes, so that a rotated bundle (a ConfigMap update) applies to the next connections. A
-// bundle that no longer reads keeps the last good one.
-type caBundle struct {
-	path string
+// caBundle is a CA file read on first use and again whenever it changes, so that a rotated
+// bundle (a ConfigMap update) applies to the next connections. A bundle that no longer reads
+// keeps the last good one.
+type caBundle = filevalue.Value[*x509.CertPool]
 
-	mu   sync.Mutex
-	size int64
-	mod  time.Time
-	pool *x509.CertPool
-}
-
-func (b *caBundle) roots() (*x509.CertPool, error) {
-	fi, statErr := os.Stat(b.path)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if statErr == nil && b.pool != nil && fi.Size() == b.size && fi.ModTime().Equal(b.mod) {
-		return b.pool, nil
-	}
-	pool, err := LoadCAFile(b.path)
-	if err = errors.Join(statErr, err); err != nil {
-		if b.pool != nil {
-			return b.pool, nil
-		}
-		return nil, err
-	}
-	b.pool, b.size, b.mod = pool, fi.Size(), fi.ModTime()
-	return pool, nil
+func newCABundle(path string) *caBundle {
+	return filevalue.New(func() (*x509.CertPool, error) { return LoadCAFile(path) }, path)
 }
 
 // tlsDialer dials with dial and verifies the server against the bundle's current CAs and the
@@ -60,7 +39,7 @@ func (b *caBundle) roots() (*x509.CertPool, error) {
 func tlsDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error), ca *caBundle,
 	handshakeTimeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		roots, err := ca.roots()
+		roots, err := ca.Get()
 		if err != nil {
 			return nil, fmt.Errorf("CA bundle: %w", err)
 		}

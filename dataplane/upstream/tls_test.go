@@ -35,8 +35,8 @@ func selfSignedPEM(t *testing.T, name string) []byte {
 // bundle (a half-written update, a removal) keeps the last good CAs.
 func TestCABundleReload(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ca.crt")
-	b := &caBundle{path: path}
-	if _, err := b.roots(); err == nil {
+	b := newCABundle(path)
+	if _, err := b.Get(); err == nil {
 		t.Fatal("a missing bundle was accepted before any was read")
 	}
 	steps := []struct {
@@ -58,7 +58,7 @@ func TestCABundleReload(t *testing.T) {
 		} else if err := os.WriteFile(path, s.content, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		pool, err := b.roots()
+		pool, err := b.Get()
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}

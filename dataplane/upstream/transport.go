@@ -55,7 +55,7 @@ func NewTransport(o TransportOptions) *http.Transport {
 		ExpectContinueTimeout: time.Second,
 	}
 	if o.CAFile != "" {
-		t.DialTLSContext = tlsDialer(t.DialContext, &caBundle{path: o.CAFile}, tls)
+		t.DialTLSContext = tlsDialer(t.DialContext, newCABundle(o.CAFile), tls)
 	}
 	return t
 }

@@ -128,6 +128,12 @@ func TreeRSS(pid int) (int64, error) {
 	return treeStatus(pid, "VmRSS:")
 }
 
+// TreeAnonRSS is the anonymous resident memory (RssAnon: the heap, stacks and buffers, not the
+// pages of the binary and libraries, which the page cache shares) summed over Tree(pid), in bytes.
+func TreeAnonRSS(pid int) (int64, error) {
+	return treeStatus(pid, "RssAnon:")
+}
+
 // TreePeakRSS is the peak resident set size (VmHWM) summed over Tree(pid), in bytes.
 func TreePeakRSS(pid int) (int64, error) {
 	return treeStatus(pid, "VmHWM:")

@@ -193,7 +193,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		logf("%v", err)
 		return 1
 	}
-	rep := &bench.Report{Started: started, Machine: machine(), Revision: revision(o.repo), PeakRSS: map[string]int64{}, RestRSS: map[string]int64{}, Settings: bench.Settings{
+	rep := &bench.Report{Started: started, Machine: machine(), Revision: revision(o.repo), PeakRSS: map[string]int64{}, RestRSS: map[string]int64{}, RestAnonRSS: map[string]int64{}, Settings: bench.Settings{
 		Concurrency: o.concurrency, Slices: o.slices, Warmup: o.warmup, Duration: o.duration, SSEConcurrency: o.sseConcurrency,
 		SSEDuration: o.sseDuration, SSEITL: o.sseITL, SSETokens: o.sseTokens, ScaleTokens: o.scaleTokens, ScaleITL: o.scaleITL,
 	}}
@@ -403,6 +403,9 @@ func throughput(ctx context.Context, o options, bins bench.Binaries, bodies map[
 		for t, p := range r.procs {
 			if rss, err := bench.TreeRSS(p.Pid()); err == nil {
 				rep.RestRSS[rssName(t)] = rss
+			}
+			if anon, err := bench.TreeAnonRSS(p.Pid()); err == nil {
+				rep.RestAnonRSS[rssName(t)] = anon
 			}
 		}
 	}
