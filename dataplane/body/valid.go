@@ -161,46 +161,55 @@ func (v *validator) str() bool {
 	v.pos++ // opening quote
 	d := v.data
 	for {
-		// 32 bytes per round of words while nothing special shows up, then 8, then byte by
-		// byte. A string still plain after wordRounds rounds is a long one (base64 media): it is
-		// crossed in 32-byte vector blocks where the CPU has them. Short strings (keys, most
-		// values) never reach the vectors, whose fixed cost per call is high on some CPUs (a
-		// microsecond and more on virtualised Xeons: 13x the word loop on a 200-byte answer).
-		for rounds := 0; v.pos+32 <= len(d); rounds++ {
-			if rounds == wordRounds {
-				if v.pos += skipPlain(d[v.pos:]); v.pos+32 > len(d) {
-					break
-				}
-			}
-			w := d[v.pos : v.pos+32 : v.pos+32]
-			m := specialMask(binary.LittleEndian.Uint64(w)) | specialMask(binary.LittleEndian.Uint64(w[8:])) |
-				specialMask(binary.LittleEndian.Uint64(w[16:])) | specialMask(binary.LittleEndian.Uint64(w[24:]))
-			if m&msb != 0 {
-				break
-			}
-			v.pos += 32
-		}
-		for v.pos+8 <= len(d) && !special(binary.LittleEndian.Uint64(d[v.pos:])) {
-			v.pos += 8
-		}
+		v.pos += plainRun(d[v.pos:])
 		if v.pos >= len(d) {
 			return false
 		}
-		c := d[v.pos]
-		switch {
-		case c == '"':
+		switch c := d[v.pos]; c {
+		case '"':
 			v.pos++
 			return true
-		case c == '\\':
+		case '\\':
 			if !v.escape() {
 				return false
 			}
-		case c < 0x20:
-			return false
 		default:
-			v.pos++
+			return false // a control byte
 		}
 	}
+}
+
+// plainRun returns how many leading bytes of d are plain string content: no quote, backslash or
+// control byte. It checks 32 bytes per round of words while nothing special shows up, then 8,
+// then byte by byte. A run still plain after wordRounds rounds is a long one (base64 media): it
+// is crossed in 32-byte vector blocks where the CPU has them. Short runs (keys, most values, the
+// text between two escapes) never reach the vectors, whose fixed cost per call is high on some
+// CPUs (a microsecond and more on virtualised Xeons: 13x the word loop on a 200-byte answer).
+func plainRun(d []byte) int {
+	pos := 0
+	for rounds := 0; pos+32 <= len(d); rounds++ {
+		if rounds == wordRounds {
+			if pos += skipPlain(d[pos:]); pos+32 > len(d) {
+				break
+			}
+		}
+		w := d[pos : pos+32 : pos+32]
+		m := specialMask(binary.LittleEndian.Uint64(w)) | specialMask(binary.LittleEndian.Uint64(w[8:])) |
+			specialMask(binary.LittleEndian.Uint64(w[16:])) | specialMask(binary.LittleEndian.Uint64(w[24:]))
+		if m&msb != 0 {
+			break
+		}
+		pos += 32
+	}
+	for pos+8 <= len(d) && !special(binary.LittleEndian.Uint64(d[pos:])) {
+		pos += 8
+	}
+	for ; pos < len(d); pos++ {
+		if c := d[pos]; c == '"' || c == '\\' || c < 0x20 {
+			return pos
+		}
+	}
+	return pos
 }
 
 func (v *validator) escape() bool {

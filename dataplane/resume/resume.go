@@ -43,7 +43,7 @@ var (
 	dataDone = []byte("[DONE]")
 	// bufs are the read buffers, one per relayed stream for its whole life: thousands of streams
 	// are open at once, each reading one small event at a time (a longer one gathers in pending).
-	bufs = sync.Pool{New: func() any { b := make([]byte, 4<<10); return &b }}
+	bufs = sync.Pool{New: func() any { b := make([]byte, 2<<10); return &b }}
 )
 
 // Stream is one client's event stream, fed by one worker answer after another.
@@ -66,8 +66,7 @@ type Stream struct {
 	// splice is set while a continuation is relayed: what its events are rewritten to.
 	splice *splice
 	// rc, when watched, receives the answer's statistics and token events (Watch).
-	rc       *request.Context
-	filtered []byte // the events written when the usage chunk is kept from the client
+	rc *request.Context
 }
 
 // Watch makes the stream report to rc what the client gets: each write's token events
@@ -207,8 +206,8 @@ func eventType(d []byte) string {
 // rc.HideUsage it returns complete without its usage chunks (a copy: complete may be the read
 // buffer); otherwise complete itself.
 func (s *Stream) observe(complete []byte) ([]byte, int) {
-	rc, events, dropped := s.rc, 0, false
-	s.filtered = s.filtered[:0]
+	rc, events := s.rc, 0
+	var kept []byte // nil until an event is dropped: then the events before it, and those after
 	for rest := complete; len(rest) > 0; {
 		ev := rest
 		if i := bytes.Index(rest, eventEnd); i >= 0 {
@@ -226,16 +225,17 @@ func (s *Stream) observe(complete []byte) ([]byte, int) {
 				events++ // a Responses stream's token events are its deltas
 			}
 		})
-		if drop {
-			dropped = true
-		} else {
-			s.filtered = append(s.filtered, ev...)
+		switch {
+		case drop && kept == nil:
+			kept = append(make([]byte, 0, len(complete)), complete[:len(complete)-len(rest)-len(ev)]...)
+		case !drop && kept != nil:
+			kept = append(kept, ev...)
 		}
 	}
-	if !dropped {
+	if kept == nil {
 		return complete, events
 	}
-	return s.filtered, events
+	return kept, events
 }
 
 // lastData reports whether the last data line of events is want.

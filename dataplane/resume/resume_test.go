@@ -419,7 +419,7 @@ func TestFold(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := New(httptest.NewRecorder(), "rid", tc.api)
 			for _, ev := range tc.events {
-				if err := s.feed(&http.Response{StatusCode: 200, Header: http.Header{}}, []byte(ev)); err != nil {
+				if err := s.feed(&http.Response{StatusCode: http.StatusOK, Header: http.Header{}}, []byte(ev)); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -46,9 +46,9 @@ type h1Transport struct {
 // h1DefaultMaxIdle is the idle pool of a transport whose options set none (net/http's default).
 const h1DefaultMaxIdle = 2
 
-// h1ReadBuffer is the read buffer of a connection in use (net/http's size); an idle connection
-// holds none.
-const h1ReadBuffer = 4 << 10
+// h1ReadBuffer is the read buffer of a connection in use; an idle connection holds none. It holds
+// an answer's headers and a stream's chunk framing: larger reads (a whole answer) bypass it.
+const h1ReadBuffer = 2 << 10
 
 var h1Readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, h1ReadBuffer) }}
 
@@ -64,18 +64,49 @@ func newH1Transport(o TransportOptions, dial func(ctx context.Context, network, 
 	return t
 }
 
+// h1MaxHeaderBytes bounds an answer's status line and headers (what net/http's transport reads
+// at most is 10 MiB; a gateway's answers carry a few hundred bytes).
+const h1MaxHeaderBytes = 1 << 20
+
+// errHeadersTooLarge fails an answer whose headers do not end within h1MaxHeaderBytes.
+var errHeadersTooLarge = fmt.Errorf("upstream: the answer's headers exceed %d bytes", h1MaxHeaderBytes)
+
 // h1Conn is one upstream connection.
 type h1Conn struct {
 	net.Conn
 	t         *h1Transport
 	key       string
-	br        *bufio.Reader // while in use
+	br        *bufio.Reader // while in use; reads through limit
+	limit     readLimit
 	idleSince time.Time
 
 	// dl guards the connection's deadlines against a call's cancellation, which may fire while
 	// the call clears its header timeout.
 	dl        sync.Mutex
 	cancelled bool
+}
+
+// readLimit is a connection's reader with an optional budget: while headers are read, a peer
+// that never ends them fails the read instead of growing the buffer.
+type readLimit struct {
+	r       io.Reader
+	left    int64
+	limited bool
+}
+
+func (l *readLimit) Read(p []byte) (int, error) {
+	if !l.limited {
+		return l.r.Read(p)
+	}
+	if l.left <= 0 {
+		return 0, errHeadersTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }
 
 // errH1Closed fails calls on a transport that was closed.
@@ -168,17 +199,23 @@ func (t *h1Transport) get(ctx context.Context, key string) (*h1Conn, error) {
 			c.Conn.Close()
 			continue
 		}
-		c.br = h1Readers.Get().(*bufio.Reader)
-		c.br.Reset(c.Conn)
+		c.attach()
 		return c, nil
 	}
 	raw, err := t.dial(ctx, "tcp", key)
 	if err != nil {
 		return nil, err
 	}
-	br := h1Readers.Get().(*bufio.Reader)
-	br.Reset(raw)
-	return &h1Conn{Conn: raw, t: t, key: key, br: br}, nil
+	c := &h1Conn{Conn: raw, t: t, key: key}
+	c.attach()
+	return c, nil
+}
+
+// attach gives the connection a read buffer for a call.
+func (c *h1Conn) attach() {
+	c.limit.r = c.Conn
+	c.br = h1Readers.Get().(*bufio.Reader)
+	c.br.Reset(&c.limit)
 }
 
 func (t *h1Transport) expired(c *h1Conn, now time.Time) bool {
@@ -280,6 +317,9 @@ func (c *h1Conn) exchange(req *http.Request, headerTimeout time.Duration) (*http
 	if headerTimeout > 0 {
 		c.setReadDeadline(time.Now().Add(headerTimeout))
 	}
+	// The budget covers the headers and what the buffer reads ahead of them.
+	c.limit.limited, c.limit.left = true, h1MaxHeaderBytes+int64(c.br.Size())
+	defer func() { c.limit.limited = false }()
 	for {
 		resp, err := http.ReadResponse(c.br, req)
 		if err != nil {
@@ -289,7 +329,8 @@ func (c *h1Conn) exchange(req *http.Request, headerTimeout time.Duration) (*http
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // the connection ended before any answer
 			}
-			if ne, ok := err.(net.Error); ok && ne.Timeout() && headerTimeout > 0 && !c.isCancelled() {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && headerTimeout > 0 && !c.isCancelled() {
 				return nil, headerTimeoutError{err}
 			}
 			return nil, err

@@ -59,7 +59,7 @@ func h1Client(t *testing.T, o TransportOptions) (*http.Client, *h1Transport) {
 	return &http.Client{Transport: tr}, tr
 }
 
-func post(t *testing.T, c *http.Client, ctx context.Context, url, body string) (*http.Response, error) {
+func post(ctx context.Context, t *testing.T, c *http.Client, url, body string) (*http.Response, error) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
@@ -125,14 +125,14 @@ func TestH1Reuse(t *testing.T) {
 func TestH1StaleIdle(t *testing.T) {
 	srv, cc := newCountingServer(t, echoHandler())
 	c, _ := h1Client(t, TransportOptions{})
-	resp, err := post(t, c, context.Background(), srv.URL+"/a", "x")
+	resp, err := post(context.Background(), t, c, srv.URL+"/a", "x")
 	if err != nil {
 		t.Fatal(err)
 	}
 	readAll(t, resp)
 	srv.CloseClientConnections() // the upstream's keep-alive timeout
 	cc.waitClosed(t, 1)
-	resp, err = post(t, c, context.Background(), srv.URL+"/b", "y")
+	resp, err = post(context.Background(), t, c, srv.URL+"/b", "y")
 	if err != nil {
 		t.Fatalf("call after the upstream closed the idle connection: %v", err)
 	}
@@ -161,7 +161,7 @@ func TestH1IdleLimits(t *testing.T) {
 	arrived.Add(3)
 	for range 3 { // three calls at once: three connections
 		wg.Go(func() {
-			resp, err := post(t, c, context.Background(), srv.URL+"/hold", "")
+			resp, err := post(context.Background(), t, c, srv.URL+"/hold", "")
 			if err == nil {
 				readAll(t, resp)
 			}
@@ -204,7 +204,7 @@ func TestH1NotReused(t *testing.T) {
 	}))
 	c, tr := h1Client(t, TransportOptions{})
 
-	resp, err := post(t, c, context.Background(), srv.URL+"/close", "")
+	resp, err := post(context.Background(), t, c, srv.URL+"/close", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestH1NotReused(t *testing.T) {
 	}
 	cc.waitClosed(t, 1)
 
-	resp, err = post(t, c, context.Background(), srv.URL+"/stream", "")
+	resp, err = post(context.Background(), t, c, srv.URL+"/stream", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestH1Cancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := post(t, c, ctx, srv.URL+"/headers", "")
+		_, err := post(ctx, t, c, srv.URL+"/headers", "")
 		done <- err
 	}()
 	<-arrived
@@ -261,7 +261,7 @@ func TestH1Cancel(t *testing.T) {
 
 	ctx, cancel = context.WithCancel(context.Background())
 	defer cancel()
-	resp, err := post(t, c, ctx, srv.URL+"/body", "")
+	resp, err := post(ctx, t, c, srv.URL+"/body", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +280,7 @@ func TestH1HeaderTimeout(t *testing.T) {
 	defer close(release)
 	srv, _ := newCountingServer(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
 	c, _ := h1Client(t, TransportOptions{ResponseHeaderTimeout: 50 * time.Millisecond})
-	_, err := post(t, c, context.Background(), srv.URL, "")
+	_, err := post(context.Background(), t, c, srv.URL, "")
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() || !strings.Contains(err.Error(), "awaiting response headers") {
 		t.Fatalf("err %v, want a header timeout", err)
@@ -331,27 +331,37 @@ func TestH1Peers(t *testing.T) {
 	}{
 		{"100 Continue and 103 Early Hints first", func(c net.Conn) {
 			readHead(c)
-			io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			_, _ = io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}, "", "ok"},
 		{"413 before the body, then close (a reset, as the body is left unread)", func(c net.Conn) {
 			readHead(c)
-			io.WriteString(c, "HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbig")
+			_, _ = io.WriteString(c, "HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\nContent-Length: 3\r\n\r\nbig")
 		}, strings.Repeat("x", 8<<20), "big"},
 		{"reset before answering", func(c net.Conn) {
 			readHead(c)
-			c.(*net.TCPConn).SetLinger(0)
+			_ = c.(*net.TCPConn).SetLinger(0)
 		}, "", "error: connection reset"},
 		{"closed before answering", func(c net.Conn) { readHead(c) }, "", "error: unexpected EOF"},
+		{"headers that never end", func(c net.Conn) {
+			readHead(c)
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+			line := "X-Filler: " + strings.Repeat("a", 1000) + "\r\n"
+			for i := 0; i < 4<<10; i++ { // 4 MiB, until the client hangs up
+				if _, err := io.WriteString(c, line); err != nil {
+					return
+				}
+			}
+		}, "", "error: headers exceed"},
 		{"garbage instead of an answer", func(c net.Conn) {
 			readHead(c)
-			io.WriteString(c, "SSH-2.0-OpenSSH\r\n\r\n")
+			_, _ = io.WriteString(c, "SSH-2.0-OpenSSH\r\n\r\n")
 		}, "", "error: malformed HTTP"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			url := rawServer(t, tc.handle)
 			c, _ := h1Client(t, TransportOptions{})
-			resp, err := post(t, c, context.Background(), url, tc.body)
+			resp, err := post(context.Background(), t, c, url, tc.body)
 			if want, ok := strings.CutPrefix(tc.want, "error: "); ok {
 				if err == nil || !strings.Contains(err.Error(), want) {
 					t.Fatalf("err %v, want one saying %q", err, want)
@@ -384,14 +394,14 @@ func TestH1UnaskedBytesWhileIdle(t *testing.T) {
 			_, _ = io.Copy(io.Discard, req.Body)
 			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n%d", n)
 			if n == 1 {
-				io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+				_, _ = io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
 				close(parted) // on loopback the bytes are in the client's socket once written
 			}
 		}
 	})
 	c, _ := h1Client(t, TransportOptions{})
 	for want := range []string{"1", "2"} {
-		resp, err := post(t, c, context.Background(), url, "")
+		resp, err := post(context.Background(), t, c, url, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -434,7 +444,7 @@ func TestH1Closed(t *testing.T) {
 	c, tr := h1Client(t, TransportOptions{})
 	done := make(chan string, 1)
 	go func() {
-		resp, err := post(t, c, context.Background(), srv.URL, "")
+		resp, err := post(context.Background(), t, c, srv.URL, "")
 		if err != nil {
 			done <- err.Error()
 			return
@@ -443,7 +453,7 @@ func TestH1Closed(t *testing.T) {
 	}()
 	<-arrived
 	tr.close()
-	if _, err := post(t, c, context.Background(), srv.URL, ""); !errors.Is(err, errH1Closed) {
+	if _, err := post(context.Background(), t, c, srv.URL, ""); !errors.Is(err, errH1Closed) {
 		t.Fatalf("call on a closed transport: %v", err)
 	}
 	close(release)
@@ -462,7 +472,7 @@ func TestH1Concurrent(t *testing.T) {
 		wg.Go(func() {
 			for j := range 10 {
 				body := fmt.Sprintf("%d-%d", i, j)
-				resp, err := post(t, c, context.Background(), srv.URL+"/c", body)
+				resp, err := post(context.Background(), t, c, srv.URL+"/c", body)
 				if err != nil {
 					t.Error(err)
 					return
