@@ -161,6 +161,10 @@ envtest-assets: ## Build kube-apiserver, etcd and kubectl for envtest (cached ou
 
 .PHONY: test
 test: verify-generated lint envtest-assets ## Run every test (what CI runs).
+	@# The in-process renderer's reference (transformers.js and the Qwen3 and Llama 3.1 tokenizer
+	@# packages, pinned by test/renderref/package-lock.json): test/renderref compares against it, and
+	@# dataplane/tokenizer's goldens and benchmarks use its tokenizer files.
+	hack/renderref.sh >/dev/null
 	@# -bench . -benchtime 1x: every benchmark runs once as a test, so none rots.
 	$(GO) test -race -count=1 -bench . -benchtime 1x $(RACE_PKGS)
 	@# The rest, envtest-backed (controllers, test/chart, test/installer) and packaging (test/bundle,
@@ -176,6 +180,7 @@ BENCH_ARGS ?=
 
 .PHONY: bench
 bench: ## Benchmarks (docs/benchmarks.md): builds the binaries, runs the Go micro-benchmarks of the request path, then the multi-process load harness; not part of `make test`.
+	hack/renderref.sh >/dev/null
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./test/bench/cmd/benchharness
 	$(BIN)/benchharness --out $(BENCH_OUT) $(BENCH_ARGS)
 

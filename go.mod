@@ -6,7 +6,9 @@ require (
 	code.dny.dev/ssrf v0.3.0
 	github.com/KimMachineGun/automemlimit v0.7.5
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
+	github.com/ardanlabs/jinja v1.8.0
 	github.com/blang/semver/v4 v4.0.0
+	github.com/dlclark/regexp2/v2 v2.13.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-logr/logr v1.4.4
 	github.com/go-logr/zapr v1.3.0

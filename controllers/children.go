@@ -193,7 +193,16 @@ func desiredDeployment(cp *coordinatorv1alpha1.CoordinatorPipeline, cfg config.C
 		}}},
 	}
 	volumes, container.VolumeMounts = addTLSVolumes(cp, cfg, volumes, container.VolumeMounts)
+	volumes, container.VolumeMounts = addTokenizerVolumes(cp, volumes, container.VolumeMounts)
 	volumes, container.VolumeMounts = addUserVolumes(cp, volumes, container.VolumeMounts)
+	if len(spec.Tokenizers) > 0 {
+		// The pods are the only ones to read a PersistentVolumeClaim's tokenizer files, and a
+		// coordinator that cannot build its pipeline at start exits with the error as its last
+		// log line: the kubelet keeps it as the termination message, which the rollout status
+		// reports (startFailure). Only with tokenizers, so that upgrading the operator does not
+		// roll the coordinators of other pipelines.
+		container.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+	}
 	if secureServing(&cfg) {
 		for _, probe := range []*corev1.Probe{container.LivenessProbe, container.ReadinessProbe} {
 			probe.HTTPGet.Scheme = corev1.URISchemeHTTPS

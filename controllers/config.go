@@ -14,6 +14,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers the built-in steps pipeline.Build validates
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
@@ -169,11 +170,18 @@ func setDuration(dst *config.Duration, d *metav1.Duration) {
 }
 
 // validatePipeline builds every step of cfg with the data plane's own code (no network I/O, no
-// process environment) and returns its error, a *config.FieldError naming the failing key.
-func validatePipeline(cfg config.Config) error {
-	p, err := builder.Build(cfg, builder.Options{Getenv: func(string) string { return "" }})
+// process environment) and returns its error, a *config.FieldError naming the failing key. A step
+// that loads files at build time (render's tokenizer) reads them from dirs, the local copies of
+// the tokenizers' directories, and checks its params alone for any other directory: the
+// operator never reads a path of its own file system that the spec names. Paths of the copies in
+// the error are those of the pods.
+func validatePipeline(cfg config.Config, dirs localDirs) error {
+	p, err := builder.Build(cfg, builder.Options{
+		Getenv:    func(string) string { return "" },
+		Overrides: registry.Overrides{LocalFiles: dirs.lookup},
+	})
 	if err != nil {
-		return err
+		return dirs.podPaths(err)
 	}
 	p.Close()
 	return nil

@@ -355,7 +355,7 @@ func TestValidatePipeline(t *testing.T) {
 			g := NewWithT(t)
 			cfg, err := renderConfig(newPipeline("ns", "cp", tc.mutate), testGateway)
 			g.Expect(err).NotTo(HaveOccurred())
-			err = validatePipeline(cfg)
+			err = validatePipeline(cfg, nil)
 			if tc.wantErr == "" {
 				g.Expect(err).NotTo(HaveOccurred())
 				return

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -31,8 +32,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -49,6 +52,9 @@ const ControllerName = "coordinatorpipeline"
 const (
 	indexInferencePool = "spec.inferencePoolRef.name"
 	indexGateway       = "spec.gateway.gatewayRef"
+	// indexTokenizerConfigMap maps a ConfigMap to the pipelines of its namespace whose
+	// spec.tokenizers read it.
+	indexTokenizerConfigMap = "spec.tokenizers.configMap.name"
 )
 
 var (
@@ -79,6 +85,14 @@ type CoordinatorPipelineReconciler struct {
 	// (DefaultCanaryStatusInterval when 0): its counts change with traffic, which no object
 	// records.
 	CanaryStatusInterval time.Duration
+
+	// tokenizerConfigMaps reads the metadata of the ConfigMaps of spec.tokenizers (their version),
+	// from a cache of its own: the manager's caches only the operator's ConfigMaps. Nil (the
+	// reconciler not set up with a manager): every read goes to APIReader.
+	tokenizerConfigMaps client.Reader
+	// tokenizerCopies are the local copies of the ConfigMap tokenizers' files the pipeline is
+	// validated with.
+	tokenizerCopies tokenizerCopies
 
 	// poolAPI, gatewayAPI and routeAPI record whether the InferencePool, Gateway and HTTPRoute
 	// CRDs were installed at start-up; without them references cannot resolve, routes cannot be
@@ -281,7 +295,13 @@ func (r *CoordinatorPipelineReconciler) exists(ctx context.Context, kind, namesp
 // placeholder address stands in), but such a configuration is not applied. A coordinator image
 // that declares a configuration schema older than the rendered configuration needs
 // (checkImageSchema) is refused.
-func (r *CoordinatorPipelineReconciler) renderAndValidate(_ context.Context, s *scope) error {
+//
+// A render step's tokenizer must be the directory of a spec.tokenizers entry (checkTokenizerDirs).
+// The files of ConfigMap tokenizers are read (loadTokenizers): a missing ConfigMap is reported
+// (tokenizerNotFoundError), and the pipeline is built with a local copy of the files, each step
+// using one carrying the ConfigMap's fingerprint as tokenizer_revision. The only error is an API
+// failure reading those ConfigMaps.
+func (r *CoordinatorPipelineReconciler) renderAndValidate(ctx context.Context, s *scope) error {
 	gw := s.obs.gateway.value
 	address := validationGatewayAddress
 	if gw.ok {
@@ -292,10 +312,31 @@ func (r *CoordinatorPipelineReconciler) renderAndValidate(_ context.Context, s *
 		schema, key := cfg.NeededSchema()
 		err = checkImageSchema(s.cp, schema, key)
 	}
+	steps := tokenizerSteps(&cfg)
 	if err == nil {
-		err = validatePipeline(cfg)
+		err = checkTokenizerDirs(s.cp, steps)
+	}
+	var dirs localDirs
+	if err == nil {
+		loaded, lerr := r.loadTokenizers(ctx, s.cp, steps)
+		if lerr != nil {
+			return lerr
+		}
+		defer loaded.release()
+		if loaded.missing != nil {
+			err = loaded.missing
+		} else {
+			setTokenizerRevisions(s.cp, steps, loaded.revisions)
+			dirs = loaded.dirs
+		}
+	}
+	if err == nil {
+		err = validatePipeline(cfg, dirs)
 	}
 	s.obs.pipeline = found(err)
+	if err == nil {
+		s.obs.podCheckedTokenizers = podCheckedTokenizers(s.cp, steps)
+	}
 	if err == nil && gw.ok {
 		s.rendered = &cfg
 	}
@@ -351,12 +392,13 @@ func (r *CoordinatorPipelineReconciler) reconcileService(ctx context.Context, s 
 }
 
 // reconcileDeployment runs the coordinators with the applied configuration. With no valid
-// configuration ever rendered there is nothing to run. A refused coordinator image leaves the
-// Deployment as it is: its pods would reject the configuration the operator renders.
+// configuration ever rendered there is nothing to run. A refused coordinator image, a missing
+// tokenizer ConfigMap or tokenizer files that do not load leave the Deployment as it is
+// (holdsDeployment): its new pods would reject the configuration, or not start.
 func (r *CoordinatorPipelineReconciler) reconcileDeployment(ctx context.Context, s *scope) error {
 	var dep *appsv1.Deployment
 	var err error
-	if applied := s.obs.applied.value; applied == nil || imageRefused(s.obs.pipeline.value) {
+	if applied := s.obs.applied.value; applied == nil || holdsDeployment(s.obs.pipeline.value) {
 		dep, err = getChild[appsv1.Deployment](ctx, r, s.cp, s.cp.Name)
 	} else {
 		dep, _, err = ensureChild(ctx, r, s.cp, deploymentKind, desiredDeployment(s.cp, *applied, r.DefaultImage))
@@ -437,9 +479,9 @@ func (r *CoordinatorPipelineReconciler) patchStatus(ctx context.Context, s *scop
 }
 
 // emitTransitionEvents emits Warning events when the pipeline becomes invalid (or its error
-// changes), when a child conflict appears, when the gateway rejects the HTTPRoute, when a Secret
-// or ConfigMap the pods mount for TLS is missing, and when the gateway address is refused; steady
-// state emits nothing.
+// changes), when a tokenizer ConfigMap is missing, when a child conflict appears, when the gateway
+// rejects the HTTPRoute, when a Secret or ConfigMap the pods mount for TLS is missing, and when the
+// gateway address is refused; steady state emits nothing.
 func (r *CoordinatorPipelineReconciler) emitTransitionEvents(before, after *coordinatorv1alpha1.CoordinatorPipeline) {
 	for _, w := range []struct {
 		condType coordinatorv1alpha1.ConditionType
@@ -448,6 +490,7 @@ func (r *CoordinatorPipelineReconciler) emitTransitionEvents(before, after *coor
 	}{
 		{coordinatorv1alpha1.ConditionPipelineValid, coordinatorv1alpha1.ReasonInvalidPipeline, "ValidatePipeline"},
 		{coordinatorv1alpha1.ConditionPipelineValid, coordinatorv1alpha1.ReasonConfigSchemaUnsupported, "CheckConfigSchema"},
+		{coordinatorv1alpha1.ConditionPipelineValid, coordinatorv1alpha1.ReasonTokenizerNotFound, "ReadTokenizer"},
 		{coordinatorv1alpha1.ConditionDegraded, coordinatorv1alpha1.ReasonChildConflict, "ApplyChildren"},
 		{coordinatorv1alpha1.ConditionRouteAccepted, coordinatorv1alpha1.ReasonNotAccepted, "AttachRoute"},
 		{coordinatorv1alpha1.ConditionRouteAccepted, coordinatorv1alpha1.ReasonRefsNotResolved, "AttachRoute"},
@@ -515,7 +558,7 @@ func CacheOptions(watchNamespace string) cache.Options {
 // SetupWithManager registers the reconciler: it owns its children (the HTTPRoute only when its
 // API is installed; its status changes bring RouteAccepted up to date), and watches the
 // InferencePools and Gateways that pipelines reference (through field indexes), when those APIs
-// are installed.
+// are installed, and the ConfigMaps of spec.tokenizers (through a metadata cache of its own).
 func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
@@ -550,6 +593,9 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 	}); err != nil {
 		return fmt.Errorf("indexing %s: %w", indexInferencePool, err)
 	}
+	if err := indexer.IndexField(ctx, &coordinatorv1alpha1.CoordinatorPipeline{}, indexTokenizerConfigMap, tokenizerConfigMapNames); err != nil {
+		return fmt.Errorf("indexing %s: %w", indexTokenizerConfigMap, err)
+	}
 	if err := indexer.IndexField(ctx, &coordinatorv1alpha1.CoordinatorPipeline{}, indexGateway, func(o client.Object) []string {
 		cp := o.(*coordinatorv1alpha1.CoordinatorPipeline)
 		if cp.Spec.Gateway.GatewayRef == nil {
@@ -581,6 +627,28 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 			return !okOld || !okCur || podChanged(old, cur)
 		},
 	}))
+	// The ConfigMaps of spec.tokenizers are the user's, outside the manager's cache: a cache of
+	// their metadata alone (identity and version) sees their edits, which re-render
+	// tokenizer_revision, and tells the reconciler when a ConfigMap must be read again.
+	tokenizerCache, err := newTokenizerConfigMapCache(mgr, r.WatchNamespace)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(cacheRunnable{tokenizerCache}); err != nil {
+		return fmt.Errorf("adding the tokenizer ConfigMap cache: %w", err)
+	}
+	// The local copies of the tokenizers' files are removed when the manager stops.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		return r.tokenizerCopies.close()
+	})); err != nil {
+		return fmt.Errorf("adding the tokenizer files cleanup: %w", err)
+	}
+	r.tokenizerConfigMaps = tokenizerCache
+	b = b.WatchesRawSource(source.Kind(tokenizerCache, configMapMetadata(),
+		handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, cm *metav1.PartialObjectMetadata) []reconcile.Request {
+			return r.pipelinesForTokenizerConfigMap(ctx, cm)
+		})))
 	if r.routeAPI {
 		b = b.Owns(&gatewayv1.HTTPRoute{})
 	}
@@ -605,6 +673,73 @@ func pipelineForPod(_ context.Context, pod client.Object) []reconcile.Request {
 // pipelinesForPool maps an InferencePool to the pipelines of its namespace that reference it.
 func (r *CoordinatorPipelineReconciler) pipelinesForPool(ctx context.Context, pool client.Object) []reconcile.Request {
 	return r.requestsFor(ctx, client.InNamespace(pool.GetNamespace()), client.MatchingFields{indexInferencePool: pool.GetName()})
+}
+
+// pipelinesForTokenizerConfigMap maps a ConfigMap to the pipelines of its namespace whose
+// spec.tokenizers read it.
+func (r *CoordinatorPipelineReconciler) pipelinesForTokenizerConfigMap(ctx context.Context, cm client.Object) []reconcile.Request {
+	return r.requestsFor(ctx, client.InNamespace(cm.GetNamespace()), client.MatchingFields{indexTokenizerConfigMap: cm.GetName()})
+}
+
+// tokenizerConfigMapNames is the indexTokenizerConfigMap of a pipeline: the ConfigMaps of its
+// spec.tokenizers.
+func tokenizerConfigMapNames(o client.Object) []string {
+	var names []string
+	for _, t := range o.(*coordinatorv1alpha1.CoordinatorPipeline).Spec.Tokenizers {
+		if t.ConfigMap != nil && !slices.Contains(names, t.ConfigMap.Name) {
+			names = append(names, t.ConfigMap.Name)
+		}
+	}
+	return names
+}
+
+// configMapMetadata is the metadata-only form of a ConfigMap, for the tokenizer ConfigMap cache.
+func configMapMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	return m
+}
+
+// newTokenizerConfigMapCache is the cache of the ConfigMaps tokenizers may reference: their
+// metadata only, stripped to identity and version (keepIdentity: not their labels, nor
+// annotations such as kubectl's last-applied-configuration, which copies the data), of the
+// watched namespace or of all. The manager's own cache holds only the ConfigMaps it manages
+// (CacheByObject), by label, which the user's ConfigMaps do not carry. Reading them needs no
+// permission beyond the operator's: list and watch ConfigMaps.
+func newTokenizerConfigMapCache(mgr ctrl.Manager, watchNamespace string) (cache.Cache, error) {
+	opts := cache.Options{
+		Scheme:           mgr.GetScheme(),
+		Mapper:           mgr.GetRESTMapper(),
+		HTTPClient:       mgr.GetHTTPClient(),
+		DefaultTransform: keepIdentity,
+	}
+	if watchNamespace != "" {
+		opts.DefaultNamespaces = map[string]cache.Config{watchNamespace: {}}
+	}
+	c, err := cache.New(mgr.GetConfig(), opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating the tokenizer ConfigMap cache: %w", err)
+	}
+	return c, nil
+}
+
+// cacheRunnable makes the manager start a cache of its own with its caches, before leader
+// election and the controllers (a manager runnable with GetCache is started as a cache).
+type cacheRunnable struct{ cache.Cache }
+
+// GetCache implements the manager's hasCache.
+func (c cacheRunnable) GetCache() cache.Cache { return c.Cache }
+
+// keepIdentity keeps of a metadata-only object its kind, name, namespace, UID, resourceVersion
+// and deletion timestamp: all the tokenizer ConfigMap cache needs.
+func keepIdentity(in any) (any, error) {
+	m, ok := in.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return in, nil
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion, DeletionTimestamp: m.DeletionTimestamp,
+	}}, nil
 }
 
 // pipelinesForGateway maps a Gateway to the pipelines (in any namespace) that reference it.

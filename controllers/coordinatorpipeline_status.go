@@ -38,6 +38,9 @@ type observed struct {
 	tls result[resolution]
 	// pipeline is the error of validating the spec's pipeline; nil when it is valid.
 	pipeline result[error]
+	// podCheckedTokenizers, of a valid pipeline, are the tokenizer params whose files only the
+	// coordinator pods can read (a PersistentVolumeClaim), with their source.
+	podCheckedTokenizers []string
 	// applied is the configuration in the ConfigMap: just rendered, or the last good one; nil
 	// when there is none.
 	applied result[*config.Config]
@@ -59,7 +62,7 @@ type observed struct {
 func computeStatus(cp *coordinatorv1alpha1.CoordinatorPipeline, o observed) {
 	cp.Status.ObservedGeneration = cp.Generation
 	if o.pipeline.ran {
-		setPipelineValidCondition(cp, o.pipeline.value)
+		setPipelineValidCondition(cp, o.pipeline.value, o.podCheckedTokenizers)
 	}
 	if o.pool.ran {
 		setResolvedCondition(cp, coordinatorv1alpha1.ConditionInferencePoolResolved, o.pool.value)
@@ -117,19 +120,27 @@ func conditionFalse(cp *coordinatorv1alpha1.CoordinatorPipeline, t coordinatorv1
 }
 
 // setPipelineValidCondition reports the pipeline's validation. The message of an invalid
-// pipeline is the data plane's error verbatim, naming the key that failed.
-func setPipelineValidCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error) {
-	if imageRefused(err) {
+// pipeline is the data plane's error verbatim, naming the key that failed. The message of a valid
+// one names the tokenizer params whose files were not read (podChecked): the pods check them.
+func setPipelineValidCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error, podChecked []string) {
+	switch {
+	case imageRefused(err):
 		setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, false, coordinatorv1alpha1.ReasonConfigSchemaUnsupported, err.Error())
 		return
-	}
-	if err != nil {
+	case tokenizerMissing(err):
+		setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, false, coordinatorv1alpha1.ReasonTokenizerNotFound, err.Error())
+		return
+	case err != nil:
 		setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, false, coordinatorv1alpha1.ReasonInvalidPipeline, err.Error())
 		return
 	}
 	msg := fmt.Sprintf("all %d steps build with their params", len(cp.Spec.Pipeline.Steps))
 	if c := cp.Spec.Canary; c != nil {
 		msg += fmt.Sprintf(", and the %d of the canary", len(c.Pipeline.Steps))
+	}
+	if len(podChecked) > 0 {
+		msg += fmt.Sprintf("; the tokenizer files of %s are on a volume the operator does not read: the coordinator pods check them when they load them (a pod that cannot shows in RolledOut)",
+			strings.Join(podChecked, ", "))
 	}
 	setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, true, coordinatorv1alpha1.ReasonValid, msg)
 }
@@ -255,6 +266,13 @@ func setDegradedCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error
 			msg = fmt.Sprintf("spec.image cannot read the configuration this operator renders (see PipelineValid); the coordinators keep their image and configuration revision %s", cp.Status.ConfigRevision)
 		}
 		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonConfigSchemaUnsupported, msg)
+	case conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid) != nil &&
+		conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid).Reason == string(coordinatorv1alpha1.ReasonTokenizerNotFound):
+		msg := "a ConfigMap of spec.tokenizers does not exist (see PipelineValid); nothing is deployed until it exists"
+		if cp.Status.ConfigRevision != "" {
+			msg = fmt.Sprintf("a ConfigMap of spec.tokenizers does not exist (see PipelineValid); the coordinators keep their pod template and configuration revision %s", cp.Status.ConfigRevision)
+		}
+		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonTokenizerNotFound, msg)
 	case conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid) != nil:
 		msg := "spec.pipeline is invalid (see PipelineValid); nothing is deployed until it is fixed"
 		if cp.Status.ConfigRevision != "" {
@@ -286,7 +304,7 @@ func setReadyCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error, t
 		return
 	}
 	if c := conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid); c != nil {
-		// InvalidPipeline or ConfigSchemaUnsupported.
+		// InvalidPipeline, ConfigSchemaUnsupported or TokenizerNotFound.
 		notReady(coordinatorv1alpha1.ConditionReason(c.Reason), c.Message)
 		return
 	}
@@ -364,8 +382,10 @@ type revisionRollout struct {
 // revisionRolloutOf compares what the ready pods of survey report with cp.Status.ConfigRevision.
 // A pod that rejected the current revision makes it ConfigRejected; otherwise every desired
 // replica must be ready, by the pods and by the Deployment's readyReplicas (which readyFraction
-// shows), and every ready pod serve the revision (RolledOut), else pods on other revisions or
-// missing replicas make it Progressing, and pods that could not be asked Unknown.
+// shows), every ready pod serve the revision and no pod fail to start (RolledOut), else pods on
+// other revisions, pods that fail to start or missing replicas make it Progressing, and pods that
+// could not be asked Unknown. Pods that fail to start (a coordinator that cannot build its
+// pipeline exits) are named in every message but RolledOut's, with their error.
 func revisionRolloutOf(cp *coordinatorv1alpha1.CoordinatorPipeline, survey *podSurvey) revisionRollout {
 	revision := cp.Status.ConfigRevision
 	if survey == nil || revision == "" {
@@ -401,15 +421,16 @@ func revisionRolloutOf(cp *coordinatorv1alpha1.CoordinatorPipeline, survey *podS
 	if depReady < ready {
 		summary = fmt.Sprintf("%d of %d desired replicas serve revision %s (%d ready; the Deployment counts %d)", updated, desired, revision, ready, depReady)
 	}
+	failing := survey.failing
 	switch {
 	case len(rejected) > 0:
 		out.reason, out.requeue = coordinatorv1alpha1.ReasonConfigRejected, rejectedPollInterval
 		out.message = fmt.Sprintf("revision %s rejected by %d of %d ready pods, which keep their last good revision: %s; %s",
 			revision, len(rejected), ready, namePods(rejected), summary)
-	case updated == ready && updated >= desired && depReady >= desired:
+	case updated == ready && updated >= desired && depReady >= desired && len(failing) == 0:
 		out.status, out.reason = metav1.ConditionTrue, coordinatorv1alpha1.ReasonRolledOut
 		out.message = summary
-	case len(old) > 0 || len(restart) > 0 || ready < desired || depReady < desired:
+	case len(old) > 0 || len(restart) > 0 || ready < desired || depReady < desired || len(failing) > 0:
 		out.reason = coordinatorv1alpha1.ReasonProgressing
 		out.message = summary
 		if pending := slices.Concat(old, restart); len(pending) > 0 {
@@ -423,6 +444,10 @@ func revisionRolloutOf(cp *coordinatorv1alpha1.CoordinatorPipeline, survey *podS
 	default:
 		out.status, out.reason, out.requeue = metav1.ConditionUnknown, coordinatorv1alpha1.ReasonRevisionUnknown, unknownPollInterval
 		out.message = fmt.Sprintf("%d of %d ready pods could not be asked which revision they serve: %s; %s", len(unknown), ready, namePods(unknown), summary)
+	}
+	if len(failing) > 0 {
+		// Their restarts are watched (podChanged): no requeue for them.
+		out.message += "; not starting: " + namePods(failing)
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -161,6 +162,59 @@ type podRevision struct {
 type podSurvey struct {
 	// pods are the ready pods, by name, with their answers.
 	pods []podRevision
+	// failing are the pods that are not ready because their coordinator container exits with an
+	// error, e.g. it cannot build its pipeline at start (the tokenizer files of a volume do not
+	// load): "<pod>: <startFailure>", by name. They cannot be asked: they never serve.
+	failing []string
+}
+
+// startFailure says why pod p's coordinator container keeps failing, from its last termination
+// with a non-zero exit code ("" when it has none): the code, the kubelet's reason when it is not
+// the generic Error (OOMKilled...), the restarts, and the last line of the termination message.
+// With the FallbackToLogsOnError policy (pods with spec.tokenizers) that is the end of the
+// container's log, whose last line is the coordinator's start-up error ("coordinator: invalid
+// pipeline in ...: pipeline.steps[1].params.tokenizer: ...").
+func startFailure(p *corev1.Pod) string {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name != containerName {
+			continue
+		}
+		t := cs.LastTerminationState.Terminated
+		if cs.State.Terminated != nil {
+			t = cs.State.Terminated
+		}
+		if t == nil || t.ExitCode == 0 {
+			return ""
+		}
+		msg := fmt.Sprintf("exits with code %d", t.ExitCode)
+		if t.Reason != "" && t.Reason != "Error" {
+			msg += " (" + t.Reason + ")"
+		}
+		if cs.RestartCount > 0 {
+			msg += fmt.Sprintf(", restarted %d times", cs.RestartCount)
+		}
+		if line := lastLine(t.Message); line != "" {
+			msg += ": " + truncate(line, rolloutErrorLen)
+		}
+		return msg
+	}
+	return ""
+}
+
+// lastLine is the last non-blank line of s, trimmed.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// coordinatorRestarts is the restart count of pod p's coordinator container.
+func coordinatorRestarts(p *corev1.Pod) int32 {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == containerName {
+			return cs.RestartCount
+		}
+	}
+	return 0
 }
 
 // readyPod reports whether p counts as a serving coordinator: not terminating, Ready, with an
@@ -209,11 +263,19 @@ func surveyPods(ctx context.Context, getter PipelineStatusGetter, pods []corev1.
 	ctx, cancel := context.WithTimeout(ctx, podProbeBudget)
 	defer cancel()
 	var ready []*corev1.Pod
+	var failing []string
 	for i := range pods {
-		if readyPod(&pods[i]) {
-			ready = append(ready, &pods[i])
+		p := &pods[i]
+		switch {
+		case readyPod(p):
+			ready = append(ready, p)
+		case p.DeletionTimestamp == nil && !p.Spec.HostNetwork:
+			if why := startFailure(p); why != "" {
+				failing = append(failing, p.Name+": "+why)
+			}
 		}
 	}
+	slices.Sort(failing)
 	out := make([]podRevision, len(ready))
 	sem := make(chan struct{}, podProbeParallel)
 	var wg sync.WaitGroup
@@ -246,7 +308,7 @@ func surveyPods(ctx context.Context, getter PipelineStatusGetter, pods []corev1.
 	}
 	wg.Wait()
 	slices.SortFunc(out, func(a, b podRevision) int { return cmp.Compare(a.pod, b.pod) })
-	return podSurvey{pods: out}
+	return podSurvey{pods: out, failing: failing}
 }
 
 // listPods lists the pods of cp's coordinator Deployment (its selector labels), from the
@@ -280,10 +342,11 @@ func (r *CoordinatorPipelineReconciler) reconcilePodRevisions(ctx context.Contex
 }
 
 // podChanged is true when an update changes what the rollout status reads of a pod: readiness,
-// IP, ports, deletion or labels.
+// IP, ports, deletion, labels, or a restart of its coordinator container.
 func podChanged(old, cur *corev1.Pod) bool {
 	if readyPod(old) != readyPod(cur) || old.Status.PodIP != cur.Status.PodIP ||
-		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) {
+		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) ||
+		coordinatorRestarts(old) != coordinatorRestarts(cur) || startFailure(old) != startFailure(cur) {
 		return true
 	}
 	if len(old.Labels) != len(cur.Labels) {

@@ -129,6 +129,24 @@ func TestRevisionRolloutOf(t *testing.T) {
 			status: metav1.ConditionUnknown, reason: coordinatorv1alpha1.ReasonRevisionUnknown, updated: 1, requeue: unknownPollInterval,
 			contains: []string{"1 of 2 ready pods could not be asked", "b: connection refused"},
 		},
+		// A coordinator that cannot build its pipeline at start exits: its pod is never ready,
+		// never asked, and named with its error.
+		"a surge pod fails to start": {
+			replicas: 2, survey: &podSurvey{pods: []podRevision{serving("a", "r2"), serving("b", "r2")},
+				failing: []string{"c: exits with code 1, restarted 3 times: coordinator: invalid pipeline in /etc/coordinator/coordinator.yaml: pipeline.steps[0].params.tokenizer: tokenizer.json: unexpected end of JSON input"}},
+			status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonProgressing, updated: 2,
+			contains: []string{"2 of 2 desired replicas serve revision r2 (2 ready); not starting: c: exits with code 1, restarted 3 times: coordinator: invalid pipeline in /etc/coordinator/coordinator.yaml: pipeline.steps[0].params.tokenizer: tokenizer.json: unexpected end of JSON input"},
+		},
+		"the only pod fails to start": {
+			replicas: 1, survey: &podSurvey{failing: []string{"a: exits with code 1"}},
+			status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonProgressing,
+			contains: []string{"0 of 1 desired replicas serve revision r2 (0 ready); not starting: a: exits with code 1"},
+		},
+		"failing pods with a rejection": {
+			replicas: 2, survey: &podSurvey{pods: []podRevision{serving("a", "r2"), rejecting("b", "r1", "r2", "boom")}, failing: []string{"c: exits with code 1"}},
+			status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonConfigRejected, updated: 1, requeue: rejectedPollInterval,
+			contains: []string{"b serves r1: boom", "; not starting: c: exits with code 1"},
+		},
 		"old and unknown pods": {
 			replicas: 2, survey: &podSurvey{pods: []podRevision{serving("a", "r1"), {pod: "b", err: "timeout"}}},
 			status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonProgressing, requeue: rolloutPollInterval,
@@ -245,12 +263,22 @@ func TestSurveyPods(t *testing.T) {
 	noPort.Spec.Containers[0].Ports = noPort.Spec.Containers[0].Ports[:1]
 	hostNetwork := coordinatorPod(t, "host-network", good.URL) // its IP is a node's: never asked
 	hostNetwork.Spec.HostNetwork = true
+	crashed := func(p corev1.Pod) corev1.Pod {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, RestartCount: 2,
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "coordinator: boom\n"}}}}
+		return p
+	}
+	crashing := crashed(coordinatorPod(t, "crashing", good.URL))
+	crashing.Status.Conditions[0].Status = corev1.ConditionFalse
+	crashingTerminating := crashed(terminating)
+	crashingTerminating.Name = "crashing-terminating"
 	pods := []corev1.Pod{
 		coordinatorPod(t, "good", good.URL), coordinatorPod(t, "rejected", rejected.URL), coordinatorPod(t, "huge", huge.URL),
 		coordinatorPod(t, "no-pipeline", noPipeline.URL), coordinatorPod(t, "closed", closed.URL),
-		notReady, terminating, noIP, noPort, hostNetwork,
+		notReady, terminating, noIP, noPort, hostNetwork, crashing, crashingTerminating,
 	}
 	survey := surveyPods(context.Background(), HTTPPipelineStatusGetter{}, pods)
+	g.Expect(survey.failing).To(Equal([]string{"crashing: exits with code 1, restarted 2 times: coordinator: boom"}), "not ready, not terminating, failing")
 	byName := map[string]podRevision{}
 	var names []string
 	for _, p := range survey.pods {
@@ -367,4 +395,22 @@ func TestRevisionsOf(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A restart of the coordinator container (a pod that fails to start) brings a reconcile, so the
+// rollout status names it; other status changes do not.
+func TestPodChangedOnRestarts(t *testing.T) {
+	g := NewWithT(t)
+	pod := coordinatorPod(t, "a", "http://127.0.0.1:9090")
+	pod.Status.Conditions[0].Status = corev1.ConditionFalse
+	restarted := pod.DeepCopy()
+	restarted.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, RestartCount: 1,
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}}
+	g.Expect(podChanged(&pod, restarted)).To(BeTrue())
+	again := restarted.DeepCopy()
+	again.Status.ContainerStatuses[0].RestartCount = 2
+	g.Expect(podChanged(restarted, again)).To(BeTrue())
+	sameRestarts := again.DeepCopy()
+	sameRestarts.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+	g.Expect(podChanged(again, sameRestarts)).To(BeFalse())
 }

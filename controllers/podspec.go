@@ -119,21 +119,22 @@ func containerEnvFrom(cp *coordinatorv1alpha1.CoordinatorPipeline) []corev1.EnvF
 }
 
 // addUserVolumes appends spec.volumes and spec.volumeMounts to the operator's. A volume named
-// like one of the operator's and a hostPath volume are dropped, and so is a mount at or under an
-// operator mount (compared cleaned, so /etc//coordinator counts: the CRD's rule compares the raw
-// path). A mount of an undeclared volume is kept: the API server refuses the Deployment, naming
-// it, and the pipeline reports the error.
+// like one of the operator's (tokenizer-<name> of spec.tokenizers included) and a hostPath volume
+// are dropped, and so is a mount at or under an operator mount (compared cleaned, so
+// /etc//coordinator counts: the CRD's rule compares the raw path), the tokenizers' directory
+// included when spec.tokenizers is set. A mount of an undeclared volume is kept: the API server
+// refuses the Deployment, naming it, and the pipeline reports the error.
 func addUserVolumes(cp *coordinatorv1alpha1.CoordinatorPipeline, volumes []corev1.Volume, mounts []corev1.VolumeMount) ([]corev1.Volume, []corev1.VolumeMount) {
 	for i := range cp.Spec.Volumes {
 		v := &cp.Spec.Volumes[i]
-		if slices.Contains(operatorVolumes, v.Name) || v.HostPath != nil {
+		if slices.Contains(operatorVolumes, v.Name) || v.HostPath != nil || isTokenizerVolume(cp, v.Name) {
 			continue
 		}
 		volumes = append(volumes, *v.DeepCopy())
 	}
 	for i := range cp.Spec.VolumeMounts {
 		m := &cp.Spec.VolumeMounts[i]
-		if shadowsOperatorMount(m.MountPath) {
+		if shadowsOperatorMount(m.MountPath) || shadowsTokenizerMount(cp, m.MountPath) {
 			continue
 		}
 		mounts = append(mounts, *m.DeepCopy())

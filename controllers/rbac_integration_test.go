@@ -101,7 +101,9 @@ func TestManagerRunsWithANamespacedRole(t *testing.T) {
 	e.setGatewayAddress(g, e.createGateway(g, ns, "gw"), "10.0.0.7")
 	pool := e.createPool(t, ns, "pool")
 	g.Expect(admin.Create(ctx, tlsSecret(ns, "epd-tls", "cert"))).To(Succeed())
-	cp := newPipeline(ns, "epd", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+	// A tokenizer ConfigMap: read through the manager's metadata cache of ConfigMaps and a GET.
+	g.Expect(admin.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "qwen-tokenizer"}, Data: testTokenizerFiles(t)})).To(Succeed())
+	cp := newPipeline(ns, "epd", withTokenizers(qwenDir, configMapTokenizer("qwen", "qwen-tokenizer")), func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 		cp.UID, cp.Generation = "", 0
 		cp.Spec.InferencePoolRef.Name = pool.Name
 		cp.Spec.Gateway = coordinatorv1alpha1.GatewaySpec{GatewayRef: &coordinatorv1alpha1.GatewayReference{Name: "gw"}}
@@ -135,6 +137,7 @@ func TestManagerRunsWithANamespacedRole(t *testing.T) {
 		get(g, got)
 		g.Expect(got.Status.ObservedGeneration).To(Equal(got.Generation))
 		expectCondition(g, got, coordinatorv1alpha1.ConditionGatewayResolved, metav1.ConditionTrue, coordinatorv1alpha1.ReasonResolved)
+		expectCondition(g, got, coordinatorv1alpha1.ConditionPipelineValid, metav1.ConditionTrue, coordinatorv1alpha1.ReasonValid)
 		expectCondition(g, got, coordinatorv1alpha1.ConditionDegraded, metav1.ConditionFalse, coordinatorv1alpha1.ReasonAsExpected)
 		expectCondition(g, got, coordinatorv1alpha1.ConditionReady, metav1.ConditionTrue, coordinatorv1alpha1.ReasonReady)
 	}).Should(Succeed())

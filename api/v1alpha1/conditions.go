@@ -75,6 +75,11 @@ const (
 	// renders, or the annotation is not a number. Nothing is changed until it is fixed: the
 	// coordinators keep their image and configuration. Also used by Ready and Degraded.
 	ReasonConfigSchemaUnsupported ConditionReason = "ConfigSchemaUnsupported"
+	// ReasonTokenizerNotFound: the ConfigMap of a spec.tokenizers entry does not exist, so the
+	// pipeline cannot be validated with its files and new coordinator pods could not mount it.
+	// Nothing is changed until it exists: the coordinators keep their pod template and
+	// configuration. Also used by Ready and Degraded.
+	ReasonTokenizerNotFound ConditionReason = "TokenizerNotFound"
 )
 
 // Reasons of the RouteAccepted condition (it also uses ReasonNotAccepted, ReasonRefsNotResolved

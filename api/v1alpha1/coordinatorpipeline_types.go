@@ -388,6 +388,73 @@ type PipelineSpec struct {
 	Steps []PipelineStep `json:"steps"`
 }
 
+// TokenizersMountPath is the directory under which the coordinator pods mount spec.tokenizers,
+// each read-only at TokenizersMountPath/<name>. A render step's tokenizer param is one of these
+// directories, or a directory below one.
+const TokenizersMountPath = "/var/run/coordinator/tokenizers"
+
+// Tokenizer is a directory of a model's Hugging Face tokenizer files, mounted read-only into the
+// coordinator pods at /var/run/coordinator/tokenizers/<name>. Exactly one source is set.
+// +kubebuilder:validation:XValidation:rule="has(self.configMap) != has(self.persistentVolumeClaim)",message="exactly one of configMap or persistentVolumeClaim must be set: the source of the tokenizer's files"
+type Tokenizer struct {
+	// name of the tokenizer, unique in the list: the directory
+	// /var/run/coordinator/tokenizers/<name> of the coordinator pods, which a render step's
+	// tokenizer param names. A DNS label of at most 53 characters (the pod volume is
+	// tokenizer-<name>).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=53
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// configMap holds the files, one key each (keys become file names: no subdirectories), for
+	// small tokenizers: a ConfigMap holds at most 1 MiB. The operator reads it to validate the
+	// pipeline with its files, and watches it: an edit renders a new tokenizer_revision into the
+	// render steps that use it, and the coordinators reload in place once the kubelet has
+	// refreshed the mounted files.
+	// +optional
+	ConfigMap *TokenizerConfigMapSource `json:"configMap,omitempty"`
+
+	// persistentVolumeClaim holds the files on a volume (a model's real tokenizer is larger than
+	// a ConfigMap), mounted read-only. The operator does not read it: it validates the render
+	// step's params, and the coordinator pods check the files when they load them. Every
+	// coordinator pod mounts the claim, so it needs the ReadOnlyMany or ReadWriteMany access mode
+	// unless the pods share a node. After changing the files, change the render step's
+	// tokenizer_revision param to make the coordinators reload them.
+	// +optional
+	PersistentVolumeClaim *TokenizerPersistentVolumeClaimSource `json:"persistentVolumeClaim,omitempty"`
+}
+
+// TokenizerConfigMapSource names a ConfigMap, in the pipeline's namespace, whose keys are the
+// tokenizer's files.
+type TokenizerConfigMapSource struct {
+	// name of the ConfigMap. Until it exists PipelineValid is False (reason TokenizerNotFound) and
+	// the operator changes neither the configuration nor the Deployment.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+}
+
+// TokenizerPersistentVolumeClaimSource names a PersistentVolumeClaim, in the pipeline's
+// namespace, and the directory of the volume holding the tokenizer's files.
+type TokenizerPersistentVolumeClaimSource struct {
+	// claimName is the PersistentVolumeClaim's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ClaimName string `json:"claimName"`
+
+	// subPath is the directory of the volume mounted at /var/run/coordinator/tokenizers/<name>,
+	// relative to the volume's root, e.g. models/qwen3-8b. Unset, the volume's root.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')",message="subPath must be a relative path without '..' elements"
+	SubPath string `json:"subPath,omitempty"`
+}
+
 // CanarySpec is a second pipeline and its share of the traffic (the data plane's canary block).
 type CanarySpec struct {
 	// weightPercent is the share of requests the canary serves: 0 stages it (built and
@@ -620,6 +687,8 @@ type TracingResourceAttribute struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.route) || has(self.route.parentRef) || has(self.gateway.gatewayRef)",message="route needs a Gateway to attach to: set route.parentRef or gateway.gatewayRef"
 // +kubebuilder:validation:XValidation:rule="!has(self.env) || !has(self.tracing) || !has(self.tracing.resourceAttributes) || !self.env.exists(e, e.name == 'OTEL_RESOURCE_ATTRIBUTES')",message="env must not set OTEL_RESOURCE_ATTRIBUTES when tracing.resourceAttributes is set: the operator renders it from them",fieldPath=".env"
 // +kubebuilder:validation:XValidation:rule="!has(self.env) || !has(self.tracing) || !has(self.tracing.serviceName) || !self.env.exists(e, e.name == 'OTEL_SERVICE_NAME')",message="env must not set OTEL_SERVICE_NAME when tracing.serviceName is set: it would override it",fieldPath=".env"
+// +kubebuilder:validation:XValidation:rule="!has(self.tokenizers) || !has(self.volumes) || !self.volumes.exists(v, self.tokenizers.exists(t, v.name == 'tokenizer-' + t.name))",message="volume names tokenizer-<name> of the names in spec.tokenizers are the operator's: choose another name",fieldPath=".volumes"
+// +kubebuilder:validation:XValidation:rule="!has(self.tokenizers) || !has(self.volumeMounts) || !self.volumeMounts.exists(m, m.mountPath == '/var/run/coordinator/tokenizers' || m.mountPath.startsWith('/var/run/coordinator/tokenizers/'))",message="volumeMounts must not mount at or under /var/run/coordinator/tokenizers when spec.tokenizers is set: the operator mounts the tokenizers there",fieldPath=".volumeMounts"
 type CoordinatorPipelineSpec struct {
 	// inferencePoolRef names the InferencePool whose workers the pipeline's legs are routed to
 	// (through the gateway, by EPP-Profile).
@@ -641,6 +710,23 @@ type CoordinatorPipelineSpec struct {
 	// status.revisions shows each pipeline's requests and errors.
 	// +optional
 	Canary *CanarySpec `json:"canary,omitempty"`
+
+	// tokenizers are directories of Hugging Face tokenizer files (tokenizer.json,
+	// tokenizer_config.json, optionally chat_template.jinja...) mounted read-only into the
+	// coordinator pods, each at /var/run/coordinator/tokenizers/<name>, so that a render step
+	// tokenizes in process: its tokenizer param names that directory (or one below it), in
+	// spec.pipeline or spec.canary.pipeline. A render step's tokenizer outside these directories
+	// makes PipelineValid False. The operator builds the pipeline with the files of a ConfigMap
+	// source (a broken tokenizer.json or an unsupported chat template makes PipelineValid False with
+	// the data plane's error) and renders a fingerprint of its content as the step's
+	// tokenizer_revision, so that editing the ConfigMap reloads the coordinators in place; the
+	// files of a persistentVolumeClaim are checked by the pods when they load them. Adding,
+	// removing or changing a source rolls the Deployment.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	Tokenizers []Tokenizer `json:"tokenizers,omitempty"`
 
 	// replicas is the number of coordinator pods. It is the scale subresource's spec path, so a
 	// HorizontalPodAutoscaler can target the CoordinatorPipeline.

@@ -25,6 +25,7 @@ import (
 	_ "github.com/epd-dev/coordinator/dataplane/asyncbroker" // the async-broker step's Redis runtime
 	"github.com/epd-dev/coordinator/dataplane/config"
 	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/localrender"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
@@ -88,6 +89,7 @@ func run(args []string) int {
 		budget *retry.Budget
 		tp     *sdktrace.TracerProvider
 	)
+	reg.MustRegister(localrender.Collector(observe.Namespace)) // the in-process renderer's caches
 	defer func() {
 		if tp != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -590,17 +590,21 @@ func AppendString(dst, raw []byte) ([]byte, error) {
 		return dst, errors.New("not a JSON string")
 	}
 	s := raw[1 : len(raw)-1]
-	appendText := appendUTF8
-	if utf8.Valid(s) { // the common case: checked once, not chunk by chunk
-		appendText = func(dst, s []byte) []byte { return append(dst, s...) }
-	}
+	valid := utf8.Valid(s) // the common case: checked once, not chunk by chunk
 	dst = slices.Grow(dst, len(s))
 	for len(s) > 0 {
 		i := bytes.IndexByte(s, '\\')
 		if i < 0 {
-			return appendText(dst, s), nil
+			i = len(s)
 		}
-		dst = appendText(dst, s[:i])
+		if valid {
+			dst = append(dst, s[:i]...)
+		} else {
+			dst = appendUTF8(dst, s[:i])
+		}
+		if i == len(s) {
+			return dst, nil
+		}
 		if i+1 >= len(s) {
 			return dst, errors.New("truncated escape")
 		}

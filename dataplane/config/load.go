@@ -21,6 +21,9 @@ type FieldError struct {
 	Key string
 	// Reason says what is wrong.
 	Reason string
+	// Retry says that the configuration is right but what it refers to is not ready yet (files
+	// a volume has not been refreshed with): a reload tries the same configuration again.
+	Retry bool
 }
 
 func (e *FieldError) Error() string { return e.Key + ": " + e.Reason }

@@ -190,10 +190,15 @@ func (w *Watcher) Reload() error {
 			return nil
 		}
 	}
-	// Remember the rejected content so it is not rebuilt (and re-logged) on every poll.
-	w.mu.Lock()
-	w.digest = digest
-	w.mu.Unlock()
+	// Remember the rejected content so it is not rebuilt (and re-logged) on every poll, unless
+	// it waits for something else to change (a mounted tokenizer's files): the next event or
+	// poll tries it again.
+	var fe *config.FieldError
+	if !errors.As(err, &fe) || !fe.Retry {
+		w.mu.Lock()
+		w.digest = digest
+		w.mu.Unlock()
+	}
 	return w.reject(err, config.FileRevision(data))
 }
 

@@ -2,6 +2,7 @@ package reload_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/localrender"
 	"github.com/epd-dev/coordinator/dataplane/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
@@ -208,6 +210,46 @@ func TestMissingFileMidSwapIsIgnored(t *testing.T) {
 	f.write(prefillNIXL, false)
 	f.waitFor("the new file", func() bool { return steps(f.holder.Load()) == "prefill,decode" })
 	if st := f.w.Status(); st.Failed != 0 || st.Succeeded != 1 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// TestWaitingConfigIsRetried: a configuration that waits for files it refers to (a render step's
+// tokenizer_revision ahead of the mounted files, as when the kubelet refreshes the configuration's
+// volume before the tokenizer's) is rejected, keeps the last pipeline serving, and is built again
+// by the next reload, without the file changing, once the files caught up.
+func TestWaitingConfigIsRetried(t *testing.T) {
+	f := start(t, true)
+	good := f.holder.Load()
+	tokDir := filepath.Join(t.TempDir(), "tokenizer")
+	fixture := "../localrender/testdata/chatml"
+	files := map[string][]byte{}
+	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join(fixture, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name] = b
+	}
+	next := map[string][]byte{"tokenizer.json": files["tokenizer.json"], "tokenizer_config.json": append([]byte(nil), files["tokenizer_config.json"]...)}
+	next["tokenizer_config.json"] = append(next["tokenizer_config.json"][:len(next["tokenizer_config.json"])-1], []byte(`, "pad_token": "<|endoftext|>"}`)...)
+	if err := atomicdir.Write(tokDir, files); err != nil { // the files as they were
+		t.Fatal(err)
+	}
+	doc := fmt.Sprintf("gateway: {address: http://gw:80}\npipeline: {steps: [{type: render, params: {tokenizer: %q, tokenizer_revision: %q}}, {type: decode}]}\n",
+		tokDir, localrender.Revision(next))
+	f.write(doc, true)
+	f.waitFor("the rejection", func() bool { return f.w.Status().Failed == 1 })
+	if st := f.w.Status(); f.holder.Load() != good || st.LastErrorKey != "pipeline.steps[0].params.tokenizer_revision" || !strings.Contains(st.LastError, "waiting for them") {
+		t.Fatalf("status %+v", st)
+	}
+	if err := atomicdir.Write(tokDir, next); err != nil { // the kubelet refreshes the tokenizer's volume
+		t.Fatal(err)
+	}
+	if err := f.w.Reload(); err != nil { // a poll: the configuration file itself did not change
+		t.Fatalf("the waiting configuration was not retried: %v", err)
+	}
+	if st := f.w.Status(); st.Succeeded != 1 || st.LastError != "" || steps(f.holder.Load()) != "render,decode" {
 		t.Fatalf("status %+v", st)
 	}
 }

@@ -6,13 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/epd-dev/coordinator/dataplane/apierror"
 	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/chattemplate"
 	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/localrender"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
@@ -39,21 +43,35 @@ func init() {
 	registry.Register(registry.Type{Name: RenderStep, New: newRender, Provides: []registry.Capability{registry.Tokens}})
 }
 
-// render tokenizes the request once, through the render service, and records the token ids and
-// each media item's hash, placeholder, preprocessor output (kwargs_data) and, from a vLLM with
-// vllm-project/vllm#54659, its light metadata (mm_metadata) for the later legs.
+// render tokenizes the request once, in process or through the render service, and records the
+// token ids and, from the service, each media item's hash, placeholder, preprocessor output
+// (kwargs_data) and, from a vLLM with vllm-project/vllm#54659, its light metadata (mm_metadata)
+// for the later legs. With a tokenizer directory, text requests are rendered in process with the
+// model's own tokenizer and chat template; requests with media, or with what the in-process
+// renderer does not do, go to the render service when there is one and are refused otherwise.
 // Requests that already carry tokens (a token-array prompt, the generate format) are validated
 // instead of sent.
 type render struct {
-	client          *upstream.Client
+	client          *upstream.Client   // nil without an address
+	model           *localrender.Model // nil without a tokenizer, or while the operator validates
 	retrier         retry.Retrier
 	maxResponse     int64
 	maxTokens       int
 	maxPlaceholders int
 }
 
+// defaultRenderCacheMiB is the default size of the in-process renderer's cache of encoded text.
+const defaultRenderCacheMiB = 64
+
 func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	addr := p.String("address", "")
+	dir := p.String("tokenizer", "")
+	templateName := p.String("chat_template", "")
+	// A mark of the files' contents: whoever changes them (the operator, from the ConfigMap they
+	// come from) changes it too, so that the configuration changes and the coordinator reloads,
+	// loading the new files. A fingerprint (sha256:...) is checked against the files.
+	revision := p.String("tokenizer_revision", "")
+	cacheMiB := p.Int("cache_size", defaultRenderCacheMiB, 0)
 	timeout := p.Duration("timeout", 30*time.Second)
 	idle := p.Int("max_idle_conns_per_host", 100, 0)
 	idleTimeout := p.Duration("idle_conn_timeout", 90*time.Second)
@@ -63,16 +81,53 @@ func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	if deps.Gateway != nil {
 		s.retrier = deps.Gateway.Retrier() // gateway.retry applies to render calls too
 	}
-	if addr == "" {
-		p.Fail("address", "is required: the base URL of the render service, e.g. http://render:8000")
+	switch {
+	case addr == "" && dir == "":
+		p.Fail("address", "is required unless tokenizer is set: the base URL of the render service, e.g. http://render:8000")
+		return s, nil
+	case dir == "" && (templateName != "" || p.Has("cache_size") || p.Has("tokenizer_revision")):
+		p.Fail("tokenizer", "is required by chat_template, cache_size and tokenizer_revision: the directory of the model's tokenizer.json and tokenizer_config.json")
+		return s, nil
+	case dir != "" && (!filepath.IsAbs(dir) || filepath.Clean(dir) != dir):
+		p.Fail("tokenizer", "must be an absolute, clean directory path, got %q", dir)
 		return s, nil
 	}
-	c, err := upstream.NewClient(addr, upstream.TransportOptions{MaxIdleConnsPerHost: idle, IdleConnTimeout: idleTimeout}, timeout, deps.Telemetry)
-	if err != nil {
-		p.Fail("address", "%v", err)
-		return s, nil
+	if addr != "" {
+		c, err := upstream.NewClient(addr, upstream.TransportOptions{MaxIdleConnsPerHost: idle, IdleConnTimeout: idleTimeout}, timeout, deps.Telemetry)
+		if err != nil {
+			p.Fail("address", "%v", err)
+			return s, nil
+		}
+		s.client = c
 	}
-	s.client = c
+	if dir != "" {
+		local := dir
+		if deps.Overrides.LocalFiles != nil {
+			var ok bool
+			if local, ok = deps.Overrides.LocalFiles(dir); !ok {
+				return s, nil // the pods load the files
+			}
+		}
+		if strings.HasPrefix(revision, localrender.RevisionPrefix) {
+			got, err := localrender.DirRevision(local)
+			if err != nil {
+				p.Fail("tokenizer", "%v", err)
+				return s, nil
+			}
+			if got != revision {
+				// The configuration is newer than the files (the kubelet refreshes each mounted
+				// volume on its own): a reload is retried until they match.
+				return s, &config.FieldError{Key: p.Key("tokenizer_revision"), Retry: true,
+					Reason: fmt.Sprintf("the files in %s are revision %s, not %s: waiting for them to be updated", dir, got, revision)}
+			}
+		}
+		m, err := localrender.Open(local, localrender.Options{ChatTemplate: templateName, CacheBytes: int64(cacheMiB) * config.MiB})
+		if err != nil {
+			p.Fail("tokenizer", "%v", err)
+			return s, nil
+		}
+		s.model = m
+	}
 	return s, nil
 }
 
@@ -80,10 +135,13 @@ var _ pipeline.Closer = (*render)(nil)
 
 func (*render) Name() string { return RenderStep }
 
-// Close drops pooled connections to the render service.
+// Close drops pooled connections to the render service and releases the tokenizer.
 func (s *render) Close() {
 	if s.client != nil {
 		s.client.Close()
+	}
+	if s.model != nil {
+		s.model.Close()
 	}
 }
 
@@ -178,6 +236,20 @@ func (s *render) completions(ctx context.Context, rc *request.Context) error {
 	raw, _ := rc.Body.Get("prompt")
 	switch body.KindOf(raw) {
 	case body.KindString:
+		if s.model != nil {
+			prompt, _, _ := rc.Body.String("prompt")
+			addSpecial, present, err := rc.Body.Bool("add_special_tokens")
+			if err != nil {
+				return apierror.InvalidField("add_special_tokens", "%v", err)
+			}
+			ids := s.model.Prompt(nil, prompt, addSpecial || !present) // vLLM's default: true
+			if err := s.checkTokens(len(ids)); err != nil {
+				return err
+			}
+			rc.SetTokenIDs(ids)
+			rc.Body.Set("prompt", rc.TokenIDsJSON())
+			return nil
+		}
 		out, err := s.call(ctx, rc, renderCompletionsPath, rc.Body)
 		if err != nil {
 			return err
@@ -228,6 +300,15 @@ func (s *render) chat(ctx context.Context, rc *request.Context, msgs *body.Objec
 		}
 		rc.Media, rc.MediaScanned = media, true
 	}
+	if s.model != nil {
+		why := localChatRefusal(rc, msgs)
+		if why == "" {
+			return s.chatLocal(rc, msgs)
+		}
+		if s.client == nil {
+			return apierror.BadRequest("not_renderable", "this pipeline renders text in process and has no render service for %s", why)
+		}
+	}
 	out, err := s.call(ctx, rc, renderChatPath, msgs)
 	if err != nil {
 		return err
@@ -250,6 +331,71 @@ func (s *render) chat(ctx context.Context, rc *request.Context, msgs *body.Objec
 		return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Err: err}
 	}
 	return s.checkPlaceholders(rc, false)
+}
+
+// localChatRefusal says what in a chat request the in-process renderer does not render ("" when
+// it renders it all): media, and the fields vLLM accepts but a model's chat template alone does
+// not cover (a request's own chat template, which vLLM refuses unless trusted; documents).
+func localChatRefusal(rc *request.Context, msgs *body.Object) string {
+	switch {
+	case len(rc.Media) > 0:
+		return "media (images, audio, video)"
+	case msgs.Kind("chat_template") != body.KindNone && msgs.Kind("chat_template") != body.KindNull:
+		return "a request's own chat_template"
+	case msgs.Kind("documents") != body.KindNone && msgs.Kind("documents") != body.KindNull:
+		return "documents"
+	}
+	return ""
+}
+
+// chatLocal renders msgs, a chat body, in process.
+func (s *render) chatLocal(rc *request.Context, msgs *body.Object) error {
+	req := localrender.ChatRequest{AddGenerationPrompt: true}
+	req.Messages, _ = msgs.Get("messages")
+	if tools, ok := msgs.Get("tools"); ok && body.KindOf(tools) != body.KindNull {
+		req.Tools = tools
+	}
+	for _, f := range []struct {
+		key string
+		dst *bool
+	}{{"add_generation_prompt", &req.AddGenerationPrompt}, {"continue_final_message", &req.ContinueFinalMessage}, {"add_special_tokens", &req.AddSpecialTokens}} {
+		b, present, err := msgs.Bool(f.key)
+		if err != nil {
+			return apierror.InvalidField(f.key, "%v", err)
+		}
+		if present {
+			*f.dst = b
+		}
+	}
+	if kw, _ := msgs.Get("chat_template_kwargs"); body.KindOf(kw) != body.KindNone && body.KindOf(kw) != body.KindNull {
+		if body.KindOf(kw) != body.KindObject {
+			return apierror.InvalidField("chat_template_kwargs", "\"chat_template_kwargs\" must be an object")
+		}
+		req.Kwargs = map[string]json.RawMessage{}
+		for k, v := range body.Members(kw) {
+			req.Kwargs[k] = v
+		}
+	}
+	ids, err := s.model.Chat(nil, req)
+	if err != nil {
+		var te *chattemplate.TemplateError
+		var ie *chattemplate.InputError
+		switch {
+		case errors.As(err, &te):
+			return apierror.BadRequest("chat_template_error", "the chat template refused the conversation: %s", te.Message)
+		case errors.As(err, &ie):
+			return apierror.BadRequest("not_renderable", "the conversation cannot be rendered: %s", ie.Message)
+		}
+		// The template failed on a shape of the conversation it does not handle: the detail
+		// (the template's file, the engine's words) is logged, not sent.
+		rc.Log.Info("in-process render failed", "error", err.Error())
+		return apierror.BadRequest("not_renderable", "the model's chat template cannot render this conversation")
+	}
+	if err := s.checkTokens(len(ids)); err != nil {
+		return err
+	}
+	rc.SetTokenIDs(ids)
+	return nil
 }
 
 // alignMedia copies the render service's per-item hash, placeholder, kwargs and metadata onto the

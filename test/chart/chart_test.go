@@ -154,7 +154,7 @@ func TestChartRBACMatchesConfig(t *testing.T) {
 }
 
 // The chart's manager Deployment runs the manager like config/manager does: command, probes,
-// ports, security contexts and default resources.
+// ports, security contexts, default resources and volumes.
 func TestChartDeploymentMatchesKustomize(t *testing.T) {
 	g := NewWithT(t)
 	objs, err := packaging.Kustomize(root, "config/default")
@@ -177,6 +177,8 @@ func TestChartDeploymentMatchesKustomize(t *testing.T) {
 	g.Expect(cc.ReadinessProbe).To(Equal(kc.ReadinessProbe))
 	g.Expect(cc.Ports).To(Equal(kc.Ports))
 	g.Expect(cc.Resources).To(Equal(kc.Resources))
+	g.Expect(cc.VolumeMounts).To(Equal(kc.VolumeMounts))
+	g.Expect(cDep.Volumes).To(Equal(kDep.Volumes))
 	for _, arg := range kc.Args {
 		g.Expect(cc.Args).To(ContainElement(arg))
 	}

@@ -77,6 +77,11 @@ type Overrides struct {
 	// BrokerPollInterval and BrokerBackupPollInterval replace the async broker waiters' mailbox
 	// polls (200ms without keyspace notifications, 2s behind them).
 	BrokerPollInterval, BrokerBackupPollInterval time.Duration
+	// LocalFiles maps a directory a step loads files from at build time (render's tokenizer) to
+	// where this process reads it, or reports that it cannot: the operator validating a pipeline
+	// whose files are on a volume only the coordinator pods mount. A step then checks its params
+	// alone and leaves the files to the pods. Nil: directories are read where they are.
+	LocalFiles func(dir string) (local string, ok bool)
 }
 
 // RequireGateway records an error on p when there is no gateway client.

@@ -84,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.sseDuration, "sse-duration", 4*time.Second, "measured window per SSE path, split into --slices")
 	fs.BoolVar(&o.micro, "micro", true, "run the Go micro-benchmarks first")
 	fs.StringVar(&o.microBenchtime, "micro-benchtime", "1s", "-benchtime of the micro-benchmarks")
-	fs.StringVar(&microPkgs, "micro-pkgs", "./dataplane/...", "packages of the micro-benchmarks")
+	fs.StringVar(&microPkgs, "micro-pkgs", "./dataplane/...,./test/renderref", "packages of the micro-benchmarks (./test/renderref: render in process against the HTTP render service)")
 	fs.StringVar(&profile, "profile", "", "cells to CPU-profile with perf after the table run, e.g. decode-only/1MiB-image/json (comma-separated)")
 	fs.DurationVar(&o.profileDuration, "profile-duration", 10*time.Second, "measured window of a profiled cell")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is not met")

@@ -1,0 +1,39 @@
+package chattemplate
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDecodeValue(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string // want: the value re-encoded by tojson, or an error substring
+		err      bool
+	}{
+		{`{"b": 1, "a": {"d": [], "c": {}}}`, `{"b": 1, "a": {"d": [], "c": {}}}`, false},
+		{`{"a": 1, "b": 2, "a": 3}`, `{"a": 3, "b": 2}`, false},
+		{`[1, 1.0, 1e2, -0, 9223372036854775807, 9223372036854775808, 1e999]`, `[1, 1.0, 100.0, 0, 9223372036854775807, 9.223372036854776e+18, Infinity]`, false},
+		{`"\u00e9\ud83c\udf89"`, `"é🎉"`, false},
+		{`[[[[[]]]]]`, `[[[[[]]]]]`, false},
+		{`[[[[[[]]]]]]`, `nested deeper than 5 levels`, true},
+		{`{"a": 1} {}`, `invalid JSON`, true},
+		{`{"a" 1}`, `invalid JSON`, true},
+		{``, `invalid JSON`, true},
+	} {
+		v, err := decodeValue([]byte(tc.in), 5, false)
+		if tc.err {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("decodeValue(%s): err = %v, want %q", tc.in, err, tc.want)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("decodeValue(%s): %v", tc.in, err)
+			continue
+		}
+		var b strings.Builder
+		if err := encodeJSON(&b, v, &jsonOptions{itemSep: ", ", keySep: ": "}, 0); err != nil || b.String() != tc.want {
+			t.Errorf("decodeValue(%s) = %s (%v), want %s", tc.in, b.String(), err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package tokenizer
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// state is the scratch space of one Encode call, pooled so that encoding allocates nothing in
+// steady state.
+type state struct {
+	norm    [2][]byte // normalizer ping-pong buffers
+	iter    norm.Iter
+	prefix  []byte   // ByteLevel's prefix space
+	secs    []span   // sections between added tokens (raw text)
+	subs    []span   // sections between added tokens (normalized text)
+	spans   [][]span // pieces per pre-tokenizer level
+	matches []span
+	pieces  []flagged
+	ids     []int32
+	ranks   []uint32
+	mer     []int32
+	sym     []int32
+	next    []int32
+	prev    []int32
+	heap    []uint64
+}
+
+// flagged is a piece of a Split with whether the pattern matched it.
+type flagged struct {
+	span
+	match bool
+}
+
+// Encode appends the ids of text to dst: added tokens (special or not) are matched first, as HF does,
+// honouring lstrip/rstrip/normalized; the rest is normalized, pre-tokenized and BPE-merged.
+// addSpecial applies the post-processor's template (e.g. Llama's BOS); false is what chat rendering uses.
+// Invalid UTF-8 bytes are encoded as U+FFFD each, as decoding a JSON string would have made them.
+func (t *Tokenizer) Encode(dst []int, text string, addSpecial bool) []int {
+	return t.EncodeCached(dst, text, addSpecial, nil)
+}
+
+// EncodeCached is Encode with a segment cache: text between added tokens ("segments") whose length is at least
+// the cache's minimum is looked up by content and stored after encoding. Exact by construction (segments are
+// encoded independently). A nil cache is allowed.
+func (t *Tokenizer) EncodeCached(dst []int, text string, addSpecial bool, c *SegmentCache) []int {
+	// Without a cache every section is encoded: the text is checked once, whole. When the
+	// normalizer is one Unicode form, the quick check that text is in it is also the check that
+	// it is valid UTF-8; every section of such a text is normalized too. With a cache, sections
+	// are checked one by one, when they are encoded: a section the cache holds (a conversation's
+	// history) is not read again. Splitting before sanitizing splits the same way: an added
+	// token is never made of the bytes sanitize replaces.
+	normal := false
+	if c == nil {
+		normal = t.form != nil && isNormal(t.form.form, t.form.safe, text)
+		if !normal && !utf8.ValidString(text) {
+			text = sanitize(text)
+		}
+	}
+	st := t.scratch.Get().(*state)
+	if addSpecial {
+		dst = append(dst, t.prefix...)
+	}
+	secs := t.added.sections(st.secs[:0], text, &t.added.raw)
+	st.secs = secs
+	for _, sec := range secs {
+		s := text[sec.start:sec.end]
+		if s == "" {
+			continue
+		}
+		if info, ok := t.added.key(s); ok {
+			dst = append(dst, info.id)
+			continue
+		}
+		if c != nil && len(s) >= c.minSegment {
+			if ids, ok := c.get(t.serial, s); ok {
+				for _, id := range ids {
+					dst = append(dst, int(id))
+				}
+				continue
+			}
+			n := len(dst)
+			dst = t.encodeChecked(dst, s, st)
+			c.put(t.serial, s, dst[n:])
+			continue
+		}
+		if c != nil {
+			dst = t.encodeChecked(dst, s, st)
+			continue
+		}
+		dst = t.encodeSegment(dst, s, normal, st)
+	}
+	if addSpecial {
+		dst = append(dst, t.suffix...)
+	}
+	t.scratch.Put(st)
+	return dst
+}
+
+// encodeSegment encodes the text between two raw-matched added tokens: normalization (unless
+// normal: known to be normalized already), then the added tokens matched on normalized text, then
+// pre-tokenization and BPE.
+// encodeChecked encodes a section not checked yet: sanitized and quick-checked first.
+func (t *Tokenizer) encodeChecked(dst []int, s string, st *state) []int {
+	normal := t.form != nil && isNormal(t.form.form, t.form.safe, s)
+	if !normal && !utf8.ValidString(s) {
+		s = sanitize(s)
+	}
+	return t.encodeSegment(dst, s, normal, st)
+}
+
+func (t *Tokenizer) encodeSegment(dst []int, s string, normal bool, st *state) []int {
+	if !normal {
+		s = t.normalize(st, s)
+	}
+	if s == "" {
+		return dst
+	}
+	if len(t.added.norm.nodes) <= 1 {
+		return t.preLevel(dst, s, 0, st)
+	}
+	subs := t.added.sections(st.subs[:0], s, &t.added.norm)
+	st.subs = subs
+	for _, sub := range subs {
+		x := s[sub.start:sub.end]
+		if x == "" {
+			continue
+		}
+		if info, ok := t.added.key(x); ok {
+			dst = append(dst, info.id)
+			continue
+		}
+		dst = t.preLevel(dst, x, 0, st)
+	}
+	return dst
+}
+
+// preLevel runs pre-tokenizer step level over s and encodes each piece.
+func (t *Tokenizer) preLevel(dst []int, s string, level int, st *state) []int {
+	if level == len(t.pre) {
+		return t.byteLevelEncode(dst, s, st)
+	}
+	p := &t.pre[level]
+	if p.fast != 0 && p.behavior == isolated && !p.invert {
+		if level+1 == len(t.pre) && !t.byteLvl.addPrefixSpace && !t.byteLvl.useRegex {
+			// The common configuration (Qwen, Llama 3): each match is a word.
+			if p.fast == fastQwen || p.fast == fastLlama {
+				return t.encodeCL100K(dst, s, p.fast == fastLlama, st)
+			}
+			for i := 0; i < len(s); {
+				end := p.fast.next(s, i)
+				dst = t.word(dst, s, i, end, st)
+				i = end
+			}
+			return dst
+		}
+		for i := 0; i < len(s); {
+			end := p.fast.next(s, i)
+			dst = t.preLevel(dst, s[i:end], level+1, st)
+			i = end
+		}
+		return dst
+	}
+	for len(st.spans) <= level {
+		st.spans = append(st.spans, nil)
+	}
+	sp := p.split(st.spans[level][:0], s, st)
+	st.spans[level] = sp
+	for _, x := range sp {
+		dst = t.preLevel(dst, s[x.start:x.end], level+1, st)
+	}
+	return dst
+}
+
+// byteLevelEncode is the ByteLevel step (prefix space, GPT-2's split) and the BPE model.
+func (t *Tokenizer) byteLevelEncode(dst []int, s string, st *state) []int {
+	if t.byteLvl.addPrefixSpace && !strings.HasPrefix(s, " ") {
+		st.prefix = append(append(st.prefix[:0], ' '), s...)
+		s = bufString(st.prefix)
+	}
+	if !t.byteLvl.useRegex {
+		return t.bpe(dst, s, st)
+	}
+	for i := 0; i < len(s); {
+		end := fastGPT2JS.next(s, i)
+		dst = t.bpe(dst, s[i:end], st)
+		i = end
+	}
+	return dst
+}

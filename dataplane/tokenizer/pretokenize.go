@@ -1,0 +1,579 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/dlclark/regexp2/v2"
+)
+
+// span is a piece [start, end) of the text a pre-tokenizer step splits.
+type span struct{ start, end int }
+
+// behavior is a Split's SplitDelimiterBehavior.
+type behavior uint8
+
+const (
+	isolated behavior = iota
+	removed
+	mergedWithPrevious
+	mergedWithNext
+	contiguous
+)
+
+var behaviors = map[string]behavior{
+	"Isolated": isolated, "Removed": removed, "MergedWithPrevious": mergedWithPrevious,
+	"MergedWithNext": mergedWithNext, "Contiguous": contiguous,
+}
+
+// preStep is one pre-tokenizer step before the final ByteLevel one: a Split or Digits.
+type preStep struct {
+	fast     fastKind        // a known pattern, split by hand (exactly as re would)
+	re       *regexp2.Regexp // the general path for Regex patterns
+	lit      string          // a String pattern
+	behavior behavior
+	invert   bool
+	digits   bool // Digits: ASCII digits (JS \d) apart from the rest
+	single   bool // Digits.individual_digits
+}
+
+// byteLevel is the final ByteLevel step: an optional prefix space and GPT-2's split.
+type byteLevel struct {
+	addPrefixSpace bool
+	useRegex       bool
+}
+
+// Known pattern strings, split by hand (split_fast.go).
+const (
+	patternQwen  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	patternLlama = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	patternGPT2  = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
+)
+
+var knownPatterns = map[string]fastKind{patternQwen: fastQwen, patternLlama: fastLlama, patternGPT2: fastGPT2}
+
+func parsePreTokenizer(raw json.RawMessage) ([]preStep, byteLevel, error) {
+	var steps []preStep
+	var bl *byteLevel
+	var walk func(path string, raw json.RawMessage) error
+	walk = func(path string, raw json.RawMessage) error {
+		if isNull(raw) {
+			return nil
+		}
+		typ, err := typeOf(path, raw)
+		if err != nil {
+			return err
+		}
+		if bl != nil {
+			return errAt(path, "%s after ByteLevel is not supported (ByteLevel must be the last step)", typ)
+		}
+		switch typ {
+		case "Sequence":
+			var v struct {
+				Pretokenizers []json.RawMessage `json:"pretokenizers"`
+			}
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return errAt(path, "%v", err)
+			}
+			for i, p := range v.Pretokenizers {
+				if err := walk(fmt.Sprintf("%s.pretokenizers[%d]", path, i), p); err != nil {
+					return err
+				}
+			}
+			return nil
+		case "ByteLevel":
+			var v struct {
+				AddPrefixSpace *bool `json:"add_prefix_space"`
+				UseRegex       *bool `json:"use_regex"`
+			}
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return errAt(path, "%v", err)
+			}
+			if v.AddPrefixSpace == nil {
+				// The Rust library defaults it to true, the reference to false.
+				return errAt(path+".add_prefix_space", "missing")
+			}
+			bl = &byteLevel{addPrefixSpace: *v.AddPrefixSpace, useRegex: v.UseRegex == nil || *v.UseRegex}
+			return nil
+		case "Digits":
+			var v struct {
+				Individual bool `json:"individual_digits"`
+			}
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return errAt(path, "%v", err)
+			}
+			steps = append(steps, preStep{digits: true, single: v.Individual})
+			return nil
+		case "Split":
+			s, err := parseSplit(path, raw)
+			if err != nil {
+				return err
+			}
+			steps = append(steps, s)
+			return nil
+		default:
+			return errAt(path+".type", "%q is not supported (Split, ByteLevel, Digits, Sequence only)", typ)
+		}
+	}
+	if err := walk("pre_tokenizer", raw); err != nil {
+		return nil, byteLevel{}, err
+	}
+	if bl == nil {
+		return nil, byteLevel{}, errAt("pre_tokenizer", "no ByteLevel step: only byte-level BPE is supported")
+	}
+	return steps, *bl, nil
+}
+
+func parseSplit(path string, raw json.RawMessage) (preStep, error) {
+	var v struct {
+		Pattern struct {
+			String *string `json:"String"`
+			Regex  *string `json:"Regex"`
+		} `json:"pattern"`
+		Behavior string `json:"behavior"`
+		Invert   bool   `json:"invert"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return preStep{}, errAt(path, "%v", err)
+	}
+	b, ok := behaviors[v.Behavior]
+	if !ok {
+		return preStep{}, errAt(path+".behavior", "%q is not one of Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous", v.Behavior)
+	}
+	s := preStep{behavior: b, invert: v.Invert}
+	switch {
+	case v.Pattern.String != nil:
+		if *v.Pattern.String == "" {
+			return preStep{}, errAt(path+".pattern.String", "empty pattern is not supported")
+		}
+		s.lit = *v.Pattern.String
+	case v.Pattern.Regex != nil:
+		p := *v.Pattern.Regex
+		s.fast = knownPatterns[p]
+		re, err := compileRegex(p)
+		if err != nil {
+			return preStep{}, errAt(path+".pattern.Regex", "%v", err)
+		}
+		s.re = re
+	default:
+		return preStep{}, errAt(path+".pattern", "neither String nor Regex")
+	}
+	return s, nil
+}
+
+// compileRegex translates an Oniguruma pattern (tokenizer.json's dialect) into regexp2's .NET
+// dialect with the reference's semantics, then compiles it without a backtracking limit.
+func compileRegex(p string) (*regexp2.Regexp, error) {
+	tr, err := translateRegex(p)
+	if err != nil {
+		return nil, err
+	}
+	return regexp2.Compile(tr, regexp2.None, regexp2.OptionMaxBacktrackingStackSize(-1))
+}
+
+// whiteSpace is Unicode's White_Space, which the reference puts in place of \s (it rewrites
+// \s to \p{White_Space}, as Oniguruma means it).
+const whiteSpace = `\u0009-\u000D\u0020\u0085\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000`
+
+var quantBrace = regexp.MustCompile(`^\{(\d+(?:,\d*)?|,\d+)\}`)
+
+// translateRegex rewrites the constructs whose meaning differs between Oniguruma, the
+// reference's rewrite to a JS RegExp, and regexp2: \s becomes White_Space, (?i:...) folds
+// ASCII letters only, possessive '+' is dropped, groups do not capture. Constructs it cannot
+// map exactly (\w, \b, anchors, back-references, classes under (?i:...), ...) are errors.
+func translateRegex(p string) (string, error) {
+	var b strings.Builder
+	var folds []bool
+	fold := false
+	afterQuant := false
+	for i := 0; i < len(p); {
+		r, n := utf8.DecodeRuneInString(p[i:])
+		wasQuant := afterQuant
+		afterQuant = false
+		switch r {
+		case '\\':
+			frag, m, err := translateEscape(p, i, false, fold)
+			if err != nil {
+				return "", err
+			}
+			b.WriteString(frag)
+			i += m
+		case '[':
+			if fold {
+				return "", fmt.Errorf("character class inside (?i:...) at index %d is not supported", i)
+			}
+			frag, m, err := translateClass(p, i)
+			if err != nil {
+				return "", err
+			}
+			b.WriteString(frag)
+			i += m
+		case '(':
+			folds = append(folds, fold)
+			rest := p[i:]
+			switch {
+			case strings.HasPrefix(rest, "(?i:"):
+				fold = true
+				b.WriteString("(?:")
+				i += 4
+			case strings.HasPrefix(rest, "(?:"), strings.HasPrefix(rest, "(?="), strings.HasPrefix(rest, "(?!"):
+				b.WriteString(rest[:3])
+				i += 3
+			case strings.HasPrefix(rest, "(?<="), strings.HasPrefix(rest, "(?<!"):
+				b.WriteString(rest[:4])
+				i += 4
+			case strings.HasPrefix(rest, "(?"):
+				return "", fmt.Errorf("group %q at index %d is not supported", rest[:min(len(rest), 4)], i)
+			default:
+				b.WriteString("(?:")
+				i++
+			}
+		case ')':
+			if len(folds) == 0 {
+				return "", fmt.Errorf("unbalanced ')' at index %d", i)
+			}
+			fold = folds[len(folds)-1]
+			folds = folds[:len(folds)-1]
+			b.WriteByte(')')
+			i++
+		case '|':
+			b.WriteByte('|')
+			i++
+		case '*', '+', '?':
+			if wasQuant {
+				switch r {
+				case '+': // possessive: the reference drops it
+					i++
+					continue
+				case '?': // lazy
+					b.WriteByte('?')
+					i++
+					continue
+				}
+				return "", fmt.Errorf("nested quantifier at index %d is not supported", i)
+			}
+			b.WriteRune(r)
+			i++
+			afterQuant = true
+		case '{':
+			m := quantBrace.FindStringSubmatch(p[i:])
+			if m == nil {
+				b.WriteString(`\{`)
+				i++
+				continue
+			}
+			body := m[1]
+			if body[0] == ',' {
+				body = "0" + body
+			}
+			i += len(m[0])
+			if i < len(p) && (p[i] == '+' || p[i] == '*') {
+				return "", fmt.Errorf("quantifier %s%c at index %d is not supported", m[0], p[i], i-len(m[0]))
+			}
+			b.WriteString("{" + body + "}")
+			afterQuant = true
+		case '}', ']':
+			b.WriteString(`\` + string(r))
+			i++
+		case '.':
+			b.WriteString(`[^\n]`)
+			i++
+		case '^', '$':
+			return "", fmt.Errorf("anchor %q at index %d is not supported", r, i)
+		default:
+			b.WriteString(literal(r, fold))
+			i += n
+		}
+	}
+	if len(folds) != 0 {
+		return "", fmt.Errorf("unbalanced '('")
+	}
+	return b.String(), nil
+}
+
+// literal spells one character for regexp2, ASCII-folded under (?i:...) as the reference does.
+func literal(r rune, fold bool) string {
+	switch {
+	case fold && r < 0x80 && unicode.IsLetter(r):
+		return "[" + string(unicode.ToLower(r)) + string(unicode.ToUpper(r)) + "]"
+	case strings.ContainsRune(`\*+?|{}[]()^$.#-`, r):
+		return `\` + string(r) // regexp2 refuses escapes of other word characters, such as \_
+	case r == utf8.RuneError || r < 0x20 || r == 0x7F || (r >= 0x80 && r < 0xA0):
+		return fmt.Sprintf(`\u%04X`, r)
+	default:
+		return string(r)
+	}
+}
+
+// translateEscape translates the escape at p[i], inside a character class or not.
+func translateEscape(p string, i int, inClass, fold bool) (string, int, error) {
+	if i+1 >= len(p) {
+		return "", 0, fmt.Errorf("trailing backslash")
+	}
+	r, n := utf8.DecodeRuneInString(p[i+1:])
+	switch r {
+	case 'p', 'P':
+		end := strings.IndexByte(p[i:], '}')
+		if i+2 >= len(p) || p[i+2] != '{' || end < 0 {
+			return "", 0, fmt.Errorf(`\%c at index %d: want \%c{Name}`, r, i, r)
+		}
+		name := p[i+3 : i+end]
+		if _, ok := unicode.Categories[name]; !ok {
+			if _, ok := unicode.Scripts[name]; !ok {
+				return "", 0, fmt.Errorf(`\%c{%s} at index %d: only general categories and scripts are supported`, r, name, i)
+			}
+		}
+		return p[i : i+end+1], end + 1, nil
+	case 'x':
+		if i+2 < len(p) && p[i+2] == '{' {
+			end := strings.IndexByte(p[i:], '}')
+			if end < 0 {
+				return "", 0, fmt.Errorf(`unterminated \x{ at index %d`, i)
+			}
+			return hexLiteral(p[i+3:i+end], i, end+1, fold)
+		}
+		if i+4 <= len(p) {
+			return hexLiteral(p[i+2:i+4], i, 4, fold)
+		}
+	case 'u':
+		if i+6 <= len(p) {
+			return hexLiteral(p[i+2:i+6], i, 6, fold)
+		}
+	case 'r', 'n', 't', 'f', 'v':
+		return p[i : i+2], 2, nil
+	case 'a':
+		return `\u0007`, 2, nil
+	case 'e':
+		return `\u001B`, 2, nil
+	case 'd':
+		return `\p{Nd}`, 2, nil
+	case 'D':
+		return `\P{Nd}`, 2, nil
+	case 's':
+		if inClass {
+			return whiteSpace, 2, nil
+		}
+		return "[" + whiteSpace + "]", 2, nil
+	case 'S':
+		if inClass {
+			return "", 0, fmt.Errorf(`\S inside a character class at index %d is not supported`, i)
+		}
+		return "[^" + whiteSpace + "]", 2, nil
+	}
+	if r < 0x80 && (unicode.IsLetter(r) || unicode.IsDigit(r)) {
+		return "", 0, fmt.Errorf(`escape \%c at index %d is not supported`, r, i)
+	}
+	return literal(r, false), 1 + n, nil
+}
+
+func hexLiteral(hex string, i, n int, fold bool) (string, int, error) {
+	var v rune
+	if len(hex) == 0 || len(hex) > 8 {
+		return "", 0, fmt.Errorf("bad hex escape at index %d", i)
+	}
+	for _, c := range hex {
+		d := strings.IndexRune("0123456789abcdef", unicode.ToLower(c))
+		if d < 0 {
+			return "", 0, fmt.Errorf("bad hex escape at index %d", i)
+		}
+		v = v<<4 | rune(d)
+	}
+	if !utf8.ValidRune(v) {
+		return "", 0, fmt.Errorf("bad code point in escape at index %d", i)
+	}
+	return literal(v, fold), n, nil
+}
+
+// translateClass translates the character class starting at p[i].
+func translateClass(p string, i int) (string, int, error) {
+	var b strings.Builder
+	b.WriteByte('[')
+	j := i + 1
+	if j < len(p) && p[j] == '^' {
+		b.WriteByte('^')
+		j++
+	}
+	first := j
+	prevSet := false // the last item was a set (\s, \p{..}): a '-' may not follow
+	for j < len(p) {
+		r, n := utf8.DecodeRuneInString(p[j:])
+		switch {
+		case r == ']' && j > first:
+			b.WriteByte(']')
+			return b.String(), j + 1 - i, nil
+		case r == '\\':
+			frag, m, err := translateEscape(p, j, true, false)
+			if err != nil {
+				return "", 0, err
+			}
+			b.WriteString(frag)
+			c := p[j+1]
+			prevSet = c == 's' || c == 'p' || c == 'P' || c == 'd' || c == 'D'
+			j += m
+			continue
+		case r == '[':
+			return "", 0, fmt.Errorf("nested or POSIX class at index %d is not supported", j)
+		case r == '&' && strings.HasPrefix(p[j:], "&&"):
+			return "", 0, fmt.Errorf("class intersection at index %d is not supported", j)
+		case r == '-':
+			last := j+1 < len(p) && p[j+1] == ']'
+			if prevSet && !last {
+				return "", 0, fmt.Errorf("range from a set at index %d is not supported", j)
+			}
+			if j == first || last {
+				b.WriteString(`\-`)
+			} else {
+				b.WriteByte('-')
+			}
+		default:
+			b.WriteString(literal(r, false))
+		}
+		prevSet = false
+		j += n
+	}
+	return "", 0, fmt.Errorf("unterminated character class at index %d", i)
+}
+
+// split returns the pieces of s after this step, following the Rust library's Split semantics:
+// matches and the gaps between them, the matches flipped by invert, then merged or removed by
+// the behaviour; empty pieces are dropped.
+func (p *preStep) split(dst []span, s string, st *state) []span {
+	if p.digits {
+		return splitDigits(dst, s, p.single)
+	}
+	m := p.matches(st.matches[:0], s)
+	st.matches = m
+	// Pieces with their match flag: gaps are the non-matches.
+	pieces := st.pieces[:0]
+	prev := 0
+	for _, x := range m {
+		if x.start > prev {
+			pieces = append(pieces, flagged{span{prev, x.start}, false})
+		}
+		pieces = append(pieces, flagged{x, true})
+		prev = x.end
+	}
+	if prev < len(s) || len(s) == 0 {
+		pieces = append(pieces, flagged{span{prev, len(s)}, false})
+	}
+	if p.invert {
+		for i := range pieces {
+			pieces[i].match = !pieces[i].match
+		}
+	}
+	out := dst
+	switch p.behavior {
+	case isolated:
+		for _, x := range pieces {
+			out = append(out, x.span)
+		}
+	case removed:
+		for _, x := range pieces {
+			if !x.match {
+				out = append(out, x.span)
+			}
+		}
+	case mergedWithPrevious:
+		prevMatch := false
+		for _, x := range pieces {
+			if x.match && !prevMatch && len(out) > len(dst) {
+				out[len(out)-1].end = x.end
+			} else {
+				out = append(out, x.span)
+			}
+			prevMatch = x.match
+		}
+	case mergedWithNext:
+		prevMatch := false
+		for k := len(pieces) - 1; k >= 0; k-- {
+			x := pieces[k]
+			if x.match && !prevMatch && len(out) > len(dst) {
+				out[len(out)-1].start = x.start
+			} else {
+				out = append(out, x.span)
+			}
+			prevMatch = x.match
+		}
+		for a, z := len(dst), len(out)-1; a < z; a, z = a+1, z-1 {
+			out[a], out[z] = out[z], out[a]
+		}
+	case contiguous:
+		prevMatch := false
+		for _, x := range pieces {
+			if x.match == prevMatch && len(out) > len(dst) {
+				out[len(out)-1].end = x.end
+			} else {
+				out = append(out, x.span)
+			}
+			prevMatch = x.match
+		}
+	}
+	st.pieces = pieces[:0]
+	// Drop empty pieces.
+	k := len(dst)
+	for _, x := range out[len(dst):] {
+		if x.end > x.start {
+			out[k] = x
+			k++
+		}
+	}
+	return out[:k]
+}
+
+// matches appends the non-overlapping matches of the step's pattern in s.
+func (p *preStep) matches(dst []span, s string) []span {
+	switch {
+	case p.fast != 0:
+		for i := 0; i < len(s); {
+			end := p.fast.next(s, i)
+			dst = append(dst, span{i, end})
+			i = end
+		}
+	case p.re != nil:
+		idx, err := p.re.FindAllStringIndex(s, -1)
+		if err != nil {
+			// Unreachable: no timeout and no backtracking limit are set.
+			panic("tokenizer: regexp2: " + err.Error())
+		}
+		for _, m := range idx {
+			dst = append(dst, span{m[0], m[1]})
+		}
+	default:
+		for i := 0; ; {
+			j := strings.Index(s[i:], p.lit)
+			if j < 0 {
+				break
+			}
+			dst = append(dst, span{i + j, i + j + len(p.lit)})
+			i += j + len(p.lit)
+		}
+	}
+	return dst
+}
+
+// splitDigits is the reference's Digits: runs of ASCII digits (JS \d), or single digits, and
+// runs of everything else.
+func splitDigits(dst []span, s string, single bool) []span {
+	isDigit := func(c byte) bool { return c >= '0' && c <= '9' }
+	for i := 0; i < len(s); {
+		j := i + 1
+		if isDigit(s[i]) {
+			if !single {
+				for j < len(s) && isDigit(s[j]) {
+					j++
+				}
+			}
+		} else {
+			for j < len(s) && !isDigit(s[j]) {
+				j++
+			}
+		}
+		dst = append(dst, span{i, j})
+		i = j
+	}
+	return dst
+}

@@ -1,0 +1,139 @@
+package tokenizer
+
+import (
+	"math/rand"
+	"reflect"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/dlclark/regexp2/v2"
+)
+
+// jsWhiteSpace is ECMAScript's \s, which GPT-2's pattern has inside ByteLevel(use_regex).
+const jsWhiteSpace = `\u0009-\u000D\u0020\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000\uFEFF`
+
+// slowSplitters are the regexp2 programs each hand-written splitter must equal.
+func slowSplitters(t testing.TB) map[fastKind]*regexp2.Regexp {
+	t.Helper()
+	out := map[fastKind]*regexp2.Regexp{}
+	for p, k := range knownPatterns {
+		re, err := compileRegex(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[k] = re
+	}
+	js := jsWhiteSpace
+	gpt2JS := `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^` + js + `\p{L}\p{N}]+|[` + js + `]+(?![^` + js + `])|[` + js + `]+`
+	out[fastGPT2JS] = regexp2.MustCompile(gpt2JS, regexp2.None, regexp2.OptionMaxBacktrackingStackSize(-1))
+	return out
+}
+
+// checkSplit compares the hand-written splitters with regexp2 on s.
+func checkSplit(t testing.TB, slow map[fastKind]*regexp2.Regexp, s string) {
+	t.Helper()
+	for k, re := range slow {
+		fast := (&preStep{fast: k}).matches(nil, s)
+		idx, err := re.FindAllStringIndex(s, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]span, len(idx))
+		for i, m := range idx {
+			want[i] = span{m[0], m[1]}
+		}
+		if len(fast) == 0 && len(want) == 0 {
+			continue
+		}
+		if !reflect.DeepEqual(fast, want) {
+			t.Fatalf("kind %d, %q:\nfast    %v\nregexp2 %v", k, s, pieces(s, fast), pieces(s, want))
+		}
+	}
+}
+
+func pieces(s string, sp []span) []string {
+	out := make([]string, len(sp))
+	for i, x := range sp {
+		out[i] = s[x.start:x.end]
+	}
+	return out
+}
+
+// splitAlphabet has a member of every class the patterns tell apart, the characters on which
+// Oniguruma's, JS's and .NET's notions differ (U+0085, U+FEFF, ſ, K), and invalid bytes.
+var splitAlphabet = []string{
+	"a", "Z", "s", "S", "t", "T", "r", "R", "e", "E", "v", "V", "m", "M", "l", "L", "d", "D", "é", "ſ", "K", "ǅ", "你", "𝐀", "\U00020000",
+	"0", "7", "٣", "①", "½", "Ⅻ", "𝟙",
+	" ", "\t", "\n", "\r", "\v", "\f", "\u0085", "\u00a0", "\u1680", "\u2000", "\u200a", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\ufeff", "\u180e", "\u200b",
+	"'", "\"", ".", ",", "!", "?", "-", "_", "(", "<", "|", "😀", "\u0301", "\u200d", "\x00", "\x7f",
+	"\xff", "\xc3", "\xe2\x82", "\xed\xa0\x80", "\U00013460", // invalid bytes; a letter newer than Go's Unicode tables
+}
+
+func randomSplitText(r *rand.Rand) string {
+	var b strings.Builder
+	for n := r.Intn(16); n >= 0; n-- {
+		b.WriteString(splitAlphabet[r.Intn(len(splitAlphabet))])
+	}
+	return b.String()
+}
+
+func TestSplitFastMatchesRegexp2(t *testing.T) {
+	slow := slowSplitters(t)
+	for _, s := range []string{"", "'s", "'S", "'ſ", "'re", "'Re", "'rE", "'l", "'ll", "x'", "a  b", "a \n b", " \n\n ", "   ", "\r\n\r\n", "123456", "  !!", "\u0085a", " \ufeffa"} {
+		checkSplit(t, slow, s)
+	}
+	r := rand.New(rand.NewSource(1))
+	for i := 0; i < 20000; i++ {
+		checkSplit(t, slow, randomSplitText(r))
+	}
+}
+
+// FuzzSplit holds the hand-written splitters to regexp2 on arbitrary bytes, invalid UTF-8
+// included (each invalid byte is one "other" character to both), the hot loop to the splitter
+// and word cache it inlines, and checks that Encode never panics and treats invalid bytes as
+// U+FFFD.
+func FuzzSplit(f *testing.F) {
+	for _, s := range []string{"Hello world", "I'm 'S 're", "a  \n\n b  ", "123456789", "你好😀", "\xff\xfe", "\u0085\ufeff\u3000x", "<|im_start|>x"} {
+		f.Add(s)
+	}
+	slow := slowSplitters(f)
+	tk, _ := loadNamed(f, "qwen-like")
+	f.Fuzz(func(t *testing.T, s string) {
+		checkSplit(t, slow, s)
+		st := new(state)
+		for _, three := range []bool{false, true} {
+			if got, want := tk.encodeCL100K(nil, s, three, st), wordLoop(tk, s, three, st); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%q (three %v): encodeCL100K %v, word loop %v", s, three, got, want)
+			}
+		}
+		got := tk.Encode(nil, s, false)
+		if !utf8.ValidString(s) {
+			if want := tk.Encode(nil, sanitize(s), false); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%q: %v, want %v", s, got, want)
+			}
+		}
+	})
+}
+
+func TestTranslateRegex(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`(?i:'s|x)`, `(?:'[sS]|[xX])`},
+		{`a++b*+`, `a+b*`},
+		{`\s+(?!\S)`, "[" + whiteSpace + "]+(?![^" + whiteSpace + "])"},
+		{`[^\s\p{L}]`, "[^" + whiteSpace + `\p{L}]`},
+		{`(a)b{,3}`, `(?:a)b{0,3}`},
+		{`.\d\x41\u00e9\x{1F600}`, `[^\n]\p{Nd}A` + "é\U0001F600"},
+		{`[-a-c_]`, `[\-a-c_]`},
+	} {
+		got, err := translateRegex(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("translateRegex(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{`\w`, `\b`, `^a`, `a$`, `(?<n>a)`, `(?>a)`, `\1`, `[[:alpha:]]`, `[a&&b]`, `[\s-z]`, `a{2}+`, `(?i:[a])`, `\p{Word}`, `(a`, `a)`} {
+		if got, err := translateRegex(bad); err == nil {
+			t.Errorf("translateRegex(%q) = %q, want an error", bad, got)
+		}
+	}
+}
