@@ -456,11 +456,21 @@ func (s *scanner) value() []byte {
 	return s.data[start:s.pos:s.pos]
 }
 
+// shortString is how far skipString looks byte by byte before it calls IndexByte: most strings
+// (keys, a token's text) end within it, and the call costs more than the loop there.
+const shortString = 16
+
 // skipString advances past the string starting at pos.
 func (s *scanner) skipString() {
 	s.pos++ // opening quote
 	for {
-		s.pos += bytes.IndexByte(s.data[s.pos:], '"')
+		end := min(len(s.data), s.pos+shortString)
+		for s.pos < end && s.data[s.pos] != '"' {
+			s.pos++
+		}
+		if s.pos == end {
+			s.pos += bytes.IndexByte(s.data[s.pos:], '"')
+		}
 		// The quote is escaped when an odd number of backslashes precede it.
 		n := 0
 		for j := s.pos - 1; s.data[j] == '\\'; j-- {

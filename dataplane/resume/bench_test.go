@@ -25,6 +25,7 @@ func BenchmarkStreamRelay(b *testing.B) {
 	}{
 		{"resume.Stream", func(w http.ResponseWriter, resp *http.Response) error {
 			s := New(w, "rid", request.APIChat)
+			defer s.Release()
 			return s.Relay(resp)
 		}},
 		{"upstream.Relay", func(w http.ResponseWriter, resp *http.Response) error { return upstream.Relay(w, resp, "rid", true) }},

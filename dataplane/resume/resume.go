@@ -44,6 +44,8 @@ var (
 	// bufs are the read buffers, one per relayed stream for its whole life: thousands of streams
 	// are open at once, each reading one small event at a time (a longer one gathers in pending).
 	bufs = sync.Pool{New: func() any { b := make([]byte, 2<<10); return &b }}
+	// batches hold the events of a stream not folded yet (Stream.unfolded).
+	batches = sync.Pool{New: func() any { b := make([]byte, 0, foldAt); return &b }}
 )
 
 // Stream is one client's event stream, fed by one worker answer after another.
@@ -55,11 +57,14 @@ type Stream struct {
 	events    int // data events written (the next sequence_number of a Responses stream)
 
 	pending []byte // the start of an event not yet complete
-	// got is what the client got, folded event by event (chat and generate streams, the ones
-	// that can be resumed; nil for the others): the text or token ids so far and the facts a
-	// continuation needs, not the events themselves, so an open stream holds a few bytes per
-	// token.
-	got     *state
+	// got is what the client got (chat and generate streams, the ones that can be resumed; nil
+	// for the others): the text or token ids so far and the facts a continuation needs, not the
+	// events themselves, so an open stream holds a few bytes per token. The events are folded in
+	// batches of foldAt bytes (unfolded holds the batch): a short answer, which ends before its
+	// first batch does, is never parsed at all.
+	got      *state
+	unfolded []byte
+	batch    *[]byte // unfolded's pooled backing
 	started bool // the response's status and headers are written
 	done    bool // the [DONE] event was forwarded
 
@@ -74,7 +79,8 @@ type Stream struct {
 // (an empty choices list next to the usage) is read but not relayed.
 func (s *Stream) Watch(rc *request.Context) { s.rc = rc }
 
-// New returns the stream of a response in format api written to w.
+// New returns the stream of a response in format api written to w; Release it when the
+// response is done.
 func New(w http.ResponseWriter, requestID string, api request.API) *Stream {
 	f, _ := w.(http.Flusher)
 	s := &Stream{w: w, flusher: f, requestID: requestID, api: api}
@@ -82,6 +88,15 @@ func New(w http.ResponseWriter, requestID string, api request.API) *Stream {
 		s.got = &state{api: api}
 	}
 	return s
+}
+
+// Release returns the stream's buffer to the pool; the stream is not used afterwards.
+func (s *Stream) Release() {
+	if s.batch != nil {
+		*s.batch = s.unfolded[:0]
+		batches.Put(s.batch)
+		s.batch, s.unfolded = nil, nil
+	}
 }
 
 // Started reports whether the client got the response's headers (and at least one event).
@@ -165,7 +180,7 @@ func (s *Stream) feed(resp *http.Response, p []byte) error {
 		s.rc.OnEvents(events)
 	}
 	if s.got != nil {
-		s.got.fold(complete)
+		s.record(complete)
 	}
 	if s.api == request.APIResponses {
 		EachData(complete, func(d []byte) {
@@ -317,8 +332,32 @@ type state struct {
 
 func present(raw []byte) bool { return len(raw) > 0 && string(raw) != "null" }
 
+// foldAt is the size of the batches in which the events a client got are folded into its state.
+const foldAt = 4 << 10
+
+// record keeps complete, events the client got, for the state.
+func (s *Stream) record(complete []byte) {
+	if s.batch == nil {
+		s.batch = batches.Get().(*[]byte)
+		s.unfolded = (*s.batch)[:0]
+	}
+	if len(s.unfolded)+len(complete) > foldAt {
+		s.got.fold(s.unfolded)
+		s.unfolded = s.unfolded[:0]
+		if len(complete) > foldAt {
+			s.got.fold(complete)
+			return
+		}
+	}
+	s.unfolded = append(s.unfolded, complete...)
+}
+
 // state is what the client got, or why a continuation cannot be built from it.
 func (s *Stream) state(api request.API) (*state, error) {
+	if s.got != nil && len(s.unfolded) > 0 {
+		s.got.fold(s.unfolded)
+		s.unfolded = s.unfolded[:0]
+	}
 	switch {
 	case api != request.APIChat && api != request.APIGenerate || s.got == nil:
 		return nil, fmt.Errorf("%s streams are not resumed (only chat and tokens-in generate)", api)

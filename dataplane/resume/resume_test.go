@@ -410,7 +410,14 @@ func TestFold(t *testing.T) {
 		"chat: an id not a string":     {api: request.APIChat, events: []string{data(`{"id":7,"choices":[]}`)}, refused: "not a string"},
 		"generate: ids":                {api: request.APIGenerate, events: []string{data(`{"request_id":"g","choices":[{"index":0,"token_ids":[5,6]}]}`), data(`{"request_id":"h","choices":[{"index":0,"token_ids":[7],"finish_reason":"length"}]}`)}, ids: []int{5, 6, 7}, tokens: 3, id: "g"},
 		"generate: an id not a number": {api: request.APIGenerate, events: []string{data(`{"request_id":"g","choices":[{"index":0,"token_ids":["5"]}]}`)}, refused: "not an integer"},
-		"completions are not resumed":  {api: request.APICompletions, events: []string{data(`{"id":"c","choices":[{"index":0,"text":"x"}]}`)}, refused: "not resumed"},
+		"chat: many events, folded in batches": {api: request.APIChat, events: func() []string {
+			evs := make([]string, 100) // ~9 KiB: two batches folded as they fill, the rest when asked
+			for i := range evs {
+				evs[i] = data(`{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"word` + fmt.Sprint(i%10) + ` "},"finish_reason":null}]}`)
+			}
+			return evs
+		}(), text: strings.Repeat("word0 word1 word2 word3 word4 word5 word6 word7 word8 word9 ", 10), tokens: 100, id: "c"},
+		"completions are not resumed": {api: request.APICompletions, events: []string{data(`{"id":"c","choices":[{"index":0,"text":"x"}]}`)}, refused: "not resumed"},
 		"an answer longer than kept": {api: request.APIChat, events: []string{
 			data(`{"id":"c","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", MaxTracked/2) + `"}}]}`),
 			data(`{"id":"c","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", MaxTracked/2+1) + `"}}]}`)}, refused: "longer than"},

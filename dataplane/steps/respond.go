@@ -73,6 +73,7 @@ func (a answerer) respond(ctx context.Context, rc *request.Context, resp *http.R
 // stream relays an event stream and resumes it when it breaks.
 func (a answerer) stream(ctx context.Context, rc *request.Context, resp *http.Response, phase string) error {
 	st := resume.New(rc.Writer, rc.ID, rc.API)
+	defer st.Release()
 	if a.metrics != nil {
 		st.Watch(rc)
 	}
