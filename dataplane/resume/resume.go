@@ -65,8 +65,8 @@ type Stream struct {
 	got      *state
 	unfolded []byte
 	batch    *[]byte // unfolded's pooled backing
-	started bool // the response's status and headers are written
-	done    bool // the [DONE] event was forwarded
+	started  bool    // the response's status and headers are written
+	done     bool    // the [DONE] event was forwarded
 
 	// splice is set while a continuation is relayed: what its events are rewritten to.
 	splice *splice
