@@ -121,7 +121,15 @@ type Config struct {
 	// own listener, as SGLang's --disaggregation-bootstrap-port does: decodes reach it at
 	// bootstrap_host:bootstrap_port. It is always served on the worker's own listener too.
 	BootstrapAddr string
+	// SideChannelTimeout bounds one look-up of a KV or EC transfer on the worker that holds it
+	// (NIXL: the decode checks the prefill's handle). Default: 5s; a load test that runs the box
+	// far behind its offered rate sets it longer, so that the double's own checks do not fail
+	// requests the coordinator served right.
+	SideChannelTimeout time.Duration
 }
+
+// DefaultSideChannelTimeout is SideChannelTimeout's default.
+const DefaultSideChannelTimeout = 5 * time.Second
 
 // EventStampPrefix starts the comment line of a stamped SSE event (see
 // Config.StampEvents): ": sent_ns=<UnixNano>\n" precedes the event's data line.
@@ -152,6 +160,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BootstrapTimeout <= 0 {
 		c.BootstrapTimeout = DefaultBootstrapTimeout
+	}
+	if c.SideChannelTimeout <= 0 {
+		c.SideChannelTimeout = DefaultSideChannelTimeout
 	}
 	return c
 }

@@ -41,6 +41,7 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{
 		Name: "simworker-decode", Role: RoleDecode, KVConnector: KVNixl, ECConnector: ECNixl,
 		DefaultMaxTokens: 16, CacheSize: 1024, ModelName: "sim-model", BootstrapTimeout: DefaultBootstrapTimeout,
+		SideChannelTimeout: DefaultSideChannelTimeout,
 	}
 	if got != want {
 		t.Errorf("withDefaults = %+v, want %+v", got, want)

@@ -23,9 +23,6 @@ const maxBodyBytes = 64 << 20
 // handleCapacity bounds the KV handles and EC descriptors a worker remembers.
 const handleCapacity = 1 << 16
 
-// sideChannelTimeout bounds one KV/EC verification look-up.
-const sideChannelTimeout = 5 * time.Second
-
 // Worker is a simulated vLLM worker. It is an http.Handler; Start also runs it
 // on its own listener. All methods are safe for concurrent use.
 type Worker struct {
@@ -83,7 +80,7 @@ func New(cfg Config) *Worker {
 		cfgErr:   cfg.Validate(),
 		engineID: cfg.Name + "-engine-" + randomHex(4),
 		client: &http.Client{
-			Timeout:   sideChannelTimeout,
+			Timeout:   cfg.SideChannelTimeout,
 			Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16, IdleConnTimeout: 30 * time.Second},
 		},
 		bootstrapClient: &http.Client{

@@ -599,7 +599,10 @@ func scale(ctx context.Context, o options, bins bench.Binaries, rep *bench.Repor
 	if limit < uint64(2*most+64) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the open-file limit is %d (the hard limit, not raisable here): a proxy holding N streams needs 2N descriptors, so the %d-stream cells are bounded by it", limit, most))
 	}
-	r, err := startRig(ctx, o, bins, "scale", o.scaleTargets, []string{"--ttft", "0", "--itl", o.scaleITL.String(), "--stamp-events"})
+	// The box falls seconds behind the offered event rate at thousands of streams: the worker's
+	// own KV checks (prefill-decode's NIXL look-ups) must not time out before the coordinator does.
+	r, err := startRig(ctx, o, bins, "scale", o.scaleTargets, []string{"--ttft", "0", "--itl", o.scaleITL.String(), "--stamp-events",
+		"--side-channel-timeout", "5m"})
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,7 @@ func parseFlags(args []string, stderr io.Writer) (simworker.Config, error) {
 	fs.BoolVar(&cfg.StampEvents, "stamp-events", false, "precede each SSE event with a ': sent_ns=<unix nanos>' comment (latency benchmarks)")
 	fs.BoolVar(&cfg.DisableRecording, "no-record", false, "keep no copy of received requests (bounded memory under load)")
 	fs.DurationVar(&cfg.BootstrapTimeout, "bootstrap-timeout", 0, "kv-sglang: how long a prefill waits for its decode, and a decode for its prefill (0: SGLang's 5m)")
+	fs.DurationVar(&cfg.SideChannelTimeout, "side-channel-timeout", 0, "bound on one look-up of a KV or EC transfer on the worker holding it (NIXL handles; 0: 5s)")
 	fs.StringVar(&cfg.BootstrapAddr, "bootstrap-addr", "", "kv-sglang: also serve the bootstrap server on this address (SGLang's --disaggregation-bootstrap-port)")
 	fs.BoolVar(&cfg.RenderWithoutMetadata, "render-without-metadata", false, "render answers carry no features.mm_metadata (vLLM before vllm-project/vllm#54659)")
 	fs.BoolVar(&cfg.FaultControl, "fault-control", false, "serve "+simworker.PathFaults+": POST a JSON fault to inject it, DELETE to clear (fault-tolerance tests)")

@@ -57,6 +57,12 @@ func TestParseFlags(t *testing.T) {
 				CacheSize: 1024, ModelName: "sim-model", Addr: "127.0.0.1:0", RenderWithoutMetadata: true},
 		},
 		{
+			name: "side channel timeout",
+			args: []string{"--side-channel-timeout", "5m"},
+			want: simworker.Config{Role: "both", KVConnector: "kv-nixl", ECConnector: "ec-nixl", DefaultMaxTokens: 16,
+				CacheSize: 1024, ModelName: "sim-model", Addr: "127.0.0.1:0", SideChannelTimeout: 5 * time.Minute},
+		},
+		{
 			name: "sglang bootstrap",
 			args: []string{"--kv-connector", "kv-sglang", "--role", "prefill", "--bootstrap-timeout", "2s", "--bootstrap-addr", "127.0.0.2:8998"},
 			want: simworker.Config{Role: "prefill", KVConnector: "kv-sglang", ECConnector: "ec-nixl", DefaultMaxTokens: 16,
