@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 	"unicode/utf8"
@@ -413,5 +414,9 @@ func checkString(t *testing.T, raw []byte) {
 	got, err := AppendString([]byte("prefix:"), raw)
 	if err != nil || string(got) != "prefix:"+want {
 		t.Fatalf("AppendString(%s) = %q, %v; encoding/json decodes %q", raw, got, err, want)
+	}
+	got, n, err := DecodeString(nil, append(slices.Clip(raw), `,"next"`...))
+	if err != nil || string(got) != want || n != len(raw) {
+		t.Fatalf("DecodeString(%s...) = %q, %d, %v; encoding/json decodes %q, %d bytes", raw, got, n, err, want, len(raw))
 	}
 }

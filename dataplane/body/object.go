@@ -462,24 +462,18 @@ const shortString = 16
 
 // skipString advances past the string starting at pos.
 func (s *scanner) skipString() {
-	s.pos++ // opening quote
-	for {
-		end := min(len(s.data), s.pos+shortString)
-		for s.pos < end && s.data[s.pos] != '"' {
-			s.pos++
-		}
-		if s.pos == end {
-			s.pos += bytes.IndexByte(s.data[s.pos:], '"')
-		}
-		// The quote is escaped when an odd number of backslashes precede it.
-		n := 0
-		for j := s.pos - 1; s.data[j] == '\\'; j-- {
-			n++
-		}
-		s.pos++
-		if n%2 == 0 {
+	for i := s.pos + 1; i < min(len(s.data), s.pos+1+shortString); i++ {
+		if c := s.data[i]; c == '"' {
+			s.pos = i + 1
 			return
+		} else if c == '\\' {
+			break
 		}
+	}
+	if end := stringEnd(s.data[s.pos:]); end >= 0 {
+		s.pos += end + 1
+	} else {
+		s.pos = len(s.data) // unterminated: only unvalidated data has one
 	}
 }
 
@@ -599,63 +593,107 @@ func AppendString(dst, raw []byte) ([]byte, error) {
 	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
 		return dst, errors.New("not a JSON string")
 	}
-	s := raw[1 : len(raw)-1]
-	valid := utf8.Valid(s) // the common case: checked once, not chunk by chunk
+	out, n, err := DecodeString(dst, raw)
+	if err == nil && n != len(raw) {
+		return out, errors.New("not a JSON string: a quote inside it")
+	}
+	return out, err
+}
+
+// DecodeString appends the text of the JSON string at the start of data (its opening quote at
+// data[0]; data may go on past its closing quote) to dst, as AppendString does, and reports how
+// many bytes of data the string took, quotes included.
+func DecodeString(dst, data []byte) ([]byte, int, error) {
+	if len(data) == 0 || data[0] != '"' {
+		return dst, 0, errors.New("not a JSON string")
+	}
+	end := stringEnd(data)
+	if end < 0 {
+		return dst, len(data), errors.New("unterminated string")
+	}
+	s := data[1:end]
+	valid := utf8.Valid(s) // the common case: checked once, not run by run
 	dst = slices.Grow(dst, len(s))
-	for len(s) > 0 {
-		i := bytes.IndexByte(s, '\\')
-		if i < 0 {
-			i = len(s)
+	for i := 0; ; {
+		b := bytes.IndexByte(s[i:], '\\')
+		if b < 0 {
+			b = len(s) - i
 		}
 		if valid {
-			dst = append(dst, s[:i]...)
+			dst = append(dst, s[i:i+b]...)
 		} else {
-			dst = appendUTF8(dst, s[:i])
+			dst = appendUTF8(dst, s[i:i+b])
 		}
-		if i == len(s) {
-			return dst, nil
+		if i += b; i == len(s) {
+			return dst, end + 1, nil
 		}
-		if i+1 >= len(s) {
-			return dst, errors.New("truncated escape")
-		}
-		c := s[i+1]
-		s = s[i+2:]
-		switch c {
-		case '"', '\\', '/':
-			dst = append(dst, c)
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'u':
-			r, ok := hex4(s)
-			if !ok {
-				return dst, errors.New("bad \\u escape")
-			}
-			s = s[4:]
-			if utf16.IsSurrogate(r) {
-				r2, ok := rune(-1), false
-				if len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
-					r2, ok = hex4(s[2:])
-				}
-				if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
-					r, s = dec, s[6:]
-				} else {
-					r = utf8.RuneError
-				}
-			}
-			dst = utf8.AppendRune(dst, r)
-		default:
-			return dst, fmt.Errorf("bad escape \\%c", c)
+		var err error
+		if dst, i, err = appendEscape(dst, s, i); err != nil {
+			return dst, end + 1, err
 		}
 	}
-	return dst, nil
+}
+
+// stringEnd is the index of the closing quote of the JSON string at the start of data, or -1.
+func stringEnd(data []byte) int {
+	for i := 1; ; i++ {
+		q := bytes.IndexByte(data[i:], '"')
+		if q < 0 {
+			return -1
+		}
+		i += q
+		// The quote is escaped when an odd number of backslashes precede it.
+		n := 0
+		for j := i - 1; data[j] == '\\'; j-- {
+			n++
+		}
+		if n%2 == 0 {
+			return i
+		}
+	}
+}
+
+// appendEscape appends what the escape at data[i] (a backslash) stands for and returns the
+// index after it.
+func appendEscape(dst, data []byte, i int) ([]byte, int, error) {
+	if i+1 >= len(data) {
+		return dst, i, errors.New("truncated escape")
+	}
+	c := data[i+1]
+	i += 2
+	switch c {
+	case '"', '\\', '/':
+		return append(dst, c), i, nil
+	case 'b':
+		return append(dst, '\b'), i, nil
+	case 'f':
+		return append(dst, '\f'), i, nil
+	case 'n':
+		return append(dst, '\n'), i, nil
+	case 'r':
+		return append(dst, '\r'), i, nil
+	case 't':
+		return append(dst, '\t'), i, nil
+	case 'u':
+		r, ok := hex4(data[i:])
+		if !ok {
+			return dst, i, errors.New("bad \\u escape")
+		}
+		i += 4
+		if utf16.IsSurrogate(r) {
+			r2, ok := rune(-1), false
+			if len(data) >= i+6 && data[i] == '\\' && data[i+1] == 'u' {
+				r2, ok = hex4(data[i+2:])
+			}
+			if dec := utf16.DecodeRune(r, r2); ok && dec != utf8.RuneError {
+				r, i = dec, i+6
+			} else {
+				r = utf8.RuneError
+			}
+		}
+		return utf8.AppendRune(dst, r), i, nil
+	}
+	return dst, i, fmt.Errorf("bad escape \\%c", c)
 }
 
 // appendUTF8 appends s with each byte of invalid UTF-8 replaced by U+FFFD.

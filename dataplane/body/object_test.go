@@ -291,6 +291,8 @@ func TestAppendString(t *testing.T) {
 		`"lone \udc00 low"`:      "lone \uFFFD low",
 		`"\ud800\u0041"`:         "\uFFFDA",
 		`"multi-byte é stays"`:   "multi-byte é stays",
+		"\"bad \xff\\n\xe4\\\"x\"": "bad \uFFFD\n\uFFFD\"x",
+		`"\\\""`:              `\"`,
 	}
 	for raw, want := range tests {
 		got, err := AppendString(nil, []byte(raw))
@@ -298,9 +300,34 @@ func TestAppendString(t *testing.T) {
 			t.Errorf("AppendString(%s) = %q, %v; want %q", raw, got, err, want)
 		}
 	}
-	for _, bad := range []string{`x`, `"`, `"\`, `"\u12"`, `"\q"`} {
+	for _, bad := range []string{`x`, `"`, `"\`, `"\u12"`, `"\q"`, `"a"b"`} {
 		if _, err := AppendString(nil, []byte(bad)); err == nil {
 			t.Errorf("AppendString(%s) accepted", bad)
+		}
+	}
+}
+
+func TestDecodeString(t *testing.T) {
+	tests := []struct {
+		data, want string
+		n          int
+	}{
+		{`"",1`, "", 2},
+		{`"a\"b" : 2`, `a"b`, 6},
+		{`"\\"]`, `\`, 4},
+		{`"x\\\""}`, `x\"`, 7},
+		{`"\n\n\n" "next"`, "\n\n\n", 8},
+		{"\"\xff\\t\"", "\uFFFD\t", 5},
+	}
+	for _, tt := range tests {
+		got, n, err := DecodeString([]byte("p:"), []byte(tt.data))
+		if err != nil || string(got) != "p:"+tt.want || n != tt.n {
+			t.Errorf("DecodeString(%s) = %q, %d, %v; want %q, %d", tt.data, got, n, err, "p:"+tt.want, tt.n)
+		}
+	}
+	for _, bad := range []string{``, `x"`, `"open`, `"a\"`, `"\`, `"\u00"`, `"\x"`} {
+		if _, _, err := DecodeString(nil, []byte(bad)); err == nil {
+			t.Errorf("DecodeString(%s) accepted", bad)
 		}
 	}
 }

@@ -27,57 +27,122 @@ func decodeValue(data []byte, maxDepth int, validated bool) (jinja.Value, error)
 	if !validated && !body.Valid(data) {
 		return jinja.Undefined(), errors.New("invalid JSON")
 	}
-	return walkValue(bytes.TrimSpace(data), maxDepth, 0)
+	w := walker{data: data, maxDepth: maxDepth}
+	return w.value(0)
 }
 
-func walkValue(raw []byte, maxDepth, depth int) (jinja.Value, error) {
-	switch body.KindOf(raw) {
-	case body.KindNull:
-		return jinja.None(), nil
-	case body.KindBool:
-		return jinja.NewBool(raw[0] == 't'), nil
-	case body.KindNumber:
-		return numberValue(json.Number(raw)), nil
-	case body.KindString:
-		return jinja.NewString(stringOf(raw)), nil
-	}
-	if depth >= maxDepth {
-		return jinja.Undefined(), fmt.Errorf("JSON nested deeper than %d levels", maxDepth)
-	}
-	if body.KindOf(raw) == body.KindArray {
-		var items []jinja.Value
-		for item := range body.Elements(raw) {
-			v, err := walkValue(item, maxDepth, depth+1)
-			if err != nil {
-				return jinja.Undefined(), err
-			}
-			items = append(items, v)
+// walker walks valid JSON in one pass: a container does not skip its values before they are
+// decoded, and a string is decoded where its end is found.
+type walker struct {
+	data     []byte
+	pos      int
+	maxDepth int
+}
+
+func (w *walker) space() {
+	for w.pos < len(w.data) {
+		switch w.data[w.pos] {
+		case ' ', '\t', '\n', '\r':
+			w.pos++
+		default:
+			return
 		}
-		return jinja.NewList(items), nil
 	}
+}
+
+// value decodes the value at pos, depth containers deep.
+func (w *walker) value(depth int) (jinja.Value, error) {
+	w.space()
+	if w.pos >= len(w.data) {
+		return jinja.Undefined(), errors.New("unexpected end of JSON")
+	}
+	switch c := w.data[w.pos]; c {
+	case 'n':
+		w.pos += len("null")
+		return jinja.None(), nil
+	case 't':
+		w.pos += len("true")
+		return jinja.NewBool(true), nil
+	case 'f':
+		w.pos += len("false")
+		return jinja.NewBool(false), nil
+	case '"':
+		return jinja.NewString(w.str()), nil
+	case '[', '{':
+		if depth >= w.maxDepth {
+			return jinja.Undefined(), fmt.Errorf("JSON nested deeper than %d levels", w.maxDepth)
+		}
+		w.pos++
+		if c == '[' {
+			return w.list(depth)
+		}
+		return w.dict(depth)
+	}
+	start := w.pos
+	for w.pos < len(w.data) && strings.IndexByte("0123456789+-.eE", w.data[w.pos]) >= 0 {
+		w.pos++
+	}
+	return numberValue(json.Number(w.data[start:w.pos])), nil
+}
+
+// list decodes an array's elements, its '[' read.
+func (w *walker) list(depth int) (jinja.Value, error) {
+	var items []jinja.Value
+	for {
+		w.space()
+		switch w.data[w.pos] {
+		case ']':
+			w.pos++
+			return jinja.NewList(items), nil
+		case ',':
+			w.pos++
+		}
+		v, err := w.value(depth + 1)
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		items = append(items, v)
+	}
+}
+
+// dict decodes an object's members, its '{' read.
+func (w *walker) dict(depth int) (jinja.Value, error) {
 	obj := jinja.NewDict()
 	d := obj.AsDict()
-	for k, item := range body.Members(raw) {
-		v, err := walkValue(item, maxDepth, depth+1)
+	for {
+		w.space()
+		switch w.data[w.pos] {
+		case '}':
+			w.pos++
+			return obj, nil
+		case ',':
+			w.pos++
+			w.space()
+		}
+		k := w.str()
+		w.space()
+		w.pos++ // ':'
+		v, err := w.value(depth + 1)
 		if err != nil {
 			return jinja.Undefined(), err
 		}
 		d.Set(k, v)
 	}
-	return obj, nil
 }
 
-// stringOf is the text of raw, a valid JSON string: its bytes when they need no decoding (no
-// escape, valid UTF-8), else a decoded copy.
-func stringOf(raw []byte) string {
-	inner := raw[1 : len(raw)-1]
-	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
-		if len(inner) == 0 {
+// str decodes the string at pos: its bytes when they need no decoding (no escape, valid UTF-8),
+// else a decoded copy.
+func (w *walker) str() string {
+	rest := w.data[w.pos+1:]
+	if q := bytes.IndexByte(rest, '"'); bytes.IndexByte(rest[:q], '\\') < 0 && utf8.Valid(rest[:q]) {
+		w.pos += q + 2
+		if q == 0 {
 			return ""
 		}
-		return unsafe.String(&inner[0], len(inner))
+		return unsafe.String(&rest[0], q)
 	}
-	s, _ := body.AppendString(nil, raw)
+	s, n, _ := body.DecodeString(nil, w.data[w.pos:])
+	w.pos += n
 	if len(s) == 0 {
 		return ""
 	}

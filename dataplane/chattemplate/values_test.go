@@ -14,6 +14,8 @@ func TestDecodeValue(t *testing.T) {
 		{`{"a": 1, "b": 2, "a": 3}`, `{"a": 3, "b": 2}`, false},
 		{`[1, 1.0, 1e2, -0, 9223372036854775807, 9223372036854775808, 1e999]`, `[1, 1.0, 100.0, 0, 9223372036854775807, 9.223372036854776e+18, Infinity]`, false},
 		{`"\u00e9\ud83c\udf89"`, `"é🎉"`, false},
+		{" \t\n[ true ,false,null , \"a\\\"b\\\\\" ,\n{ \"k\\u0065y\" : [ ] } ] ", `[true, false, null, "a\"b\\", {"key": []}]`, false},
+		{"[\"ok \xff\", \"\xe4\\n\"]", "[\"ok \uFFFD\", \"\uFFFD\\n\"]", false},
 		{`[[[[[]]]]]`, `[[[[[]]]]]`, false},
 		{`[[[[[[]]]]]]`, `nested deeper than 5 levels`, true},
 		{`{"a": 1} {}`, `invalid JSON`, true},

@@ -167,8 +167,8 @@ func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
 	return m.tok.EncodeCached(growFor(dst, text), text, r.AddSpecialTokens, m.cache), nil
 }
 
-// growFor makes room in dst for the ids of text, at an average of 4 bytes a token (English
-// prose; code and CJK take fewer), so that a long prompt's ids are not copied as they grow.
+// growFor makes room in dst for the ids of text, at 3 bytes a token (English prose takes about
+// 4; code, CJK and emoji fewer), so that a long prompt's ids are not copied as they grow.
 func growFor(dst []int, text string) []int {
-	return slices.Grow(dst, len(text)/4+8)
+	return slices.Grow(dst, len(text)/3+8)
 }
