@@ -282,17 +282,17 @@ func TestMembersAndElements(t *testing.T) {
 
 func TestAppendString(t *testing.T) {
 	tests := map[string]string{
-		`""`:                     "",
-		`"plain"`:                "plain",
-		`"a\"b\\c\/d\b\f\n\r\t"`: "a\"b\\c/d\b\f\n\r\t",
-		`"\u00e9\u4e2d"`:         "é中",
-		`"\ud83d\ude00"`:         "😀",
-		`"lone \ud800 high"`:     "lone \uFFFD high",
-		`"lone \udc00 low"`:      "lone \uFFFD low",
-		`"\ud800\u0041"`:         "\uFFFDA",
-		`"multi-byte é stays"`:   "multi-byte é stays",
+		`""`:                       "",
+		`"plain"`:                  "plain",
+		`"a\"b\\c\/d\b\f\n\r\t"`:   "a\"b\\c/d\b\f\n\r\t",
+		`"\u00e9\u4e2d"`:           "é中",
+		`"\ud83d\ude00"`:           "😀",
+		`"lone \ud800 high"`:       "lone \uFFFD high",
+		`"lone \udc00 low"`:        "lone \uFFFD low",
+		`"\ud800\u0041"`:           "\uFFFDA",
+		`"multi-byte é stays"`:     "multi-byte é stays",
 		"\"bad \xff\\n\xe4\\\"x\"": "bad \uFFFD\n\uFFFD\"x",
-		`"\\\""`:              `\"`,
+		`"\\\""`:                   `\"`,
 	}
 	for raw, want := range tests {
 		got, err := AppendString(nil, []byte(raw))
