@@ -349,8 +349,8 @@ func btoi(b bool) int {
 	return 0
 }
 
-// FuzzMembers: for any input Valid accepts, Members and Elements yield what encoding/json reads
-// (every member in order, every element), and AppendString decodes every string as it does.
+// FuzzMembers: for any input Valid accepts, Members, Elements and Objects yield what encoding/json
+// reads (every member in order, every element), and AppendString decodes every string as it does.
 func FuzzMembers(f *testing.F) {
 	for _, s := range seedBodies {
 		f.Add([]byte(s))
@@ -394,6 +394,19 @@ func FuzzMembers(f *testing.F) {
 			}
 			if n != len(want) {
 				t.Fatalf("%q: Elements yields %d, encoding/json %d", data, n, len(want))
+			}
+			n = 0
+			for o, v := range Objects(data) { // the same elements, objects parsed as ParseNested does
+				if n >= len(want) || !bytes.Equal(v, bytes.TrimSpace(want[n])) {
+					t.Fatalf("%q: Objects' element %d is %s", data, n, v)
+				}
+				if p, err := ParseNested(v); (o == nil) != (err != nil) || o != nil && !bytes.Equal(o.Bytes(), p.Bytes()) {
+					t.Fatalf("%q: Objects' element %d parses to %v, ParseNested to %v (%v)", data, n, o, p, err)
+				}
+				n++
+			}
+			if n != len(want) {
+				t.Fatalf("%q: Objects yields %d, encoding/json %d", data, n, len(want))
 			}
 		case KindString:
 			checkString(t, bytes.TrimSpace(data))

@@ -16,6 +16,8 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
+
+	simdutf8 "github.com/segmentio/asm/utf8"
 )
 
 // ErrNotObject is returned by Parse for valid JSON that is not an object (null, an array, a string...).
@@ -82,6 +84,12 @@ func Parse(data []byte) (*Object, error) {
 func ParseNested(data []byte) (*Object, error) {
 	s := scanner{data: data}
 	s.skipSpace()
+	return s.object()
+}
+
+// object parses the object at pos (its '{') as ParseNested does, and advances past it.
+func (s *scanner) object() (*Object, error) {
+	data := s.data
 	if s.pos >= len(data) || data[s.pos] != '{' {
 		return nil, ErrNotObject
 	}
@@ -90,6 +98,7 @@ func ParseNested(data []byte) (*Object, error) {
 	for {
 		s.skipSpace()
 		if data[s.pos] == '}' {
+			s.pos++
 			return o, nil
 		}
 		if data[s.pos] == ',' {
@@ -105,6 +114,39 @@ func ParseNested(data []byte) (*Object, error) {
 		s.pos++ // ':'
 		s.skipSpace()
 		o.Set(key, s.value())
+	}
+}
+
+// Objects yields the elements of a validated array (as Elements does) parsed as ParseNested
+// parses an object, with each element's raw bytes, in one pass over the array: an element is not
+// skipped before it is parsed. An element that is not an object comes with a nil Object.
+func Objects(data []byte) iter.Seq2[*Object, []byte] {
+	return func(yield func(*Object, []byte) bool) {
+		s := scanner{data: data}
+		s.skipSpace()
+		if s.pos >= len(data) || data[s.pos] != '[' {
+			return
+		}
+		s.pos++
+		for {
+			s.skipSpace()
+			if s.pos >= len(data) || data[s.pos] == ']' {
+				return
+			}
+			if data[s.pos] == ',' {
+				s.pos++
+				s.skipSpace()
+			}
+			start := s.pos
+			o, err := s.object()
+			if err != nil {
+				s.pos = start
+				s.value()
+			}
+			if !yield(o, data[start:s.pos:s.pos]) {
+				return
+			}
+		}
 	}
 }
 
@@ -612,7 +654,7 @@ func DecodeString(dst, data []byte) ([]byte, int, error) {
 		return dst, len(data), errors.New("unterminated string")
 	}
 	s := data[1:end]
-	valid := utf8.Valid(s) // the common case: checked once, not run by run
+	valid := simdutf8.Valid(s) // the common case: checked once (with AVX2 where the CPU has it), not run by run
 	dst = slices.Grow(dst, len(s))
 	for i := 0; ; {
 		b := bytes.IndexByte(s[i:], '\\')

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -277,6 +278,30 @@ func TestMembersAndElements(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("walked %d members after break", n)
+	}
+}
+
+func TestObjects(t *testing.T) {
+	var got []string
+	for o, raw := range Objects([]byte(` [ {"role":"user","content":"a\"}b"} , 7,{"x":{"y":[1]}},"s" ,{}] `)) {
+		parsed := "nil"
+		if o != nil {
+			parsed = string(o.Bytes())
+		}
+		got = append(got, string(raw)+" -> "+parsed)
+	}
+	want := []string{`{"role":"user","content":"a\"}b"} -> {"role":"user","content":"a\"}b"}`, `7 -> nil`,
+		`{"x":{"y":[1]}} -> {"x":{"y":[1]}}`, `"s" -> nil`, `{} -> {}`}
+	if !slices.Equal(got, want) {
+		t.Errorf("Objects yields\n%q\nwant\n%q", got, want)
+	}
+	n := 0
+	for range Objects([]byte(`[{},{},{}]`)) {
+		n++
+		break
+	}
+	if n != 1 {
+		t.Fatalf("walked %d objects after break", n)
 	}
 }
 

@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -17,6 +18,9 @@ import (
 //     nothing to trim.
 //   - Source normalization: line breaks become "\n" and one trailing newline is dropped
 //     (keep_trailing_newline=False).
+//   - Concatenations printed in parts: {{ "<|im_start|>" + role + "\n" + content }} becomes one
+//     {{ }} per operand (splitConcat), so that a long message is written out once instead of being
+//     copied by every '+' after it.
 //   - Filter overrides: the engine resolves filters among its built-ins first and has no API to
 //     replace one, so "| tojson" and "| trim" are renamed to variables holding HF's versions.
 //
@@ -38,7 +42,12 @@ func prepare(src string) string {
 				emit = `{{ "` + quoteEscaper.Replace(s.text) + `" }}`
 			}
 		case segVar:
-			emit = "{{ " + rewriteTag(s.text) + " }}"
+			expr := rewriteTag(s.text)
+			if parts := splitConcat(expr); parts != nil {
+				emit = "{{ " + strings.Join(parts, " }}{{ ") + " }}"
+			} else {
+				emit = "{{ " + expr + " }}"
+			}
 		case segBlock:
 			emit = "{% " + rewriteTag(s.text) + " %}"
 		}
@@ -247,6 +256,76 @@ func rewriteTag(tag string) string {
 		}
 	}
 	return out.String()
+}
+
+// splitConcat returns the operands of an output expression that the engine prints as the
+// concatenation of their printed values, or nil: a chain of '+' whose first operand is a string
+// literal (the engine's '+' with a string on either side joins both sides printed, so every
+// step of the chain is a string) and with no other operator at its top level (all others bind
+// less tightly than '+', or as tightly, as '-' does). Operands are evaluated left to right in
+// both forms, and a failing one fails the render in both. expr is rewriteTag's output: its string
+// literals are double-quoted, with only \\ and \" escaped.
+func splitConcat(expr string) []string {
+	var parts []string
+	depth, start := 0, 0
+	for i := 0; i < len(expr); i++ {
+		c := expr[i]
+		switch {
+		case c == '"':
+			i = literalEnd(expr, i)
+			if i < 0 {
+				return nil
+			}
+		case c == '(' || c == '[' || c == '{':
+			depth++
+		case c == ')' || c == ']' || c == '}':
+			depth--
+		case depth > 0:
+		case c == '+':
+			parts = append(parts, strings.TrimSpace(expr[start:i]))
+			start = i + 1
+		case strings.IndexByte("-~<>=!", c) >= 0:
+			return nil
+		case isIdent(c):
+			j := i
+			for j < len(expr) && isIdent(expr[j]) {
+				j++
+			}
+			word := expr[i:j]
+			if c >= '0' && c <= '9' && strings.ContainsAny(word, "eE") {
+				return nil // an exponent's sign is not an operator
+			}
+			if slices.Contains([]string{"if", "else", "and", "or", "not", "in", "is"}, word) {
+				return nil
+			}
+			i = j - 1
+		}
+	}
+	if len(parts) == 0 || depth != 0 {
+		return nil
+	}
+	parts = append(parts, strings.TrimSpace(expr[start:]))
+	if first := parts[0]; first == "" || first[0] != '"' || literalEnd(first, 0) != len(first)-1 {
+		return nil
+	}
+	if slices.Contains(parts, "") {
+		return nil // a unary '+'
+	}
+	return parts
+}
+
+// literalEnd is the index of the quote closing the double-quoted literal that opens at s[i], or
+// -1.
+func literalEnd(s string, i int) int {
+	for j := i + 1; j < len(s); j++ {
+		switch s[j] {
+		case '\\':
+			j++
+		case '"':
+			return j
+		}
+	}
+	return -1
 }
 
 var quoteEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`)

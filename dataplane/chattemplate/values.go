@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/ardanlabs/jinja"
+	simdutf8 "github.com/segmentio/asm/utf8"
 
 	"github.com/epd-dev/coordinator/dataplane/body"
 )
@@ -134,7 +134,7 @@ func (w *walker) dict(depth int) (jinja.Value, error) {
 // else a decoded copy.
 func (w *walker) str() string {
 	rest := w.data[w.pos+1:]
-	if q := bytes.IndexByte(rest, '"'); bytes.IndexByte(rest[:q], '\\') < 0 && utf8.Valid(rest[:q]) {
+	if q := bytes.IndexByte(rest, '"'); bytes.IndexByte(rest[:q], '\\') < 0 && simdutf8.Valid(rest[:q]) {
 		w.pos += q + 2
 		if q == 0 {
 			return ""

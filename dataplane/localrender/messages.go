@@ -20,9 +20,8 @@ func templateMessages(raw json.RawMessage, format string) (json.RawMessage, erro
 	}
 	var out []byte // nil until a message changes: then raw up to it, and every message after it
 	i := 0
-	for m := range body.Elements(raw) {
-		obj, err := body.ParseNested(m)
-		if err != nil {
+	for obj, m := range body.Objects(raw) {
+		if obj == nil {
 			return nil, inputErr("messages[%d] must be an object", i)
 		}
 		changed, err := convertMessage(obj, format)
