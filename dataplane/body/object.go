@@ -95,16 +95,7 @@ func (s *scanner) object() (*Object, error) {
 	}
 	s.pos++
 	o := &Object{fields: make([]Field, 0, 16)}
-	for {
-		s.skipSpace()
-		if data[s.pos] == '}' {
-			s.pos++
-			return o, nil
-		}
-		if data[s.pos] == ',' {
-			s.pos++
-			s.skipSpace()
-		}
+	for s.next('}') {
 		rawKey := s.value()
 		key, err := decodeKey(rawKey)
 		if err != nil {
@@ -115,6 +106,11 @@ func (s *scanner) object() (*Object, error) {
 		s.skipSpace()
 		o.Set(key, s.value())
 	}
+	if s.pos >= len(data) {
+		return nil, ErrInvalidJSON
+	}
+	s.pos++ // '}'
+	return o, nil
 }
 
 // Objects yields the elements of a validated array (as Elements does) parsed as ParseNested
@@ -123,20 +119,10 @@ func (s *scanner) object() (*Object, error) {
 func Objects(data []byte) iter.Seq2[*Object, []byte] {
 	return func(yield func(*Object, []byte) bool) {
 		s := scanner{data: data}
-		s.skipSpace()
-		if s.pos >= len(data) || data[s.pos] != '[' {
+		if !s.open('[') {
 			return
 		}
-		s.pos++
-		for {
-			s.skipSpace()
-			if s.pos >= len(data) || data[s.pos] == ']' {
-				return
-			}
-			if data[s.pos] == ',' {
-				s.pos++
-				s.skipSpace()
-			}
+		for s.next(']') {
 			start := s.pos
 			o, err := s.object()
 			if err != nil {
@@ -575,20 +561,10 @@ func Offset(outer, inner []byte) int {
 func Members(data []byte) iter.Seq2[string, []byte] {
 	return func(yield func(string, []byte) bool) {
 		s := scanner{data: data}
-		s.skipSpace()
-		if s.pos >= len(data) || data[s.pos] != '{' {
+		if !s.open('{') {
 			return
 		}
-		s.pos++
-		for {
-			s.skipSpace()
-			if s.pos >= len(data) || data[s.pos] == '}' {
-				return
-			}
-			if data[s.pos] == ',' {
-				s.pos++
-				s.skipSpace()
-			}
+		for s.next('}') {
 			key, err := decodeKey(s.value())
 			if err != nil {
 				return
@@ -603,24 +579,39 @@ func Members(data []byte) iter.Seq2[string, []byte] {
 	}
 }
 
+// open moves past the opening c of the container at the start of the data (after white space),
+// and reports whether there is one.
+func (s *scanner) open(c byte) bool {
+	s.skipSpace()
+	if s.pos >= len(s.data) || s.data[s.pos] != c {
+		return false
+	}
+	s.pos++
+	return true
+}
+
+// next moves to the start of a container's next member or element (past white space and a
+// comma), and reports false at its closing byte or the data's end.
+func (s *scanner) next(closing byte) bool {
+	s.skipSpace()
+	if s.pos >= len(s.data) || s.data[s.pos] == closing {
+		return false
+	}
+	if s.data[s.pos] == ',' {
+		s.pos++
+		s.skipSpace()
+	}
+	return true
+}
+
 // Elements yields the raw elements of a validated array; nothing when data is not an array.
 func Elements(data []byte) iter.Seq[[]byte] {
 	return func(yield func([]byte) bool) {
 		s := scanner{data: data}
-		s.skipSpace()
-		if s.pos >= len(data) || data[s.pos] != '[' {
+		if !s.open('[') {
 			return
 		}
-		s.pos++
-		for {
-			s.skipSpace()
-			if s.pos >= len(data) || data[s.pos] == ']' {
-				return
-			}
-			if data[s.pos] == ',' {
-				s.pos++
-				s.skipSpace()
-			}
+		for s.next(']') {
 			if !yield(s.value()) {
 				return
 			}
