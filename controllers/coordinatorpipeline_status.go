@@ -259,26 +259,22 @@ func setDegradedCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error
 		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonChildConflict, conflict.Error())
 	case err != nil:
 		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonReconcileError, err.Error())
-	case conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid) != nil &&
-		conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid).Reason == string(coordinatorv1alpha1.ReasonConfigSchemaUnsupported):
-		msg := "spec.image cannot read the configuration this operator renders (see PipelineValid); nothing is deployed until it is fixed"
-		if cp.Status.ConfigRevision != "" {
-			msg = fmt.Sprintf("spec.image cannot read the configuration this operator renders (see PipelineValid); the coordinators keep their image and configuration revision %s", cp.Status.ConfigRevision)
-		}
-		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonConfigSchemaUnsupported, msg)
-	case conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid) != nil &&
-		conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid).Reason == string(coordinatorv1alpha1.ReasonTokenizerNotFound):
-		msg := "a ConfigMap of spec.tokenizers does not exist (see PipelineValid); nothing is deployed until it exists"
-		if cp.Status.ConfigRevision != "" {
-			msg = fmt.Sprintf("a ConfigMap of spec.tokenizers does not exist (see PipelineValid); the coordinators keep their pod template and configuration revision %s", cp.Status.ConfigRevision)
-		}
-		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonTokenizerNotFound, msg)
 	case conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid) != nil:
-		msg := "spec.pipeline is invalid (see PipelineValid); nothing is deployed until it is fixed"
-		if cp.Status.ConfigRevision != "" {
-			msg = fmt.Sprintf("spec.pipeline is invalid (see PipelineValid); the coordinators keep serving configuration revision %s", cp.Status.ConfigRevision)
+		reason := coordinatorv1alpha1.ConditionReason(conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid).Reason)
+		what, until, keep := "spec.pipeline is invalid", "it is fixed", "keep serving configuration revision"
+		switch reason {
+		case coordinatorv1alpha1.ReasonConfigSchemaUnsupported:
+			what, keep = "spec.image cannot read the configuration this operator renders", "keep their image and configuration revision"
+		case coordinatorv1alpha1.ReasonTokenizerNotFound:
+			what, until, keep = "a ConfigMap of spec.tokenizers does not exist", "it exists", "keep their pod template and configuration revision"
+		default:
+			reason = coordinatorv1alpha1.ReasonInvalidPipeline
 		}
-		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonInvalidPipeline, msg)
+		msg := what + " (see PipelineValid); nothing is deployed until " + until
+		if cp.Status.ConfigRevision != "" {
+			msg = fmt.Sprintf("%s (see PipelineValid); the coordinators %s %s", what, keep, cp.Status.ConfigRevision)
+		}
+		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, reason, msg)
 	case r != nil && r.stalled:
 		setCondition(cp, coordinatorv1alpha1.ConditionDegraded, true, coordinatorv1alpha1.ReasonProgressDeadlineExceeded, r.message)
 	default:

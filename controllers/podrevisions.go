@@ -207,16 +207,6 @@ func lastLine(s string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-// coordinatorRestarts is the restart count of pod p's coordinator container.
-func coordinatorRestarts(p *corev1.Pod) int32 {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == containerName {
-			return cs.RestartCount
-		}
-	}
-	return 0
-}
-
 // readyPod reports whether p counts as a serving coordinator: not terminating, Ready, with an
 // IP of its own (a hostNetwork pod's IP is its node's, and the operator renders none: such a pod
 // carrying the labels is not a coordinator, and is not asked).
@@ -346,7 +336,7 @@ func (r *CoordinatorPipelineReconciler) reconcilePodRevisions(ctx context.Contex
 func podChanged(old, cur *corev1.Pod) bool {
 	if readyPod(old) != readyPod(cur) || old.Status.PodIP != cur.Status.PodIP ||
 		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) ||
-		coordinatorRestarts(old) != coordinatorRestarts(cur) || startFailure(old) != startFailure(cur) {
+		startFailure(old) != startFailure(cur) { // a failed start's message counts its restarts
 		return true
 	}
 	if len(old.Labels) != len(cur.Labels) {

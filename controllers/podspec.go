@@ -150,7 +150,7 @@ func shadowsOperatorMount(path string) bool {
 	}
 	clean := pathpkg.Clean(path)
 	for _, dir := range operatorMountDirs {
-		if clean == dir || strings.HasPrefix(clean, dir+"/") {
+		if withinDir(clean, dir) {
 			return true
 		}
 	}

@@ -11,11 +11,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
+	"github.com/epd-dev/coordinator/dataplane/localrender"
 )
 
 // The files of ConfigMap tokenizers, copied into a private directory so that the operator builds
@@ -85,12 +85,13 @@ func (c *tokenizerCopies) add(cm *corev1.ConfigMap) (*tokenizerCopy, error) {
 		c.root = root
 		c.entries = map[types.UID]*tokenizerCopy{}
 	}
-	dir, err := writeConfigMapFiles(c.root, cm)
+	files := configMapFiles(cm)
+	dir, err := writeFiles(c.root, files)
 	if err != nil {
 		return nil, fmt.Errorf("copying the tokenizer files of ConfigMap %s: %w", cm.Name, err)
 	}
 	c.clock++
-	e := &tokenizerCopy{key: key, dir: dir, revision: tokenizerRevision(cm), refs: 1, used: c.clock}
+	e := &tokenizerCopy{key: key, dir: dir, revision: localrender.Revision(files), refs: 1, used: c.clock}
 	c.entries[key] = e
 	c.evictLocked()
 	return e, nil
@@ -144,34 +145,24 @@ func (c *tokenizerCopies) close() error {
 	return nil
 }
 
-// writeConfigMapFiles writes every key of cm's data and binaryData as a file (readable by the
-// operator only) of a new directory under root, the way the kubelet's ConfigMap volume does.
-func writeConfigMapFiles(root string, cm *corev1.ConfigMap) (string, error) {
+// writeFiles writes files (a ConfigMap's, configMapFiles) into a new directory under root,
+// readable by the operator only, the way the kubelet's ConfigMap volume does.
+func writeFiles(root string, files map[string][]byte) (string, error) {
 	dir, err := os.MkdirTemp(root, "cm-")
 	if err != nil {
 		return "", err
 	}
-	write := func(key string, data []byte) error {
+	for name, data := range files {
 		// The API server allows only [-._a-zA-Z0-9]+ keys, never . or ..: a key is one file name.
-		if key == "" || key == "." || key == ".." || filepath.Base(key) != key {
-			return fmt.Errorf("key %q is not a file name", key)
+		if name == "" || name == "." || name == ".." || filepath.Base(name) != name {
+			err = fmt.Errorf("key %q is not a file name", name)
+		} else {
+			err = os.WriteFile(filepath.Join(dir, name), data, 0o400)
 		}
-		return os.WriteFile(filepath.Join(dir, key), data, 0o400)
-	}
-	for k, v := range cm.Data {
-		if err = write(k, []byte(v)); err != nil {
-			break
-		}
-	}
-	for k, v := range cm.BinaryData {
 		if err != nil {
-			break
+			_ = os.RemoveAll(dir)
+			return "", err
 		}
-		err = write(k, v)
-	}
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return "", err
 	}
 	return dir, nil
 }
@@ -212,10 +203,9 @@ func (r *CoordinatorPipelineReconciler) loadTokenizers(ctx context.Context, cp *
 			return nil, err
 		}
 		if e == nil {
-			if out.missing == nil {
-				out.missing = missingTokenizer(cp, i, steps)
-			}
-			continue
+			// Nothing is validated or deployed until it exists: the other copies are not needed.
+			out.release()
+			return &loadedTokenizers{missing: missingTokenizer(cp, i, steps)}, nil
 		}
 		out.copies = append(out.copies, e)
 		out.dirs[tokenizerDir(t.Name)] = e.dir
@@ -231,8 +221,7 @@ func (r *CoordinatorPipelineReconciler) loadTokenizers(ctx context.Context, cp *
 func (r *CoordinatorPipelineReconciler) tokenizerConfigMap(ctx context.Context, namespace, name string) (*tokenizerCopy, error) {
 	key := client.ObjectKey{Namespace: namespace, Name: name}
 	if r.tokenizerConfigMaps != nil {
-		meta := &metav1.PartialObjectMetadata{}
-		meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+		meta := configMapMetadata()
 		switch err := r.tokenizerConfigMaps.Get(ctx, key, meta); {
 		case err == nil:
 			if e := r.tokenizerCopies.lookup(meta.UID, meta.ResourceVersion); e != nil {

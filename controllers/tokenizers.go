@@ -209,6 +209,12 @@ func podCheckedTokenizers(cp *coordinatorv1alpha1.CoordinatorPipeline, steps []t
 // resourceVersion, and the render step computes it from the mounted directory: a pod whose
 // configuration is ahead of its tokenizer volume waits for the files instead of loading old ones.
 func tokenizerRevision(cm *corev1.ConfigMap) string {
+	return localrender.Revision(configMapFiles(cm))
+}
+
+// configMapFiles are the files a ConfigMap volume of cm holds, by name: every key of its data
+// and binaryData.
+func configMapFiles(cm *corev1.ConfigMap) map[string][]byte {
 	files := make(map[string][]byte, len(cm.Data)+len(cm.BinaryData))
 	for k, v := range cm.Data {
 		files[k] = []byte(v)
@@ -216,7 +222,7 @@ func tokenizerRevision(cm *corev1.ConfigMap) string {
 	for k, v := range cm.BinaryData {
 		files[k] = v
 	}
-	return localrender.Revision(files)
+	return files
 }
 
 // tokenizerNotFoundError is a ConfigMap of spec.tokenizers that does not exist. It is reported as

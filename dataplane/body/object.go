@@ -508,26 +508,17 @@ func (s *scanner) skipString() {
 // Array splits a raw JSON array into its raw elements without copying them.
 func Array(raw []byte) ([]json.RawMessage, error) {
 	s := scanner{data: raw}
-	s.skipSpace()
-	if s.pos >= len(raw) || raw[s.pos] != '[' {
+	if !s.open('[') {
 		return nil, errors.New("not an array")
 	}
-	s.pos++
 	var items []json.RawMessage
-	for {
-		s.skipSpace()
-		if s.pos >= len(raw) {
-			return nil, errors.New("unterminated array")
-		}
-		switch raw[s.pos] {
-		case ']':
-			return items, nil
-		case ',':
-			s.pos++
-			s.skipSpace()
-		}
+	for s.next(']') {
 		items = append(items, s.value())
 	}
+	if s.pos >= len(raw) {
+		return nil, errors.New("unterminated array")
+	}
+	return items, nil
 }
 
 // AppendArray appends the JSON array of the raw items to dst.

@@ -163,9 +163,6 @@ func (t *Template) ContentFormat() string {
 	return "string"
 }
 
-// File returns where the template was read from (for logs).
-func (t *Template) File() string { return t.main.file }
-
 func boolField(b *bool) (bool, bool) {
 	if b == nil {
 		return false, false

@@ -103,16 +103,17 @@ func (m *Model) CacheStats() (hits, misses uint64, bytes int64) {
 	return m.cache.Stats()
 }
 
-// fingerprint identifies dir's files (their contents) and o.
+// fingerprint identifies dir's files (each by its name, length and content) and o.
 func fingerprint(dir string, o Options) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%q %d\n", o.ChatTemplate, o.CacheBytes)
+	paths := make([]string, 0, len(files)+4)
+	for _, name := range files {
+		paths = append(paths, filepath.Join(dir, name))
+	}
 	extra, _ := filepath.Glob(filepath.Join(dir, "additional_chat_templates", "*.jinja"))
-	for _, name := range append(slices.Clone(files), extra...) {
-		path := name
-		if !filepath.IsAbs(path) {
-			path = filepath.Join(dir, name)
-		}
+	for _, path := range append(paths, extra...) {
+		name, _ := filepath.Rel(dir, path)
 		f, err := os.Open(path)
 		if errors.Is(err, os.ErrNotExist) {
 			fmt.Fprintf(h, "%s absent\n", name)
@@ -121,8 +122,11 @@ func fingerprint(dir string, o Options) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("localrender: %w", err)
 		}
-		fmt.Fprintf(h, "%s\n", name)
-		_, err = io.Copy(h, f)
+		fi, err := f.Stat()
+		if err == nil {
+			fmt.Fprintf(h, "%s %d\n", name, fi.Size())
+			_, err = io.Copy(h, f)
+		}
 		f.Close()
 		if err != nil {
 			return "", fmt.Errorf("localrender: reading %s: %w", path, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,23 +84,11 @@ func TestChat(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := tok.Encode(nil, tc.text, tc.req.AddSpecialTokens)
-			if !equal(got, want) {
+			if !slices.Equal(got, want) {
 				t.Fatalf("ids %v\nwant %v (the ids of %q)", got, want, tc.text)
 			}
 		})
 	}
-}
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestChatErrors: what a client gets wrong is an error of the client's, naming it.
@@ -225,7 +214,7 @@ func TestCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		want, _ := plain.Chat(nil, req)
-		if !equal(got, want) {
+		if !slices.Equal(got, want) {
 			t.Fatalf("turn %d: cached ids differ from uncached", i+1)
 		}
 	}

@@ -32,9 +32,10 @@ func templateMessages(raw json.RawMessage, format string) (json.RawMessage, erro
 		case changed && out == nil:
 			out = append(make([]byte, 0, len(raw)+64), raw[:body.Offset(raw, m)]...) // "[" and the messages before
 			out = obj.AppendTo(out)
+		case changed:
+			out = obj.AppendTo(append(out, ','))
 		case out != nil:
-			out = append(out, ',')
-			out = obj.AppendTo(out)
+			out = append(append(out, ','), m...)
 		}
 		i++
 	}
@@ -83,13 +84,14 @@ func convertMessage(obj *body.Object, format string) (bool, error) {
 	return changed, nil
 }
 
-// joinText joins the texts of a content list of text parts with newlines, as a JSON string.
+// joinText joins the texts of a content list of text parts with newlines, as a JSON string: the
+// parts' string bodies, still escaped, with a "\n" escape between them (they are not decoded
+// here: the template's input is decoded once, when it is rendered).
 func joinText(parts []byte) (json.RawMessage, error) {
-	var text []byte
+	text := []byte{'"'}
 	j := 0
-	for part := range body.Elements(parts) {
-		p, err := body.ParseNested(part)
-		if err != nil {
+	for p := range body.Objects(parts) {
+		if p == nil {
 			return nil, fmt.Errorf("content[%d] must be an object", j)
 		}
 		if t, _, _ := p.String("type"); t != "text" {
@@ -100,15 +102,12 @@ func joinText(parts []byte) (json.RawMessage, error) {
 			return nil, fmt.Errorf("content[%d].text must be a string", j)
 		}
 		if j > 0 {
-			text = append(text, '\n')
+			text = append(text, `\n`...)
 		}
-		var err2 error
-		if text, err2 = body.AppendString(text, raw); err2 != nil {
-			return nil, fmt.Errorf("content[%d].text: %w", j, err2)
-		}
+		text = append(text, raw[1:len(raw)-1]...)
 		j++
 	}
-	return json.Marshal(string(text))
+	return append(text, '"'), nil
 }
 
 // decodeArguments replaces each tool call's function.arguments that is a string (or absent) by

@@ -108,7 +108,9 @@ func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 				return s, nil // the pods load the files
 			}
 		}
-		if strings.HasPrefix(revision, localrender.RevisionPrefix) {
+		// The check is for a pod, whose volume may lag its configuration; a local copy (the
+		// operator's) is the very files the revision was computed from.
+		if deps.Overrides.LocalFiles == nil && strings.HasPrefix(revision, localrender.RevisionPrefix) {
 			got, err := localrender.DirRevision(local)
 			if err != nil {
 				p.Fail("tokenizer", "%v", err)
@@ -236,34 +238,31 @@ func (s *render) completions(ctx context.Context, rc *request.Context) error {
 	raw, _ := rc.Body.Get("prompt")
 	switch body.KindOf(raw) {
 	case body.KindString:
+		var ids []int
 		if s.model != nil {
 			prompt, _, _ := rc.Body.String("prompt")
 			addSpecial, present, err := rc.Body.Bool("add_special_tokens")
 			if err != nil {
 				return apierror.InvalidField("add_special_tokens", "%v", err)
 			}
-			ids := s.model.Prompt(nil, prompt, addSpecial || !present) // vLLM's default: true
-			if err := s.checkTokens(len(ids)); err != nil {
+			ids = s.model.Prompt(nil, prompt, addSpecial || !present) // vLLM's default: true
+		} else {
+			out, err := s.call(ctx, rc, renderCompletionsPath, rc.Body)
+			if err != nil {
 				return err
 			}
-			rc.SetTokenIDs(ids)
-			rc.Body.Set("prompt", rc.TokenIDsJSON())
-			return nil
+			var answer []struct {
+				TokenIDs []int `json:"token_ids"`
+			}
+			if err := json.Unmarshal(out, &answer); err != nil || len(answer) != 1 {
+				return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Body: head(out), Err: errors.New("completions render answer must be a one-element array")}
+			}
+			ids = answer[0].TokenIDs
 		}
-		out, err := s.call(ctx, rc, renderCompletionsPath, rc.Body)
-		if err != nil {
+		if err := s.checkTokens(len(ids)); err != nil {
 			return err
 		}
-		var answer []struct {
-			TokenIDs []int `json:"token_ids"`
-		}
-		if err := json.Unmarshal(out, &answer); err != nil || len(answer) != 1 {
-			return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Body: head(out), Err: errors.New("completions render answer must be a one-element array")}
-		}
-		if err := s.checkTokens(len(answer[0].TokenIDs)); err != nil {
-			return err
-		}
-		rc.SetTokenIDs(answer[0].TokenIDs)
+		rc.SetTokenIDs(ids)
 		rc.Body.Set("prompt", rc.TokenIDsJSON())
 		return nil
 	case body.KindArray:

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,7 +139,7 @@ func TestRenderLocal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !rc.Rendered || !intsEqual(rc.TokenIDs, tc.want) {
+			if !rc.Rendered || !slices.Equal(rc.TokenIDs, tc.want) {
 				t.Fatalf("tokens %v\nwant   %v", rc.TokenIDs, tc.want)
 			}
 			if rc.API.String() == "completions" {
@@ -148,18 +149,6 @@ func TestRenderLocal(t *testing.T) {
 			}
 		})
 	}
-}
-
-func intsEqual(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestRenderLocalParams: what the in-process mode needs, and that the operator's validation can

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -341,5 +342,47 @@ func wantBadRequest(t *testing.T, err error, msg string) {
 	var e *apierror.Error
 	if !errors.As(err, &e) || e.Status != 400 || !strings.Contains(e.Message, msg) {
 		t.Fatalf("err = %v, want 400 with %q", err, msg)
+	}
+}
+
+// TestRenderServiceFaults: what a client gets when the render service hangs past the step's
+// timeout, dies in the middle of its answer, or refuses the connection.
+func TestRenderServiceFaults(t *testing.T) {
+	refused := httptest.NewServer(http.NotFoundHandler())
+	refusedURL := refused.URL
+	refused.Close() // nothing listens there any more
+	tests := map[string]struct {
+		url func(t *testing.T) string
+	}{
+		"hangs": {url: func(t *testing.T) string {
+			return newFakeGatewayReq(t, func(_ http.ResponseWriter, _ captured, r *http.Request) { <-r.Context().Done() }).srv.URL
+		}},
+		"dies mid-answer": {url: func(t *testing.T) string {
+			return newFakeGatewayReq(t, func(w http.ResponseWriter, _ captured, _ *http.Request) {
+				conn, buf, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, _ = buf.WriteString("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 400\r\n\r\n{\"token_ids\":[1,2")
+				_ = buf.Flush()
+				_ = conn.Close()
+			}).srv.URL
+		}},
+		"refuses": {url: func(*testing.T) string { return refusedURL }},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := newRenderStep(t, tc.url(t), map[string]any{"timeout": "300ms"})
+			rc, _ := newRC(t, "/v1/chat/completions", chatWithImages("data:image/png;base64,AAAA"), nil)
+			err := s.Execute(context.Background(), rc)
+			e := apierror.From(err)
+			// A 502 naming the phase (the hung call ended by the step's timeout), and nothing of
+			// the service's address.
+			if err == nil || e.Status != http.StatusBadGateway || !strings.HasPrefix(e.Message, "render failed") ||
+				strings.Contains(e.Message, "127.0.0.1") {
+				t.Fatalf("err = %v -> %d %q; want a 502 \"render failed\" without the address", err, e.Status, e.Message)
+			}
+		})
 	}
 }

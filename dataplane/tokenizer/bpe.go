@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"strings"
 )
 
 // maxID bounds ids so that the tables below stay compact.
@@ -195,20 +196,12 @@ func parseMerge(raw []byte) (string, string, error) {
 			return string(a[1 : len(a)-1]), string(b[1 : len(b)-1]), nil
 		}
 	}
-	if len(raw) > 2 && raw[0] == '"' && raw[len(raw)-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
-		a, b, ok := bytes.Cut(raw[1:len(raw)-1], []byte{' '})
-		if !ok || len(a) == 0 || len(b) == 0 || bytes.IndexByte(b, ' ') >= 0 {
+	if s, err := jsonString(raw); err == nil {
+		a, b, ok := strings.Cut(s, " ")
+		if !ok || a == "" || b == "" || strings.IndexByte(b, ' ') >= 0 {
 			return "", "", fmt.Errorf("want \"a b\", got %s", raw)
 		}
-		return string(a), string(b), nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		a, b, ok := bytes.Cut([]byte(s), []byte{' '})
-		if !ok || len(a) == 0 || len(b) == 0 || bytes.IndexByte(b, ' ') >= 0 {
-			return "", "", fmt.Errorf("want \"a b\", got %s", raw)
-		}
-		return string(a), string(b), nil
+		return a, b, nil
 	}
 	var pair []string
 	if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 || pair[0] == "" || pair[1] == "" {
@@ -248,11 +241,6 @@ func (m *mergeTable) get(a, b int32) (uint32, int32) {
 // smallWord is the longest word merged by the quadratic scan; longer ones use a heap.
 // Both pick the lowest rank, leftmost first, as the reference's priority queue does.
 const smallWord = 48
-
-// bpe appends the ids of one pre-token (raw bytes, before the byte-level mapping) to dst.
-func (t *Tokenizer) bpe(dst []int, w string, st *state) []int {
-	return t.word(dst, w, 0, len(w), st)
-}
 
 // merge returns the ids of the word w (at least 2 bytes), in the state's scratch space.
 func (t *Tokenizer) merge(w string, st *state) []int32 {

@@ -53,10 +53,7 @@ func (t *Tokenizer) EncodeCached(dst []int, text string, addSpecial bool, c *Seg
 	// token is never made of the bytes sanitize replaces.
 	normal := false
 	if c == nil {
-		normal = t.form != nil && isNormal(t.form.form, t.form.safe, text)
-		if !normal && !utf8.ValidString(text) {
-			text = sanitize(text)
-		}
+		text, normal = t.check(text)
 	}
 	st := t.scratch.Get().(*state)
 	if addSpecial {
@@ -98,18 +95,25 @@ func (t *Tokenizer) EncodeCached(dst []int, text string, addSpecial bool, c *Seg
 	return dst
 }
 
-// encodeSegment encodes the text between two raw-matched added tokens: normalization (unless
-// normal: known to be normalized already), then the added tokens matched on normalized text, then
-// pre-tokenization and BPE.
 // encodeChecked encodes a section not checked yet: sanitized and quick-checked first.
 func (t *Tokenizer) encodeChecked(dst []int, s string, st *state) []int {
+	s, normal := t.check(s)
+	return t.encodeSegment(dst, s, normal, st)
+}
+
+// check reports whether s is known to be in the normalizer's form already (the quick check, which
+// is also the check that s is valid UTF-8), and sanitizes s when it is not valid UTF-8.
+func (t *Tokenizer) check(s string) (string, bool) {
 	normal := t.form != nil && isNormal(t.form.form, t.form.safe, s)
 	if !normal && !utf8.ValidString(s) {
 		s = sanitize(s)
 	}
-	return t.encodeSegment(dst, s, normal, st)
+	return s, normal
 }
 
+// encodeSegment encodes the text between two raw-matched added tokens: normalization (unless
+// normal: known to be normalized already), then the added tokens matched on normalized text, then
+// pre-tokenization and BPE.
 func (t *Tokenizer) encodeSegment(dst []int, s string, normal bool, st *state) []int {
 	if !normal {
 		s = t.normalize(st, s)
@@ -180,11 +184,11 @@ func (t *Tokenizer) byteLevelEncode(dst []int, s string, st *state) []int {
 		s = bufString(st.prefix)
 	}
 	if !t.byteLvl.useRegex {
-		return t.bpe(dst, s, st)
+		return t.word(dst, s, 0, len(s), st)
 	}
 	for i := 0; i < len(s); {
 		end := fastGPT2JS.next(s, i)
-		dst = t.bpe(dst, s[i:end], st)
+		dst = t.word(dst, s, i, end, st) // the whole text, so that a word's key is read in place
 		i = end
 	}
 	return dst

@@ -25,8 +25,7 @@ type Tokenizer struct {
 	pre     []preStep
 	byteLvl byteLevel
 
-	prefix, suffix []int // the post-processor's ids around the encoded text
-	vocabSize      int
+	prefix, suffix []int  // the post-processor's ids around the encoded text
 	serial         uint64 // tells apart tokenizers sharing a SegmentCache
 
 	scratch sync.Pool // *state
@@ -194,14 +193,6 @@ func (t *Tokenizer) parseModel(m *rawModel, added []rawAddedToken) error {
 	if err := t.merges.build(merges, &t.vocab); err != nil {
 		return err
 	}
-	maxID := -1
-	for _, id := range vocab {
-		maxID = max(maxID, id)
-	}
-	for _, id := range addedIDs {
-		maxID = max(maxID, id)
-	}
-	t.vocabSize = maxID + 1
 	return t.added.build(added, t.norm)
 }
 
@@ -338,7 +329,7 @@ func (t *Tokenizer) TokenID(token string) (int, bool) {
 }
 
 // VocabSize is the number of ids (vocabulary plus added tokens): the largest id plus one.
-func (t *Tokenizer) VocabSize() int { return t.vocabSize }
+func (t *Tokenizer) VocabSize() int { return len(t.vocab.byID) }
 
 // fromByteLevel maps a byte-level token (GPT-2's bytes_to_unicode alphabet) back to its bytes.
 func fromByteLevel(s string) (string, bool) {

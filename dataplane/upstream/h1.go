@@ -514,6 +514,7 @@ type h1Body struct {
 	stop       func() bool
 	closeAfter bool
 	done       atomic.Bool
+	end        error // what ended the body, when a Read did (read again: the same)
 }
 
 // errBodyClosed fails a read after Close.
@@ -521,6 +522,9 @@ var errBodyClosed = errors.New("http: read on closed response body")
 
 func (b *h1Body) Read(p []byte) (int, error) {
 	if b.done.Load() {
+		if b.end != nil {
+			return 0, b.end
+		}
 		return 0, errBodyClosed
 	}
 	n, err := b.body.Read(p)
@@ -532,6 +536,7 @@ func (b *h1Body) Read(p []byte) (int, error) {
 			b.c.Close()
 			err = b.c.failure(b.ctx, err)
 		}
+		b.end = err
 	}
 	return n, err
 }

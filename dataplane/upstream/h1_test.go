@@ -75,6 +75,9 @@ func readAll(t *testing.T, resp *http.Response) string {
 	if err != nil {
 		t.Fatalf("reading the answer: %v", err)
 	}
+	if n, err := resp.Body.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("a read after the end = %d, %v; want 0, EOF (as io.Reader's convention)", n, err)
+	}
 	return string(b)
 }
 
