@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -52,7 +53,7 @@ func (s *replaceMediaURLs) writeBody(rc *request.Context, items []mediaItem, use
 	if len(edits) == 0 {
 		return nil
 	}
-	downloads := use.held.Load()
+	downloads := use.holding()
 	if err := use.hold(int64(size)); err != nil {
 		return err
 	}
@@ -149,10 +150,18 @@ func urlTokenLen(it *mediaItem) int {
 // the process-wide budget (max_inflight_media_size, checked by each step against its own limit).
 // Held are the downloaded bytes (as they arrive) and the inlined body (until the request ends);
 // inline data: already in a client body is bounded by server.max_request_body_size instead.
+//
+// A request refused by the budget lets go of all it holds at once, before its other downloads have
+// stopped: requests that fill the budget together then cannot all be refused, since the last one
+// standing holds no more than one request may (the budget is at least max_request_media_size +
+// max_inlined_body_size). Letting go only when the request ends lets them refuse each other.
 type mediaUse struct {
 	s     *replaceMediaURLs
 	total atomic.Int64
-	held  atomic.Int64
+
+	mu   sync.Mutex
+	held int64 // bytes of the process budget held
+	out  bool  // the budget is let go for good: refused, or the request ended
 }
 
 // add counts n more media bytes of the request.
@@ -163,29 +172,54 @@ func (u *mediaUse) add(it *mediaItem, n int64) error {
 	return nil
 }
 
-// hold reserves n bytes of the process budget, or fails at once with a 429 (nothing queues).
+// hold reserves n bytes of the process budget, or fails at once with a 429 (nothing queues) and
+// lets go of everything the request holds.
 func (u *mediaUse) hold(n int64) error {
-	for {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for !u.out {
 		cur := u.s.inFlight.Load()
 		if cur+n > u.s.maxInFlight {
-			return &apierror.Error{Status: http.StatusTooManyRequests, Type: apierror.TypeUnavailable, Code: "media_capacity_exhausted",
-				Message: "the coordinator holds as much media as it may for requests in flight (max_inflight_media_size); retry shortly", RetryAfter: time.Second}
+			u.letGo()
+			break
 		}
 		if u.s.inFlight.CompareAndSwap(cur, cur+n) {
-			u.held.Add(n)
+			u.held += n
 			return nil
 		}
 	}
+	return &apierror.Error{Status: http.StatusTooManyRequests, Type: apierror.TypeUnavailable, Code: "media_capacity_exhausted",
+		Message: "the coordinator holds as much media as it may for requests in flight (max_inflight_media_size); retry shortly", RetryAfter: time.Second}
+}
+
+// holding returns the bytes of the budget the request holds.
+func (u *mediaUse) holding() int64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.held
 }
 
 // drop lets go of n held bytes.
 func (u *mediaUse) drop(n int64) {
-	u.held.Add(-n)
-	u.s.inFlight.Add(-n)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.out {
+		u.held -= n
+		u.s.inFlight.Add(-n)
+	}
 }
 
 // release lets go of everything the request holds (safe to call more than once).
-func (u *mediaUse) release() { u.s.inFlight.Add(-u.held.Swap(0)) }
+func (u *mediaUse) release() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.letGo()
+}
+
+func (u *mediaUse) letGo() {
+	u.s.inFlight.Add(-u.held)
+	u.held, u.out = 0, true
+}
 
 // checkDataURL validates data:<media type>[;params];base64,<data> with a media type of types and
 // returns the media type and the decoded size, computed from the base64 length without decoding.

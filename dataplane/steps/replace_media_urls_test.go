@@ -530,6 +530,55 @@ func TestReplaceMediaURLsProcessBudget(t *testing.T) {
 	waitInFlight(t, old.inFlight, held2)
 }
 
+// TestMediaUseRefusedLetsGoAtOnce: a request refused by the budget lets go of what it holds at
+// once (its other downloads may still be stopping), so requests that fill the budget together do
+// not refuse each other down to the last one.
+func TestMediaUseRefusedLetsGoAtOnce(t *testing.T) {
+	s := newMediaStep(t, nil, false)
+	s.maxInFlight = 100
+	a, b := &mediaUse{s: s}, &mediaUse{s: s}
+	steps := []struct {
+		use      *mediaUse
+		op       string
+		n        int64
+		refused  bool
+		inFlight int64
+	}{
+		{a, "hold", 40, false, 40},
+		{b, "hold", 40, false, 80},
+		{a, "hold", 30, true, 40},   // refused: a's 40 are let go now, not when a ends
+		{b, "hold", 60, false, 100}, // so b, the last one standing, gets all it needs
+		{a, "hold", 1, true, 100},   // a stays refused, holding nothing
+		{a, "drop", 10, false, 100}, // a late drop of a's stops nothing of b's
+		{a, "release", 0, false, 100},
+		{b, "drop", 30, false, 70},
+		{b, "release", 0, false, 0},
+		{b, "release", 0, false, 0},
+	}
+	for i, st := range steps {
+		var err error
+		switch st.op {
+		case "hold":
+			err = st.use.hold(st.n)
+		case "drop":
+			st.use.drop(st.n)
+		case "release":
+			st.use.release()
+		}
+		if st.refused {
+			apiErr(t, err, http.StatusTooManyRequests, "max_inflight_media_size")
+		} else if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got := s.inFlight.Load(); got != st.inFlight {
+			t.Fatalf("step %d (%s %d): in flight %d, want %d", i, st.op, st.n, got, st.inFlight)
+		}
+	}
+	if a.holding() != 0 || b.holding() != 0 {
+		t.Fatalf("held after release: %d, %d", a.holding(), b.holding())
+	}
+}
+
 func TestReplaceMediaURLsUsesTheProcessBudget(t *testing.T) {
 	p := params.New("params", nil, nil)
 	s, _ := newReplaceMediaURLs(registry.Deps{Log: logr.Discard()}, p)

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,6 +30,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/epd-dev/coordinator/controllers"
 	"github.com/epd-dev/coordinator/test/atomicdir"
@@ -128,6 +131,8 @@ func moduleDir(root, module string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
+var setLogger sync.Once
+
 // Start brings up the API server with the CRDs and starts the operator process.
 func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if o.Root == "" {
@@ -148,6 +153,11 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	progress(o.Progress, "starting kube-apiserver and etcd (%s)", assets)
+	setLogger.Do(func() {
+		// envtest and the client log through controller-runtime: its errors go to stderr (unset, it
+		// prints a warning and a stack trace instead, and drops them).
+		logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	})
 	env := &envtest.Environment{
 		Scheme:                controllers.NewScheme(),
 		BinaryAssetsDirectory: assets,
