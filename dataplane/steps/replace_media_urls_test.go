@@ -566,7 +566,9 @@ func TestMediaUseRefusedLetsGoAtOnce(t *testing.T) {
 			st.use.release()
 		}
 		if st.refused {
-			apiErr(t, err, http.StatusTooManyRequests, "max_inflight_media_size")
+			if e := apiErr(t, err, http.StatusTooManyRequests, "max_inflight_media_size"); e.RetryAfter != time.Second {
+				t.Fatalf("step %d: Retry-After %v, want 1s", i, e.RetryAfter)
+			}
 		} else if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
