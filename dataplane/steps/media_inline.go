@@ -216,6 +216,7 @@ func (u *mediaUse) release() {
 	u.letGo()
 }
 
+// letGo returns all the request holds to the budget and closes it for the request (u.mu held).
 func (u *mediaUse) letGo() {
 	u.s.inFlight.Add(-u.held)
 	u.held, u.out = 0, true
