@@ -163,7 +163,7 @@ envtest-assets: ## Build kube-apiserver, etcd and kubectl for envtest (cached ou
 test: verify-generated lint envtest-assets ## Run every test (what CI runs).
 	@# The in-process renderer's reference (transformers.js and the Qwen3 and Llama 3.1 tokenizer
 	@# packages, pinned by test/renderref/package-lock.json): test/renderref compares against it, and
-	@# dataplane/tokenizer's goldens and benchmarks use its tokenizer files.
+	@# dataplane/render/tokenizer's goldens and benchmarks use its tokenizer files.
 	hack/renderref.sh >/dev/null
 	@# -bench . -benchtime 1x: every benchmark runs once as a test, so none rots.
 	$(GO) test -race -count=1 -bench . -benchtime 1x $(RACE_PKGS)
@@ -184,7 +184,7 @@ bench: ## Benchmarks (docs/benchmarks.md): builds the binaries, runs the Go micr
 	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./test/bench/cmd/benchharness
 	$(BIN)/benchharness --out $(BENCH_OUT) $(BENCH_ARGS)
 
-# make fuzz FUZZTIME=2m FUZZ_PKGS=./dataplane/body: every native fuzz target (func FuzzX in a
+# make fuzz FUZZTIME=2m FUZZ_PKGS=./dataplane/state/body: every native fuzz target (func FuzzX in a
 # _test.go file, found afresh each run) fuzzed in turn for FUZZTIME. A failing input is written to
 # the package's testdata/fuzz/FuzzX/: fix the bug and check the file in, it then runs with every
 # `go test` (as every seed corpus does, so `make test` replays them all).

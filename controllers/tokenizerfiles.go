@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
-	"github.com/epd-dev/coordinator/dataplane/localrender"
+	"github.com/epd-dev/coordinator/dataplane/render"
 )
 
 // The files of ConfigMap tokenizers, copied into a private directory so that the operator builds
@@ -91,7 +91,7 @@ func (c *tokenizerCopies) add(cm *corev1.ConfigMap) (*tokenizerCopy, error) {
 		return nil, fmt.Errorf("copying the tokenizer files of ConfigMap %s: %w", cm.Name, err)
 	}
 	c.clock++
-	e := &tokenizerCopy{key: key, dir: dir, revision: localrender.Revision(files), refs: 1, used: c.clock}
+	e := &tokenizerCopy{key: key, dir: dir, revision: render.Revision(files), refs: 1, used: c.clock}
 	c.entries[key] = e
 	c.evictLocked()
 	return e, nil

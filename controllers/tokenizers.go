@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/localrender"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/render"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
 )
@@ -203,13 +203,13 @@ func podCheckedTokenizers(cp *coordinatorv1alpha1.CoordinatorPipeline, steps []t
 	return out
 }
 
-// tokenizerRevision fingerprints a ConfigMap's files (localrender.Revision): every key of data
+// tokenizerRevision fingerprints a ConfigMap's files (render.Revision): every key of data
 // and binaryData by name and content (a data value counts as its UTF-8 bytes, as the kubelet
 // writes it). The same files give the same revision whatever the ConfigMap's name or
 // resourceVersion, and the render step computes it from the mounted directory: a pod whose
 // configuration is ahead of its tokenizer volume waits for the files instead of loading old ones.
 func tokenizerRevision(cm *corev1.ConfigMap) string {
-	return localrender.Revision(configMapFiles(cm))
+	return render.Revision(configMapFiles(cm))
 }
 
 // configMapFiles are the files a ConfigMap volume of cm holds, by name: every key of its data

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
 )
@@ -24,10 +24,10 @@ const (
 )
 
 // testTokenizerFiles are the files of a small tokenizer: a synthetic Qwen-like byte-level BPE
-// tokenizer.json (dataplane/tokenizer/testdata) and a ChatML tokenizer_config.json.
+// tokenizer.json (dataplane/render/tokenizer/testdata) and a ChatML tokenizer_config.json.
 func testTokenizerFiles(t testing.TB) map[string]string {
 	t.Helper()
-	tok, err := os.ReadFile("../dataplane/tokenizer/testdata/qwen-like/tokenizer.json")
+	tok, err := os.ReadFile("../dataplane/render/tokenizer/testdata/qwen-like/tokenizer.json")
 	if err != nil {
 		t.Fatal(err)
 	}

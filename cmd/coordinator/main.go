@@ -22,18 +22,18 @@ import (
 	"github.com/spf13/pflag"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	_ "github.com/epd-dev/coordinator/dataplane/asyncbroker" // the async-broker step's Redis runtime
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/gateway"
-	"github.com/epd-dev/coordinator/dataplane/localrender"
-	"github.com/epd-dev/coordinator/dataplane/logging"
-	"github.com/epd-dev/coordinator/dataplane/observe"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/base/logging"
+	"github.com/epd-dev/coordinator/dataplane/base/observe"
+	_ "github.com/epd-dev/coordinator/dataplane/broker/redisbroker" // the async-broker step's Redis runtime
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/reload"
-	"github.com/epd-dev/coordinator/dataplane/retry"
+	"github.com/epd-dev/coordinator/dataplane/render"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers the built-in steps
+	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
+	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 )
 
 // Build information, set with -ldflags "-X main.version=... -X main.commit=...".
@@ -89,7 +89,7 @@ func run(args []string) int {
 		budget *retry.Budget
 		tp     *sdktrace.TracerProvider
 	)
-	reg.MustRegister(localrender.Collector(observe.Namespace)) // the in-process renderer's caches
+	reg.MustRegister(render.Collector(observe.Namespace)) // the in-process renderer's caches
 	defer func() {
 		if tp != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -13,12 +13,12 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/goleak"
 
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/localrender"
-	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/reload"
+	"github.com/epd-dev/coordinator/dataplane/render"
 	_ "github.com/epd-dev/coordinator/dataplane/steps"
 	"github.com/epd-dev/coordinator/test/atomicdir"
 )
@@ -222,7 +222,7 @@ func TestWaitingConfigIsRetried(t *testing.T) {
 	f := start(t, true)
 	good := f.holder.Load()
 	tokDir := filepath.Join(t.TempDir(), "tokenizer")
-	fixture := "../localrender/testdata/chatml"
+	fixture := "../render/testdata/chatml"
 	files := map[string][]byte{}
 	for _, name := range []string{"tokenizer.json", "tokenizer_config.json"} {
 		b, err := os.ReadFile(filepath.Join(fixture, name))
@@ -237,7 +237,7 @@ func TestWaitingConfigIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := fmt.Sprintf("gateway: {address: http://gw:80}\npipeline: {steps: [{type: render, params: {tokenizer: %q, tokenizer_revision: %q}}, {type: decode}]}\n",
-		tokDir, localrender.Revision(next))
+		tokDir, render.Revision(next))
 	f.write(doc, true)
 	f.waitFor("the rejection", func() bool { return f.w.Status().Failed == 1 })
 	if st := f.w.Status(); f.holder.Load() != good || st.LastErrorKey != "pipeline.steps[0].params.tokenizer_revision" || !strings.Contains(st.LastError, "waiting for them") {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/resume"
-	"github.com/epd-dev/coordinator/dataplane/upstream"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/relay"
+	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 )
 
 // A response cut off counts against the pipeline; a client that left (its context ended, or a
@@ -29,11 +29,11 @@ func TestCut(t *testing.T) {
 		want   bool
 	}{
 		"served":                          {req: live},
-		"a worker died mid-stream":        {req: live, cause: errors.Join(resume.ErrBroken, errors.New("unexpected EOF")), want: true},
+		"a worker died mid-stream":        {req: live, cause: errors.Join(relay.ErrBroken, errors.New("unexpected EOF")), want: true},
 		"the client's write failed":       {req: live, cause: errors.Join(upstream.ErrClientGone, syscall.EPIPE)},
 		"the client's context ended":      {req: gone, cause: context.Canceled},
 		"an error before the response":    {req: live, cause: errors.New("upstream 503"), apiErr: &apierror.Error{Status: 503}},
-		"a failure after the client left": {req: gone, cause: errors.Join(resume.ErrBroken, context.Canceled)},
+		"a failure after the client left": {req: gone, cause: errors.Join(relay.ErrBroken, context.Canceled)},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/epd-dev/coordinator/dataplane/asyncbroker" // the async-broker step's runtime
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
+	_ "github.com/epd-dev/coordinator/dataplane/broker/redisbroker" // the async-broker step's runtime
+	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 )
 
 // rawResponse is a response read off a raw connection.

@@ -8,14 +8,14 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/bodybuf"
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/gateway"
-	"github.com/epd-dev/coordinator/dataplane/logging"
-	"github.com/epd-dev/coordinator/dataplane/request"
-	"github.com/epd-dev/coordinator/dataplane/retry"
-	"github.com/epd-dev/coordinator/dataplane/upstream"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/base/logging"
+	"github.com/epd-dev/coordinator/dataplane/state/bodybuf"
+	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
+	"github.com/epd-dev/coordinator/dataplane/transport/retry"
+	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 )
 
 func errNoPipeline() *apierror.Error {

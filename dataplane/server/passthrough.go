@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 )
 
 // isJSON reports a JSON request body (application/json or a +json type).

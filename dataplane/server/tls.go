@@ -18,9 +18,9 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/filevalue"
-	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/base/filevalue"
+	"github.com/epd-dev/coordinator/dataplane/base/logging"
 )
 
 // Files of a certificate directory (server.cert_path, server.metrics_cert_dir): the layout of a

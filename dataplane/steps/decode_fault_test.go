@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/upstream"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 )
 
 // streamWords answers a chat stream of words[from:] (one token per event, as vLLM streams);

@@ -11,13 +11,13 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/body"
-	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/request"
-	"github.com/epd-dev/coordinator/dataplane/resume"
-	"github.com/epd-dev/coordinator/dataplane/upstream"
+	"github.com/epd-dev/coordinator/dataplane/relay"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
+	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 )
 
 // Force-stream defaults (upstream llm-d-router steps/force_stream*.go at 6c95e02f/81d7e193).
@@ -181,8 +181,8 @@ func (c *heldResponse) Write(p []byte) (int, error) {
 		}
 		return c.body.Write(p)
 	}
-	// An event stream reaches it through resume.Stream, which writes complete events only.
-	resume.EachData(p, c.fold.add)
+	// An event stream reaches it through relay.Stream, which writes complete events only.
+	relay.EachData(p, c.fold.add)
 	if c.fold.err != nil {
 		return 0, c.fold.err
 	}
@@ -306,7 +306,7 @@ func (f *folder) add(d []byte) {
 // fold assembles the events of a whole stream (see folder).
 func fold(api request.API, events []byte) ([]byte, error) {
 	var f folder
-	resume.EachData(events, f.add)
+	relay.EachData(events, f.add)
 	return f.answer(api)
 }
 

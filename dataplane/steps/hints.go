@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/epd-dev/coordinator/dataplane/gateway"
-	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 )
 
 // Scheduling hints on a conditional decode's 412 (experimental, conditional-decode's hints

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 // FuzzScanMedia (seeds in testdata/fuzz/FuzzScanMedia) walks arbitrary JSON bodies: the walker must not panic and every media item's

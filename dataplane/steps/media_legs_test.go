@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/state/request"
 )
 
 // The media parts of mixedChat, at messages[1].content[1..5]: two images around an audio_url, an

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 )
 
 // sglangGateway stands in for a gateway in front of SGLang workers: a reservation is answered

@@ -14,13 +14,13 @@ import (
 	"github.com/go-logr/logr"
 	"golang.org/x/crypto/blake2s"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/gateway"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
-	"github.com/epd-dev/coordinator/dataplane/request"
-	"github.com/epd-dev/coordinator/dataplane/upstream"
+	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
+	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 )
 
 func rendered(rc *request.Context) {

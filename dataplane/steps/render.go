@@ -12,18 +12,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/body"
-	"github.com/epd-dev/coordinator/dataplane/chattemplate"
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/localrender"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
-	"github.com/epd-dev/coordinator/dataplane/request"
-	"github.com/epd-dev/coordinator/dataplane/responses"
-	"github.com/epd-dev/coordinator/dataplane/retry"
-	"github.com/epd-dev/coordinator/dataplane/upstream"
+	"github.com/epd-dev/coordinator/dataplane/render"
+	"github.com/epd-dev/coordinator/dataplane/render/chattemplate"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
+	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/transport/retry"
+	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
+	"github.com/epd-dev/coordinator/dataplane/wire/responses"
 )
 
 // RenderStep is the type name of the tokenize-once step.
@@ -51,9 +51,9 @@ func init() {
 // renderer does not do, go to the render service when there is one and are refused otherwise.
 // Requests that already carry tokens (a token-array prompt, the generate format) are validated
 // instead of sent.
-type render struct {
-	client          *upstream.Client   // nil without an address
-	model           *localrender.Model // nil without a tokenizer, or while the operator validates
+type renderStep struct {
+	client          *upstream.Client // nil without an address
+	model           *render.Model    // nil without a tokenizer, or while the operator validates
 	retrier         retry.Retrier
 	maxResponse     int64
 	maxTokens       int
@@ -75,7 +75,7 @@ func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	timeout := p.Duration("timeout", 30*time.Second)
 	idle := p.Int("max_idle_conns_per_host", 100, 0)
 	idleTimeout := p.Duration("idle_conn_timeout", 90*time.Second)
-	s := &render{maxTokens: p.Int("max_total_tokens", 0, 0), maxPlaceholders: p.Int("max_total_placeholder_tokens", 0, 0),
+	s := &renderStep{maxTokens: p.Int("max_total_tokens", 0, 0), maxPlaceholders: p.Int("max_total_placeholder_tokens", 0, 0),
 		maxResponse: int64(p.Int("max_response_size", defaultRenderMaxResponseMiB, 1)) * config.MiB,
 		retrier:     retry.Retrier{Policy: retry.Policy{MaxAttempts: 1}}}
 	if deps.Gateway != nil {
@@ -110,8 +110,8 @@ func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 		}
 		// The check is for a pod, whose volume may lag its configuration; a local copy (the
 		// operator's) is the very files the revision was computed from.
-		if deps.Overrides.LocalFiles == nil && strings.HasPrefix(revision, localrender.RevisionPrefix) {
-			got, err := localrender.DirRevision(local)
+		if deps.Overrides.LocalFiles == nil && strings.HasPrefix(revision, render.RevisionPrefix) {
+			got, err := render.DirRevision(local)
 			if err != nil {
 				p.Fail("tokenizer", "%v", err)
 				return s, nil
@@ -123,7 +123,7 @@ func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 					Reason: fmt.Sprintf("the files in %s are revision %s, not %s: waiting for them to be updated", dir, got, revision)}
 			}
 		}
-		m, err := localrender.Open(local, localrender.Options{ChatTemplate: templateName, CacheBytes: int64(cacheMiB) * config.MiB})
+		m, err := render.Open(local, render.Options{ChatTemplate: templateName, CacheBytes: int64(cacheMiB) * config.MiB})
 		if err != nil {
 			p.Fail("tokenizer", "%v", err)
 			return s, nil
@@ -133,12 +133,12 @@ func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 	return s, nil
 }
 
-var _ pipeline.Closer = (*render)(nil)
+var _ pipeline.Closer = (*renderStep)(nil)
 
-func (*render) Name() string { return RenderStep }
+func (*renderStep) Name() string { return RenderStep }
 
 // Close drops pooled connections to the render service and releases the tokenizer.
-func (s *render) Close() {
+func (s *renderStep) Close() {
 	if s.client != nil {
 		s.client.Close()
 	}
@@ -147,7 +147,7 @@ func (s *render) Close() {
 	}
 }
 
-func (s *render) Execute(ctx context.Context, rc *request.Context) error {
+func (s *renderStep) Execute(ctx context.Context, rc *request.Context) error {
 	var err error
 	switch rc.API {
 	case request.APIGenerate:
@@ -169,7 +169,7 @@ func (s *render) Execute(ctx context.Context, rc *request.Context) error {
 	return nil
 }
 
-func (s *render) checkTokens(n int) error {
+func (s *renderStep) checkTokens(n int) error {
 	if s.maxTokens > 0 && n > s.maxTokens {
 		return apierror.BadRequest("too_many_tokens", "too many total tokens: got %d, max %d", n, s.maxTokens)
 	}
@@ -177,7 +177,7 @@ func (s *render) checkTokens(n int) error {
 }
 
 // checkPlaceholders enforces bounds (inside the prompt) and the placeholder-token limit.
-func (s *render) checkPlaceholders(rc *request.Context, fromClient bool) error {
+func (s *renderStep) checkPlaceholders(rc *request.Context, fromClient bool) error {
 	total := 0
 	for i, m := range rc.Media {
 		ph := m.Placeholder
@@ -197,7 +197,7 @@ func (s *render) checkPlaceholders(rc *request.Context, fromClient bool) error {
 }
 
 // generate validates a tokens-in client body; nothing is sent and the body is not changed.
-func (s *render) generate(rc *request.Context) error {
+func (s *renderStep) generate(rc *request.Context) error {
 	raw, _ := rc.Body.Get("token_ids")
 	ids, err := parseTokenIDs(raw)
 	if err != nil {
@@ -234,7 +234,7 @@ func (s *render) generate(rc *request.Context) error {
 	return s.checkPlaceholders(rc, true)
 }
 
-func (s *render) completions(ctx context.Context, rc *request.Context) error {
+func (s *renderStep) completions(ctx context.Context, rc *request.Context) error {
 	raw, _ := rc.Body.Get("prompt")
 	switch body.KindOf(raw) {
 	case body.KindString:
@@ -291,7 +291,7 @@ type renderAnswer struct {
 
 // chat renders a conversational request through the chat render service: msgs is its chat
 // body (the client's own, or a Responses request's messages).
-func (s *render) chat(ctx context.Context, rc *request.Context, msgs *body.Object) error {
+func (s *renderStep) chat(ctx context.Context, rc *request.Context, msgs *body.Object) error {
 	if !rc.MediaScanned {
 		media, err := scanMedia(rc.Body, rc.API.MessagesKey())
 		if err != nil {
@@ -348,8 +348,8 @@ func localChatRefusal(rc *request.Context, msgs *body.Object) string {
 }
 
 // chatLocal renders msgs, a chat body, in process.
-func (s *render) chatLocal(rc *request.Context, msgs *body.Object) error {
-	req := localrender.ChatRequest{AddGenerationPrompt: true}
+func (s *renderStep) chatLocal(rc *request.Context, msgs *body.Object) error {
+	req := render.ChatRequest{AddGenerationPrompt: true}
 	req.Messages, _ = msgs.Get("messages")
 	if tools, ok := msgs.Get("tools"); ok && body.KindOf(tools) != body.KindNull {
 		req.Tools = tools
@@ -567,7 +567,7 @@ func parseTokenIDs(raw json.RawMessage) ([]int, error) {
 }
 
 // call sends obj to the render service under gateway.retry and returns the answer.
-func (s *render) call(ctx context.Context, rc *request.Context, path string, obj *body.Object) ([]byte, error) {
+func (s *renderStep) call(ctx context.Context, rc *request.Context, path string, obj *body.Object) ([]byte, error) {
 	return s.retrier.Call(ctx, rc.Log, func() (string, []byte, error, error) {
 		r := rc.Outbound(RenderStep, path, obj)
 		r.MaxResponse = s.maxResponse

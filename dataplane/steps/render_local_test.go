@@ -13,19 +13,19 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/localrender"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
-	"github.com/epd-dev/coordinator/dataplane/tokenizer"
+	"github.com/epd-dev/coordinator/dataplane/render"
+	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
 )
 
 // localModel is a model directory of a ChatML template over a small test tokenizer.
 func localModel(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs("../localrender/testdata/chatml")
+	dir, err := filepath.Abs("../render/testdata/chatml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func newLocalRender(t *testing.T, own map[string]any, deps registry.Deps) (pipel
 		err = p.Err()
 	}
 	if s != nil {
-		t.Cleanup(s.(*render).Close)
+		t.Cleanup(s.(*renderStep).Close)
 	}
 	return s, err
 }
@@ -55,13 +55,13 @@ func TestRenderLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := localrender.Open(dir, localrender.Options{})
+	m, err := render.Open(dir, render.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
 	chatIDs := func(msgs, tools string) []int {
-		req := localrender.ChatRequest{Messages: json.RawMessage(msgs), AddGenerationPrompt: true}
+		req := render.ChatRequest{Messages: json.RawMessage(msgs), AddGenerationPrompt: true}
 		if tools != "" {
 			req.Tools = json.RawMessage(tools)
 		}
@@ -217,13 +217,13 @@ func TestRenderLocalRevision(t *testing.T) {
 		}
 		files[name] = b
 	}
-	for _, rev := range []string{localrender.Revision(files), "v7", ""} {
+	for _, rev := range []string{render.Revision(files), "v7", ""} {
 		if _, err := newLocalRender(t, map[string]any{"tokenizer": dir, "tokenizer_revision": rev}, registry.Deps{}); err != nil {
 			t.Fatalf("revision %q: %v", rev, err)
 		}
 	}
 	files["tokenizer_config.json"] = []byte("{}")
-	_, err := newLocalRender(t, map[string]any{"tokenizer": dir, "tokenizer_revision": localrender.Revision(files)}, registry.Deps{})
+	_, err := newLocalRender(t, map[string]any{"tokenizer": dir, "tokenizer_revision": render.Revision(files)}, registry.Deps{})
 	var fe *config.FieldError
 	if !errors.As(err, &fe) || !fe.Retry || fe.Key != "params.tokenizer_revision" || !strings.Contains(fe.Reason, "waiting for them") {
 		t.Fatalf("err %v, want a retryable error naming params.tokenizer_revision", err)

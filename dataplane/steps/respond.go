@@ -9,15 +9,15 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/epd-dev/coordinator/dataplane/body"
-	"github.com/epd-dev/coordinator/dataplane/gateway"
-	"github.com/epd-dev/coordinator/dataplane/logging"
-	"github.com/epd-dev/coordinator/dataplane/observe"
+	"github.com/epd-dev/coordinator/dataplane/base/logging"
+	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/request"
-	"github.com/epd-dev/coordinator/dataplane/resume"
-	"github.com/epd-dev/coordinator/dataplane/retry"
-	"github.com/epd-dev/coordinator/dataplane/upstream"
+	"github.com/epd-dev/coordinator/dataplane/relay"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
+	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
+	"github.com/epd-dev/coordinator/dataplane/transport/retry"
+	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 )
 
 // defaultMaxResumes is how many times one decode stream may be continued on another decode
@@ -28,7 +28,7 @@ const defaultMaxResumes = 2
 // hit): an error status without a JSON body becomes the OpenAI error JSON; an answer that is
 // not streamed is read whole first (up to gateway.max_response_size), so a break is retried;
 // an event stream goes
-// through a resume.Stream, so that a stream that breaks after the client got tokens is
+// through a relay.Stream, so that a stream that breaks after the client got tokens is
 // continued on another decode pick (at most maxResumes times, within the retry budget) or ends
 // with an error event and an aborted body.
 type answerer struct {
@@ -72,7 +72,7 @@ func (a answerer) respond(ctx context.Context, rc *request.Context, resp *http.R
 
 // stream relays an event stream and resumes it when it breaks.
 func (a answerer) stream(ctx context.Context, rc *request.Context, resp *http.Response, phase string) error {
-	st := resume.New(rc.Writer, rc.ID, rc.API)
+	st := relay.New(rc.Writer, rc.ID, rc.API)
 	defer st.Release()
 	if a.metrics != nil {
 		st.Watch(rc)
@@ -117,7 +117,7 @@ func (a answerer) stream(ctx context.Context, rc *request.Context, resp *http.Re
 		}
 		err = st.Relay(next)
 		if errors.Is(err, upstream.ErrNotStarted) {
-			err = errors.Join(resume.ErrBroken, err) // the client did get the start, from the first worker
+			err = errors.Join(relay.ErrBroken, err) // the client did get the start, from the first worker
 		}
 	}
 	logRelay(rc, err, phase)
@@ -137,7 +137,7 @@ func (a answerer) send(ctx context.Context, rc *request.Context, cont *body.Obje
 }
 
 // fail ends a stream that cannot be resumed with an error event; the server aborts the body.
-func (a answerer) fail(rc *request.Context, st *resume.Stream, why string, cause error) error {
+func (a answerer) fail(rc *request.Context, st *relay.Stream, why string, cause error) error {
 	rc.Log.Error(cause, "the decode stream broke off and cannot be resumed; the client gets an error event", "why", why)
 	return st.Fail(why, cause)
 }
@@ -145,7 +145,7 @@ func (a answerer) fail(rc *request.Context, st *resume.Stream, why string, cause
 // logRelay logs how a relay ended when it did not end well.
 func logRelay(rc *request.Context, err error, phase string) {
 	switch {
-	case err == nil, errors.Is(err, upstream.ErrNotStarted), errors.Is(err, upstream.ErrResponseTruncated) && errors.Is(err, resume.ErrBroken):
+	case err == nil, errors.Is(err, upstream.ErrNotStarted), errors.Is(err, upstream.ErrResponseTruncated) && errors.Is(err, relay.ErrBroken):
 	case errors.Is(err, upstream.ErrClientGone):
 		rc.Log.V(logging.Verbose).Info("client went away during the response", "phase", phase, "err", err.Error())
 	default:

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/state/request"
 )
 
 // responsesWithParts is a Responses body whose second input item holds a text part and parts.

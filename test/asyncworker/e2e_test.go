@@ -18,8 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	brokerstep "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
 	"github.com/epd-dev/coordinator/test/asyncworker"

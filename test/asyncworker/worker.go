@@ -27,8 +27,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
-	"github.com/epd-dev/coordinator/dataplane/asyncbroker"
-	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/base/logging"
+	"github.com/epd-dev/coordinator/dataplane/broker/redisbroker"
 	brokerstep "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
 )
 
@@ -197,7 +197,7 @@ func (w *Worker) loop(ctx context.Context) {
 
 // handle runs one dequeued envelope to its stored result.
 func (w *Worker) handle(ctx context.Context, queue string, score float64, member string) {
-	var env asyncbroker.Envelope
+	var env redisbroker.Envelope
 	if err := json.Unmarshal([]byte(member), &env); err != nil || env.Data.ID == "" {
 		w.stats.dropped.Add(1)
 		w.log.Info("asyncworker: dropped a malformed queue member", "queue", queue, "err", fmt.Sprint(err))
@@ -207,8 +207,8 @@ func (w *Worker) handle(ctx context.Context, queue string, score float64, member
 	log := w.log.WithValues("id", id, "queue", queue)
 	mailbox := env.Internal.ResultQueueName
 	if mailbox == "" {
-		tenant, reqID, _ := asyncbroker.SplitEnvelopeID(id)
-		mailbox = asyncbroker.ResultKey(tenant, reqID)
+		tenant, reqID, _ := redisbroker.SplitEnvelopeID(id)
+		mailbox = redisbroker.ResultKey(tenant, reqID)
 	}
 	deadline := time.Unix(env.Data.Deadline, 0)
 	if ctx.Err() != nil {
@@ -219,7 +219,7 @@ func (w *Worker) handle(ctx context.Context, queue string, score float64, member
 
 	// Pre-dispatch: cancelled, expired, or superseded copies do not run.
 	mctx, mcancel := context.WithTimeout(ctx, 5*time.Second)
-	vals, err := w.rdb.MGet(mctx, asyncbroker.ActiveKey(id), asyncbroker.CancelKey(id)).Result()
+	vals, err := w.rdb.MGet(mctx, redisbroker.ActiveKey(id), redisbroker.CancelKey(id)).Result()
 	mcancel()
 	if err != nil {
 		log.Info("asyncworker: cannot read the request's markers; putting it back", "err", err.Error())
@@ -230,7 +230,7 @@ func (w *Worker) handle(ctx context.Context, queue string, score float64, member
 	cancelled, _ := vals[1].(string)
 	switch {
 	case token != "" && cancelled == token:
-		w.store(log, mailbox, id, token, errorResult(id, asyncbroker.ErrCodeCancelled, "cancelled"))
+		w.store(log, mailbox, id, token, errorResult(id, redisbroker.ErrCodeCancelled, "cancelled"))
 		w.stats.cancelled.Add(1)
 		return
 	case token != "" && active != token:
@@ -240,12 +240,12 @@ func (w *Worker) handle(ctx context.Context, queue string, score float64, member
 		log.V(logging.Verbose).Info("asyncworker: dropped a superseded copy")
 		return
 	case !time.Now().Before(deadline):
-		w.store(log, mailbox, id, token, errorResult(id, asyncbroker.ErrCodeDeadlineExceeded, "deadline exceeded before the request started"))
+		w.store(log, mailbox, id, token, errorResult(id, redisbroker.ErrCodeDeadlineExceeded, "deadline exceeded before the request started"))
 		w.stats.expired.Add(1)
 		return
 	}
 	if !validEndpoint(env.Data.Endpoint) {
-		w.store(log, mailbox, id, token, errorResult(id, asyncbroker.ErrCodeInvalidRequest, "invalid endpoint"))
+		w.store(log, mailbox, id, token, errorResult(id, redisbroker.ErrCodeInvalidRequest, "invalid endpoint"))
 		w.stats.failed.Add(1)
 		return
 	}
@@ -262,17 +262,17 @@ func (w *Worker) handle(ctx context.Context, queue string, score float64, member
 	case err == nil:
 		w.stats.completed.Add(1)
 	case errors.Is(context.Cause(rctx), errCancelled):
-		res = errorResult(id, asyncbroker.ErrCodeCancelled, "cancelled while running")
+		res = errorResult(id, redisbroker.ErrCodeCancelled, "cancelled while running")
 		w.stats.cancelled.Add(1)
 	case ctx.Err() != nil:
 		// The worker is stopping: another worker runs it.
 		w.requeue(queue, score, member)
 		return
 	case errors.Is(rctx.Err(), context.DeadlineExceeded):
-		res = errorResult(id, asyncbroker.ErrCodeDeadlineExceeded, "deadline exceeded while running")
+		res = errorResult(id, redisbroker.ErrCodeDeadlineExceeded, "deadline exceeded while running")
 		w.stats.expired.Add(1)
 	default:
-		res = errorResult(id, asyncbroker.ErrCodeInferenceError, err.Error())
+		res = errorResult(id, redisbroker.ErrCodeInferenceError, err.Error())
 		w.stats.failed.Add(1)
 	}
 	w.store(log, mailbox, id, token, res)
@@ -280,17 +280,17 @@ func (w *Worker) handle(ctx context.Context, queue string, score float64, member
 }
 
 // run POSTs the request to the coordinator and reads the whole answer.
-func (w *Worker) run(ctx context.Context, env asyncbroker.Envelope) (asyncbroker.Result, error) {
+func (w *Worker) run(ctx context.Context, env redisbroker.Envelope) (redisbroker.Result, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.cfg.Coordinator+env.Data.Endpoint, bytes.NewReader(env.Data.Payload))
 	if err != nil {
-		return asyncbroker.Result{}, err
+		return redisbroker.Result{}, err
 	}
 	for k, v := range env.Data.Headers {
 		req.Header.Set(k, v)
 	}
 	req.Header.Del(w.cfg.ModeHeader)
 	req.Header.Set("Content-Type", "application/json")
-	if _, reqID, ok := asyncbroker.SplitEnvelopeID(env.Data.ID); ok {
+	if _, reqID, ok := redisbroker.SplitEnvelopeID(env.Data.ID); ok {
 		req.Header.Set("x-request-id", reqID)
 	}
 	if tp := env.Data.Metadata["traceparent"]; tp != "" {
@@ -298,17 +298,17 @@ func (w *Worker) run(ctx context.Context, env asyncbroker.Envelope) (asyncbroker
 	}
 	resp, err := w.http.Do(req)
 	if err != nil {
-		return asyncbroker.Result{}, err
+		return redisbroker.Result{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, w.cfg.MaxResponseBytes+1))
 	if err != nil {
-		return asyncbroker.Result{}, fmt.Errorf("reading the answer: %w", err)
+		return redisbroker.Result{}, fmt.Errorf("reading the answer: %w", err)
 	}
 	if int64(len(body)) > w.cfg.MaxResponseBytes {
-		return asyncbroker.Result{}, fmt.Errorf("answer larger than %d bytes", w.cfg.MaxResponseBytes)
+		return redisbroker.Result{}, fmt.Errorf("answer larger than %d bytes", w.cfg.MaxResponseBytes)
 	}
-	return asyncbroker.Result{ID: env.Data.ID, StatusCode: resp.StatusCode, Payload: string(body)}, nil
+	return redisbroker.Result{ID: env.Data.ID, StatusCode: resp.StatusCode, Payload: string(body)}, nil
 }
 
 // watchCancel ends the request's context when its cancel marker names this copy.
@@ -320,7 +320,7 @@ func (w *Worker) watchCancel(ctx context.Context, id, token string, cancel conte
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if v, err := w.rdb.Get(ctx, asyncbroker.CancelKey(id)).Result(); err == nil && v == token {
+			if v, err := w.rdb.Get(ctx, redisbroker.CancelKey(id)).Result(); err == nil && v == token {
 				cancel(errCancelled)
 				return
 			}
@@ -329,14 +329,14 @@ func (w *Worker) watchCancel(ctx context.Context, id, token string, cancel conte
 }
 
 // store writes the result, retrying through a Redis outage for up to a minute.
-func (w *Worker) store(log logr.Logger, mailbox, id, token string, res asyncbroker.Result) {
+func (w *Worker) store(log logr.Logger, mailbox, id, token string, res redisbroker.Result) {
 	b, _ := json.Marshal(res)
 	ttl := int64(w.cfg.ResultTTL / time.Second)
 	backoff := 100 * time.Millisecond
 	deadline := time.Now().Add(time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := storeScript.Run(ctx, w.rdb, []string{mailbox, asyncbroker.ActiveKey(id)}, string(b), ttl, token).Err()
+		err := storeScript.Run(ctx, w.rdb, []string{mailbox, redisbroker.ActiveKey(id)}, string(b), ttl, token).Err()
 		cancel()
 		if err == nil {
 			return
@@ -361,8 +361,8 @@ func (w *Worker) requeue(queue string, score float64, member string) {
 	w.stats.requeued.Add(1)
 }
 
-func errorResult(id, code, msg string) asyncbroker.Result {
-	return asyncbroker.Result{ID: id, Payload: `{"error":` + jsonString(msg) + `}`, ErrorCode: code, ErrorMessage: msg}
+func errorResult(id, code, msg string) redisbroker.Result {
+	return redisbroker.Result{ID: id, Payload: `{"error":` + jsonString(msg) + `}`, ErrorCode: code, ErrorMessage: msg}
 }
 
 func jsonString(s string) string {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/epd-dev/coordinator/dataplane/asyncbroker"
+	"github.com/epd-dev/coordinator/dataplane/broker/redisbroker"
 	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
 )
 
@@ -86,13 +86,13 @@ func newRig(t *testing.T, answer func(w http.ResponseWriter, r *http.Request)) *
 }
 
 // enqueue does what the broker does for a request: the live marker and the queued envelope.
-func (r *rig) enqueue(id string, deadline time.Time, live bool) asyncbroker.Envelope {
+func (r *rig) enqueue(id string, deadline time.Time, live bool) redisbroker.Envelope {
 	r.t.Helper()
-	envID := asyncbroker.EnvelopeID("teamA", id)
-	env := asyncbroker.Envelope{
-		Internal:    asyncbroker.Routing{RequestQueueName: "q", ResultQueueName: asyncbroker.ResultKey("teamA", id), RequestToken: "tok-" + id},
-		RequestKind: asyncbroker.RequestKindPlain,
-		Data: asyncbroker.Message{
+	envID := redisbroker.EnvelopeID("teamA", id)
+	env := redisbroker.Envelope{
+		Internal:    redisbroker.Routing{RequestQueueName: "q", ResultQueueName: redisbroker.ResultKey("teamA", id), RequestToken: "tok-" + id},
+		RequestKind: redisbroker.RequestKindPlain,
+		Data: redisbroker.Message{
 			ID: envID, Created: time.Now().Unix(), Deadline: deadline.Unix(),
 			Payload:  json.RawMessage(`{"model":"m","messages":[]}`),
 			Metadata: map[string]string{"userid": "teamA", "traceparent": "00-abc-def-01"},
@@ -102,7 +102,7 @@ func (r *rig) enqueue(id string, deadline time.Time, live bool) asyncbroker.Enve
 	}
 	ctx := context.Background()
 	if live {
-		r.rdb.Set(ctx, asyncbroker.ActiveKey(envID), env.Internal.RequestToken, time.Hour)
+		r.rdb.Set(ctx, redisbroker.ActiveKey(envID), env.Internal.RequestToken, time.Hour)
 	}
 	b, _ := json.Marshal(env)
 	if err := r.rdb.ZAdd(ctx, "q", redis.Z{Score: float64(env.Data.Deadline), Member: string(b)}).Err(); err != nil {
@@ -112,13 +112,13 @@ func (r *rig) enqueue(id string, deadline time.Time, live bool) asyncbroker.Enve
 }
 
 // result waits for the request's stored result.
-func (r *rig) result(env asyncbroker.Envelope) asyncbroker.Result {
+func (r *rig) result(env redisbroker.Envelope) redisbroker.Result {
 	r.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		raw, err := r.rdb.LIndex(context.Background(), env.Internal.ResultQueueName, 0).Result()
 		if err == nil {
-			var res asyncbroker.Result
+			var res redisbroker.Result
 			if err := json.Unmarshal([]byte(raw), &res); err != nil {
 				r.t.Fatalf("stored result is not JSON: %s", raw)
 			}
@@ -127,7 +127,7 @@ func (r *rig) result(env asyncbroker.Envelope) asyncbroker.Result {
 		time.Sleep(10 * time.Millisecond)
 	}
 	r.t.Fatalf("no result stored for %s", env.Data.ID)
-	return asyncbroker.Result{}
+	return redisbroker.Result{}
 }
 
 func TestWorkerRunsAndStores(t *testing.T) {
@@ -145,7 +145,7 @@ func TestWorkerRunsAndStores(t *testing.T) {
 	if ttl := r.rdb.TTL(ctx, env.Internal.ResultQueueName).Val(); ttl <= 0 || ttl > time.Hour {
 		t.Fatalf("mailbox TTL = %s", ttl)
 	}
-	if r.rdb.Exists(ctx, asyncbroker.ActiveKey(env.Data.ID)).Val() != 0 {
+	if r.rdb.Exists(ctx, redisbroker.ActiveKey(env.Data.ID)).Val() != 0 {
 		t.Fatal("the live marker was kept after the result")
 	}
 	req, body := r.coord.request(0)
@@ -167,16 +167,16 @@ func TestWorkerSkipsCancelledExpiredAndSuperseded(t *testing.T) {
 	r := newRig(t, func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, `{}`) })
 	ctx := context.Background()
 	// What DELETE leaves behind (before the worker can see the copy): the token in the cancel marker.
-	r.rdb.Set(ctx, asyncbroker.CancelKey(asyncbroker.EnvelopeID("teamA", "c")), "tok-c", time.Hour)
+	r.rdb.Set(ctx, redisbroker.CancelKey(redisbroker.EnvelopeID("teamA", "c")), "tok-c", time.Hour)
 	cancelled := r.enqueue("c", time.Now().Add(time.Minute), false)
-	if res := r.result(cancelled); res.ErrorCode != asyncbroker.ErrCodeCancelled || res.StatusCode != 0 {
+	if res := r.result(cancelled); res.ErrorCode != redisbroker.ErrCodeCancelled || res.StatusCode != 0 {
 		t.Fatalf("cancelled result = %+v", res)
 	}
 	expired := r.enqueue("e", time.Now().Add(-time.Second), true)
-	if res := r.result(expired); res.ErrorCode != asyncbroker.ErrCodeDeadlineExceeded {
+	if res := r.result(expired); res.ErrorCode != redisbroker.ErrCodeDeadlineExceeded {
 		t.Fatalf("expired result = %+v", res)
 	}
-	r.rdb.Set(ctx, asyncbroker.ActiveKey(asyncbroker.EnvelopeID("teamA", "s")), "another-token", time.Hour)
+	r.rdb.Set(ctx, redisbroker.ActiveKey(redisbroker.EnvelopeID("teamA", "s")), "another-token", time.Hour)
 	superseded := r.enqueue("s", time.Now().Add(time.Minute), false)
 	deadline := time.Now().Add(5 * time.Second)
 	for r.worker.Stats().Dropped == 0 && time.Now().Before(deadline) {
@@ -203,9 +203,9 @@ func TestWorkerCancelAndDeadlineWhileRunning(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// What DELETE does: the live token moves to the cancel marker.
-	r.rdb.Set(ctx, asyncbroker.CancelKey(env.Data.ID), env.Internal.RequestToken, time.Hour)
-	r.rdb.Del(ctx, asyncbroker.ActiveKey(env.Data.ID))
-	if res := r.result(env); res.ErrorCode != asyncbroker.ErrCodeCancelled {
+	r.rdb.Set(ctx, redisbroker.CancelKey(env.Data.ID), env.Internal.RequestToken, time.Hour)
+	r.rdb.Del(ctx, redisbroker.ActiveKey(env.Data.ID))
+	if res := r.result(env); res.ErrorCode != redisbroker.ErrCodeCancelled {
 		t.Fatalf("result = %+v", res)
 	}
 	if id := <-gone; id != "running" {
@@ -214,7 +214,7 @@ func TestWorkerCancelAndDeadlineWhileRunning(t *testing.T) {
 
 	start := time.Now()
 	late := r.enqueue("late", time.Now().Add(1500*time.Millisecond), true)
-	if res := r.result(late); res.ErrorCode != asyncbroker.ErrCodeDeadlineExceeded {
+	if res := r.result(late); res.ErrorCode != redisbroker.ErrCodeDeadlineExceeded {
 		t.Fatalf("result = %+v", res)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -250,7 +250,7 @@ func TestWorkerTransportError(t *testing.T) {
 	r := newRig(t, func(w http.ResponseWriter, _ *http.Request) {})
 	r.coord.srv.Close() // nothing listens any more
 	env := r.enqueue("unreachable", time.Now().Add(time.Minute), true)
-	if res := r.result(env); res.ErrorCode != asyncbroker.ErrCodeInferenceError || res.ErrorMessage == "" {
+	if res := r.result(env); res.ErrorCode != redisbroker.ErrCodeInferenceError || res.ErrorMessage == "" {
 		t.Fatalf("result = %+v", res)
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
-	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers the steps CoordinatorConfig names
 )

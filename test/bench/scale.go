@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/epd-dev/coordinator/dataplane/retry"
+	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 )
 
 // ScaleResult is one concurrency-scaling cell: Streams streams held open at once through one

@@ -15,7 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
 
-	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/test/gateway"
 	"github.com/epd-dev/coordinator/test/mediaserver"
 	"github.com/epd-dev/coordinator/test/simworker"

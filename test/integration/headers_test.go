@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/test/simworker"
 	"github.com/epd-dev/coordinator/test/stack"
 )

@@ -14,8 +14,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 
-	"github.com/epd-dev/coordinator/dataplane/config"
-	"github.com/epd-dev/coordinator/dataplane/observe"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/test/mediaserver"
 	"github.com/epd-dev/coordinator/test/simworker"
 	"github.com/epd-dev/coordinator/test/stack"

@@ -14,13 +14,13 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/epd-dev/coordinator/dataplane/body"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
-	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
+	"github.com/epd-dev/coordinator/dataplane/state/request"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // the render step
-	"github.com/epd-dev/coordinator/dataplane/tokenizer"
 	"github.com/epd-dev/coordinator/test/simworker"
 )
 

@@ -16,8 +16,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/epd-dev/coordinator/dataplane/chattemplate"
-	"github.com/epd-dev/coordinator/dataplane/tokenizer"
+	"github.com/epd-dev/coordinator/dataplane/render/chattemplate"
+	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
 )
 
 const corpusPath = "testdata/corpus.json"

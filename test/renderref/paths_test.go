@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epd-dev/coordinator/dataplane/chattemplate"
-	"github.com/epd-dev/coordinator/dataplane/tokenizer"
+	"github.com/epd-dev/coordinator/dataplane/render/chattemplate"
+	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
 )
 
 // TestQwen3Tools renders Qwen3's tools path: definitions and call arguments keep the client's key

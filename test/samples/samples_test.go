@@ -39,7 +39,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
-	dpconfig "github.com/epd-dev/coordinator/dataplane/config"
+	dpconfig "github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/test/prereq"
 )
 
@@ -774,7 +774,7 @@ func TestExamplesEPPConfig(t *testing.T) {
 	}
 }
 
-// legProfiles are the EPP profiles the legs of a pipeline's steps carry (dataplane/gateway).
+// legProfiles are the EPP profiles the legs of a pipeline's steps carry (dataplane/transport/gateway).
 func legProfiles(cp *coordinatorv1alpha1.CoordinatorPipeline) []string {
 	var out []string
 	add := func(p string) {

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 // RenderedMedia is one media item (an image, audio or a video) found while rendering chat

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 func TestParseObject(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/epd-dev/coordinator/dataplane/retry"
+	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 )
 
 // Usage is the token accounting of a response.

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/epd-dev/coordinator/dataplane/retry"
+	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 )
 
 // ChatCompletionChunk is one streamed chat event ("chat.completion.chunk").

@@ -19,10 +19,10 @@ import (
 
 	"github.com/go-logr/logr"
 
-	_ "github.com/epd-dev/coordinator/dataplane/asyncbroker" // the async-broker step's Redis runtime, as in cmd/coordinator
-	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/base/observe"
+	_ "github.com/epd-dev/coordinator/dataplane/broker/redisbroker" // the async-broker step's Redis runtime, as in cmd/coordinator
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
-	"github.com/epd-dev/coordinator/dataplane/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/crypto/blake2s"
 
-	"github.com/epd-dev/coordinator/dataplane/body"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 // DataParallelRankHeader pins a request to one data-parallel rank of a model server (vLLM and

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
 )
 
 // Params gives a step factory typed access to its params block. Errors name the full key (e.g.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
 )
 
 func TestParams(t *testing.T) {

@@ -11,10 +11,10 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/epd-dev/coordinator/dataplane/gateway"
-	"github.com/epd-dev/coordinator/dataplane/observe"
+	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 )
 
 // Factory builds a step from its params. It must not do network I/O: the operator calls it to

@@ -9,14 +9,14 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
-	"github.com/epd-dev/coordinator/dataplane/request"
+	"github.com/epd-dev/coordinator/dataplane/state/request"
 )
 
 // RuntimePackage is the package that provides the broker runtime; a binary that serves the step
 // imports it (cmd/coordinator does).
-const RuntimePackage = "github.com/epd-dev/coordinator/dataplane/asyncbroker"
+const RuntimePackage = "github.com/epd-dev/coordinator/dataplane/broker/redisbroker"
 
 // Broker is the Redis side of the step, one per built step: the step validates a request and
 // hands it over. The quota classes are ClassReserved and ClassOverflow.

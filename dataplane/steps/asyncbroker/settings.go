@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/epd-dev/coordinator/dataplane/config"
+	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 )
 

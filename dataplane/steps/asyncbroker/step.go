@@ -14,7 +14,7 @@
 // coordinator's listener.
 //
 // This package parses and validates the params and the requests; everything that talks to Redis
-// is the Broker, provided by package dataplane/asyncbroker, which registers itself with Use when a
+// is the Broker, provided by package dataplane/broker/redisbroker, which registers itself with Use when a
 // binary imports it. The operator validates pipelines through this package and so links no Redis
 // client. docs/async-broker.md documents the params and the Redis contract.
 package asyncbroker
@@ -31,13 +31,13 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/epd-dev/coordinator/dataplane/apierror"
-	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
-	"github.com/epd-dev/coordinator/dataplane/request"
-	"github.com/epd-dev/coordinator/dataplane/upstream"
+	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 )
 
 // StepType is the registered type name.

@@ -11,7 +11,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/epd-dev/coordinator/dataplane/logging"
+	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/test/asyncworker"
 	"github.com/epd-dev/coordinator/test/internal/command"
 )

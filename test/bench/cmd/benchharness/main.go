@@ -29,7 +29,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/epd-dev/coordinator/dataplane/retry"
+	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 	"github.com/epd-dev/coordinator/test/bench"
 )
 

@@ -1,0 +1,58 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+// The coordinator image declares the schema this tree reads.
+func TestImageLabelIsTheSchemaVersion(t *testing.T) {
+	data, err := os.ReadFile("../../../Dockerfile.coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`%s="%d"`, SchemaLabel, SchemaVersion)
+	if !strings.Contains(string(data), want) {
+		t.Fatalf("Dockerfile.coordinator has no LABEL %s: bump the label with SchemaVersion", want)
+	}
+}
+
+// Every key is readable by schema 1 but those NeededSchema names: a key added with a schema bump
+// must be added there (and here).
+func TestNeededSchema(t *testing.T) {
+	since := map[string]int{"canary": 2, "server.metrics_tenant_header": 2}
+	if len(EnvKeys()) != 43 {
+		t.Fatalf("%d keys: a new key needs a decision here (and in NeededSchema when it bumps the schema)", len(EnvKeys()))
+	}
+	cfg, err := Parse([]byte(minimal), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, key := cfg.NeededSchema(); v != 1 || key != "" {
+		t.Fatalf("a plain configuration needs schema %d (%s), want 1", v, key)
+	}
+	cfg.Server.MetricsTenantHeader = "x-tenant"
+	if v, key := cfg.NeededSchema(); v != since["server.metrics_tenant_header"] || key != "server.metrics_tenant_header" {
+		t.Fatalf("a tenant header needs schema %d (%s), want 2", v, key)
+	}
+	cfg.Canary = NewCanary()
+	if v, key := cfg.NeededSchema(); v != since["canary"] || key != "canary" {
+		t.Fatalf("a canary needs schema %d (%s), want 2 (canary)", v, key)
+	}
+	// Step params are not keys of Config: replace-media-urls' modalities needs schema 3.
+	cfg.Canary.Pipeline.Steps = []Step{{Type: "render"}, {Type: "replace-media-urls", Params: map[string]any{"modalities": map[string]any{}}}}
+	if v, key := cfg.NeededSchema(); v != 3 || key != "canary.pipeline.steps[1].params.modalities" {
+		t.Fatalf("a canary's modalities need schema %d (%s), want 3", v, key)
+	}
+	cfg.Pipeline.Steps = []Step{{Type: "replace-media-urls", Params: map[string]any{"modalities": map[string]any{"audio": map[string]any{"max_size": 25}}}}}
+	if v, key := cfg.NeededSchema(); v != 3 || key != "pipeline.steps[0].params.modalities" {
+		t.Fatalf("modalities need schema %d (%s), want 3", v, key)
+	}
+	cfg.Pipeline.Steps[0].Params = map[string]any{"max_download_size": 20}
+	cfg.Canary = nil
+	if v, key := cfg.NeededSchema(); v != 2 || key != "server.metrics_tenant_header" {
+		t.Fatalf("a replace-media-urls step without modalities needs schema %d (%s)", v, key)
+	}
+}

@@ -1,0 +1,43 @@
+package relay
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
+)
+
+// A 16-token chat stream, one event per read as a worker flushes them: the resumable relay
+// against the plain one.
+func BenchmarkStreamRelay(b *testing.B) {
+	events := []string{role}
+	for i := range 16 {
+		events = append(events, chunk("chatcmpl-x", strings.Repeat("w", i%5+2)))
+	}
+	events = append(events, "data: [DONE]\n\n")
+	for _, tc := range []struct {
+		name  string
+		relay func(w http.ResponseWriter, resp *http.Response) error
+	}{
+		{"resume.Stream", func(w http.ResponseWriter, resp *http.Response) error {
+			s := New(w, "rid", request.APIChat)
+			defer s.Release()
+			return s.Relay(resp)
+		}},
+		{"upstream.Relay", func(w http.ResponseWriter, resp *http.Response) error { return upstream.Relay(w, resp, "rid", true) }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				if err := tc.relay(rec, sse(io.EOF, events...)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

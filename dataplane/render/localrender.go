@@ -1,0 +1,178 @@
+// Package localrender tokenizes requests in process: a model directory's Hugging Face tokenizer
+// (dataplane/render/tokenizer) and chat template (dataplane/render/chattemplate), with the conversion vLLM
+// applies to OpenAI chat messages before it renders them. A directory is loaded once and shared,
+// across pipelines and reloads, for as long as its files are unchanged; encoded text between
+// special tokens (each message of a conversation, which multi-turn clients send again with every
+// turn) is cached by content.
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/epd-dev/coordinator/dataplane/render/chattemplate"
+	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
+)
+
+// Options select what Open loads.
+type Options struct {
+	// ChatTemplate names one of the directory's named chat templates ("" : the default one).
+	ChatTemplate string
+	// CacheBytes bounds the cache of encoded segments (0: no cache).
+	CacheBytes int64
+}
+
+// minCachedSegment is the shortest segment worth caching: a shorter one encodes in about as long
+// as its lookup takes.
+const minCachedSegment = 256
+
+// Model is a model directory's tokenizer and chat template. It is safe for concurrent use.
+type Model struct {
+	dir           string
+	key           string
+	tok           *tokenizer.Tokenizer
+	tmpl          *chattemplate.Template
+	cache         *tokenizer.SegmentCache
+	contentFormat string
+	refs          int // guarded by loaded.mu
+}
+
+// loaded holds the models open now, by fingerprint.
+var loaded = struct {
+	mu sync.Mutex
+	m  map[string]*Model
+}{m: map[string]*Model{}}
+
+// files are what the tokenizer and chat template loaders read from a model directory.
+var files = []string{"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json", "special_tokens_map.json"}
+
+// Open loads dir's tokenizer and chat template, or shares the model already open with the same
+// files and options. Close it when done. Errors name the file at fault.
+func Open(dir string, o Options) (*Model, error) {
+	key, err := fingerprint(dir, o)
+	if err != nil {
+		return nil, err
+	}
+	loaded.mu.Lock()
+	defer loaded.mu.Unlock()
+	if m := loaded.m[key]; m != nil {
+		m.refs++
+		return m, nil
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := chattemplate.Load(dir, o.ChatTemplate)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{dir: dir, key: key, tok: tok, tmpl: tmpl, contentFormat: tmpl.ContentFormat(), refs: 1}
+	if o.CacheBytes > 0 {
+		m.cache = tokenizer.NewSegmentCache(o.CacheBytes, minCachedSegment)
+	}
+	loaded.m[key] = m
+	return m, nil
+}
+
+// Close releases the model; the last Close of a model unloads it.
+func (m *Model) Close() {
+	loaded.mu.Lock()
+	defer loaded.mu.Unlock()
+	if m.refs--; m.refs == 0 {
+		delete(loaded.m, m.key)
+	}
+}
+
+// Dir is the directory the model was loaded from.
+func (m *Model) Dir() string { return m.dir }
+
+// CacheStats reports the segment cache (zero without one).
+func (m *Model) CacheStats() (hits, misses uint64, bytes int64) {
+	if m.cache == nil {
+		return 0, 0, 0
+	}
+	return m.cache.Stats()
+}
+
+// fingerprint identifies dir's files (each by its name, length and content) and o.
+func fingerprint(dir string, o Options) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %d\n", o.ChatTemplate, o.CacheBytes)
+	paths := make([]string, 0, len(files)+4)
+	for _, name := range files {
+		paths = append(paths, filepath.Join(dir, name))
+	}
+	extra, _ := filepath.Glob(filepath.Join(dir, "additional_chat_templates", "*.jinja"))
+	for _, path := range append(paths, extra...) {
+		name, _ := filepath.Rel(dir, path)
+		f, err := os.Open(path)
+		if errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(h, "%s absent\n", name)
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("localrender: %w", err)
+		}
+		fi, err := f.Stat()
+		if err == nil {
+			fmt.Fprintf(h, "%s %d\n", name, fi.Size())
+			_, err = io.Copy(h, f)
+		}
+		f.Close()
+		if err != nil {
+			return "", fmt.Errorf("localrender: reading %s: %w", path, err)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Prompt appends the ids of a completions prompt to dst; addSpecial applies the tokenizer's
+// template (a BOS token for Llama), as vLLM's add_special_tokens (true by default for
+// completions).
+func (m *Model) Prompt(dst []int, text string, addSpecial bool) []int {
+	return m.tok.EncodeCached(growFor(dst, text), text, addSpecial, m.cache)
+}
+
+// ChatRequest is what a chat request gives the template, as vLLM reads it. Its JSON values are
+// a parsed request's: valid JSON, not validated again.
+type ChatRequest struct {
+	// Messages is the request's messages array (OpenAI chat format).
+	Messages json.RawMessage
+	// Tools is the tools array, or nil.
+	Tools json.RawMessage
+	// AddGenerationPrompt (default true), ContinueFinalMessage and AddSpecialTokens (default
+	// false: the template writes the special tokens) are vLLM's request fields.
+	AddGenerationPrompt, ContinueFinalMessage, AddSpecialTokens bool
+	// Kwargs are chat_template_kwargs.
+	Kwargs map[string]json.RawMessage
+}
+
+// Chat renders a conversation and appends its token ids to dst. An error is the client's: a
+// message the template refuses (*chattemplate.TemplateError), or input past its limits.
+func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
+	msgs, err := templateMessages(r.Messages, m.contentFormat)
+	if err != nil {
+		return dst, err
+	}
+	text, err := m.tmpl.Render(msgs, chattemplate.Options{Tools: r.Tools, AddGenerationPrompt: r.AddGenerationPrompt,
+		ContinueFinalMessage: r.ContinueFinalMessage, Kwargs: r.Kwargs, Validated: true})
+	if err != nil {
+		return dst, err
+	}
+	return m.tok.EncodeCached(growFor(dst, text), text, r.AddSpecialTokens, m.cache), nil
+}
+
+// growFor makes room in dst for the ids of text, at 3 bytes a token (English prose takes about
+// 4; code, CJK and emoji fewer), so that a long prompt's ids are not copied as they grow.
+func growFor(dst []int, text string) []int {
+	return slices.Grow(dst, len(text)/3+8)
+}

@@ -1,0 +1,156 @@
+package render
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/epd-dev/coordinator/dataplane/render/chattemplate"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
+)
+
+// templateMessages converts OpenAI chat messages into what vLLM hands a chat template: a content
+// list of text parts becomes their texts joined by newlines when the template reads content as a
+// string, an absent or null content an empty string, and an assistant's tool call arguments (a
+// JSON string) the value they encode ({} when empty). Each message keeps its members in the
+// client's order; when no message needs converting, raw itself is returned.
+func templateMessages(raw json.RawMessage, format string) (json.RawMessage, error) {
+	if body.KindOf(raw) != body.KindArray {
+		return nil, inputErr("messages must be an array")
+	}
+	var out []byte // nil until a message changes: then raw up to it, and every message after it
+	i := 0
+	for obj, m := range body.Objects(raw) {
+		if obj == nil {
+			return nil, inputErr("messages[%d] must be an object", i)
+		}
+		changed, err := convertMessage(obj, format)
+		if err != nil {
+			return nil, inputErr("messages[%d].%v", i, err)
+		}
+		switch {
+		case changed && out == nil:
+			out = append(make([]byte, 0, len(raw)+64), raw[:body.Offset(raw, m)]...) // "[" and the messages before
+			out = obj.AppendTo(out)
+		case changed:
+			out = obj.AppendTo(append(out, ','))
+		case out != nil:
+			out = append(append(out, ','), m...)
+		}
+		i++
+	}
+	if out == nil {
+		return raw, nil
+	}
+	return append(out, ']'), nil
+}
+
+// inputErr is a conversation the renderer refuses, in the client's terms.
+func inputErr(format string, args ...any) error {
+	return &chattemplate.InputError{Message: fmt.Sprintf(format, args...)}
+}
+
+// convertMessage converts one message in place and reports whether it changed.
+func convertMessage(obj *body.Object, format string) (bool, error) {
+	changed := false
+	content, _ := obj.Get("content")
+	switch body.KindOf(content) {
+	case body.KindNone, body.KindNull:
+		obj.Set("content", json.RawMessage(`""`))
+		changed = true
+	case body.KindArray:
+		if format == "string" {
+			joined, err := joinText(content)
+			if err != nil {
+				return false, err
+			}
+			obj.Set("content", joined)
+			changed = true
+		}
+	}
+	if role, _, _ := obj.String("role"); role == "assistant" {
+		calls, _ := obj.Get("tool_calls")
+		if body.KindOf(calls) == body.KindArray {
+			conv, ok, err := decodeArguments(calls)
+			if err != nil {
+				return false, err
+			}
+			if ok {
+				obj.Set("tool_calls", conv)
+				changed = true
+			}
+		}
+	}
+	return changed, nil
+}
+
+// joinText joins the texts of a content list of text parts with newlines, as a JSON string: the
+// parts' string bodies, still escaped, with a "\n" escape between them (they are not decoded
+// here: the template's input is decoded once, when it is rendered).
+func joinText(parts []byte) (json.RawMessage, error) {
+	text := []byte{'"'}
+	j := 0
+	for p := range body.Objects(parts) {
+		if p == nil {
+			return nil, fmt.Errorf("content[%d] must be an object", j)
+		}
+		if t, _, _ := p.String("type"); t != "text" {
+			return nil, fmt.Errorf("content[%d]: a %q part cannot be rendered in process (text only)", j, t)
+		}
+		raw, _ := p.Get("text")
+		if body.KindOf(raw) != body.KindString {
+			return nil, fmt.Errorf("content[%d].text must be a string", j)
+		}
+		if j > 0 {
+			text = append(text, `\n`...)
+		}
+		text = append(text, raw[1:len(raw)-1]...)
+		j++
+	}
+	return append(text, '"'), nil
+}
+
+// decodeArguments replaces each tool call's function.arguments that is a string (or absent) by
+// the JSON value it encodes ({} when empty), and reports whether any changed.
+func decodeArguments(calls []byte) (json.RawMessage, bool, error) {
+	var out []json.RawMessage
+	changed := false
+	j := 0
+	for call := range body.Elements(calls) {
+		c, err := body.ParseNested(call)
+		if err != nil {
+			return nil, false, fmt.Errorf("tool_calls[%d] must be an object", j)
+		}
+		fn, _, err := c.Object("function")
+		if err != nil || fn == nil {
+			return nil, false, fmt.Errorf("tool_calls[%d].function must be an object", j)
+		}
+		args, _ := fn.Get("arguments")
+		var value json.RawMessage
+		switch body.KindOf(args) {
+		case body.KindNone, body.KindNull:
+			value = json.RawMessage(`{}`)
+		case body.KindString:
+			text, err := body.AppendString(nil, args)
+			if err != nil || len(bytes.TrimSpace(text)) == 0 {
+				value = json.RawMessage(`{}`)
+				break
+			}
+			if !body.Valid(text) {
+				return nil, false, fmt.Errorf("tool_calls[%d].function.arguments is not JSON", j)
+			}
+			value = text
+		}
+		if value != nil {
+			fn.Set("arguments", value)
+			c.Set("function", fn.Bytes())
+			changed = true
+		}
+		out = append(out, c.Bytes())
+		j++
+	}
+	if !changed {
+		return nil, false, nil
+	}
+	return body.AppendArray(nil, out), true, nil
+}
