@@ -68,13 +68,11 @@ func (s *decode) send(ctx context.Context, rc *request.Context) error {
 		return err
 	}
 	rank, pinned := s.rankOf(rc)
-	attempt := 0
-	var result error
-	rerr := s.gw.Retrier().Run(ctx, rc.Log, func() (string, retry.Failure, bool, error) {
-		attempt++
+	_, err = gateway.Do(ctx, s.gw.Retrier(), rc.Log, func(attempt int) (struct{}, error) {
 		if attempt == 2 && rc.Prefilled {
+			var err error
 			if obj, err = s.body(rc, false); err != nil {
-				return "", retry.Failure{}, false, err
+				return struct{}{}, err
 			}
 		}
 		leg := rc.Leg(gateway.ProfileDecode, rc.Path, obj)
@@ -84,33 +82,28 @@ func (s *decode) send(ctx context.Context, rc *request.Context) error {
 		leg.Stream = rc.Stream
 		resp, err := s.gw.Do(ctx, leg) //nolint:bodyclose // ErrorOf or respond closes it
 		if err != nil {
-			result = &apierror.UpstreamError{Phase: DecodeStep, Err: err}
-			f, again := retry.ClassifyError(ctx, err)
-			return DecodeStep, f, again, nil
+			return struct{}{}, retry.IfUnserved(ctx, DecodeStep, &apierror.UpstreamError{Phase: DecodeStep, Err: err})
 		}
 		if f, again := retry.ClassifyStatus(resp.StatusCode, upstream.RetryAfter(resp.Header)); again {
-			result = upstream.ErrorOf(DecodeStep, resp)
-			return DecodeStep, f, again, nil
+			return struct{}{}, retry.Again(DecodeStep, f, upstream.ErrorOf(DecodeStep, resp))
 		}
 		if attempt == 1 && rc.Prefilled && resp.StatusCode >= 400 && resp.StatusCode < 500 {
 			// The prefill accepted this very request, so a decode rejecting it is a KV transfer
 			// that failed (the prefill worker died, its blocks were freed): the retry goes
 			// without the transfer parameters and the decode worker prefills itself.
-			result = upstream.ErrorOf(DecodeStep, resp)
-			return DecodeStep, retry.Failure{Reason: retry.ReasonKVTransfer}, true, nil
+			return struct{}{}, retry.Again(DecodeStep, retry.Failure{Reason: retry.ReasonKVTransfer}, upstream.ErrorOf(DecodeStep, resp))
 		}
-		result = s.ans.respond(ctx, rc, resp, DecodeStep)
-		if errors.Is(result, upstream.ErrNotStarted) {
-			result = &apierror.UpstreamError{Phase: DecodeStep, Status: resp.StatusCode, Err: result}
-			f, again := retry.ClassifyError(ctx, result)
-			return DecodeStep, f, again, nil
+		err = s.ans.respond(ctx, rc, resp, DecodeStep)
+		if errors.Is(err, upstream.ErrNotStarted) {
+			// Nothing reached the client: the break decides, whatever the status.
+			err = &apierror.UpstreamError{Phase: DecodeStep, Status: resp.StatusCode, Err: err}
+			if f, again := retry.ClassifyError(ctx, err); again {
+				return struct{}{}, retry.Again(DecodeStep, f, err)
+			}
 		}
-		return DecodeStep, retry.Failure{}, false, nil
-	}, func() {})
-	if rerr != nil {
-		return rerr
-	}
-	return result
+		return struct{}{}, err
+	}, nil)
+	return err
 }
 
 // rankOf returns the data-parallel rank the decode legs are pinned to; pinned is false when they

@@ -133,24 +133,17 @@ func (s *prefillDecode) resend(ctx context.Context, rc *request.Context, cont *b
 // retried when unserved (retry.ClassifyCall). Only the first pair takes legs.hint: the hint may
 // be why it failed. It returns the last failure.
 func (s *prefillDecode) run(ctx context.Context, rc *request.Context, legs pairLegs, use func(*http.Response) (phase string, err error)) error {
-	var result error
-	rerr := s.gw.Retrier().Run(ctx, rc.Log, func() (string, retry.Failure, bool, error) {
+	_, err := gateway.Do(ctx, s.gw.Retrier(), rc.Log, func(int) (struct{}, error) {
 		resp, phase, err := s.pair(ctx, rc, legs) //nolint:bodyclose // use relays and closes it
 		legs.hint = ""
 		if err == nil {
 			if phase, err = use(resp); phase == "" {
-				result = err
-				return phasePairDecode, retry.Failure{}, false, nil
+				return struct{}{}, err
 			}
 		}
-		result = err
-		f, again := retry.ClassifyCall(ctx, err)
-		return phase, f, again, nil
-	}, func() {})
-	if rerr != nil {
-		return rerr
-	}
-	return result
+		return struct{}{}, retry.IfUnserved(ctx, phase, err)
+	}, nil)
+	return err
 }
 
 // pairLegs are the bodies of a pair before SGLang's fields are set (each pair sets its own).

@@ -21,6 +21,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/render/chattemplate"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 	"github.com/epd-dev/coordinator/dataplane/wire/responses"
@@ -93,6 +94,10 @@ func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
 		return s, nil
 	}
 	if addr != "" {
+		if err := config.ValidateBaseURL(addr); err != nil {
+			p.Fail("address", "%v", err)
+			return s, nil
+		}
 		c, err := upstream.NewClient(addr, upstream.TransportOptions{MaxIdleConnsPerHost: idle, IdleConnTimeout: idleTimeout}, timeout, deps.Telemetry)
 		if err != nil {
 			p.Fail("address", "%v", err)
@@ -568,10 +573,10 @@ func parseTokenIDs(raw json.RawMessage) ([]int, error) {
 
 // call sends obj to the render service under gateway.retry and returns the answer.
 func (s *renderStep) call(ctx context.Context, rc *request.Context, path string, obj *body.Object) ([]byte, error) {
-	return s.retrier.Call(ctx, rc.Log, func() (string, []byte, error, error) {
+	return gateway.Do(ctx, s.retrier, rc.Log, func(int) ([]byte, error) {
 		r := rc.Outbound(RenderStep, path, obj)
 		r.MaxResponse = s.maxResponse
 		out, err := s.client.Call(ctx, r)
-		return RenderStep, out, err, nil
-	})
+		return out, retry.IfUnserved(ctx, RenderStep, err)
+	}, nil)
 }

@@ -11,9 +11,6 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
-	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 )
 
 // Defaults of the schema; docs/configuration.md lists them with their environment names.
@@ -45,8 +42,10 @@ const (
 	DefaultTLSMinVersion = "VersionTLS12"
 	DefaultSampleRatio   = 0.1
 	DefaultServiceName   = "coordinator"
-	DefaultKVConnector   = kv.SharedStorage
-	DefaultECConnector   = ec.SharedStorage
+	// DefaultKVConnector and DefaultECConnector are the shared-storage protocols (kv.SharedStorage,
+	// ec.SharedStorage: the connectors' tests hold them equal).
+	DefaultKVConnector = "kv-shared-storage"
+	DefaultECConnector = "ec-shared-storage"
 	// EnvPrefix prefixes every environment override: server.listen_addr is COORDINATOR_SERVER_LISTEN_ADDR.
 	EnvPrefix = "COORDINATOR_"
 	// MiB is the unit of server.max_request_body_size.

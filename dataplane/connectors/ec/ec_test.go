@@ -3,6 +3,8 @@ package ec
 import (
 	"errors"
 	"testing"
+
+	"github.com/epd-dev/coordinator/dataplane/base/config"
 )
 
 func TestNIXLMerge(t *testing.T) {
@@ -65,5 +67,12 @@ func TestSharedStorageSendsNothing(t *testing.T) {
 func TestUnknown(t *testing.T) {
 	if _, err := New("ec-mooncake"); err == nil {
 		t.Fatal("accepted")
+	}
+}
+
+// The configuration's default ec_connector is this package's shared-storage protocol.
+func TestConfigDefault(t *testing.T) {
+	if config.DefaultECConnector != SharedStorage {
+		t.Fatalf("config.DefaultECConnector = %q, want %q", config.DefaultECConnector, SharedStorage)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
@@ -158,5 +159,12 @@ func TestBootstrap(t *testing.T) {
 	Bootstrap{Host: "fd00::7", Port: 9000, Room: 42}.Apply(o)
 	if got := string(o.Bytes()); got != `{"model":"m","bootstrap_host":"fd00::7","bootstrap_port":9000,"bootstrap_room":42}` {
 		t.Fatalf("body %s", got)
+	}
+}
+
+// The configuration's default kv_connector is this package's shared-storage protocol.
+func TestConfigDefault(t *testing.T) {
+	if config.DefaultKVConnector != SharedStorage {
+		t.Fatalf("config.DefaultKVConnector = %q, want %q", config.DefaultKVConnector, SharedStorage)
 	}
 }

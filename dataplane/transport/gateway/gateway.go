@@ -148,7 +148,13 @@ func New(cfg config.Gateway, tel observe.Telemetry, budget *retry.Budget) (*Clie
 		profiles[i] = textproto.CanonicalMIMEHeaderKey(n)
 	}
 	return &Client{up: up, cfg: cfg, profiles: profiles,
-		retrier: retry.Retrier{Policy: retry.PolicyOf(cfg.Retry), Budget: budget, Metrics: tel.Metrics}}, nil
+		retrier: retry.Retrier{Policy: PolicyOf(cfg.Retry), Budget: budget, Metrics: tel.Metrics}}, nil
+}
+
+// PolicyOf is the retry policy of gateway.retry.
+func PolicyOf(c config.Retry) retry.Policy {
+	return retry.Policy{MaxAttempts: c.MaxAttempts, InitialBackoff: c.InitialBackoff.Std(), MaxBackoff: c.MaxBackoff.Std(),
+		MaxRetryAfter: c.MaxRetryAfter.Std()}
 }
 
 // MaxResponseBytes is gateway.max_response_size in bytes.
@@ -197,47 +203,38 @@ type Build func() (Leg, error)
 // retryable answer comes back once no retry is left (a 503 from a pool that stays down). Each
 // retry is logged on log, counted, and recorded as an event of ctx's span.
 func (c *Client) Send(ctx context.Context, log logr.Logger, build Build) (*http.Response, error) {
-	var resp *http.Response
-	var err error
-	lerr := c.retrier.Run(ctx, log, func() (string, retry.Failure, bool, error) {
-		leg, berr := build()
-		if berr != nil {
-			return "", retry.Failure{}, false, berr
-		}
-		resp, err = c.Do(ctx, leg) //nolint:bodyclose // returned, or discarded by drop
+	return Do(ctx, c.retrier, log, func(int) (*http.Response, error) {
+		leg, err := build()
 		if err != nil {
-			err = &apierror.UpstreamError{Phase: phaseOf(leg), Err: err}
-			f, again := retry.ClassifyError(ctx, err)
-			return phaseOf(leg), f, again, nil //nolint:nilerr // the attempt's error is its outcome, kept in err
+			return nil, err
 		}
-		f, again := retry.ClassifyStatus(resp.StatusCode, upstream.RetryAfter(resp.Header))
-		return phaseOf(leg), f, again, nil
-	}, func() {
-		if resp != nil {
-			upstream.Discard(resp)
+		phase := phaseOf(leg)
+		resp, err := c.Do(ctx, leg) //nolint:bodyclose // returned, or discarded by Do
+		if err != nil {
+			return nil, retry.IfUnserved(ctx, phase, &apierror.UpstreamError{Phase: phase, Err: err})
 		}
-	})
-	if lerr != nil {
-		return nil, lerr
-	}
-	return resp, err
+		if f, again := retry.ClassifyStatus(resp.StatusCode, upstream.RetryAfter(resp.Header)); again {
+			return resp, retry.Again(phase, f, nil)
+		}
+		return resp, nil
+	}, upstream.Discard)
 }
 
 // Fetch is Send for a leg whose answer the coordinator reads itself (encode, prefill): it
 // returns the body of a 200 answer, at most gateway.max_response_size bytes, and retries a body
 // that broke off or stalled too. Any other answer is an *apierror.UpstreamError with its status.
 func (c *Client) Fetch(ctx context.Context, log logr.Logger, build Build) ([]byte, error) {
-	return c.retrier.Call(ctx, log, func() (string, []byte, error, error) {
+	return Do(ctx, c.retrier, log, func(int) ([]byte, error) {
 		leg, err := build()
 		if err != nil {
-			return "", nil, nil, err
+			return nil, err
 		}
 		var buf [maxProfileHeaders + 1]upstream.Field
 		r, set := c.parts(leg, buf[:0])
 		r.MaxResponse = c.cfg.MaxResponseBytes()
 		out, err := c.up.Call(ctx, r, set...)
-		return r.Phase, out, err, nil
-	})
+		return out, retry.IfUnserved(ctx, r.Phase, err)
+	}, nil)
 }
 
 // parts is the leg as an upstream request (its phase defaulting to the profile, its bounds

@@ -22,7 +22,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
-	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
@@ -51,11 +50,6 @@ type Policy struct {
 	InitialBackoff, MaxBackoff time.Duration
 	// MaxRetryAfter is the longest Retry-After waited for.
 	MaxRetryAfter time.Duration
-}
-
-// PolicyOf is the policy of gateway.retry.
-func PolicyOf(c config.Retry) Policy {
-	return Policy{MaxAttempts: c.MaxAttempts, InitialBackoff: c.InitialBackoff.Std(), MaxBackoff: c.MaxBackoff.Std(), MaxRetryAfter: c.MaxRetryAfter.Std()}
 }
 
 // Backoff is the wait before retry number n (1 for the first retry): a uniformly random share of
@@ -247,71 +241,70 @@ func TakeRequest(ctx context.Context) bool {
 	return !ok || left.Add(-1) >= 0
 }
 
-// Retrier runs the attempts of one leg under a policy and the process's budget.
+// Retryable is the outcome of an attempt that served nothing: another pick may serve it. The
+// attempt loop (gateway.Do) retries it while Retrier.Next allows, and otherwise returns Err.
+type Retryable struct {
+	// Phase names the leg in the retry metrics, spans and logs.
+	Phase string
+	Failure
+	// Err is the attempt's error; nil when the attempt's answer is its outcome (a 503 that is
+	// the caller's to read when no retry is left).
+	Err error
+}
+
+func (e *Retryable) Error() string {
+	if e.Err != nil {
+		return e.Err.Error()
+	}
+	return "the " + e.Phase + " attempt served nothing (" + e.Reason + ")"
+}
+
+func (e *Retryable) Unwrap() error { return e.Err }
+
+// Again marks err, the outcome of an attempt of phase, as one that served nothing for f's reason.
+func Again(phase string, f Failure, err error) error {
+	return &Retryable{Phase: phase, Failure: f, Err: err}
+}
+
+// IfUnserved is err marked Again when ClassifyCall says that it served nothing (a status of
+// an *apierror.UpstreamError, or a transport error), and err itself otherwise.
+func IfUnserved(ctx context.Context, phase string, err error) error {
+	if f, again := ClassifyCall(ctx, err); again {
+		return Again(phase, f, err)
+	}
+	return err
+}
+
+// Retrier is the retry policy of a leg and the budgets it spends from.
 type Retrier struct {
 	Policy  Policy
 	Budget  *Budget
 	Metrics *observe.Metrics
 }
 
-// Run calls try until an attempt's outcome is final: try sends one attempt and returns its
-// phase and whether it failed retryably (f, again), or an error that ends the leg at once (a
-// leg that cannot be built). Before each retry, drop releases the answer not kept, the wait
-// passes (Policy.Backoff; a Retry-After over Policy.MaxRetryAfter, the attempt limit or an
-// exhausted budget makes the last outcome final), and the retry is logged on log, counted and
-// recorded as an event of ctx's span; the request's allowance (WithRequestLimit) caps the
-// retries of all its legs. The last attempt's outcome is the caller's (held in what
-// try wrote); Run returns try's error, or ctx's when it ended during a wait.
-func (r Retrier) Run(ctx context.Context, log logr.Logger, try func() (phase string, f Failure, again bool, err error), drop func()) error {
-	r.Budget.Attempted()
-	for n := 1; ; n++ {
-		phase, f, again, err := try()
-		if err != nil {
-			return err
-		}
-		if !again || n >= r.Policy.MaxAttempts || f.RetryAfter > r.Policy.MaxRetryAfter {
-			return nil
-		}
-		if !TakeRequest(ctx) {
-			log.V(logging.Warn).Info("the request's retries are used up; not retrying the leg", "phase", phase, "attempt", n, "reason", f.Reason)
-			return nil
-		}
-		if !r.Budget.Take() {
-			r.Metrics.RetryBudgetExhausted(phase)
-			log.V(logging.Warn).Info("retry budget exhausted; not retrying the leg", "phase", phase, "attempt", n, "reason", f.Reason)
-			return nil
-		}
-		wait := r.Policy.Backoff(n, f.RetryAfter)
-		r.Metrics.Retry(phase, f.Reason)
-		log.V(logging.Warn).Info("retrying the leg on another pick", "phase", phase, "attempt", n+1, "reason", f.Reason, "backoff", wait.String())
-		trace.SpanFromContext(ctx).AddEvent("retry", trace.WithAttributes(observe.AttrPhase.String(phase),
-			attribute.Int("attempt", n+1), attribute.String("reason", f.Reason), attribute.String("backoff", wait.String())))
-		drop()
-		if !Sleep(ctx, wait) {
-			return ctx.Err()
-		}
+// Next decides whether attempt n, which served nothing (a), is followed by another, and after
+// what wait: not past Policy.MaxAttempts, nor for a Retry-After over Policy.MaxRetryAfter, nor
+// once the request's allowance (WithRequestLimit) or the process's budget is spent. A retry is
+// logged on log, counted and recorded as an event of ctx's span.
+func (r Retrier) Next(ctx context.Context, log logr.Logger, a *Retryable, n int) (time.Duration, bool) {
+	if n >= r.Policy.MaxAttempts || a.RetryAfter > r.Policy.MaxRetryAfter {
+		return 0, false
 	}
-}
-
-// Call is Run for calls whose answer is read whole (upstream.Client.Call): call sends one
-// attempt and returns its phase, answer and error (classified by ClassifyCall), or a build error
-// that ends the leg at once. Call returns the last attempt's answer and error, the build error,
-// or ctx's when it ended during a wait.
-func (r Retrier) Call(ctx context.Context, log logr.Logger, call func() (phase string, out []byte, err error, build error)) ([]byte, error) {
-	var out []byte
-	var err error
-	if rerr := r.Run(ctx, log, func() (string, Failure, bool, error) {
-		phase, o, e, berr := call()
-		if berr != nil {
-			return "", Failure{}, false, berr
-		}
-		out, err = o, e
-		f, again := ClassifyCall(ctx, e)
-		return phase, f, again, nil
-	}, func() {}); rerr != nil {
-		return nil, rerr
+	if !TakeRequest(ctx) {
+		log.V(logging.Warn).Info("the request's retries are used up; not retrying the leg", "phase", a.Phase, "attempt", n, "reason", a.Reason)
+		return 0, false
 	}
-	return out, err
+	if !r.Budget.Take() {
+		r.Metrics.RetryBudgetExhausted(a.Phase)
+		log.V(logging.Warn).Info("retry budget exhausted; not retrying the leg", "phase", a.Phase, "attempt", n, "reason", a.Reason)
+		return 0, false
+	}
+	wait := r.Policy.Backoff(n, a.RetryAfter)
+	r.Metrics.Retry(a.Phase, a.Reason)
+	log.V(logging.Warn).Info("retrying the leg on another pick", "phase", a.Phase, "attempt", n+1, "reason", a.Reason, "backoff", wait.String())
+	trace.SpanFromContext(ctx).AddEvent("retry", trace.WithAttributes(observe.AttrPhase.String(a.Phase),
+		attribute.Int("attempt", n+1), attribute.String("reason", a.Reason), attribute.String("backoff", wait.String())))
+	return wait, true
 }
 
 // Unserved reports whether err, the final error of a leg (an *apierror.UpstreamError), says

@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
-	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 )
 
@@ -38,12 +37,13 @@ type Client struct {
 // bounds each whole call; 0 leaves bodies unbounded (streams). Redirects are not followed: a
 // redirect is the answer.
 func NewClient(base string, o TransportOptions, timeout time.Duration, tel observe.Telemetry) (*Client, error) {
-	if err := config.ValidateBaseURL(base); err != nil {
-		return nil, err
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%q is not an http:// or https:// base URL", base) // config.ValidateBaseURL says why
 	}
 	c := &Client{base: strings.TrimRight(base, "/"), tel: tel}
 	var rt http.RoundTripper
-	if u, _ := url.Parse(base); u.Scheme == "http" {
+	if u.Scheme == "http" {
 		c.h1 = newH1Transport(o, dialerOf(o).DialContext)
 		rt = c.h1
 	} else {
