@@ -14,7 +14,6 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers the built-in steps pipeline.Build validates
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
@@ -178,7 +177,7 @@ func setDuration(dst *config.Duration, d *metav1.Duration) {
 func validatePipeline(cfg config.Config, dirs localDirs) error {
 	p, err := builder.Build(cfg, builder.Options{
 		Getenv:    func(string) string { return "" },
-		Overrides: registry.Overrides{LocalFiles: dirs.lookup},
+		Overrides: builder.Overrides{LocalFiles: dirs.lookup},
 	})
 	if err != nil {
 		return dirs.podPaths(err)

@@ -275,7 +275,7 @@ func holdsDeployment(err error) bool {
 // that the operator validates the pipeline with.
 type localDirs map[string]string
 
-// lookup is registry.Overrides.LocalFiles: the local copy of dir (a tokenizer's directory or a
+// lookup is builder.Overrides.LocalFiles: the local copy of dir (a tokenizer's directory or a
 // directory below it). Any other directory, a PersistentVolumeClaim's included, is not read: the
 // step then checks its params alone. The operator never reads a path of its own file system that
 // a spec names.

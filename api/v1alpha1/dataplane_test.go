@@ -12,7 +12,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers every step type, async-broker included
 
 	v1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
@@ -54,7 +54,7 @@ func TestNamesMatchTheDataPlane(t *testing.T) {
 		"step types": {
 			schema:    pl.Properties["steps"].Items.Schema.Properties["type"],
 			api:       strs(v1alpha1.StepTypes),
-			dataPlane: registry.Names(),
+			dataPlane: builder.Types.Names(),
 		},
 		"KV connectors": {
 			schema:      pl.Properties["kvConnector"],

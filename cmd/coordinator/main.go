@@ -22,10 +22,11 @@ import (
 	"github.com/spf13/pflag"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/epd-dev/coordinator/dataplane/base/budget"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
-	_ "github.com/epd-dev/coordinator/dataplane/broker/redisbroker" // the async-broker step's Redis runtime
+	"github.com/epd-dev/coordinator/dataplane/broker/redisbroker"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/reload"
@@ -82,14 +83,17 @@ func run(args []string) int {
 	}
 
 	var (
-		log    logr.Logger
-		level  *logging.Level
-		reg    = prometheus.NewRegistry()
-		tel    = observe.Telemetry{Metrics: observe.NewMetrics(reg)}
-		budget *retry.Budget
-		tp     *sdktrace.TracerProvider
+		log     logr.Logger
+		level   *logging.Level
+		reg     = prometheus.NewRegistry()
+		tel     = observe.Telemetry{Metrics: observe.NewMetrics(reg)}
+		retries *retry.Budget
+		tp      *sdktrace.TracerProvider
+		// What every pipeline shares, across reloads: the byte budgets and the async broker's runtime.
+		shared = builder.Shared{Media: &budget.Bytes{}, Folds: &budget.Bytes{}, Broker: redisbroker.Runtime(redisbroker.Options{})}
 	)
-	reg.MustRegister(render.Collector(observe.Namespace)) // the in-process renderer's caches
+	reg.MustRegister(render.Collector(observe.Namespace), // the in-process renderer's caches
+		observe.MediaInFlight(shared.Media.Held))
 	defer func() {
 		if tp != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -110,8 +114,8 @@ func run(args []string) int {
 			tel.Tracer = tp.Tracer(observe.TracerName)
 		}
 		// One retry budget for the process: a reload keeps what was spent.
-		budget = retry.NewBudget(cfg.Gateway.Retry.BudgetRatio, cfg.Gateway.Retry.BudgetMinPerSecond)
-		return builder.Options{Log: log, Telemetry: tel, RetryBudget: budget}, nil
+		retries = retry.NewBudget(cfg.Gateway.Retry.BudgetRatio, cfg.Gateway.Retry.BudgetMinPerSecond)
+		return builder.Options{Log: log, Telemetry: tel, RetryBudget: retries, Shared: shared}, nil
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "coordinator: %v\n", err)
@@ -130,7 +134,7 @@ func run(args []string) int {
 		if err := gateway.CheckCA(c.Gateway); err != nil {
 			return nil, err
 		}
-		p, err := builder.Build(c, builder.Options{Log: log, Telemetry: tel, Revision: revision, RetryBudget: budget})
+		p, err := builder.Build(c, builder.Options{Log: log, Telemetry: tel, Revision: revision, RetryBudget: retries, Shared: shared})
 		if err == nil {
 			tel.Metrics.Hold(p.Tracks()...) // a built pipeline is installed next: count it from its first request
 		}
@@ -243,8 +247,8 @@ func checkConfig(path string, applyVerbosity func(*config.Config)) int {
 		applyVerbosity(cfg)
 		log := logging.New(cfg.LogLevel, os.Stderr)
 		tel := observe.Telemetry{Metrics: observe.NewMetrics(prometheus.NewRegistry())}
-		budget := retry.NewBudget(cfg.Gateway.Retry.BudgetRatio, cfg.Gateway.Retry.BudgetMinPerSecond)
-		return builder.Options{Log: log, Telemetry: tel, RetryBudget: budget}, nil
+		retries := retry.NewBudget(cfg.Gateway.Retry.BudgetRatio, cfg.Gateway.Retry.BudgetMinPerSecond)
+		return builder.Options{Log: log, Telemetry: tel, RetryBudget: retries}, nil
 	})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "coordinator: %v\n", err)

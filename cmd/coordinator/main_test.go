@@ -19,7 +19,6 @@ import (
 	"github.com/epd-dev/coordinator/controllers"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/test/simworker"
 )
 
@@ -73,7 +72,7 @@ func TestAnnotatedConfigBuilds(t *testing.T) {
 			t.Errorf("docs/configuration.md does not document %s (%s)", key, config.EnvName(key))
 		}
 	}
-	for _, step := range registry.Names() {
+	for _, step := range builder.Types.Names() {
 		if !bytes.Contains(annotated, []byte("type: "+step)) || !bytes.Contains(reference, []byte("`"+step+"`")) {
 			t.Errorf("step %s is not documented in both files", step)
 		}

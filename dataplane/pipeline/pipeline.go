@@ -23,7 +23,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
-	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
+	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 )
 
 // ErrDone stops the pipeline early with success: the step has written the whole response.
@@ -48,6 +48,13 @@ type Terminal interface {
 func IsTerminal(s Step) bool {
 	t, ok := s.(Terminal)
 	return ok && t.Terminal()
+}
+
+// Forwarder sends a request that no step serves (GET /v1/models and other /v1 paths) to the
+// workers, as a leg of the decode profile: the pipeline's gateway client.
+type Forwarder interface {
+	Forward(ctx context.Context, r upstream.Request) (*http.Response, error)
+	Closer
 }
 
 // Closer is implemented by steps that hold resources (connection pools) to release when a
@@ -100,8 +107,9 @@ type Spec struct {
 	CanaryWeight int
 	// LoadedAt is when the pipeline was built.
 	LoadedAt time.Time
-	// Gateway is the pipeline's gateway client (nil without gateway.address); the pipeline closes it.
-	Gateway *gateway.Client
+	// Forwarder sends what no step serves to the workers (nil without gateway.address): the
+	// pipeline's gateway client, which the pipeline closes.
+	Forwarder Forwarder
 	// Telemetry records the steps' metrics and spans.
 	Telemetry observe.Telemetry
 }
@@ -260,9 +268,9 @@ func (p *Pipeline) Track() string { return p.spec.Track }
 // PipelineRevision is the fingerprint of the pipeline block (config.Pipeline.Revision).
 func (p *Pipeline) PipelineRevision() string { return p.spec.PipelineRevision }
 
-// Stamp sets gateway.PipelineRevisionHeader on h, a leg header set, to p's revision: the value
-// is shared, so h's values of it must never be modified in place.
-func (p *Pipeline) Stamp(h http.Header) { h[gateway.PipelineRevisionHeader] = p.revisionValue }
+// Stamp sets name (the pipeline-revision header the legs carry) on h, a leg header set, to p's
+// revision: the value is shared, so h's values of it must never be modified in place.
+func (p *Pipeline) Stamp(h http.Header, name string) { h[name] = p.revisionValue }
 
 // Share is one pipeline that serves requests and the percentage it serves.
 type Share struct {
@@ -326,10 +334,10 @@ func (p *Pipeline) Handler(r *http.Request) (http.Handler, bool) {
 // GuardsMedia reports whether a step guards the media of conversational requests (Spec.MediaGuard).
 func (p *Pipeline) GuardsMedia() bool { return p.spec.MediaGuard != nil }
 
-// Gateway is the pipeline's gateway client (nil without gateway.address).
-func (p *Pipeline) Gateway() *gateway.Client { return p.spec.Gateway }
+// Forwarder sends what no step serves to the workers (nil without gateway.address).
+func (p *Pipeline) Forwarder() Forwarder { return p.spec.Forwarder }
 
-// Close releases the steps' and the gateway client's idle connections, and the canary's. In-flight
+// Close releases the steps' and the forwarder's idle connections, and the canary's. In-flight
 // requests on this pipeline are unaffected.
 func (p *Pipeline) Close() {
 	if p.spec.Canary != nil {
@@ -340,8 +348,8 @@ func (p *Pipeline) Close() {
 			c.Close()
 		}
 	}
-	if p.spec.Gateway != nil {
-		p.spec.Gateway.Close()
+	if p.spec.Forwarder != nil {
+		p.spec.Forwarder.Close()
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
-	_ "github.com/epd-dev/coordinator/dataplane/broker/redisbroker" // the async-broker step's runtime
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 )
 

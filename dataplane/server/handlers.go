@@ -84,7 +84,7 @@ func (s *Server) infer(c echo.Context, tr translation) error {
 	if fwd == nil {
 		fwd = http.Header{}
 	}
-	p.Stamp(fwd)
+	p.Stamp(fwd, gateway.PipelineRevisionHeader)
 	if stream {
 		// Streams may legitimately outlive write_timeout; the timeout stays for non-stream answers.
 		_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Time{})
@@ -157,8 +157,8 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 		h.ServeHTTP(c.Response(), c.Request())
 		return nil
 	}
-	gw := p.Gateway()
-	if gw == nil {
+	fwdr := p.Forwarder()
+	if fwdr == nil {
 		return &apierror.Error{Status: http.StatusNotFound, Type: apierror.TypeNotFound, Code: "not_found", Message: "no such route (no gateway is configured)"}
 	}
 	x := exchangeOf(c)
@@ -171,14 +171,14 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 	x.reqBytes = int(max(req.ContentLength, 0))
 	rw := http.NewResponseController(c.Response().Writer)
 	_ = rw.SetWriteDeadline(time.Time{})
-	leg := gateway.Leg{Profile: gateway.ProfileDecode, Request: upstream.Request{
+	leg := upstream.Request{
 		Method:      req.Method,
 		Path:        req.URL.RequestURI(),
 		Phase:       routePassthrough,
 		Header:      forwarded(p.Config(), req.Header),
 		RequestID:   x.id,
 		ContentType: req.Header.Get("Content-Type"),
-	}}
+	}
 	switch {
 	case req.ContentLength != 0 && (isJSON(leg.ContentType) || leg.ContentType == ""):
 		// A JSON body (or one without a Content-Type: the leg labels it JSON) is read first: no
@@ -203,7 +203,7 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 		// net/http's own writer: hitting the limit then closes the connection after the 413.
 		leg.Body, leg.Size = http.MaxBytesReader(c.Response().Writer, req.Body, limit), req.ContentLength
 	}
-	resp, err := gw.Do(ctx, leg) //nolint:bodyclose // upstream.Relay closes it
+	resp, err := fwdr.Forward(ctx, leg) //nolint:bodyclose // upstream.Relay closes it
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {

@@ -11,6 +11,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 	"github.com/epd-dev/coordinator/dataplane/wire/anthropic"
 )
@@ -151,7 +152,7 @@ func (s *Server) handleCountTokens(c echo.Context) error {
 	if fwd == nil {
 		fwd = http.Header{}
 	}
-	held.Stamp(fwd)
+	held.Stamp(fwd, gateway.PipelineRevisionHeader)
 	rc := &request.Context{
 		ID: x.id, API: request.APIChat, Path: request.PathChat, Header: req.Header, Forwarded: fwd,
 		ForwardResponse: held.ForwardResponse(), Body: tr.Chat, Buffer: buf, Model: tr.Model,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
+	"github.com/epd-dev/coordinator/dataplane/broker/redisbroker"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/server"
@@ -87,7 +88,8 @@ func startTLS(t *testing.T, answer http.HandlerFunc, mutate func(*config.Config)
 	}
 	h := &harness{holder: &pipeline.Holder{}, up: up}
 	if len(cfg.Pipeline.Steps) > 0 {
-		p, err := builder.Build(cfg, builder.Options{})
+		// The async broker's runtime, as the coordinator hands it its pipelines.
+		p, err := builder.Build(cfg, builder.Options{Shared: builder.Shared{Broker: redisbroker.Runtime(redisbroker.Options{})}})
 		if err != nil {
 			t.Fatal(err)
 		}

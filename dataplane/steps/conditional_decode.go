@@ -9,8 +9,8 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
@@ -21,7 +21,7 @@ import (
 // ConditionalDecodeStep is the type name of the decode-first fast path.
 const ConditionalDecodeStep = "conditional-decode"
 
-func init() { registry.Register(registry.Type{Name: ConditionalDecodeStep, New: newConditionalDecode}) }
+func init() { builder.Register(builder.Type{Name: ConditionalDecodeStep, New: newConditionalDecode}) }
 
 // conditionalDecode tries decode alone first with "Prefer: if-available". A 412 means the decode
 // worker cannot serve without the earlier phases: the pipeline continues. Any other answer is the
@@ -33,7 +33,7 @@ type conditionalDecode struct {
 	hints   bool // read the 412's scheduling hints (hints.go)
 }
 
-func newConditionalDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
+func newConditionalDecode(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, ConditionalDecodeStep)
 	// Accepted for compatibility with upstream configs; the leg always keeps the client's format.
 	p.Bool(paramUseOpenAIFormat, true)

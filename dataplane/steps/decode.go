@@ -9,8 +9,8 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
@@ -21,7 +21,7 @@ import (
 // DecodeStep is the type name of the terminal decode step.
 const DecodeStep = "decode"
 
-func init() { registry.Register(registry.Type{Name: DecodeStep, New: newDecode}) }
+func init() { builder.Register(builder.Type{Name: DecodeStep, New: newDecode}) }
 
 // decode sends the final leg on the client's own path and format (EPP-Profile: decode) and
 // streams the worker's answer back to the client byte for byte (see answerer). A leg that fails
@@ -35,11 +35,11 @@ type decode struct {
 	force *forceStream // nil unless force_stream
 }
 
-func newDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
+func newDecode(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, DecodeStep)
 	c := kvConnector(deps, p)
 	return &decode{gw: deps.Gateway, kv: c, dp: dataParallel(p, c), ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics),
-		force: newForceStream(p)}, nil
+		force: newForceStream(p, deps.Shared.Folds)}, nil
 }
 
 var _ pipeline.Terminal = (*decode)(nil)

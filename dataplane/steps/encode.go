@@ -14,6 +14,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
@@ -25,7 +26,7 @@ import (
 const EncodeStep = "encode"
 
 func init() {
-	registry.Register(registry.Type{Name: EncodeStep, New: newEncode,
+	builder.Register(builder.Type{Name: EncodeStep, New: newEncode,
 		Needs: []registry.Need{{Capability: registry.Tokens, Why: "it sends each item's mm_hash and placeholder"}}})
 }
 
@@ -41,7 +42,7 @@ type encode struct {
 	pool        poolPolicy
 }
 
-func newEncode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
+func newEncode(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, EncodeStep)
 	s := &encode{gw: deps.Gateway, ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true), maxParallel: p.Int("max_parallel", 8, 1), metrics: deps.Telemetry.Metrics,
 		pool: onPoolFailure(deps, p)}

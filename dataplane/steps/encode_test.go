@@ -16,14 +16,13 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 )
 
 func newEncodeStep(t *testing.T, gw *fakeGateway, own map[string]any) pipeline.Step {
 	t.Helper()
 	p := params.New("pipeline.steps[1].params", own, map[string]any{"ec_connector": "ec-nixl", "use_openai_format": true})
-	s, err := newEncode(registry.Deps{Gateway: gw.client(), Log: logr.Discard(), Key: "pipeline.steps[1]"}, p)
+	s, err := newEncode(builder.Deps{Gateway: gw.client(), Log: logr.Discard(), Key: "pipeline.steps[1]"}, p)
 	if err == nil {
 		err = p.Err()
 	}

@@ -2,6 +2,7 @@ package steps
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,9 +10,9 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"sync/atomic"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/budget"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/relay"
@@ -26,29 +27,28 @@ const (
 	defaultForceStreamMaxRequestKiB = 256
 )
 
-// forceStreamBuffered is the process-wide count of bytes force-streamed answers have reserved,
-// shared by every decode step and across reloads (force_stream_buffer_size bounds it).
-var forceStreamBuffered atomic.Int64
-
 // forceStream sends a non-streaming client's decode leg as a stream, so that it is resumed when
 // its decode worker dies, and folds the events back into one JSON answer. Each answer reserves
 // n·(max_tokens·16 + 256) + 2048 bytes of a process-wide budget while it is assembled.
 type forceStream struct {
 	budget     int64 // force_stream_buffer_size, bytes
 	maxRequest int64 // force_stream_max_request_size, bytes
+	// held is the process-wide count budget bounds (builder.Shared.Folds), shared by every
+	// decode step and across reloads.
+	held *budget.Bytes
 }
 
-func newForceStream(p *params.Params) *forceStream {
+func newForceStream(p *params.Params, held *budget.Bytes) *forceStream {
 	on := p.Bool("force_stream", false)
-	budget := int64(p.Int("force_stream_buffer_size", defaultForceStreamBufferMiB, 1)) << 20
+	limit := int64(p.Int("force_stream_buffer_size", defaultForceStreamBufferMiB, 1)) << 20
 	maxRequest := int64(p.Int("force_stream_max_request_size", defaultForceStreamMaxRequestKiB, 1)) << 10
-	if maxRequest > budget {
-		p.Fail("force_stream_max_request_size", "%d KiB is more than force_stream_buffer_size (%d MiB)", maxRequest>>10, budget>>20)
+	if maxRequest > limit {
+		p.Fail("force_stream_max_request_size", "%d KiB is more than force_stream_buffer_size (%d MiB)", maxRequest>>10, limit>>20)
 	}
 	if !on {
 		return nil
 	}
-	return &forceStream{budget: budget, maxRequest: maxRequest}
+	return &forceStream{budget: limit, maxRequest: maxRequest, held: cmp.Or(held, &budget.Bytes{})}
 }
 
 // admit decides whether rc's answer is force-streamed and reserves its bytes; it reports the
@@ -98,8 +98,7 @@ func (f *forceStream) admit(rc *request.Context) (int64, bool) {
 	if reservation > f.maxRequest {
 		return f.skip(rc, "budget")
 	}
-	if forceStreamBuffered.Add(reservation) > f.budget {
-		forceStreamBuffered.Add(-reservation)
+	if !f.held.Reserve(reservation, f.budget) {
 		return f.skip(rc, "budget")
 	}
 	return reservation, true
@@ -114,7 +113,7 @@ func (f *forceStream) skip(rc *request.Context, why string) (int64, bool) {
 // assembled answer), resumed like any stream, and answers the client with the folded JSON. A stream that breaks off for good is
 // a clean 502 (the client got nothing yet); a worker's error answer is relayed as it came.
 func (s *decode) forced(ctx context.Context, rc *request.Context, reservation int64) error {
-	defer forceStreamBuffered.Add(-reservation)
+	defer s.force.held.Release(reservation)
 	client, clientBody := rc.Writer, rc.Body
 	streamed := rc.Body.Clone()
 	streamed.Set("stream", json.RawMessage("true"))

@@ -48,8 +48,8 @@ func TestForceStream(t *testing.T) {
 		got.Choices[0].Message.Content != strings.Join(words, " ") || got.Choices[0].FinishReason != "length" || legs.Load() != 2 {
 		t.Fatalf("folded answer %s after %d legs", rec.Body.String(), legs.Load())
 	}
-	if forceStreamBuffered.Load() != 0 {
-		t.Fatalf("%d bytes still reserved", forceStreamBuffered.Load())
+	if held := s.(*decode).force.held.Held(); held != 0 {
+		t.Fatalf("%d bytes still reserved", held)
 	}
 }
 

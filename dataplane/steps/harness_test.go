@@ -15,6 +15,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
@@ -103,13 +104,13 @@ func (g *fakeGateway) only() captured {
 // newStep builds a registered step from params with the fake gateway.
 func newStep(t *testing.T, typ string, gw *fakeGateway, own map[string]any) pipeline.Step {
 	t.Helper()
-	f := map[string]registry.Factory{
+	f := map[string]registry.Factory[builder.Deps]{
 		DecodeStep: newDecode, PrefillStep: newPrefill, ConditionalDecodeStep: newConditionalDecode, PrefillDecodeStep: newPrefillDecode,
 	}[typ]
 	if f == nil {
 		t.Fatalf("no factory %s", typ)
 	}
-	deps := registry.Deps{Log: logr.Discard(), Getenv: func(string) string { return "" }}
+	deps := builder.Deps{Log: logr.Discard(), Getenv: func(string) string { return "" }}
 	if gw != nil {
 		deps.Gateway = gw.client()
 	}

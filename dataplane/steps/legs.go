@@ -22,8 +22,8 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/retry"
@@ -43,7 +43,7 @@ var (
 	jsonNull  = json.RawMessage("null")
 )
 
-func kvConnector(deps registry.Deps, p *params.Params) kv.Connector {
+func kvConnector(deps builder.Deps, p *params.Params) kv.Connector {
 	name := p.String(paramKVConnector, kv.SharedStorage)
 	c, err := kv.New(name, deps.Getenv)
 	if err != nil {
@@ -58,7 +58,7 @@ type poolPolicy struct {
 	metrics   *observe.Metrics
 }
 
-func onPoolFailure(deps registry.Deps, p *params.Params) poolPolicy {
+func onPoolFailure(deps builder.Deps, p *params.Params) poolPolicy {
 	v := p.String(config.ParamOnPoolFailure, config.DefaultOnPoolFailure)
 	switch v {
 	case config.OnPoolFailureAggregate, config.OnPoolFailureFail:

@@ -177,16 +177,12 @@ func (u *mediaUse) add(it *mediaItem, n int64) error {
 func (u *mediaUse) hold(n int64) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for !u.out {
-		cur := u.s.inFlight.Load()
-		if cur+n > u.s.maxInFlight {
-			u.letGo()
-			break
-		}
-		if u.s.inFlight.CompareAndSwap(cur, cur+n) {
+	if !u.out {
+		if u.s.inFlight.Reserve(n, u.s.maxInFlight) {
 			u.held += n
 			return nil
 		}
+		u.letGo()
 	}
 	return &apierror.Error{Status: http.StatusTooManyRequests, Type: apierror.TypeUnavailable, Code: "media_capacity_exhausted",
 		Message: "the coordinator holds as much media as it may for requests in flight (max_inflight_media_size); retry shortly", RetryAfter: time.Second}
@@ -205,7 +201,7 @@ func (u *mediaUse) drop(n int64) {
 	defer u.mu.Unlock()
 	if !u.out {
 		u.held -= n
-		u.s.inFlight.Add(-n)
+		u.s.inFlight.Release(n)
 	}
 }
 
@@ -218,7 +214,7 @@ func (u *mediaUse) release() {
 
 // letGo returns all the request holds to the budget and closes it for the request (u.mu held).
 func (u *mediaUse) letGo() {
-	u.s.inFlight.Add(-u.held)
+	u.s.inFlight.Release(u.held)
 	u.held, u.out = 0, true
 }
 

@@ -9,8 +9,8 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/test/mediaserver"
 )
 
@@ -142,8 +142,8 @@ func TestReplaceMediaURLsModalities(t *testing.T) {
 				if strings.HasPrefix(tc.msg, "too many") && len(media.Requests()) != 0 {
 					t.Fatalf("%d downloads before the count was checked", len(media.Requests()))
 				}
-				if s.inFlight.Load() != 0 {
-					t.Fatalf("a refused request holds %d bytes of the budget", s.inFlight.Load())
+				if s.inFlight.Held() != 0 {
+					t.Fatalf("a refused request holds %d bytes of the budget", s.inFlight.Held())
 				}
 				return
 			}
@@ -204,7 +204,7 @@ func TestReplaceMediaURLsModalityParams(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := params.New("params", tc.own, nil)
-			_, _ = newReplaceMediaURLs(registry.Deps{Log: logr.Discard()}, p)
+			_, _ = newReplaceMediaURLs(builder.Deps{Log: logr.Discard()}, p)
 			if key := config.KeyOf(p.Err()); key != tc.key || !strings.Contains(p.Err().Error(), tc.want) {
 				t.Fatalf("err = %v, want one naming %s saying %q", p.Err(), tc.key, tc.want)
 			}
@@ -217,7 +217,7 @@ func TestReplaceMediaURLsModalityParams(t *testing.T) {
 		"audio": map[string]any{"max_size": 25, "max_items": 4, "allowed_types": []any{"audio/wav", "Audio/MPEG", "audio/wav"}},
 		"video": map[string]any{"max_items": 2},
 	}}, nil)
-	s, _ := newReplaceMediaURLs(registry.Deps{Log: logr.Discard()}, p)
+	s, _ := newReplaceMediaURLs(builder.Deps{Log: logr.Discard()}, p)
 	if p.Err() != nil {
 		t.Fatal(p.Err())
 	}

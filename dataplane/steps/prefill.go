@@ -11,8 +11,8 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
@@ -21,7 +21,7 @@ import (
 // PrefillStep is the type name of the prefill step.
 const PrefillStep = "prefill"
 
-func init() { registry.Register(registry.Type{Name: PrefillStep, New: newPrefill}) }
+func init() { builder.Register(builder.Type{Name: PrefillStep, New: newPrefill}) }
 
 // prefill sends one single-token leg (EPP-Profile: prefill) carrying the KV connector's
 // kv_transfer_params and the merged ec_transfer_params (and, with kv-nixl and
@@ -36,7 +36,7 @@ type prefill struct {
 	pool      poolPolicy
 }
 
-func newPrefill(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
+func newPrefill(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, PrefillStep)
 	c := kvConnector(deps, p)
 	if c != nil && c.Name() == kv.SGLang {

@@ -16,8 +16,8 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
@@ -28,7 +28,7 @@ import (
 // PrefillDecodeStep is the type name of the terminal step that runs prefill and decode together.
 const PrefillDecodeStep = "prefill-decode"
 
-func init() { registry.Register(registry.Type{Name: PrefillDecodeStep, New: newPrefillDecode}) }
+func init() { builder.Register(builder.Type{Name: PrefillDecodeStep, New: newPrefillDecode}) }
 
 // Phases of the prefill-decode step's legs, for logs, spans and metrics.
 const (
@@ -61,7 +61,7 @@ type prefillDecode struct {
 	ans  answerer
 }
 
-func newPrefillDecode(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
+func newPrefillDecode(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, PrefillDecodeStep)
 	c := kvConnector(deps, p)
 	port, ok := kv.BootstrapPort(c)

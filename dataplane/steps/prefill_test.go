@@ -16,6 +16,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
@@ -330,8 +331,8 @@ func TestPrefillDataParallelRank(t *testing.T) {
 // kv-shared-storage) and returns the build error.
 func buildErr(t *testing.T, typ string, own map[string]any) error {
 	t.Helper()
-	f := map[string]registry.Factory{DecodeStep: newDecode, PrefillStep: newPrefill, PrefillDecodeStep: newPrefillDecode}[typ]
-	deps := registry.Deps{Log: logr.Discard(), Getenv: func(string) string { return "" }, Gateway: newFakeGateway(t, okJSON(`{}`)).client()}
+	f := map[string]registry.Factory[builder.Deps]{DecodeStep: newDecode, PrefillStep: newPrefill, PrefillDecodeStep: newPrefillDecode}[typ]
+	deps := builder.Deps{Log: logr.Discard(), Getenv: func(string) string { return "" }, Gateway: newFakeGateway(t, okJSON(`{}`)).client()}
 	p := params.New("params", own, map[string]any{"kv_connector": "kv-shared-storage", "ec_connector": "ec-shared-storage", "use_openai_format": true})
 	_, err := f(deps, p)
 	if err == nil {

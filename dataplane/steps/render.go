@@ -15,6 +15,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/render"
@@ -41,7 +42,7 @@ const (
 )
 
 func init() {
-	registry.Register(registry.Type{Name: RenderStep, New: newRender, Provides: []registry.Capability{registry.Tokens}})
+	builder.Register(builder.Type{Name: RenderStep, New: newRender, Provides: []registry.Capability{registry.Tokens}})
 }
 
 // render tokenizes the request once, in process or through the render service, and records the
@@ -64,7 +65,7 @@ type renderStep struct {
 // defaultRenderCacheMiB is the default size of the in-process renderer's cache of encoded text.
 const defaultRenderCacheMiB = 64
 
-func newRender(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
+func newRender(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	addr := p.String("address", "")
 	dir := p.String("tokenizer", "")
 	templateName := p.String("chat_template", "")

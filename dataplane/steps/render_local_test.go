@@ -16,8 +16,8 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/render"
 	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
 )
@@ -32,7 +32,7 @@ func localModel(t *testing.T) string {
 	return dir
 }
 
-func newLocalRender(t *testing.T, own map[string]any, deps registry.Deps) (pipeline.Step, error) {
+func newLocalRender(t *testing.T, own map[string]any, deps builder.Deps) (pipeline.Step, error) {
 	t.Helper()
 	p := params.New("params", own, nil)
 	deps.Log = logr.Discard()
@@ -117,7 +117,7 @@ func TestRenderLocal(t *testing.T) {
 			if tc.service {
 				own["address"] = svc.srv.URL
 			}
-			s, err := newLocalRender(t, own, registry.Deps{})
+			s, err := newLocalRender(t, own, builder.Deps{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,7 +157,7 @@ func TestRenderLocalParams(t *testing.T) {
 	dir := localModel(t)
 	tests := map[string]struct {
 		own  map[string]any
-		deps registry.Deps
+		deps builder.Deps
 		key  string // the param the error names ("" when the step builds)
 		msg  string
 	}{
@@ -169,9 +169,9 @@ func TestRenderLocalParams(t *testing.T) {
 		"an unknown named template":       {own: map[string]any{"tokenizer": dir, "chat_template": "nope"}, key: "params.tokenizer", msg: `no chat template named "nope"`},
 		"a negative cache":                {own: map[string]any{"tokenizer": dir, "cache_size": -1}, key: "params.cache_size"},
 		"the files elsewhere (the operator)": {own: map[string]any{"tokenizer": "/var/run/coordinator/tokenizers/qwen", "tokenizer_revision": "abc"},
-			deps: registry.Deps{Overrides: registry.Overrides{LocalFiles: func(string) (string, bool) { return "", false }}}},
+			deps: builder.Deps{Overrides: builder.Overrides{LocalFiles: func(string) (string, bool) { return "", false }}}},
 		"the files found where LocalFiles says": {own: map[string]any{"tokenizer": "/var/run/coordinator/tokenizers/qwen"},
-			deps: registry.Deps{Overrides: registry.Overrides{LocalFiles: func(string) (string, bool) { return dir, true }}}},
+			deps: builder.Deps{Overrides: builder.Overrides{LocalFiles: func(string) (string, bool) { return dir, true }}}},
 		"tokenizer alone":       {own: map[string]any{"tokenizer": dir, "cache_size": 0}},
 		"tokenizer and address": {own: map[string]any{"tokenizer": dir, "address": "http://r:8000"}},
 	}
@@ -194,7 +194,7 @@ func TestRenderLocalParams(t *testing.T) {
 // TestRenderLocalRequestHeaders: the in-process render forwards nothing anywhere (no render
 // service configured, no leg sent), whatever the client's headers say.
 func TestRenderLocalRequestHeaders(t *testing.T) {
-	s, err := newLocalRender(t, map[string]any{"tokenizer": localModel(t)}, registry.Deps{})
+	s, err := newLocalRender(t, map[string]any{"tokenizer": localModel(t)}, builder.Deps{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,12 +218,12 @@ func TestRenderLocalRevision(t *testing.T) {
 		files[name] = b
 	}
 	for _, rev := range []string{render.Revision(files), "v7", ""} {
-		if _, err := newLocalRender(t, map[string]any{"tokenizer": dir, "tokenizer_revision": rev}, registry.Deps{}); err != nil {
+		if _, err := newLocalRender(t, map[string]any{"tokenizer": dir, "tokenizer_revision": rev}, builder.Deps{}); err != nil {
 			t.Fatalf("revision %q: %v", rev, err)
 		}
 	}
 	files["tokenizer_config.json"] = []byte("{}")
-	_, err := newLocalRender(t, map[string]any{"tokenizer": dir, "tokenizer_revision": render.Revision(files)}, registry.Deps{})
+	_, err := newLocalRender(t, map[string]any{"tokenizer": dir, "tokenizer_revision": render.Revision(files)}, builder.Deps{})
 	var fe *config.FieldError
 	if !errors.As(err, &fe) || !fe.Retry || fe.Key != "params.tokenizer_revision" || !strings.Contains(fe.Reason, "waiting for them") {
 		t.Fatalf("err %v, want a retryable error naming params.tokenizer_revision", err)

@@ -13,8 +13,8 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 )
 
 func newRenderStep(t *testing.T, addr string, own map[string]any) pipeline.Step {
@@ -24,7 +24,7 @@ func newRenderStep(t *testing.T, addr string, own map[string]any) pipeline.Step 
 		all[k] = v
 	}
 	p := params.New("params", all, nil)
-	s, err := newRender(registry.Deps{Log: logr.Discard()}, p)
+	s, err := newRender(builder.Deps{Log: logr.Discard()}, p)
 	if err == nil {
 		err = p.Err()
 	}
@@ -237,7 +237,7 @@ func TestRenderParams(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := params.New("params", tc.own, nil)
-			_, _ = newRender(registry.Deps{}, p)
+			_, _ = newRender(builder.Deps{}, p)
 			if key := config.KeyOf(p.Err()); key != tc.key {
 				t.Fatalf("err = %v, want one naming %s", p.Err(), tc.key)
 			}

@@ -12,15 +12,16 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/budget"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
@@ -31,7 +32,7 @@ import (
 const ReplaceMediaURLsStep = "replace-media-urls"
 
 func init() {
-	registry.Register(registry.Type{Name: ReplaceMediaURLsStep, New: newReplaceMediaURLs, Provides: []registry.Capability{registry.Media}})
+	builder.Register(builder.Type{Name: ReplaceMediaURLsStep, New: newReplaceMediaURLs, Provides: []registry.Capability{registry.Media}})
 }
 
 // replaceMediaURLs downloads the remote media of a chat request (concurrently, bounded, behind
@@ -52,16 +53,16 @@ type replaceMediaURLs struct {
 	maxRequest, maxBody, maxInFlight int64
 	// limits are each modality's item size, item count and media types.
 	limits map[string]*mediaLimits
-	// inFlight is the process-wide count maxInFlight bounds: observe.MediaInFlight, shared by
-	// every replace-media-urls step of the process, across pipeline reloads (tests use their own).
-	inFlight *atomic.Int64
+	// inFlight is the process-wide count maxInFlight bounds (builder.Shared.Media), shared by
+	// every replace-media-urls step of the process, across pipeline reloads.
+	inFlight *budget.Bytes
 	metrics  *observe.Metrics
 }
 
 // maxMiB bounds the MiB params (1 TiB), so that their byte counts cannot overflow.
 const maxMiB = 1 << 20
 
-func newReplaceMediaURLs(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
+func newReplaceMediaURLs(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	mib := func(name string, def int) int64 {
 		n := p.Int(name, def, 1)
 		if n > maxMiB {
@@ -75,7 +76,7 @@ func newReplaceMediaURLs(deps registry.Deps, p *params.Params) (pipeline.Step, e
 		maxRequest:  mib("max_request_media_size", 32),
 		maxBody:     mib("max_inlined_body_size", 64),
 		maxInFlight: mib("max_inflight_media_size", 128),
-		inFlight:    &observe.MediaInFlight,
+		inFlight:    cmp.Or(deps.Shared.Media, &budget.Bytes{}),
 		metrics:     deps.Telemetry.Metrics,
 	}
 	if s.maxEntries == 0 {

@@ -13,17 +13,16 @@ import (
 	"net/url"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/budget"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
-	"github.com/epd-dev/coordinator/dataplane/base/observe"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/test/mediaserver"
 )
@@ -43,7 +42,7 @@ func startMedia(t *testing.T) *mediaserver.Server {
 // from the guard, as the integration stack does. Each step gets its own process budget counter.
 func newMediaStep(t testing.TB, own map[string]any, allowLoopback bool) *replaceMediaURLs {
 	t.Helper()
-	deps := registry.Deps{Log: logr.Discard()}
+	deps := builder.Deps{Log: logr.Discard()}
 	if allowLoopback {
 		deps.Overrides.MediaAllowAddr = netip.Addr.IsLoopback
 	}
@@ -56,7 +55,7 @@ func newMediaStep(t testing.TB, own map[string]any, allowLoopback bool) *replace
 		t.Fatal(err)
 	}
 	step := s.(*replaceMediaURLs)
-	step.inFlight = new(atomic.Int64)
+	step.inFlight = &budget.Bytes{}
 	t.Cleanup(step.Close)
 	return step
 }
@@ -171,7 +170,7 @@ func TestReplaceMediaURLsInlines(t *testing.T) {
 			t.Fatalf("client credentials reached the media host: %v", r.Header)
 		}
 	}
-	if got, want := s.inFlight.Load(), int64(len(mustGet(t, rc, "messages"))); got != want {
+	if got, want := s.inFlight.Held(), int64(len(mustGet(t, rc, "messages"))); got != want {
 		t.Fatalf("the request holds %d bytes of the budget, want its inlined messages (%d)", got, want)
 	}
 }
@@ -382,8 +381,8 @@ func TestReplaceMediaURLsRejects(t *testing.T) {
 			if status == 400 && e.Param != "messages" {
 				t.Fatalf("param %q", e.Param)
 			}
-			if s.inFlight.Load() != 0 {
-				t.Fatalf("a failed request holds %d bytes of the budget", s.inFlight.Load())
+			if s.inFlight.Held() != 0 {
+				t.Fatalf("a failed request holds %d bytes of the budget", s.inFlight.Held())
 			}
 		})
 	}
@@ -462,8 +461,8 @@ func TestReplaceMediaURLsLimits(t *testing.T) {
 			s := newMediaStep(t, tc.params, true)
 			_, err := run(t, s, chatWithImages(tc.urls...))
 			_ = apiErr(t, err, 400, tc.msg)
-			if s.inFlight.Load() != 0 {
-				t.Fatalf("a refused request holds %d bytes", s.inFlight.Load())
+			if s.inFlight.Held() != 0 {
+				t.Fatalf("a refused request holds %d bytes", s.inFlight.Held())
 			}
 			if strings.Contains(name, "too many") || name == "the default" {
 				if n := len(media.Requests()); n != 0 {
@@ -476,12 +475,12 @@ func TestReplaceMediaURLsLimits(t *testing.T) {
 
 // waitInFlight waits for c to reach want (releases run when a request's context ends, in their
 // own goroutine).
-func waitInFlight(t *testing.T, c *atomic.Int64, want int64) {
+func waitInFlight(t *testing.T, c *budget.Bytes, want int64) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for c.Load() != want {
+	for c.Held() != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("in-flight media is %d bytes, want %d", c.Load(), want)
+			t.Fatalf("in-flight media is %d bytes, want %d", c.Held(), want)
 		}
 		runtime.Gosched()
 	}
@@ -505,20 +504,20 @@ func TestReplaceMediaURLsProcessBudget(t *testing.T) {
 		return cancel, int64(len(mustGet(t, rc, "messages"))), nil
 	}
 	end1, held1, err := start(old)
-	if err != nil || old.inFlight.Load() != held1 {
-		t.Fatalf("err %v, in flight %d, want %d", err, old.inFlight.Load(), held1)
+	if err != nil || old.inFlight.Held() != held1 {
+		t.Fatalf("err %v, in flight %d, want %d", err, old.inFlight.Held(), held1)
 	}
 	end2, held2, err := start(reloaded)
-	if err != nil || old.inFlight.Load() != held1+held2 {
-		t.Fatalf("err %v, in flight %d, want %d", err, old.inFlight.Load(), held1+held2)
+	if err != nil || old.inFlight.Held() != held1+held2 {
+		t.Fatalf("err %v, in flight %d, want %d", err, old.inFlight.Held(), held1+held2)
 	}
 	defer end2()
 	// A third needs 700000 bytes to download and ~935000 for its body: over 3 MiB.
 	end3, _, err := start(old)
 	end3()
 	e := apiErr(t, err, http.StatusTooManyRequests, "max_inflight_media_size")
-	if e.RetryAfter != time.Second || old.inFlight.Load() != held1+held2 {
-		t.Fatalf("RetryAfter %v, in flight %d, want %d", e.RetryAfter, old.inFlight.Load(), held1+held2)
+	if e.RetryAfter != time.Second || old.inFlight.Held() != held1+held2 {
+		t.Fatalf("RetryAfter %v, in flight %d, want %d", e.RetryAfter, old.inFlight.Held(), held1+held2)
 	}
 	end1() // the first request ends: its body is let go
 	waitInFlight(t, old.inFlight, held2)
@@ -572,7 +571,7 @@ func TestMediaUseRefusedLetsGoAtOnce(t *testing.T) {
 		} else if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
-		if got := s.inFlight.Load(); got != st.inFlight {
+		if got := s.inFlight.Held(); got != st.inFlight {
 			t.Fatalf("step %d (%s %d): in flight %d, want %d", i, st.op, st.n, got, st.inFlight)
 		}
 	}
@@ -583,8 +582,9 @@ func TestMediaUseRefusedLetsGoAtOnce(t *testing.T) {
 
 func TestReplaceMediaURLsUsesTheProcessBudget(t *testing.T) {
 	p := params.New("params", nil, nil)
-	s, _ := newReplaceMediaURLs(registry.Deps{Log: logr.Discard()}, p)
-	if s.(*replaceMediaURLs).inFlight != &observe.MediaInFlight {
+	shared := &budget.Bytes{}
+	s, _ := newReplaceMediaURLs(builder.Deps{Log: logr.Discard(), Shared: builder.Shared{Media: shared}}, p)
+	if s.(*replaceMediaURLs).inFlight != shared {
 		t.Fatal("the step does not count on the process-wide budget")
 	}
 }
@@ -634,7 +634,7 @@ func TestReplaceMediaURLsParams(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := params.New("params", tc.own, nil)
-			_, _ = newReplaceMediaURLs(registry.Deps{Log: logr.Discard()}, p)
+			_, _ = newReplaceMediaURLs(builder.Deps{Log: logr.Discard()}, p)
 			if key := config.KeyOf(p.Err()); key != tc.key || !strings.Contains(p.Err().Error(), tc.want) {
 				t.Fatalf("err = %v, want one naming %s saying %q", p.Err(), tc.key, tc.want)
 			}
@@ -642,7 +642,7 @@ func TestReplaceMediaURLsParams(t *testing.T) {
 	}
 	// Accepted forms.
 	p := params.New("params", map[string]any{"allowed_networks": []any{"10.20.0.0/16", "192.0.2.7", "fd00:ec2::/32"}, "allowed_ports": []any{8080, 443.0, int64(80)}}, nil)
-	s, _ := newReplaceMediaURLs(registry.Deps{Log: logr.Discard()}, p)
+	s, _ := newReplaceMediaURLs(builder.Deps{Log: logr.Discard()}, p)
 	if p.Err() != nil {
 		t.Fatal(p.Err())
 	}

@@ -20,8 +20,8 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
-	brokerstep "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
+	"github.com/epd-dev/coordinator/dataplane/broker"
+	"github.com/epd-dev/coordinator/dataplane/broker/redisbroker"
 	"github.com/epd-dev/coordinator/test/asyncworker"
 	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
 	"github.com/epd-dev/coordinator/test/simworker"
@@ -75,8 +75,8 @@ pipeline:
 	if err != nil {
 		t.Fatalf("%v\n%s", err, doc)
 	}
-	hooks := registry.Overrides{BrokerPollInterval: 20 * time.Millisecond, BrokerBackupPollInterval: 200 * time.Millisecond}
-	coord, err := stack.StartCoordinator(cfg, testLogger(), hooks)
+	coord, err := stack.StartCoordinatorWith(cfg, stack.CoordinatorOptions{Log: testLogger(),
+		Broker: redisbroker.Options{PollInterval: 20 * time.Millisecond, BackupPollInterval: 200 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +367,7 @@ func TestWaitSurvivesRedisRestart(t *testing.T) {
 	}()
 	ctx := context.Background()
 	deadline := time.Now().Add(5 * time.Second)
-	for e.rdb.ZCard(ctx, brokerstep.DefaultQueue).Val() == 0 && time.Now().Before(deadline) {
+	for e.rdb.ZCard(ctx, broker.DefaultQueue).Val() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	e.redis.Restart() // the queue and every marker are gone

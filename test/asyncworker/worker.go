@@ -28,8 +28,8 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
+	"github.com/epd-dev/coordinator/dataplane/broker"
 	"github.com/epd-dev/coordinator/dataplane/broker/redisbroker"
-	brokerstep "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
 )
 
 // Config configures a Worker.
@@ -38,7 +38,7 @@ type Config struct {
 	RedisURL string
 	// Coordinator is the coordinator's base URL (http://host:port).
 	Coordinator string
-	// Queues are the sorted sets to serve (default: brokerstep.DefaultQueue).
+	// Queues are the sorted sets to serve (default: broker.DefaultQueue).
 	Queues []string
 	// Concurrency is how many requests run at once (default 4).
 	Concurrency int
@@ -116,7 +116,7 @@ func New(cfg Config) (*Worker, error) {
 	opts.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	opts.DisableIdentity = true
 	if len(cfg.Queues) == 0 {
-		cfg.Queues = []string{brokerstep.DefaultQueue}
+		cfg.Queues = []string{broker.DefaultQueue}
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 4
@@ -128,7 +128,7 @@ func New(cfg Config) (*Worker, error) {
 		cfg.CancelPoll = 250 * time.Millisecond
 	}
 	if cfg.ModeHeader == "" {
-		cfg.ModeHeader = brokerstep.DefaultModeHeader
+		cfg.ModeHeader = broker.DefaultModeHeader
 	}
 	if cfg.MaxResponseBytes <= 0 {
 		cfg.MaxResponseBytes = 64 << 20

@@ -21,7 +21,6 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/reload"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	"github.com/epd-dev/coordinator/test/atomicdir"
@@ -66,7 +65,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	build := func(c config.Config, rev string) (*pipeline.Pipeline, error) {
 		return builder.Build(c, builder.Options{Revision: rev})
 	}
-	coord, err := stack.StartCoordinator(cfg, testLogger(t), registry.Overrides{})
+	coord, err := stack.StartCoordinator(cfg, testLogger(t), builder.Overrides{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/test/gateway"
 	"github.com/epd-dev/coordinator/test/simworker"
 	"github.com/epd-dev/coordinator/test/stack"
@@ -167,7 +167,7 @@ func TestPrefillDecodeSGLangPrefillPoolDown(t *testing.T) {
 // The sequential pipeline cannot be configured with kv-sglang (SGLang's prefill would wait for
 // a decode that is only sent after it): the error says what to use instead.
 func TestSequentialSGLangRefused(t *testing.T) {
-	_, err := stack.StartCoordinator(sglangConfig(t, "[{\"type\":\"prefill\"},{\"type\":\"decode\"}]"), testLogger(t), registry.Overrides{})
+	_, err := stack.StartCoordinator(sglangConfig(t, "[{\"type\":\"prefill\"},{\"type\":\"decode\"}]"), testLogger(t), builder.Overrides{})
 	if err == nil || !strings.Contains(err.Error(), "pipeline.steps[0].params.kv_connector: kv-sglang needs prefill and decode in flight together: use the prefill-decode step") {
 		t.Fatalf("err = %v", err)
 	}

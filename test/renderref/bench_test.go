@@ -15,8 +15,8 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
@@ -50,9 +50,9 @@ func benchConversation(tok *tokenizer.Tokenizer, n int) []byte {
 // newRenderStep builds the render step with params, as a pipeline would.
 func newRenderStep(b *testing.B, own map[string]any) pipeline.Step {
 	b.Helper()
-	typ, _ := registry.Default.Lookup("render")
+	typ, _ := builder.Types.Lookup("render")
 	p := params.New("params", own, nil)
-	s, err := typ.New(registry.Deps{Log: logr.Discard()}, p)
+	s, err := typ.New(builder.Deps{Log: logr.Discard()}, p)
 	if err == nil {
 		err = p.Err()
 	}

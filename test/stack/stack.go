@@ -21,11 +21,10 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
-	_ "github.com/epd-dev/coordinator/dataplane/broker/redisbroker" // the async-broker step's Redis runtime, as in cmd/coordinator
+	"github.com/epd-dev/coordinator/dataplane/broker/redisbroker"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // the built-in step types
 	"github.com/epd-dev/coordinator/test/gateway"
@@ -233,19 +232,22 @@ func (c *Coordinator) Close() {
 }
 
 // LoopbackMedia lets replace-media-urls download from loopback media servers (tests only).
-var LoopbackMedia = registry.Overrides{MediaAllowAddr: netip.Addr.IsLoopback}
+var LoopbackMedia = builder.Overrides{MediaAllowAddr: netip.Addr.IsLoopback}
 
 // CoordinatorOptions tune StartCoordinatorWith.
 type CoordinatorOptions struct {
 	Log       logr.Logger
-	Overrides registry.Overrides
+	Overrides builder.Overrides
+	// Broker tunes the async broker's runtime, which the coordinator hands its pipelines as the
+	// binary does.
+	Broker    redisbroker.Options
 	Telemetry observe.Telemetry
 	// Getenv supplies the pipeline's environment (SGLANG_BOOTSTRAP_PORT); os.Getenv when nil.
 	Getenv func(string) string
 }
 
 // StartCoordinator builds the pipeline of cfg and serves it on 127.0.0.1 (any port).
-func StartCoordinator(cfg config.Config, log logr.Logger, o registry.Overrides) (*Coordinator, error) {
+func StartCoordinator(cfg config.Config, log logr.Logger, o builder.Overrides) (*Coordinator, error) {
 	return StartCoordinatorWith(cfg, CoordinatorOptions{Log: log, Overrides: o})
 }
 
@@ -254,7 +256,8 @@ func StartCoordinatorWith(cfg config.Config, o CoordinatorOptions) (*Coordinator
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
 	}
-	p, err := builder.Build(cfg, builder.Options{Log: o.Log, Overrides: o.Overrides, Telemetry: o.Telemetry, Getenv: o.Getenv})
+	p, err := builder.Build(cfg, builder.Options{Log: o.Log, Overrides: o.Overrides, Telemetry: o.Telemetry, Getenv: o.Getenv,
+		Shared: builder.Shared{Broker: redisbroker.Runtime(o.Broker)}})
 	if err != nil {
 		return nil, err
 	}

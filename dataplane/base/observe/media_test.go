@@ -10,9 +10,8 @@ import (
 
 func TestMediaInFlightGauge(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	NewMetrics(reg)
-	MediaInFlight.Add(1234)
-	defer MediaInFlight.Add(-1234)
+	held := int64(1234)
+	reg.MustRegister(MediaInFlight(func() int64 { return held }))
 	want := `
 # HELP coordinator_media_inflight_bytes Media bytes held by requests in flight (downloads and inlined bodies of replace-media-urls).
 # TYPE coordinator_media_inflight_bytes gauge

@@ -1,12 +1,11 @@
-// Package asyncbroker is the Redis runtime of the async-broker step (package
-// dataplane/steps/asyncbroker): the request queue and its Lua scripts, the passthrough quota, the
-// keyspace-notification listener that wakes waiters, the result mailbox, the answers of
-// GET/DELETE /v1/requests/{id}, and the wire format shared with the consumer (llm-d-async, or
-// test/asyncworker).
+// Package redisbroker is the Redis runtime of the async-broker step (package broker's Broker):
+// the request queue and its Lua scripts, the passthrough quota, the keyspace-notification
+// listener that wakes waiters, the result mailbox, the answers of GET/DELETE /v1/requests/{id},
+// and the wire format shared with the consumer (llm-d-async, or test/asyncworker).
 //
-// Importing the package plugs it into the step (it registers itself with the step's Use): the
-// coordinator binary does; the operator, which only validates pipelines, does not and so links
-// no Redis client. docs/async-broker.md documents the behaviour and the Redis contract.
+// The coordinator hands Runtime to the pipelines it builds (builder.Shared.Broker); the
+// operator, which only validates pipelines, does not, and so links no Redis client.
+// docs/async-broker.md documents the behaviour and the Redis contract.
 package redisbroker
 
 import (
@@ -25,15 +24,24 @@ import (
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
-	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
+	"github.com/epd-dev/coordinator/dataplane/broker"
 )
 
-func init() {
-	step.Use(func(cfg *step.Settings, deps registry.Deps) (step.Broker, error) { return New(cfg, deps) })
+// Options tune the runtime: the waiters' mailbox polls (zero: pollInterval without keyspace
+// notifications, notifyBackupPoll behind them). Tests shorten them.
+type Options struct {
+	PollInterval, BackupPollInterval time.Duration
 }
 
-var _ step.Broker = (*Broker)(nil)
+// Runtime is the broker runtime the coordinator hands the pipelines it builds
+// (builder.Shared.Broker): each async-broker step gets a Broker of its own settings.
+func Runtime(o Options) broker.Runtime {
+	return func(cfg *broker.Settings, log logr.Logger, getenv func(string) string) (broker.Broker, error) {
+		return New(cfg, log, getenv, o)
+	}
+}
+
+var _ broker.Broker = (*Broker)(nil)
 
 const (
 	// expiredGrace is how long the live marker outlives the deadline: GET answers 504 rather than
@@ -63,7 +71,7 @@ var errClosed = errors.New("async-broker step is closed (the pipeline was reload
 // Broker serves one async-broker step. Its Redis client is created on first use: New does no I/O
 // (pipelines are built before they serve, and on every reload).
 type Broker struct {
-	cfg       *step.Settings
+	cfg       *broker.Settings
 	redisOpts *redis.Options
 	log       logr.Logger
 	getenv    func(string) string
@@ -85,22 +93,21 @@ type Broker struct {
 }
 
 // New builds the broker of a step from its settings. It fails only when go-redis rejects the
-// Redis URL the step accepted (step.CheckRedisURL follows go-redis, so it does not).
-func New(cfg *step.Settings, deps registry.Deps) (*Broker, error) {
+// Redis URL the step accepted (broker.CheckRedisURL follows go-redis, so it does not).
+func New(cfg *broker.Settings, log logr.Logger, getenv func(string) string, o Options) (*Broker, error) {
 	opts, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
 		return nil, err
 	}
-	log := deps.Log
 	if log.GetSink() == nil {
 		log = logr.Discard()
 	}
-	b := &Broker{cfg: cfg, redisOpts: opts, log: log, getenv: deps.Getenv,
+	b := &Broker{cfg: cfg, redisOpts: opts, log: log, getenv: getenv,
 		backupPoll: notifyBackupPoll, poll: pollInterval, now: time.Now}
-	if d := deps.Overrides.BrokerPollInterval; d > 0 {
+	if d := o.PollInterval; d > 0 {
 		b.poll = d
 	}
-	if d := deps.Overrides.BrokerBackupPollInterval; d > 0 {
+	if d := o.BackupPollInterval; d > 0 {
 		b.backupPoll = d
 	}
 	return b, nil

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/broker"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
-	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
 )
 
 // The factory must not touch the network: the operator builds pipelines to validate them, and
@@ -33,8 +34,8 @@ func TestFactoryDoesNoIO(t *testing.T) {
 		}
 	}()
 	cfg := config.Default()
-	cfg.Pipeline.Steps = []config.Step{{Type: step.StepType, Params: map[string]any{"redis_url": "redis://" + l.Addr().String()}}, {Type: sinkStep}}
-	p, err := builder.Build(cfg, builder.Options{})
+	cfg.Pipeline.Steps = []config.Step{{Type: broker.StepType, Params: map[string]any{"redis_url": "redis://" + l.Addr().String()}}, {Type: sinkStep}}
+	p, err := builder.Build(cfg, builder.Options{Shared: builder.Shared{Broker: Runtime(Options{})}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,14 +86,14 @@ func TestClientOptions(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := params.New("params", tc.own, nil)
-			cfg, err := step.ParseSettings(p)
+			cfg, err := broker.ParseSettings(p)
 			if err == nil {
 				err = p.Err()
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := New(cfg, registry.Deps{Getenv: func(k string) string { return env[k] }})
+			b, err := New(cfg, logr.Discard(), func(k string) string { return env[k] }, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

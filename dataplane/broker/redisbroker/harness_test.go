@@ -11,18 +11,19 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/epd-dev/coordinator/dataplane/steps" // the async-broker step
+
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/broker"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
-	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
 	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
 )
 
@@ -72,10 +73,10 @@ func (f funcStep) Execute(ctx context.Context, rc *request.Context) error {
 }
 
 func init() {
-	registry.Register(registry.Type{Name: noopStep, New: func(registry.Deps, *params.Params) (pipeline.Step, error) {
+	builder.Register(builder.Type{Name: noopStep, New: func(builder.Deps, *params.Params) (pipeline.Step, error) {
 		return funcStep{name: noopStep, fn: func(context.Context, *request.Context) error { return nil }}, nil
 	}})
-	registry.Register(registry.Type{Name: sinkStep, New: func(registry.Deps, *params.Params) (pipeline.Step, error) {
+	builder.Register(builder.Type{Name: sinkStep, New: func(builder.Deps, *params.Params) (pipeline.Step, error) {
 		return funcStep{name: sinkStep, terminal: true, fn: sink}, nil
 	}})
 }
@@ -113,14 +114,14 @@ type coord struct {
 }
 
 // fastHooks poll quickly so tests do not wait on the production intervals.
-var fastHooks = registry.Overrides{BrokerPollInterval: 20 * time.Millisecond, BrokerBackupPollInterval: 100 * time.Millisecond}
+var fastHooks = Options{PollInterval: 20 * time.Millisecond, BackupPollInterval: 100 * time.Millisecond}
 
-func startCoord(t *testing.T, own map[string]any, o registry.Overrides) *coord {
+func startCoord(t *testing.T, own map[string]any, o Options) *coord {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Server.ListenAddr = "127.0.0.1:0"
-	cfg.Pipeline.Steps = []config.Step{{Type: step.StepType, Params: own}, {Type: sinkStep}}
-	p, err := builder.Build(cfg, builder.Options{Log: logr.Discard(), Overrides: o})
+	cfg.Pipeline.Steps = []config.Step{{Type: broker.StepType, Params: own}, {Type: sinkStep}}
+	p, err := builder.Build(cfg, builder.Options{Log: logr.Discard(), Shared: builder.Shared{Broker: Runtime(o)}})
 	if err != nil {
 		t.Fatal(err)
 	}

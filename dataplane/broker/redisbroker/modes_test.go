@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
+	"github.com/epd-dev/coordinator/dataplane/broker"
 )
 
 func TestNoModeHeaderIsUntouched(t *testing.T) {
@@ -41,8 +41,8 @@ func TestPassthroughStampsHeaders(t *testing.T) {
 	}
 	// The default tenant.
 	r = c.chat(hdr("X-AP-Mode", "passthrough"))
-	if got := sinkHeaders(t, r)["x-gateway-inference-fairness-id"]; got != step.DefaultTenant {
-		t.Errorf("fairness id without a tenant header = %q, want %q", got, step.DefaultTenant)
+	if got := sinkHeaders(t, r)["x-gateway-inference-fairness-id"]; got != broker.DefaultTenant {
+		t.Errorf("fairness id without a tenant header = %q, want %q", got, broker.DefaultTenant)
 	}
 }
 
@@ -171,15 +171,15 @@ func TestEnqueueIsIdempotentPerRequestID(t *testing.T) {
 			t.Fatalf("enqueue #%d = %d: %s", i, r.status, r.body)
 		}
 	}
-	if n := rdb.ZCard(ctx, step.DefaultQueue).Val(); n != 1 {
+	if n := rdb.ZCard(ctx, broker.DefaultQueue).Val(); n != 1 {
 		t.Fatalf("three enqueues of one id queued %d copies", n)
 	}
-	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
+	env, _ := popEnvelope(t, rdb, broker.DefaultQueue)
 	storeResult(t, rdb, env, Result{ID: env.Data.ID, StatusCode: 200, Payload: `{"done":1}`})
 	if r := post(); r.status != 202 || r.json(t)["status"] != "completed" {
 		t.Fatalf("enqueue of a completed id = %d: %s", r.status, r.body)
 	}
-	if n := rdb.ZCard(ctx, step.DefaultQueue).Val(); n != 0 {
+	if n := rdb.ZCard(ctx, broker.DefaultQueue).Val(); n != 0 {
 		t.Fatal("a completed request was queued again")
 	}
 	// A failed result (5xx) does not stick: the request runs again.
@@ -188,7 +188,7 @@ func TestEnqueueIsIdempotentPerRequestID(t *testing.T) {
 	if r := post(); r.status != 202 || r.json(t)["status"] != "pending" {
 		t.Fatalf("enqueue after a 503 result = %d: %s", r.status, r.body)
 	}
-	if n := rdb.ZCard(ctx, step.DefaultQueue).Val(); n != 1 {
+	if n := rdb.ZCard(ctx, broker.DefaultQueue).Val(); n != 1 {
 		t.Fatal("a request whose result was a 503 was not queued again")
 	}
 	if n := rdb.Exists(ctx, env.Internal.ResultQueueName).Val(); n != 0 {
@@ -306,7 +306,7 @@ func TestRoutesValidationAndDelete(t *testing.T) {
 	}
 	var env Envelope
 	for {
-		e, _ := popEnvelope(t, rdb, step.DefaultQueue)
+		e, _ := popEnvelope(t, rdb, broker.DefaultQueue)
 		if e.Data.ID == "default:done-one" {
 			env = e
 			break

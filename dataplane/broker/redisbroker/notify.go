@@ -10,7 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
 
-	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
+	"github.com/epd-dev/coordinator/dataplane/broker"
 )
 
 // watch returns what wakes a waiter on a mailbox key: a channel fed by keyspace notifications
@@ -34,9 +34,9 @@ func (b *Broker) watch(ctx context.Context, client *redis.Client, key string) (w
 // means polling for this waiter.
 func (b *Broker) useNotify(ctx context.Context, client *redis.Client) bool {
 	switch b.cfg.Wakeup {
-	case step.WakeupPoll:
+	case broker.WakeupPoll:
 		return false
-	case step.WakeupNotify:
+	case broker.WakeupNotify:
 		return true
 	}
 	b.mu.Lock()

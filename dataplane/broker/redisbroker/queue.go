@@ -16,7 +16,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
-	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
+	"github.com/epd-dev/coordinator/dataplane/broker"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 )
@@ -84,7 +84,7 @@ func (b *Broker) Queue(ctx context.Context, rc *request.Context, tenant, mode st
 	}
 	verbose(rc.Log, "async-broker queued", "mode", mode, "queue", q.queue, "tenant", tenant, "outcome", outcome, "deadline", q.deadline)
 	rc.Writer.Header().Set(upstream.RequestIDHeader, rc.ID)
-	if mode == step.ModeEnqueue {
+	if mode == broker.ModeEnqueue {
 		status := StatusPending
 		if outcome == submitDone {
 			status = StatusCompleted
@@ -279,7 +279,7 @@ func (b *Broker) deliver(rc *request.Context, raw string) error {
 func (b *Broker) answerAccepted(rc *request.Context, status string) error {
 	h := rc.Writer.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Location", step.RequestsPath+rc.ID)
+	h.Set("Location", broker.RequestsPath+rc.ID)
 	rc.Writer.WriteHeader(http.StatusAccepted)
 	_, _ = rc.Writer.Write(acceptedBody(rc.ID, status))
 	return pipeline.ErrDone

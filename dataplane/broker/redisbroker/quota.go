@@ -6,7 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 
-	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
+	"github.com/epd-dev/coordinator/dataplane/broker"
 )
 
 // Classify takes one of the tenant's reserved slots, held until ctx ends (the request context
@@ -16,14 +16,14 @@ import (
 func (b *Broker) Classify(ctx context.Context, log logr.Logger, tenant string) string {
 	limit, ok := b.cfg.Quota.Limit(tenant)
 	if !ok {
-		return step.ClassReserved
+		return broker.ClassReserved
 	}
 	if b.now().UnixNano() < b.quotaOpenUntil.Load() {
-		return step.ClassReserved
+		return broker.ClassReserved
 	}
 	client, release, err := b.hold()
 	if err != nil {
-		return step.ClassReserved
+		return broker.ClassReserved
 	}
 	key := b.cfg.Quota.Key(tenant)
 	window := int64(b.cfg.Quota.Window / time.Second)
@@ -34,11 +34,11 @@ func (b *Broker) Classify(ctx context.Context, log logr.Logger, tenant string) s
 		release()
 		b.quotaOpenUntil.Store(b.now().Add(quotaOpenFor).UnixNano())
 		log.Info("async-broker quota unavailable; failing open (reserved)", "tenant", tenant, "err", err.Error())
-		return step.ClassReserved
+		return broker.ClassReserved
 	}
 	if got == 0 {
 		release()
-		return step.ClassOverflow
+		return broker.ClassOverflow
 	}
 	context.AfterFunc(ctx, func() {
 		defer release()
@@ -48,5 +48,5 @@ func (b *Broker) Classify(ctx context.Context, log logr.Logger, tenant string) s
 			b.log.Info("async-broker quota release failed; the slot frees when the window expires", "tenant", tenant, "err", err.Error())
 		}
 	})
-	return step.ClassReserved
+	return broker.ClassReserved
 }

@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
-	step "github.com/epd-dev/coordinator/dataplane/steps/asyncbroker"
+	"github.com/epd-dev/coordinator/dataplane/broker"
 	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
 )
 
@@ -26,9 +25,9 @@ func TestWaitWokenByNotification(t *testing.T) {
 	srv := startRedis(t)
 	rdb := redisClient(t, srv)
 	events := watchWaiters(t)
-	c := startCoord(t, baseParams(srv), registry.Overrides{BrokerPollInterval: time.Minute, BrokerBackupPollInterval: time.Minute})
+	c := startCoord(t, baseParams(srv), Options{PollInterval: time.Minute, BackupPollInterval: time.Minute})
 	ch := c.waitAsync(hdr("X-AP-Mode", "wait", "X-Team", "teamA", "x-request-id", "w-1"))
-	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
+	env, _ := popEnvelope(t, rdb, broker.DefaultQueue)
 	// Store the result only once the waiter found it missing and parked, and Redis has its
 	// subscription: from then on only the notification can wake it within a minute.
 	mailbox := env.Internal.ResultQueueName
@@ -57,7 +56,7 @@ func TestWaitPollsWithoutNotifications(t *testing.T) {
 	rdb := redisClient(t, srv)
 	c := startCoord(t, baseParams(srv), fastHooks)
 	ch := c.waitAsync(hdr("X-AP-Mode", "wait"))
-	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
+	env, _ := popEnvelope(t, rdb, broker.DefaultQueue)
 	storeResult(t, rdb, env, Result{ID: env.Data.ID, StatusCode: 200, Payload: completion})
 	if r := awaitReply(t, ch, 5*time.Second); r.status != 200 || string(r.body) != completion {
 		t.Fatalf("wait = %d %s", r.status, r.body)
@@ -70,12 +69,12 @@ func TestWaitErrorResult(t *testing.T) {
 	rdb := redisClient(t, srv)
 	c := startCoord(t, baseParams(srv), fastHooks)
 	ch := c.waitAsync(hdr("X-AP-Mode", "wait"))
-	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
+	env, _ := popEnvelope(t, rdb, broker.DefaultQueue)
 	storeResult(t, rdb, env, Result{ID: env.Data.ID, ErrorCode: ErrCodeGateDropped, ErrorMessage: "Pool gating dropped request"})
 	awaitReply(t, ch, 5*time.Second).expectError(t, 429, "rate_limit_error", "GATE_DROPPED")
 
 	ch = c.waitAsync(hdr("X-AP-Mode", "wait"))
-	env, _ = popEnvelope(t, rdb, step.DefaultQueue)
+	env, _ = popEnvelope(t, rdb, broker.DefaultQueue)
 	storeRaw(t, rdb, env, `{"id":"x","status_code":"oops"}`)
 	awaitReply(t, ch, 5*time.Second).expectError(t, 502, "api_error", "MALFORMED_RESULT")
 }
@@ -109,7 +108,7 @@ func TestWaitCapThenGet(t *testing.T) {
 	if d := time.Since(start); d < time.Second || d > 5*time.Second {
 		t.Fatalf("202 after %s, want at the 1s cap", d)
 	}
-	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
+	env, _ := popEnvelope(t, rdb, broker.DefaultQueue)
 	storeResult(t, rdb, env, Result{ID: env.Data.ID, StatusCode: 200, Payload: completion})
 	if g := c.must(http.MethodGet, "/v1/requests/capped", "", nil); g.status != 200 || string(g.body) != completion {
 		t.Fatalf("GET after the cap = %d %s", g.status, g.body)
@@ -162,10 +161,10 @@ func TestWaitReattach(t *testing.T) {
 	<-second
 	awaitWaitEvent(t, events, left, mailbox, false)
 	if rdb.Exists(bg, "request-active:default:shared").Val() != 1 || rdb.Exists(bg, "request-cancel:default:shared").Val() != 0 ||
-		rdb.ZCard(bg, step.DefaultQueue).Val() != 1 {
+		rdb.ZCard(bg, broker.DefaultQueue).Val() != 1 {
 		t.Fatal("the reattached waiter cancelled or re-queued the shared request")
 	}
-	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
+	env, _ := popEnvelope(t, rdb, broker.DefaultQueue)
 	storeResult(t, rdb, env, Result{ID: env.Data.ID, StatusCode: 200, Payload: completion})
 	if r := awaitReply(t, first, 5*time.Second); r.status != 200 {
 		t.Fatalf("first waiter = %d %s", r.status, r.body)
@@ -180,9 +179,9 @@ func TestWaitSurvivesRedisRestart(t *testing.T) {
 	c := startCoord(t, baseParams(srv), fastHooks)
 	ch := c.waitAsync(hdr("X-AP-Mode", "wait", "X-Request-Timeout-Seconds", "30", "x-request-id", "survivor"))
 	bg := context.Background()
-	eventually(t, 5*time.Second, "the request to be queued", func() bool { return rdb.ZCard(bg, step.DefaultQueue).Val() == 1 })
+	eventually(t, 5*time.Second, "the request to be queued", func() bool { return rdb.ZCard(bg, broker.DefaultQueue).Val() == 1 })
 	srv.Restart() // every key is gone
-	env, _ := popEnvelope(t, rdb, step.DefaultQueue)
+	env, _ := popEnvelope(t, rdb, broker.DefaultQueue)
 	if env.Data.ID != "default:survivor" {
 		t.Fatalf("re-queued envelope id = %s", env.Data.ID)
 	}
@@ -202,7 +201,7 @@ func TestWaitRedisGoneUntilDeadline(t *testing.T) {
 	start := time.Now()
 	ch := c.waitAsync(hdr("X-AP-Mode", "wait", "X-Request-Timeout-Seconds", "2"))
 	bg := context.Background()
-	eventually(t, 5*time.Second, "the request to be queued", func() bool { return rdb.ZCard(bg, step.DefaultQueue).Val() == 1 })
+	eventually(t, 5*time.Second, "the request to be queued", func() bool { return rdb.ZCard(bg, broker.DefaultQueue).Val() == 1 })
 	srv.Stop()
 	awaitReply(t, ch, 10*time.Second).expectError(t, http.StatusGatewayTimeout, "timeout_error", "DEADLINE_EXCEEDED")
 	if d := time.Since(start); d > 7*time.Second {

@@ -6,7 +6,7 @@ import (
 )
 
 // Redis key names shared with the consumer (docs/async-broker.md). The request queue is a sorted
-// set named by routes/default_queue (default step.DefaultQueue); everything else is keyed by
+// set named by routes/default_queue (default broker.DefaultQueue); everything else is keyed by
 // tenant and request id.
 const (
 	// ResultKeyPrefix starts a request's mailbox: results:req:<tenant>:<id>, a list whose head

@@ -1,7 +1,8 @@
 // Package builder turns a configuration into a pipeline: it looks every step type up in a
-// registry, builds each step from its params (no network I/O, so the operator validates pipelines
-// with it), and checks the pipeline's shape: a terminal step last and only last, the placement
-// rules the step types declare, and a tokenizing step for tokens-in legs.
+// registry (Types, where step packages register), builds each step from its params and Deps (no
+// network I/O, so the operator validates pipelines with it), and checks the pipeline's shape: a
+// terminal step last and only last, the placement rules the step types declare, and a
+// tokenizing step for tokens-in legs. It makes each pipeline's gateway client.
 package builder
 
 import (
@@ -24,14 +25,15 @@ import (
 
 // Options tune Build.
 type Options struct {
-	// Registry holds the step types (registry.Default when nil).
-	Registry *registry.Registry
+	// Registry holds the step types (Types when nil).
+	Registry *registry.Registry[Deps]
 	// Log is handed to steps (logr.Discard() when zero).
 	Log logr.Logger
 	// Getenv defaults to os.Getenv.
 	Getenv func(string) string
-	// Overrides are handed to factories as Deps.Overrides.
-	Overrides registry.Overrides
+	// Shared and Overrides are handed to factories as Deps.Shared and Deps.Overrides.
+	Shared    Shared
+	Overrides Overrides
 	// Now stamps LoadedAt (time.Now when nil).
 	Now func() time.Time
 	// Telemetry records metrics and spans (none when zero).
@@ -52,7 +54,7 @@ func Build(cfg config.Config, opts Options) (*pipeline.Pipeline, error) {
 		return nil, err
 	}
 	if opts.Registry == nil {
-		opts.Registry = registry.Default
+		opts.Registry = Types
 	}
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
@@ -93,17 +95,19 @@ func buildSpec(cfg config.Config, key string, opts Options) (pipeline.Spec, erro
 		return pipeline.Spec{}, err
 	}
 	spec := pipeline.Spec{Config: cfg, Revision: opts.Revision, PipelineRevision: cfg.Pipeline.Revision(), Telemetry: opts.Telemetry}
+	var gw *gateway.Client
 	if cfg.Gateway.Address != "" {
-		if spec.Gateway, err = gateway.New(cfg.Gateway, opts.Telemetry, opts.RetryBudget); err != nil {
+		if gw, err = gateway.New(cfg.Gateway, opts.Telemetry, opts.RetryBudget); err != nil {
 			return pipeline.Spec{}, &config.FieldError{Key: "gateway.address", Reason: err.Error()}
 		}
+		spec.Forwarder = gw
 	}
 	inherited := cfg.Pipeline.StepDefaults()
 	for i, sc := range cfg.Pipeline.Steps {
 		stepKey := fmt.Sprintf("%s.steps[%d]", key, i)
 		p := params.New(stepKey+".params", sc.Params, inherited)
-		deps := registry.Deps{Gateway: spec.Gateway, Log: opts.Log.WithValues("step", sc.Type), Getenv: opts.Getenv,
-			Key: stepKey, Telemetry: opts.Telemetry, Overrides: opts.Overrides}
+		deps := Deps{Gateway: gw, Log: opts.Log.WithValues("step", sc.Type), Getenv: opts.Getenv,
+			Key: stepKey, Telemetry: opts.Telemetry, Shared: opts.Shared, Overrides: opts.Overrides}
 		step, err := types[i].New(deps, p)
 		if err == nil {
 			err = p.Err()
@@ -131,8 +135,8 @@ func buildSpec(cfg config.Config, key string, opts Options) (pipeline.Spec, erro
 	return spec, nil
 }
 
-func lookup(reg *registry.Registry, key string, steps []config.Step) ([]registry.Type, error) {
-	types := make([]registry.Type, len(steps))
+func lookup(reg *registry.Registry[Deps], key string, steps []config.Step) ([]Type, error) {
+	types := make([]Type, len(steps))
 	for i, s := range steps {
 		t, ok := reg.Lookup(s.Type)
 		if !ok {
@@ -149,7 +153,7 @@ func lookup(reg *registry.Registry, key string, steps []config.Step) ([]registry
 // checkPlacement checks the rules the step types declare (first, needs an earlier provider) and
 // that tokens-in legs (use_openai_format false, pipeline-wide or on a step) have a step that
 // provides the tokens. key is the pipeline block's key.
-func checkPlacement(reg *registry.Registry, key string, pc config.Pipeline, types []registry.Type) error {
+func checkPlacement(reg *registry.Registry[Deps], key string, pc config.Pipeline, types []Type) error {
 	provided := map[registry.Capability]bool{}
 	for i, t := range types {
 		if t.First != "" && i != 0 {
@@ -182,7 +186,7 @@ func checkPlacement(reg *registry.Registry, key string, pc config.Pipeline, type
 }
 
 // providers names the step types that provide c, for messages ("render").
-func providers(reg *registry.Registry, c registry.Capability) string {
+func providers(reg *registry.Registry[Deps], c registry.Capability) string {
 	if names := reg.Providers(c); len(names) > 0 {
 		return strings.Join(names, " or ")
 	}

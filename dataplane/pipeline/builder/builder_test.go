@@ -27,10 +27,10 @@ var _ pipeline.Terminal = (*testStep)(nil)
 // testRegistry holds test step types (its own registry, so tests can run any number of times):
 // every type reads params behaviour and level; test-end is terminal and needs the gateway;
 // render provides tokens, test-needy needs them, test-lead must be first.
-func testRegistry() *registry.Registry {
-	r := registry.New()
-	mk := func(name string, terminal bool) registry.Factory {
-		return func(deps registry.Deps, p *params.Params) (pipeline.Step, error) {
+func testRegistry() *registry.Registry[Deps] {
+	r := registry.New[Deps]()
+	mk := func(name string, terminal bool) registry.Factory[Deps] {
+		return func(deps Deps, p *params.Params) (pipeline.Step, error) {
 			if terminal {
 				deps.RequireGateway(p, name)
 			}
@@ -39,12 +39,12 @@ func testRegistry() *registry.Registry {
 			return &testStep{name: name, terminal: terminal}, nil
 		}
 	}
-	r.Register(registry.Type{Name: "test-a", New: mk("test-a", false)})
-	r.Register(registry.Type{Name: "test-b", New: mk("test-b", false)})
-	r.Register(registry.Type{Name: "test-end", New: mk("test-end", true)})
-	r.Register(registry.Type{Name: "render", New: mk("render", false), Provides: []registry.Capability{registry.Tokens}})
-	r.Register(registry.Type{Name: "test-needy", New: mk("test-needy", false), Needs: []registry.Need{{Capability: registry.Tokens, Why: "it reads the tokens"}}})
-	r.Register(registry.Type{Name: "test-lead", New: mk("test-lead", false), First: "it leads"})
+	r.Register(Type{Name: "test-a", New: mk("test-a", false)})
+	r.Register(Type{Name: "test-b", New: mk("test-b", false)})
+	r.Register(Type{Name: "test-end", New: mk("test-end", true)})
+	r.Register(Type{Name: "render", New: mk("render", false), Provides: []registry.Capability{registry.Tokens}})
+	r.Register(Type{Name: "test-needy", New: mk("test-needy", false), Needs: []registry.Need{{Capability: registry.Tokens, Why: "it reads the tokens"}}})
+	r.Register(Type{Name: "test-lead", New: mk("test-lead", false), First: "it leads"})
 	return r
 }
 
@@ -219,7 +219,7 @@ func TestBuildCanary(t *testing.T) {
 	if len(c.Steps()) != 2 || c.Steps()[0].Params["level"] != 7 || len(p.Steps()) != 1 {
 		t.Fatalf("canary steps %+v, stable steps %+v", c.Steps(), p.Steps())
 	}
-	if c.Config().Canary != nil || len(c.Config().Pipeline.Steps) != 2 || c.Gateway() == nil || c.Gateway() == p.Gateway() {
+	if c.Config().Canary != nil || len(c.Config().Pipeline.Steps) != 2 || c.Forwarder() == nil || c.Forwarder() == p.Forwarder() {
 		t.Fatal("the canary runs its own pipeline block with its own gateway client and no canary")
 	}
 	if cc, _ := c.Canary(); cc != nil {
@@ -236,7 +236,7 @@ func TestBuildDescribesEffectiveParams(t *testing.T) {
 	if len(info) != 2 || info[0].Params["level"] != 3 || info[0].Params["behaviour"] != "ok" || info[1].Params["level"] != 1 {
 		t.Fatalf("steps = %+v", info)
 	}
-	if p.Revision() != p.Config().Revision() || p.Revision() == "" || p.LoadedAt().IsZero() || p.Gateway() == nil {
+	if p.Revision() != p.Config().Revision() || p.Revision() == "" || p.LoadedAt().IsZero() || p.Forwarder() == nil {
 		t.Fatal("pipeline metadata missing")
 	}
 }

@@ -1,25 +1,21 @@
-// Package registry is where step types register themselves (Caddy-style: a step's package adds
-// its type in init, and a binary links the steps it serves by importing their packages). A type
-// is its factory plus the rules about its place in a pipeline, which the builder checks.
+// Package registry is where step types register (Caddy-style: a step's package adds its type in
+// init, and a binary links the steps it serves by importing their packages). A type is its
+// factory plus the rules about its place in a pipeline, which the builder checks. A registry is
+// generic in what its factories receive besides their params (D: package steps' Deps), so that it
+// knows nothing of what steps call.
 package registry
 
 import (
-	"net/netip"
 	"sort"
 	"sync"
-	"time"
 
-	"github.com/go-logr/logr"
-
-	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 )
 
-// Factory builds a step from its params. It must not do network I/O: the operator calls it to
-// validate pipelines.
-type Factory func(deps Deps, p *params.Params) (pipeline.Step, error)
+// Factory builds a step from deps and its params. It must not do network I/O: the operator calls
+// it to validate pipelines.
+type Factory[D any] func(deps D, p *params.Params) (pipeline.Step, error)
 
 // Capability is something a step produces for later steps.
 type Capability string
@@ -39,11 +35,11 @@ type Need struct {
 }
 
 // Type is a registered step type.
-type Type struct {
+type Type[D any] struct {
 	// Name is the type name, as in pipeline.steps[].type.
 	Name string
 	// New is the factory.
-	New Factory
+	New Factory[D]
 	// First, when set, says why the step must be the first of its pipeline.
 	First string
 	// Provides lists the capabilities the step produces.
@@ -52,62 +48,17 @@ type Type struct {
 	Needs []Need
 }
 
-// Deps are the dependencies every factory receives besides its params.
-type Deps struct {
-	// Gateway is nil when gateway.address is empty; gateway steps call RequireGateway.
-	Gateway *gateway.Client
-	// Log is the process logger.
-	Log logr.Logger
-	// Getenv reads process environment (SGLANG_BOOTSTRAP_PORT); tests substitute it.
-	Getenv func(string) string
-	// Key is the step's key in the configuration: pipeline.steps[2], or canary.pipeline.steps[2]
-	// for a step of the canary.
-	Key string
-	// Telemetry records metrics and spans.
-	Telemetry observe.Telemetry
-	// Overrides are the embedder's non-configuration settings.
-	Overrides Overrides
-}
-
-// Overrides are settings an embedder (tests, the demo) gives steps outside the configuration.
-type Overrides struct {
-	// MediaAllowAddr exempts addresses from the media downloads' SSRF guard (a loopback media
-	// server in tests).
-	MediaAllowAddr func(netip.Addr) bool
-	// BrokerPollInterval and BrokerBackupPollInterval replace the async broker waiters' mailbox
-	// polls (200ms without keyspace notifications, 2s behind them).
-	BrokerPollInterval, BrokerBackupPollInterval time.Duration
-	// LocalFiles maps a directory a step loads files from at build time (render's tokenizer) to
-	// where this process reads it, or reports that it cannot: the operator validating a pipeline
-	// whose files are on a volume only the coordinator pods mount. A step then checks its params
-	// alone and leaves the files to the pods. Nil: directories are read where they are.
-	LocalFiles func(dir string) (local string, ok bool)
-}
-
-// RequireGateway records an error on p when there is no gateway client.
-func (d Deps) RequireGateway(p *params.Params, step string) {
-	if d.Gateway == nil {
-		p.FailAt("gateway.address", "is required by step %s (%s)", step, d.Key)
-	}
-}
-
-// Registry is a set of step types.
-type Registry struct {
+// Registry is a set of step types whose factories receive D.
+type Registry[D any] struct {
 	mu    sync.RWMutex
-	types map[string]Type
+	types map[string]Type[D]
 }
 
 // New returns an empty registry (tests register their own step types in one).
-func New() *Registry { return &Registry{types: map[string]Type{}} }
-
-// Default is the registry step packages add their types to.
-var Default = New()
-
-// Register adds a step type to the default registry (see Registry.Register).
-func Register(t Type) { Default.Register(t) }
+func New[D any]() *Registry[D] { return &Registry[D]{types: map[string]Type[D]{}} }
 
 // Register adds a step type. It panics on a duplicate or empty name (a programming error).
-func (r *Registry) Register(t Type) {
+func (r *Registry[D]) Register(t Type[D]) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if t.Name == "" || t.New == nil {
@@ -120,7 +71,7 @@ func (r *Registry) Register(t Type) {
 }
 
 // Lookup returns a registered type.
-func (r *Registry) Lookup(name string) (Type, bool) {
+func (r *Registry[D]) Lookup(name string) (Type[D], bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	t, ok := r.types[name]
@@ -128,7 +79,7 @@ func (r *Registry) Lookup(name string) (Type, bool) {
 }
 
 // Names lists the registered type names, sorted.
-func (r *Registry) Names() []string {
+func (r *Registry[D]) Names() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	names := make([]string, 0, len(r.types))
@@ -140,7 +91,7 @@ func (r *Registry) Names() []string {
 }
 
 // Providers lists the registered types that provide c, sorted.
-func (r *Registry) Providers(c Capability) []string {
+func (r *Registry[D]) Providers(c Capability) []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	var names []string
@@ -154,6 +105,3 @@ func (r *Registry) Providers(c Capability) []string {
 	sort.Strings(names)
 	return names
 }
-
-// Names lists the step types of the default registry.
-func Names() []string { return Default.Names() }

@@ -15,13 +15,16 @@ type nop struct{}
 func (nop) Name() string                                    { return "nop" }
 func (nop) Execute(context.Context, *request.Context) error { return nil }
 
-func newNop(Deps, *params.Params) (pipeline.Step, error) { return nop{}, nil }
+// deps stands for what a registry's factories receive.
+type deps struct{}
+
+func newNop(deps, *params.Params) (pipeline.Step, error) { return nop{}, nil }
 
 func TestRegistry(t *testing.T) {
-	r := New()
-	r.Register(Type{Name: "b", New: newNop, Provides: []Capability{Tokens}})
-	r.Register(Type{Name: "a", New: newNop})
-	r.Register(Type{Name: "c", New: newNop, Provides: []Capability{Tokens}})
+	r := New[deps]()
+	r.Register(Type[deps]{Name: "b", New: newNop, Provides: []Capability{Tokens}})
+	r.Register(Type[deps]{Name: "a", New: newNop})
+	r.Register(Type[deps]{Name: "c", New: newNop, Provides: []Capability{Tokens}})
 	if got := r.Names(); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("Names = %v", got)
 	}
@@ -37,15 +40,15 @@ func TestRegistry(t *testing.T) {
 }
 
 func TestRegisterRejectsProgrammingErrors(t *testing.T) {
-	tests := map[string]Type{
+	tests := map[string]Type[deps]{
 		"duplicate":  {Name: "a", New: newNop},
 		"no name":    {New: newNop},
 		"no factory": {Name: "x"},
 	}
 	for name, typ := range tests {
 		t.Run(name, func(t *testing.T) {
-			r := New()
-			r.Register(Type{Name: "a", New: newNop})
+			r := New[deps]()
+			r.Register(Type[deps]{Name: "a", New: newNop})
 			defer func() {
 				if recover() == nil {
 					t.Fatal("no panic")

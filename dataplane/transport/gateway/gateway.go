@@ -188,6 +188,12 @@ func (c *Client) Do(ctx context.Context, leg Leg) (*http.Response, error) {
 	return c.up.Do(ctx, r, set...)
 }
 
+// Forward sends r, a request no step serves (GET /v1/models...), to the workers as a leg of the
+// decode profile, once (pipeline.Forwarder): the passthrough relays whatever it answers.
+func (c *Client) Forward(ctx context.Context, r upstream.Request) (*http.Response, error) {
+	return c.Do(ctx, Leg{Profile: ProfileDecode, Request: r})
+}
+
 // maxProfileHeaders is the most gateway.profile_headers the configuration accepts.
 const maxProfileHeaders = 4
 

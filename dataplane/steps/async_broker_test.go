@@ -1,4 +1,4 @@
-package asyncbroker
+package steps
 
 import (
 	"context"
@@ -15,8 +15,9 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/broker"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 )
 
@@ -50,17 +51,24 @@ func (f *fakeBroker) ServeDelete(w http.ResponseWriter, _ *http.Request, tenant,
 func (f *fakeBroker) Close() { f.closed = true }
 
 // stepWith builds the step from own params with the fake broker as its runtime.
-func stepWith(t *testing.T, own map[string]any, fb *fakeBroker) *Step {
+func stepWith(t *testing.T, own map[string]any, fb *fakeBroker) *asyncBroker {
+	t.Helper()
+	return brokerStep(t, own, func(*broker.Settings, logr.Logger, func(string) string) (broker.Broker, error) { return fb, nil })
+}
+
+// brokerStep builds the step from own params with the runtime rt (nil: none, as the operator).
+func brokerStep(t *testing.T, own map[string]any, rt broker.Runtime) *asyncBroker {
 	t.Helper()
 	p := params.New("params", own, nil)
-	s, err := newStep(registry.Deps{}, p, func(*Settings, registry.Deps) (Broker, error) { return fb, nil })
+	s, err := newAsyncBroker(builder.Deps{Shared: builder.Shared{Broker: rt}}, p)
 	if err == nil {
 		err = p.Err()
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	t.Cleanup(s.(*asyncBroker).Close)
+	return s.(*asyncBroker)
 }
 
 // chatRequest is a request context for a chat body with headers (name, value pairs).
@@ -112,8 +120,8 @@ func TestExecuteDelegates(t *testing.T) {
 		{name: "wait header", body: chatBody, hdr: []string{"X-AP-Mode", "wait", "X-Request-Timeout-Seconds", "5"}, calls: []string{"queue default wait 5s"}},
 		{name: "wait clamped", body: chatBody, hdr: []string{"X-AP-Mode", "wait", "X-Request-Timeout-Seconds", "7200"}, calls: []string{"queue default wait 1h0m0s"}},
 		{name: "passthrough unlimited", body: chatBody, hdr: []string{"X-AP-Mode", "passthrough", "X-Team", "teamB"}, objective: "std-r"},
-		{name: "passthrough reserved", body: chatBody, hdr: []string{"X-AP-Mode", "passthrough", "X-Team", "teamA"}, class: ClassReserved, calls: []string{"classify teamA"}, objective: "std-r"},
-		{name: "passthrough overflow", body: chatBody, hdr: []string{"X-AP-Mode", "passthrough", "X-Team", "teamA"}, class: ClassOverflow, calls: []string{"classify teamA"}, objective: "std-o"},
+		{name: "passthrough reserved", body: chatBody, hdr: []string{"X-AP-Mode", "passthrough", "X-Team", "teamA"}, class: broker.ClassReserved, calls: []string{"classify teamA"}, objective: "std-r"},
+		{name: "passthrough overflow", body: chatBody, hdr: []string{"X-AP-Mode", "passthrough", "X-Team", "teamA"}, class: broker.ClassOverflow, calls: []string{"classify teamA"}, objective: "std-o"},
 		{name: "unknown mode", body: chatBody, hdr: []string{"X-AP-Mode", "later"}, msg: "unknown X-AP-Mode"},
 		{name: "stream enqueue", body: chatStream, hdr: []string{"X-AP-Mode", "enqueue"}, msg: "stream is only supported in passthrough mode", param: "stream"},
 		{name: "stream wait", body: chatStream, hdr: []string{"X-AP-Mode", "wait"}, msg: "stream is only supported in passthrough mode", param: "stream"},
@@ -143,7 +151,7 @@ func TestExecuteDelegates(t *testing.T) {
 			if strings.Join(fb.calls, "; ") != strings.Join(tc.calls, "; ") {
 				t.Fatalf("broker calls = %q, want %q", fb.calls, tc.calls)
 			}
-			if got := rc.Forwarded.Get(DefaultObjectiveHeader); got != tc.objective {
+			if got := rc.Forwarded.Get(broker.DefaultObjectiveHeader); got != tc.objective {
 				t.Fatalf("objective header = %q, want %q", got, tc.objective)
 			}
 		})
@@ -183,7 +191,7 @@ func TestRoutesDelegate(t *testing.T) {
 }
 
 // serveRoute serves a request with the step's routes.
-func serveRoute(t *testing.T, s *Step, method, path, tenant string) *httptest.ResponseRecorder {
+func serveRoute(t *testing.T, s *asyncBroker, method, path, tenant string) *httptest.ResponseRecorder {
 	t.Helper()
 	mux := http.NewServeMux()
 	for _, r := range s.Routes() {
@@ -191,25 +199,17 @@ func serveRoute(t *testing.T, s *Step, method, path, tenant string) *httptest.Re
 	}
 	req := httptest.NewRequest(method, path, nil)
 	if tenant != "" {
-		req.Header.Set(DefaultTenantHeader, tenant)
+		req.Header.Set(broker.DefaultTenantHeader, tenant)
 	}
 	w := httptest.NewRecorder()
 	mux.ServeHTTP(w, req)
 	return w
 }
 
-// A binary that builds the step without linking its runtime (this test binary, like the
-// operator) validates pipelines; serving a request that needs the broker answers a clear 500.
+// A process that builds the step without its runtime (the operator) validates pipelines; serving
+// a request that needs the broker answers a clear 500.
 func TestWithoutRuntime(t *testing.T) {
-	if registered() != nil {
-		t.Fatal("this test binary links the broker runtime; the test needs it absent")
-	}
-	p, err := build(map[string]any{"redis_url": "redis://127.0.0.1:6379"}, StepType, sinkStep)
-	if err != nil {
-		t.Fatalf("validation needs the runtime: %v", err)
-	}
-	defer p.Close()
-	s := newTestStep(t, map[string]any{"redis_url": "redis://127.0.0.1:6379"})
+	s := brokerStep(t, map[string]any{"redis_url": "redis://127.0.0.1:6379"}, nil)
 	for _, tc := range []struct {
 		name   string
 		hdr    []string
@@ -234,8 +234,8 @@ func TestWithoutRuntime(t *testing.T) {
 				t.Fatalf("Execute = %v, want status %d", err, tc.status)
 			}
 			if tc.status == http.StatusInternalServerError &&
-				(e.Code != "BROKER_NOT_LINKED" || !errors.Is(err, errNotLinked) || !strings.Contains(err.Error(), RuntimePackage)) {
-				t.Fatalf("Execute = %v (code %s), want BROKER_NOT_LINKED naming %s", err, e.Code, RuntimePackage)
+				(e.Code != "BROKER_NOT_LINKED" || !errors.Is(err, errNotLinked) || !strings.Contains(err.Error(), broker.RuntimePackage)) {
+				t.Fatalf("Execute = %v (code %s), want BROKER_NOT_LINKED naming %s", err, e.Code, broker.RuntimePackage)
 			}
 		})
 	}
@@ -251,8 +251,10 @@ func TestWithoutRuntime(t *testing.T) {
 // A runtime that rejects the settings fails the build at redis_url.
 func TestRuntimeError(t *testing.T) {
 	p := params.New("pipeline.steps[0].params", map[string]any{"redis_url": "redis://127.0.0.1:6379"}, nil)
-	_, err := newStep(registry.Deps{}, p, func(*Settings, registry.Deps) (Broker, error) { return nil, errors.New("no good") })
+	_, err := newAsyncBroker(builder.Deps{Shared: builder.Shared{Broker: func(*broker.Settings, logr.Logger, func(string) string) (broker.Broker, error) {
+		return nil, errors.New("no good")
+	}}}, p)
 	if config.KeyOf(err) != "pipeline.steps[0].params.redis_url" || !strings.Contains(err.Error(), "no good") {
-		t.Fatalf("newStep = %v (key %q)", err, config.KeyOf(err))
+		t.Fatalf("newAsyncBroker = %v (key %q)", err, config.KeyOf(err))
 	}
 }

@@ -1,4 +1,4 @@
-package asyncbroker
+package broker
 
 import (
 	"strings"

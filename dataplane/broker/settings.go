@@ -1,13 +1,17 @@
-package asyncbroker
+package broker
 
 import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 )
@@ -396,4 +400,69 @@ func redactURL(raw string) string {
 		return "(unparseable)"
 	}
 	return u.Redacted()
+}
+
+// Invalid is a request error in the broker's words: a 400 with the upstream code.
+func Invalid(format string, args ...any) *apierror.Error {
+	return &apierror.Error{Status: http.StatusBadRequest, Type: apierror.TypeInvalidRequest, Code: "INVALID_REQUEST", Message: fmt.Sprintf(format, args...)}
+}
+
+// Tenant reads the tenant header of h (DefaultTenant when absent).
+func (s *Settings) Tenant(h http.Header) (string, *apierror.Error) {
+	t := strings.TrimSpace(h.Get(s.TenantHeader))
+	switch {
+	case t == "":
+		return DefaultTenant, nil
+	case strings.Contains(t, ":"):
+		return "", Invalid("%s must not contain ':'", s.TenantHeader)
+	case len(t) > maxTenantLen:
+		return "", Invalid("%s is longer than %d bytes", s.TenantHeader, maxTenantLen)
+	}
+	return t, nil
+}
+
+// Timeout is a request's time budget in mode (ModeEnqueue or ModeWait): the timeout header of h
+// (positive whole seconds) or the mode's default, clamped to the mode's max_seconds.
+func (s *Settings) Timeout(h http.Header, mode string) (time.Duration, error) {
+	spec := s.Enqueue
+	if mode == ModeWait {
+		spec = s.Wait
+	}
+	d := spec.Default
+	if v := strings.TrimSpace(h.Get(s.TimeoutHeader)); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 || n > 1<<31 {
+			return 0, Invalid("%s must be a positive whole number of seconds, got %q", s.TimeoutHeader, Truncate(v, 32))
+		}
+		d = time.Duration(n) * time.Second
+	}
+	if spec.Max > 0 && d > spec.Max {
+		d = spec.Max
+	}
+	return d, nil
+}
+
+// Models are the models the routes name, each once, in route order.
+func (s *Settings) Models() []string {
+	var out []string
+	for _, r := range s.Routes {
+		if r.Model != "" && r.Model != wildcard && !slices.Contains(out, r.Model) {
+			out = append(out, r.Model)
+		}
+	}
+	return out
+}
+
+// validID is the shape of a request id (the server's x-request-id rule).
+var validID = regexp.MustCompile(`^[A-Za-z0-9-]{1,128}$`)
+
+// ValidID reports whether id is a request id: 1 to 128 letters, digits or '-'.
+func ValidID(id string) bool { return validID.MatchString(id) }
+
+// Truncate cuts s to n bytes for a message, marking the cut.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

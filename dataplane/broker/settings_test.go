@@ -1,4 +1,4 @@
-package asyncbroker
+package broker_test
 
 import (
 	"context"
@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epd-dev/coordinator/dataplane/broker"
+	_ "github.com/epd-dev/coordinator/dataplane/steps" // the async-broker step
+
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 )
 
@@ -31,7 +33,7 @@ func (f funcStep) Execute(context.Context, *request.Context) error { return nil 
 
 func init() {
 	for _, s := range []funcStep{{name: noopStep}, {name: sinkStep, terminal: true}} {
-		registry.Register(registry.Type{Name: s.name, New: func(registry.Deps, *params.Params) (pipeline.Step, error) { return s, nil }})
+		builder.Register(builder.Type{Name: s.name, New: func(builder.Deps, *params.Params) (pipeline.Step, error) { return s, nil }})
 	}
 }
 
@@ -40,7 +42,7 @@ func build(params map[string]any, types ...string) (*pipeline.Pipeline, error) {
 	cfg := config.Default()
 	for _, typ := range types {
 		sc := config.Step{Type: typ}
-		if typ == StepType {
+		if typ == broker.StepType {
 			sc.Params = params
 		}
 		cfg.Pipeline.Steps = append(cfg.Pipeline.Steps, sc)
@@ -92,13 +94,13 @@ func TestParamsRejected(t *testing.T) {
 		{"bad redis timeout", with("redis_timeout", "2"), nil, p + "redis_timeout", "unit"},
 		{"negative wait cap", with("wait_cap_seconds", -1), nil, p + "wait_cap_seconds", "at least 0"},
 		{"empty default queue", with("default_queue", " "), nil, p + "default_queue", "must not be empty"},
-		{"not first", with(), []string{noopStep, StepType, sinkStep}, "pipeline.steps[1].type", "must be the first step"},
-		{"twice", with(), []string{StepType, StepType, sinkStep}, "pipeline.steps[1].type", "must be the first step"},
+		{"not first", with(), []string{noopStep, broker.StepType, sinkStep}, "pipeline.steps[1].type", "must be the first step"},
+		{"twice", with(), []string{broker.StepType, broker.StepType, sinkStep}, "pipeline.steps[1].type", "must be the first step"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			types := tc.types
 			if types == nil {
-				types = []string{StepType, sinkStep}
+				types = []string{broker.StepType, sinkStep}
 			}
 			p, err := build(tc.params, types...)
 			if err == nil {
@@ -137,7 +139,7 @@ func TestParamsAccepted(t *testing.T) {
 		"wakeup_mode":     "POLL",
 		"serve_models":    true,
 	}
-	p, err := build(params, StepType, sinkStep)
+	p, err := build(params, broker.StepType, sinkStep)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,19 +148,18 @@ func TestParamsAccepted(t *testing.T) {
 	if got := eff["redis_url"]; got != "redis://user:xxxxx@127.0.0.1:6379/2" {
 		t.Errorf("effective redis_url = %v: the password must not show in /debug/pipeline", got)
 	}
-	s := newTestStep(t, params)
-	c := s.cfg
+	c := parse(t, params)
 	if c.RedisURL != "redis://user:s3cret@127.0.0.1:6379/2" || c.PasswordEnv != "REDIS_PASSWORD" || c.RedisTimeout != 500*time.Millisecond || c.ModeHeader != "X-Async" {
 		t.Errorf("redis url/password env/timeout/mode header = %s/%s/%s/%s", c.RedisURL, c.PasswordEnv, c.RedisTimeout, c.ModeHeader)
 	}
-	if c.Enqueue != (Timeouts{600 * time.Second, 7200 * time.Second}) {
+	if c.Enqueue != (broker.Timeouts{600 * time.Second, 7200 * time.Second}) {
 		t.Errorf("enqueue timeouts = %+v", c.Enqueue)
 	}
 	// The wait clamp defaults to 3600s, raised to the default when that is higher.
-	if c.Wait != (Timeouts{5000 * time.Second, 5000 * time.Second}) {
+	if c.Wait != (broker.Timeouts{5000 * time.Second, 5000 * time.Second}) {
 		t.Errorf("wait timeouts = %+v", c.Wait)
 	}
-	if c.WaitCap != 30*time.Second || c.FetchGrace != 0 || c.Wakeup != WakeupPoll || !c.ServeModels {
+	if c.WaitCap != 30*time.Second || c.FetchGrace != 0 || c.Wakeup != broker.WakeupPoll || !c.ServeModels {
 		t.Errorf("cap/grace/wakeup/models = %s/%s/%s/%v", c.WaitCap, c.FetchGrace, c.Wakeup, c.ServeModels)
 	}
 	for _, tc := range []struct{ model, tenant, queue, tier string }{
@@ -185,19 +186,18 @@ func TestParamsAccepted(t *testing.T) {
 }
 
 func TestParamsDefaults(t *testing.T) {
-	s := newTestStep(t, map[string]any{"redis_url": "redis://127.0.0.1:6379"})
-	c := s.cfg
-	if c.ModeHeader != DefaultModeHeader || c.TenantHeader != DefaultTenantHeader || c.TimeoutHeader != DefaultTimeoutHeader ||
-		c.ObjectiveHeader != DefaultObjectiveHeader || c.FairnessHeader != DefaultFairnessHeader {
+	c := parse(t, map[string]any{"redis_url": "redis://127.0.0.1:6379"})
+	if c.ModeHeader != broker.DefaultModeHeader || c.TenantHeader != broker.DefaultTenantHeader || c.TimeoutHeader != broker.DefaultTimeoutHeader ||
+		c.ObjectiveHeader != broker.DefaultObjectiveHeader || c.FairnessHeader != broker.DefaultFairnessHeader {
 		t.Errorf("headers = %s %s %s %s %s", c.ModeHeader, c.TenantHeader, c.TimeoutHeader, c.ObjectiveHeader, c.FairnessHeader)
 	}
-	if c.Enqueue != (Timeouts{time.Hour, 0}) || c.Wait != (Timeouts{time.Minute, time.Hour}) {
+	if c.Enqueue != (broker.Timeouts{time.Hour, 0}) || c.Wait != (broker.Timeouts{time.Minute, time.Hour}) {
 		t.Errorf("timeouts = %+v %+v", c.Enqueue, c.Wait)
 	}
-	if c.WaitCap != 0 || c.FetchGrace != time.Minute || c.Wakeup != WakeupAuto || c.RedisTimeout != 2*time.Second {
+	if c.WaitCap != 0 || c.FetchGrace != time.Minute || c.Wakeup != broker.WakeupAuto || c.RedisTimeout != 2*time.Second {
 		t.Errorf("cap/grace/wakeup/timeout = %s/%s/%s/%s", c.WaitCap, c.FetchGrace, c.Wakeup, c.RedisTimeout)
 	}
-	if r := c.Route("any", "any"); r.Queue != DefaultQueue || r.Tier != DefaultTier {
+	if r := c.Route("any", "any"); r.Queue != broker.DefaultQueue || r.Tier != broker.DefaultTier {
 		t.Errorf("default route = %+v", r)
 	}
 	if c.Quota.Key("t") != "quota:userid:t" || c.Quota.Window != 5*time.Minute {
@@ -211,16 +211,16 @@ func TestParamsDefaults(t *testing.T) {
 	}
 }
 
-func newTestStep(t *testing.T, own map[string]any) *Step {
+// parse is the settings of the async-broker params own.
+func parse(t *testing.T, own map[string]any) *broker.Settings {
 	t.Helper()
 	p := params.New("params", own, nil)
-	s, err := newStep(registry.Deps{}, p, nil)
+	c, err := broker.ParseSettings(p)
 	if err == nil {
 		err = p.Err()
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
-	return s
+	return c
 }

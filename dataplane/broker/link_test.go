@@ -1,4 +1,4 @@
-package asyncbroker
+package broker
 
 import (
 	"os/exec"
@@ -8,13 +8,14 @@ import (
 )
 
 // The operator validates pipelines through this package: neither links the Redis client. The
-// coordinator links the runtime, without which its async-broker steps answer 500.
+// coordinator links the runtime and hands it to its pipelines, without which their async-broker
+// steps answer 500.
 func TestLinking(t *testing.T) {
 	const (
 		module = "github.com/epd-dev/coordinator"
 		redis  = "github.com/redis/go-redis/v9"
 	)
-	pkgs := []string{module + "/cmd/manager", module + "/dataplane/steps/asyncbroker", module + "/cmd/coordinator"}
+	pkgs := []string{module + "/cmd/manager", module + "/dataplane/broker", module + "/cmd/coordinator"}
 	cmd := exec.Command("go", append([]string{"list", "-f", `{{.ImportPath}} {{join .Deps " "}}`}, pkgs...)...)
 	out, err := cmd.Output()
 	if err != nil {
@@ -30,8 +31,8 @@ func TestLinking(t *testing.T) {
 		linked   bool
 	}{
 		{module + "/cmd/manager", redis, false},
-		{module + "/cmd/manager", module + "/dataplane/steps/asyncbroker", true}, // it validates async-broker params
-		{module + "/dataplane/steps/asyncbroker", redis, false},
+		{module + "/cmd/manager", module + "/dataplane/broker", true}, // it validates async-broker params
+		{module + "/dataplane/broker", redis, false},
 		{module + "/cmd/coordinator", RuntimePackage, true},
 	} {
 		d, ok := deps[tc.pkg]
