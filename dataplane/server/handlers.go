@@ -11,6 +11,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
+	"github.com/epd-dev/coordinator/dataplane/media"
 	"github.com/epd-dev/coordinator/dataplane/state/bodybuf"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
@@ -76,7 +77,7 @@ func (s *Server) infer(c echo.Context, tr translation) error {
 	p := held.Pick()
 	x.pipe = p
 	if api.Conversational() && !p.GuardsMedia() {
-		if err := refuseRemoteMedia(buf.Bytes()); err != nil {
+		if err := media.RefuseRemote(buf.Bytes()); err != nil {
 			return err
 		}
 	}
@@ -180,7 +181,7 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 		ContentType: req.Header.Get("Content-Type"),
 	}
 	switch {
-	case req.ContentLength != 0 && (isJSON(leg.ContentType) || leg.ContentType == ""):
+	case req.ContentLength != 0 && (upstream.IsJSON(leg.ContentType) || leg.ContentType == ""):
 		// A JSON body (or one without a Content-Type: the leg labels it JSON) is read first: no
 		// remote URL may reach a worker that would fetch it itself
 		// (the Responses, Messages and embeddings APIs take image URLs), past the media guard.
@@ -189,7 +190,7 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 			return err
 		}
 		defer buf.Release()
-		if where, found := remoteURL(buf.Bytes()); found {
+		if where, found := media.RemoteURL(buf.Bytes()); found {
 			return apierror.InvalidField(where, "%s: remote URLs are refused on %s: send the media inline as a data: URL "+
 				"(only /v1/chat/completions downloads them, through the media guard)", where, req.URL.Path)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
+	"github.com/epd-dev/coordinator/dataplane/media"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
@@ -143,7 +144,7 @@ func decodeBody(rc *request.Context, kvRaw json.RawMessage) (*body.Object, error
 	switch rc.API {
 	case request.APIChat, request.APIResponses:
 		if rc.Rendered {
-			if err := setMediaUUIDs(rc, obj); err != nil {
+			if err := media.SetUUIDs(obj, mediaLayout(rc.API), rc.Media); err != nil {
 				return nil, err
 			}
 			obj.Set("tokens", tokensJSON(rc))

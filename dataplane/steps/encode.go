@@ -13,6 +13,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
+	"github.com/epd-dev/coordinator/dataplane/media"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
@@ -155,16 +156,15 @@ func (s *encode) body(rc *request.Context, format request.API, msgs []json.RawMe
 		obj.Set("stream", jsonFalse)
 		return obj, nil
 	}
-	part, err := mediaPart(msgs, &m)
+	part, err := media.Part(msgs, &m)
 	if err != nil {
 		part = json.RawMessage(`{"url":""}`)
 	}
-	k := kindOf(m.Kind)
 	head := make([]byte, 0, 96)
 	head = append(head, `[{"role":"user","content":[{"type":`...)
-	head = strconv.AppendQuote(head, k.partType)
+	head = body.AppendQuote(head, m.Kind)
 	head = append(head, ',')
-	head = strconv.AppendQuote(head, k.field)
+	head = body.AppendQuote(head, media.Field(m.Kind))
 	head = append(head, ':')
 	// The media part (a data: URL, possibly megabytes) is streamed from the client's body, not copied.
 	obj.SetSegments("messages", head, part, []byte("}]}]"))

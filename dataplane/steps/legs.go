@@ -22,6 +22,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
+	"github.com/epd-dev/coordinator/dataplane/media"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
@@ -179,15 +180,6 @@ func mustJSON(v any) json.RawMessage {
 	return b
 }
 
-// modality maps a content-part type (a MediaEntry.Kind) to the feature key vLLM uses: image,
-// audio (audio_url and input_audio alike) or video.
-func modality(kind string) string {
-	if k := kindOf(kind); k != nil && k.modality != "" {
-		return k.modality
-	}
-	return modImage
-}
-
 // mmPayload is the per-item payload a leg's features carry beside mm_hashes and mm_placeholders.
 type mmPayload int
 
@@ -226,12 +218,12 @@ func (p mmPayload) item(m *request.MediaEntry) json.RawMessage {
 // prefillPayload is what the prefill leg's features carry: mm_metadata instead of kwargs_data when
 // the leg sends ec_transfer_params (withEC) and render gave every item metadata (upstream
 // llm-d-router#2723; vLLM refuses metadata-only items without ec_transfer_params), else kwargs_data.
-func prefillPayload(media []request.MediaEntry, withEC bool) mmPayload {
-	if !withEC || len(media) == 0 {
+func prefillPayload(items []request.MediaEntry, withEC bool) mmPayload {
+	if !withEC || len(items) == 0 {
 		return mmKwargs
 	}
-	for i := range media {
-		if len(media[i].Metadata) == 0 {
+	for i := range items {
+		if len(items[i].Metadata) == 0 {
 			return mmKwargs
 		}
 	}
@@ -241,22 +233,22 @@ func prefillPayload(media []request.MediaEntry, withEC bool) mmPayload {
 // featuresJSON builds {"mm_hashes":{m:[..]},"mm_placeholders":{m:[{offset,length}..]}} plus, by
 // payload, "kwargs_data":{m:[..]} or "mm_metadata":{m:[..]} (an item without one is null) from the
 // rendered media entries, or nil without media.
-func featuresJSON(media []request.MediaEntry, payload mmPayload) json.RawMessage {
-	if len(media) == 0 {
+func featuresJSON(items []request.MediaEntry, payload mmPayload) json.RawMessage {
+	if len(items) == 0 {
 		return nil
 	}
 	mods := make([]string, 0, 1)
 	byMod := map[string][]int{}
-	for i, m := range media {
-		k := modality(m.Kind)
+	for i, m := range items {
+		k := media.Modality(m.Kind)
 		if _, seen := byMod[k]; !seen {
 			mods = append(mods, k)
 		}
 		byMod[k] = append(byMod[k], i)
 	}
 	size := 64
-	for i := range media {
-		size += len(media[i].Hash) + 48 + len(payload.item(&media[i]))
+	for i := range items {
+		size += len(items[i].Hash) + 48 + len(payload.item(&items[i]))
 	}
 	b := make([]byte, 0, size)
 	section := func(name string, item func(b []byte, m *request.MediaEntry) []byte) {
@@ -273,7 +265,7 @@ func featuresJSON(media []request.MediaEntry, payload mmPayload) json.RawMessage
 				if j > 0 {
 					b = append(b, ',')
 				}
-				b = item(b, &media[idx])
+				b = item(b, &items[idx])
 			}
 			b = append(b, ']')
 		}
@@ -314,4 +306,9 @@ func tokensJSON(rc *request.Context) json.RawMessage {
 		b = append(b, feats...)
 	}
 	return append(b, '}')
+}
+
+// mediaLayout is where a conversational format lays its media parts out.
+func mediaLayout(api request.API) media.Layout {
+	return media.Layout{Messages: api.MessagesKey(), Input: api == request.APIResponses}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/media"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
@@ -299,11 +300,11 @@ type renderAnswer struct {
 // body (the client's own, or a Responses request's messages).
 func (s *renderStep) chat(ctx context.Context, rc *request.Context, msgs *body.Object) error {
 	if !rc.MediaScanned {
-		media, err := scanMedia(rc.Body, rc.API.MessagesKey())
+		entries, err := media.Scan(rc.Body, mediaLayout(rc.API))
 		if err != nil {
 			return err
 		}
-		rc.Media, rc.MediaScanned = media, true
+		rc.Media, rc.MediaScanned = entries, true
 	}
 	if s.model != nil {
 		why := localChatRefusal(rc, msgs)
@@ -409,11 +410,11 @@ func alignMedia(items, rendered []request.MediaEntry) error {
 	next := map[string]int{}
 	byMod := map[string][]int{}
 	for i := range rendered {
-		m := modality(rendered[i].Kind)
+		m := media.Modality(rendered[i].Kind)
 		byMod[m] = append(byMod[m], i)
 	}
 	for i := range items {
-		m := modality(items[i].Kind)
+		m := media.Modality(items[i].Kind)
 		k := next[m]
 		if k >= len(byMod[m]) {
 			return fmt.Errorf("render returned %d %s items, the request has more", len(byMod[m]), m)
@@ -517,7 +518,7 @@ func (f *clientFeatures) entries() ([]request.MediaEntry, error) {
 			if err1 != nil || err2 != nil || off < 0 || length < 0 {
 				return nil, fmt.Errorf("mm_placeholders.%s[%d] offset and length must be non-negative integers", m, i)
 			}
-			e := request.MediaEntry{Message: -1, Part: -1, Kind: partTypeOf(m), Hash: h, Placeholder: request.Placeholder{Offset: int(off), Length: int(length)}}
+			e := request.MediaEntry{Message: -1, Part: -1, Kind: media.KindOf(m), Hash: h, Placeholder: request.Placeholder{Offset: int(off), Length: int(length)}}
 			if kwargs != nil {
 				if k := body.KindOf(kwargs[i]); k != body.KindString && k != body.KindNull {
 					return nil, fmt.Errorf("kwargs_data.%s[%d] must be a string or null", m, i)
@@ -539,20 +540,6 @@ func (f *clientFeatures) entries() ([]request.MediaEntry, error) {
 		}
 	}
 	return out, nil
-}
-
-// partTypeOf maps a feature modality back to a content-part type of it: audio has two
-// (audio_url and input_audio), and input_audio stands for both. The kind of an entry made from
-// features is only read for its modality (alignMedia, featuresJSON): a request's own items keep
-// their kinds.
-func partTypeOf(mod string) string {
-	switch mod {
-	case modVideo:
-		return "video_url"
-	case modAudio:
-		return "input_audio"
-	}
-	return "image_url"
 }
 
 // parseTokenIDs decodes an array of non-negative integer token ids.

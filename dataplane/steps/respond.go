@@ -3,7 +3,6 @@ package steps
 import (
 	"context"
 	"errors"
-	"mime"
 	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -47,7 +46,7 @@ func newAnswerer(gw *gateway.Client, p *params.Params, metrics *observe.Metrics)
 // respond relays resp. It returns upstream.ErrNotStarted (joined with the cause) when the
 // answer failed before the client got anything, so that the caller may retry the leg.
 func (a answerer) respond(ctx context.Context, rc *request.Context, resp *http.Response, phase string) error {
-	if resp.StatusCode >= 400 && !jsonBody(resp.Header) {
+	if resp.StatusCode >= 400 && !upstream.IsJSON(resp.Header.Get("Content-Type")) {
 		// A text/plain 502 from the gateway, an HTML error page: the client gets OpenAI JSON.
 		return upstream.ErrorOf(phase, resp)
 	}
@@ -151,10 +150,4 @@ func logRelay(rc *request.Context, err error, phase string) {
 	default:
 		rc.Log.Error(err, "worker response broke off; the client's response is aborted", "phase", phase)
 	}
-}
-
-// jsonBody reports a JSON (or JSON-suffixed) Content-Type.
-func jsonBody(h http.Header) bool {
-	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
-	return err == nil && (mt == "application/json" || len(mt) > 5 && mt[len(mt)-5:] == "+json")
 }

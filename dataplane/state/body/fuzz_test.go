@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -432,4 +433,29 @@ func checkString(t *testing.T, raw []byte) {
 	if err != nil || string(got) != want || n != len(raw) {
 		t.Fatalf("DecodeString(%s...) = %q, %d, %v; encoding/json decodes %q, %d bytes", raw, got, n, err, want, len(raw))
 	}
+}
+
+// AppendQuote writes what encoding/json decodes back to the same text (invalid UTF-8 as
+// U+FFFD), and what it writes for a string without HTML characters is encoding/json's own bytes.
+func FuzzAppendQuote(f *testing.F) {
+	for _, s := range []string{"", "plain", `a "quoted" \ back`, "tab\tnew\nline\rcr", "\x00\x1f\x7f", "é ☃ 😀",
+		"\u2028\u2029", "bad \xff utf-8 \xc3", "<html> & more"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got := AppendQuote([]byte("x"), s)[1:]
+		var back string
+		if err := json.Unmarshal(got, &back); err != nil {
+			t.Fatalf("AppendQuote(%q) = %s: not JSON: %v", s, got, err)
+		}
+		if want := strings.ToValidUTF8(s, "\uFFFD"); back != want && !(strings.ContainsRune(s, utf8.RuneError) || !utf8.ValidString(s)) {
+			t.Fatalf("AppendQuote(%q) = %s, decodes to %q", s, got, back)
+		}
+		if !strings.ContainsAny(s, "<>&") {
+			want, _ := json.Marshal(s)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("AppendQuote(%q) = %s, encoding/json writes %s", s, got, want)
+			}
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -71,4 +72,10 @@ func dropHopByHop(h, src http.Header) {
 	for _, k := range hopByHop {
 		h.Del(k)
 	}
+}
+
+// IsJSON reports a JSON media type (application/json or a +json type) in a Content-Type value.
+func IsJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
 }

@@ -1,4 +1,4 @@
-package steps
+package media
 
 import (
 	"encoding/base64"
@@ -6,10 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-logr/logr"
-
 	"github.com/epd-dev/coordinator/dataplane/base/config"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/test/mediaserver"
 )
@@ -204,7 +201,7 @@ func TestReplaceMediaURLsModalityParams(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := params.New("params", tc.own, nil)
-			_, _ = newReplaceMediaURLs(builder.Deps{Log: logr.Discard()}, p)
+			New(p, Options{})
 			if key := config.KeyOf(p.Err()); key != tc.key || !strings.Contains(p.Err().Error(), tc.want) {
 				t.Fatalf("err = %v, want one naming %s saying %q", p.Err(), tc.key, tc.want)
 			}
@@ -217,11 +214,11 @@ func TestReplaceMediaURLsModalityParams(t *testing.T) {
 		"audio": map[string]any{"max_size": 25, "max_items": 4, "allowed_types": []any{"audio/wav", "Audio/MPEG", "audio/wav"}},
 		"video": map[string]any{"max_items": 2},
 	}}, nil)
-	s, _ := newReplaceMediaURLs(builder.Deps{Log: logr.Discard()}, p)
+	s := New(p, Options{})
 	if p.Err() != nil {
 		t.Fatal(p.Err())
 	}
-	l := s.(*replaceMediaURLs).limits
+	l := s.limits
 	if a := l[modAudio]; a.maxSize != 25<<20 || a.sizeParam != "modalities.audio.max_size" || a.maxItems != 4 || fmt.Sprint(a.types) != "[audio/wav audio/mpeg]" {
 		t.Errorf("audio %+v", a)
 	}

@@ -1,4 +1,4 @@
-package steps
+package media
 
 import (
 	"encoding/base64"
@@ -207,7 +207,7 @@ func dataURLHead(u string) []byte {
 // sent as image/jpeg is a common client habit), but the bytes must be of an allowed type, so an
 // allowlist restricts what the media are, not only their labels. Bytes sniffing cannot tell pass
 // on their declared type.
-func (s *replaceMediaURLs) checkContent(it *mediaItem, head []byte) error {
+func (s *Inliner) checkContent(it *mediaItem, head []byte) error {
 	sniffed := sniffMedia(head)
 	if sniffed == "" {
 		return nil
@@ -223,7 +223,7 @@ func (s *replaceMediaURLs) checkContent(it *mediaItem, head []byte) error {
 // audioFormat reads an input_audio's "format" (wav, mp3, ...: the subtype of an accepted audio
 // type, case-insensitive) and returns its media type; "" when the part has none (vLLM accepts
 // that: the data then goes by its content).
-func (s *replaceMediaURLs) audioFormat(it *mediaItem) (string, error) {
+func (s *Inliner) audioFormat(it *mediaItem) (string, error) {
 	raw, ok := it.inner.Get("format")
 	if !ok || body.KindOf(raw) == body.KindNull {
 		return "", nil
@@ -245,7 +245,7 @@ func (s *replaceMediaURLs) audioFormat(it *mediaItem) (string, error) {
 }
 
 // checkCounts applies each modality's max_items to the request's media parts.
-func (s *replaceMediaURLs) checkCounts(items []mediaItem, key string) error {
+func (s *Inliner) checkCounts(items []mediaItem, key string) error {
 	counts := map[string]int{}
 	for i := range items {
 		if k := items[i].kind; k != nil && k.modality != "" {

@@ -1,43 +1,35 @@
-package server
+package media
 
 import (
 	"bytes"
 	"encoding/json"
-	"mime"
 	"strconv"
 	"strings"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 )
 
-// isJSON reports a JSON request body (application/json or a +json type).
-func isJSON(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
-}
-
-// refuseRemoteMedia is the 400 for a conversational request that names a remote URL (remoteURL)
+// RefuseRemote is the 400 for a conversational request that names a remote URL (RemoteURL)
 // when its pipeline has no step guarding media (pipeline.GuardsMedia): the worker would fetch it
 // itself, past the media guard.
-func refuseRemoteMedia(data []byte) error {
+func RefuseRemote(data []byte) error {
 	if !bytes.Contains(data, []byte(":/")) && !bytes.Contains(data, []byte(`:\`)) && !bytes.Contains(data, []byte(`\u`)) {
 		// The common case, data: URLs included, without a scan: no URL can be spelled without
 		// ":/", or, escaped, ":\/" (":\t/"...) or "\u003a".
 		return nil
 	}
-	if where, found := remoteURL(data); found {
+	if where, found := RemoteURL(data); found {
 		return apierror.InvalidField(where, "%s: remote URLs are refused: this pipeline has no replace-media-urls step to download them "+
 			"through the media guard; send the media inline as a data: URL", where)
 	}
 	return nil
 }
 
-// remoteURL finds, in a JSON body, the first member named url or uri or ending in _url or _uri
-// (or their plurals)
-// whose string value is an http(s) URL (or one nested in such a member, as in
-// {"image_url": {"url": ...}}), and returns its path, e.g. input[0].content[1].image_url. A body
-// that is not valid JSON is scanned as far as it parses.
-func remoteURL(data []byte) (string, bool) {
+// RemoteURL finds, in a JSON body, the first member that holds a URL (urlKey) whose string value
+// is an http(s) URL (or one nested in such a member, as in {"image_url": {"url": ...}}), and
+// returns its path, e.g. input[0].content[1].image_url. A body that is not valid JSON is scanned
+// as far as it parses.
+func RemoteURL(data []byte) (string, bool) {
 	type frame struct {
 		array bool
 		index int
@@ -57,10 +49,6 @@ func remoteURL(data []byte) (string, bool) {
 			b.WriteString(f.key)
 		}
 		return b.String()
-	}
-	urlish := func(key string) bool {
-		key = strings.TrimSuffix(strings.ToLower(key), "s") // image_urls too
-		return key == "url" || key == "uri" || strings.HasSuffix(key, "_url") || strings.HasSuffix(key, "_uri")
 	}
 	// value ends a value in the innermost container: an array moves to its next index, an
 	// object waits for its next key.
@@ -98,7 +86,7 @@ func remoteURL(data []byte) (string, bool) {
 				stack[top].key = t
 				continue
 			}
-			if isRemote(t) && top >= 0 && (urlish(stack[top].key) || top > 0 && urlish(stack[top-1].key)) {
+			if isRemote(t) && top >= 0 && (urlKey(stack[top].key) || top > 0 && urlKey(stack[top-1].key)) {
 				return path(), true
 			}
 			value()
@@ -106,6 +94,13 @@ func remoteURL(data []byte) (string, bool) {
 			value()
 		}
 	}
+}
+
+// urlKey reports a member name that holds a URL: url or uri, a name ending in _url or _uri, or
+// their plurals (image_urls), in any case.
+func urlKey(k string) bool {
+	k = strings.TrimSuffix(strings.ToLower(k), "s")
+	return k == "url" || k == "uri" || strings.HasSuffix(k, "_url") || strings.HasSuffix(k, "_uri")
 }
 
 // isRemote reports an http:// or https:// URL (any case).

@@ -1,4 +1,4 @@
-package steps
+package media
 
 import (
 	"encoding/json"
@@ -28,7 +28,7 @@ func TestScanMedia(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := scanMedia(obj, "messages")
+	got, err := Scan(obj, chat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestScanMedia(t *testing.T) {
 			t.Errorf("entry %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	if _, err := scanMedia(mustParse(t, `{"messages":[1]}`), "messages"); err == nil || !strings.Contains(err.Error(), "messages[0] must be an object") {
+	if _, err := Scan(mustParse(t, `{"messages":[1]}`), chat); err == nil || !strings.Contains(err.Error(), "messages[0] must be an object") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -62,7 +62,7 @@ func TestMediaPart(t *testing.T) {
 	} {
 		obj := mustParse(t, chatWithParts(raw))
 		_, msgs, _ := chatMessages(obj, "messages")
-		got, err := mediaPart(msgs, &request.MediaEntry{Message: 1, Part: 1, Kind: "image_url"})
+		got, err := Part(msgs, &request.MediaEntry{Message: 1, Part: 1, Kind: "image_url"})
 		if err != nil || string(got) != want || !json.Valid(got) {
 			t.Errorf("%s: %s, %v", raw, got, err)
 		}

@@ -1,4 +1,4 @@
-package steps
+package media
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ func FuzzScanMedia(f *testing.F) {
 		if err != nil {
 			return
 		}
-		items, err := walkMedia(obj, "messages")
+		items, err := walk(obj, chat)
 		if err != nil {
 			return
 		}
@@ -59,7 +59,7 @@ func FuzzScanMedia(f *testing.F) {
 				t.Fatalf("%s: URL %q, the body has %q", it.where(), it.url, want)
 			}
 		}
-		entries, err := scanMedia(obj, "messages")
+		entries, err := Scan(obj, chat)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,8 +75,8 @@ func FuzzScanMedia(f *testing.F) {
 		if n != len(entries) {
 			t.Fatalf("%d entries, the walk found %d images", len(entries), n)
 		}
-		rc, _ := newRC(t, "/v1/chat/completions", string(raw), nil)
-		if err := s.Execute(t.Context(), rc); err != nil {
+		rc := newRC(t, string(raw), nil)
+		if err := s.Replace(t.Context(), rc, chat); err != nil {
 			var e *apierror.Error
 			if !errors.As(err, &e) || e.Status >= 500 && e.Status != http.StatusBadGateway {
 				t.Fatalf("err = %v", err)
@@ -87,7 +87,7 @@ func FuzzScanMedia(f *testing.F) {
 		if !json.Valid(out) {
 			t.Fatalf("the body sent on is not JSON: %s", out)
 		}
-		after, err := walkMedia(mustParse(t, string(out)), "messages")
+		after, err := walk(mustParse(t, string(out)), chat)
 		if err != nil {
 			t.Fatal(err)
 		}

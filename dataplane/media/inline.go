@@ -1,4 +1,4 @@
-package steps
+package media
 
 import (
 	"encoding/base64"
@@ -23,8 +23,8 @@ import (
 // shape. The new messages value is built in one allocation of its exact size, reserved in the
 // process budget first; the downloaded bytes are let go once it is written. The body with its
 // media inlined must stay within max_inlined_body_size.
-func (s *replaceMediaURLs) writeBody(rc *request.Context, items []mediaItem, use *mediaUse) error {
-	key := rc.API.MessagesKey()
+func (s *Inliner) writeBody(rc *request.Context, l Layout, items []mediaItem, use *mediaUse) error {
+	key := l.Messages
 	rawMsgs, _ := rc.Body.Get(key)
 	type edit struct {
 		it        *mediaItem
@@ -91,10 +91,11 @@ func (s *replaceMediaURLs) writeBody(rc *request.Context, items []mediaItem, use
 // {"type":<partType>,<field>:{"url": and post the media member's other members, }, the part's
 // other members and }.
 func canonicalPart(it *mediaItem) (pre, post []byte) {
-	if it.key == responsesInput {
-		return responsesPart(it)
+	if it.input {
+		return inputPart(it)
 	}
-	pre = fmt.Appendf(nil, `{"type":%s,%s:{"url":`, mustJSON(it.kind.partType), mustJSON(it.kind.field))
+	pre = body.AppendQuote([]byte(`{"type":`), it.kind.partType)
+	pre = append(body.AppendQuote(append(pre, ','), it.kind.field), `:{"url":`...)
 	if it.inner != nil {
 		for _, f := range it.inner.Fields() {
 			if f.Key != "url" {
@@ -111,10 +112,10 @@ func canonicalPart(it *mediaItem) (pre, post []byte) {
 	return pre, append(post, '}')
 }
 
-// responsesPart is canonicalPart for a Responses input_image: {"type":"input_image",
+// inputPart is canonicalPart for a Responses input_image: {"type":"input_image",
 // "image_url": before the URL, then the part's other members (and those of an image_url object,
 // but its url) and }.
-func responsesPart(it *mediaItem) (pre, post []byte) {
+func inputPart(it *mediaItem) (pre, post []byte) {
 	pre = []byte(`{"type":"input_image","image_url":`)
 	if it.inner != nil {
 		for _, f := range it.inner.Fields() {
@@ -133,7 +134,7 @@ func responsesPart(it *mediaItem) (pre, post []byte) {
 
 func appendMember(dst []byte, f body.Field) []byte {
 	dst = append(dst, ',')
-	dst = append(dst, mustJSON(f.Key)...)
+	dst = body.AppendQuote(dst, f.Key)
 	dst = append(dst, ':')
 	return append(dst, f.Value...)
 }
@@ -156,7 +157,7 @@ func urlTokenLen(it *mediaItem) int {
 // standing holds no more than one request may (the budget is at least max_request_media_size +
 // max_inlined_body_size). Letting go only when the request ends lets them refuse each other.
 type mediaUse struct {
-	s     *replaceMediaURLs
+	s     *Inliner
 	total atomic.Int64
 
 	mu   sync.Mutex

@@ -1,11 +1,15 @@
-package steps
+// Package media is the coordinator's media room: what a conversational request's content parts
+// carry (the kinds of media part, image, audio and video, and where a format lays them out),
+// the walk that finds them and the URLs that must not reach a worker, and the Inliner behind
+// the replace-media-urls step: the SSRF guard on every dialled address, downloads bounded per
+// item, per request and per process (budget), content sniffing, and inlining as data: URLs.
+package media
 
 import (
 	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
@@ -71,12 +75,19 @@ var mediaKinds = []mediaKind{
 	{partType: "file_url", field: "file_url", refused: refusedFile},
 }
 
-// responsesInput is the messages member of a Responses body; responsesTypes are the media part
-// types the Responses API has (each written in its own shape: input_image with its URL as a
-// string, input_audio with its data).
-const responsesInput = "input"
+// Layout is where a conversational format carries its conversation and the shape of its parts.
+type Layout struct {
+	// Messages is the body member holding the conversation's items (messages; input for the
+	// Responses API).
+	Messages string
+	// Input says that the parts have the Responses API's shapes: media only as input_image
+	// (its URL a plain string) or input_audio.
+	Input bool
+}
 
-var responsesTypes = []string{"input_image", "input_audio"}
+// inputTypes are the media part types of an Input layout (each written in its own shape:
+// input_image with its URL as a string, input_audio with its data).
+var inputTypes = []string{"input_image", "input_audio"}
 
 // textTypes are the content-part types without media; vLLM never fetches anything for them.
 var textTypes = []string{"text", "input_text", "output_text", "refusal", "thinking", "tool_reference"}
@@ -91,6 +102,36 @@ func kindOf(partType string) *mediaKind {
 	return nil
 }
 
+// Modality maps a content-part type (a MediaEntry.Kind) to the feature key vLLM uses: image,
+// audio (audio_url and input_audio alike) or video.
+func Modality(kind string) string {
+	if k := kindOf(kind); k != nil && k.modality != "" {
+		return k.modality
+	}
+	return modImage
+}
+
+// Field is the member of a part of kind (a MediaEntry.Kind) that holds its media: its URL object,
+// or input_audio's data.
+func Field(kind string) string {
+	if k := kindOf(kind); k != nil {
+		return k.field
+	}
+	return kind
+}
+
+// KindOf is the part type an item of a modality takes when it comes without a part of its own
+// (a tokens-in request's features): image_url, input_audio or video_url.
+func KindOf(modality string) string {
+	switch modality {
+	case modVideo:
+		return "video_url"
+	case modAudio:
+		return "input_audio"
+	}
+	return "image_url"
+}
+
 // kindByType returns the kind a part's "type" names, aliases included.
 func kindByType(typ string) *mediaKind {
 	for i := range mediaKinds {
@@ -103,9 +144,10 @@ func kindByType(typ string) *mediaKind {
 
 // mediaItem is one media content part, as the walker found it.
 type mediaItem struct {
-	// key is the body member of the messages (request.API.MessagesKey): messages, or input for
-	// the Responses API, whose parts keep their own shape.
+	// key is the body member of the messages (Layout.Messages); input says the parts keep the
+	// Responses API's own shape (Layout.Input).
 	key       string
+	input     bool
 	msg, part int
 	// kind is nil for a part refused for carrying a URL outside any media member.
 	kind *mediaKind
@@ -137,7 +179,7 @@ func (it *mediaItem) where() string {
 }
 
 // chatMessages returns the raw value of the messages member key of a conversational body
-// (request.API.MessagesKey) and its elements; both are nil when the body has no such array (a
+// (Layout.Messages) and its elements; both are nil when the body has no such array (a
 // Responses input string; the worker reports a malformed one).
 func chatMessages(obj *body.Object, key string) (json.RawMessage, []json.RawMessage, error) {
 	raw, ok := obj.Get(key)
@@ -151,11 +193,12 @@ func chatMessages(obj *body.Object, key string) (json.RawMessage, []json.RawMess
 	return raw, msgs, nil
 }
 
-// walkMedia walks messages[*].content[*] of a chat body, or input[*].content[*] of a Responses
-// body (key: the only places these APIs carry media; completions and generate carry none) and
+// walk walks messages[*].content[*] of a chat body, or input[*].content[*] of a Responses
+// body (l: the only places these APIs carry media; completions and generate carry none) and
 // returns every media part, and every part refused for carrying a URL elsewhere, in document
 // order.
-func walkMedia(obj *body.Object, key string) ([]mediaItem, error) {
+func walk(obj *body.Object, l Layout) ([]mediaItem, error) {
+	key := l.Messages
 	_, msgs, err := chatMessages(obj, key)
 	if err != nil {
 		return nil, err
@@ -185,7 +228,7 @@ func walkMedia(obj *body.Object, key string) ([]mediaItem, error) {
 			if err != nil {
 				continue
 			}
-			it := mediaItem{key: key, msg: mi, part: pi, raw: rawPart, obj: part}
+			it := mediaItem{key: key, input: l.Input, msg: mi, part: pi, raw: rawPart, obj: part}
 			if classify(&it) {
 				out = append(out, it)
 			}
@@ -235,7 +278,7 @@ func classify(it *mediaItem) bool {
 		it.problem = k.refused
 		return true
 	}
-	if it.key == responsesInput && !slices.Contains(responsesTypes, typ) {
+	if it.input && !slices.Contains(inputTypes, typ) {
 		it.problem = "the Responses API takes media as input_image or input_audio parts"
 		return true
 	}
@@ -247,7 +290,7 @@ func classify(it *mediaItem) bool {
 		}
 		it.url, _, _ = p.String(k.field)
 		it.urlRaw = raw
-		it.canonical = it.key == responsesInput // the Responses API's own shape: a plain URL string
+		it.canonical = it.input // the Responses API's own shape: a plain URL string
 	case body.KindObject:
 		it.inner, _ = body.ParseNested(raw)
 		key := "url"
@@ -258,7 +301,7 @@ func classify(it *mediaItem) bool {
 			it.url, _, _ = it.inner.String(key)
 			it.urlRaw = u
 		}
-		it.canonical = k.dataOnly || (typ == k.partType && it.key != responsesInput)
+		it.canonical = k.dataOnly || (typ == k.partType && !it.input)
 	}
 	switch {
 	case k.dataOnly && (it.inner == nil || urlOutside(it.inner, "")):
@@ -275,7 +318,7 @@ func classify(it *mediaItem) bool {
 	return true
 }
 
-// urlOutside reports whether o has a URL-like member (url, uri, *_url, *_uri) other than skip,
+// urlOutside reports whether o has a member that holds a URL (urlKey) other than skip,
 // at its top level or one level down.
 func urlOutside(o *body.Object, skip string) bool {
 	for _, f := range o.Fields() {
@@ -298,16 +341,12 @@ func urlOutside(o *body.Object, skip string) bool {
 	return false
 }
 
-func urlKey(k string) bool {
-	k = strings.ToLower(k)
-	return k == "url" || k == "uri" || strings.HasSuffix(k, "_url") || strings.HasSuffix(k, "_uri")
-}
-
-// scanMedia returns one entry per media part of an entry kind (images, audio and video), in
-// document order, with its URL (an input_audio's base64 data); parts the walker would refuse are left out. It is render's fallback when no
-// replace-media-urls step ran: the URLs are then the client's own, remote ones included.
-func scanMedia(obj *body.Object, key string) ([]request.MediaEntry, error) {
-	items, err := walkMedia(obj, key)
+// Scan returns one entry per media part of an entry kind (images, audio and video) of obj, laid
+// out as l, in document order, with its URL (an input_audio's base64 data); parts the walker
+// would refuse are left out. It is render's fallback when no replace-media-urls step ran: the
+// URLs are then the client's own, remote ones included.
+func Scan(obj *body.Object, l Layout) ([]request.MediaEntry, error) {
+	items, err := walk(obj, l)
 	if err != nil {
 		return nil, err
 	}
@@ -320,23 +359,23 @@ func scanMedia(obj *body.Object, key string) ([]request.MediaEntry, error) {
 	return out, nil
 }
 
-// setMediaUUIDs gives each rendered media part of a chat body its mm_hash as "uuid" (vLLM's
-// multimodal item id). The few inserted bytes are spliced between segments of the original
-// messages value, so a megabyte image is not copied; a part that already has a uuid (the client's)
-// is rewritten instead, replacing it.
-func setMediaUUIDs(rc *request.Context, obj *body.Object) error {
-	if len(rc.Media) == 0 {
+// SetUUIDs gives each rendered media part of obj, a conversational body laid out as l, its
+// entry's mm_hash as "uuid" (vLLM's multimodal item id). The few inserted bytes are spliced
+// between segments of the original messages value, so a megabyte image is not copied; a part that
+// already has a uuid (the client's) is rewritten instead, replacing it.
+func SetUUIDs(obj *body.Object, l Layout, media []request.MediaEntry) error {
+	if len(media) == 0 {
 		return nil
 	}
-	key := rc.API.MessagesKey()
+	key := l.Messages
 	rawMsgs, msgs, err := chatMessages(obj, key)
 	if err != nil || msgs == nil {
 		return err
 	}
-	segs := make([][]byte, 0, 2*len(rc.Media)+1)
+	segs := make([][]byte, 0, 2*len(media)+1)
 	last := 0
-	for i := range rc.Media {
-		m := &rc.Media[i]
+	for i := range media {
+		m := &media[i]
 		if m.Hash == "" {
 			continue
 		}
@@ -347,14 +386,14 @@ func setMediaUUIDs(rc *request.Context, obj *body.Object) error {
 		p, _ := body.ParseNested(part)
 		off := body.Offset(rawMsgs, part)
 		if p == nil || p.Has("uuid") || off < last {
-			return setMediaUUIDsByRewrite(rc, obj)
+			return setUUIDsByRewrite(obj, key, media)
 		}
 		end := off + len(part) - 1 // the part's closing brace
 		insert := `,"uuid":`
 		if p.Len() == 0 {
 			insert = `"uuid":`
 		}
-		segs = append(segs, rawMsgs[last:end], append([]byte(insert), mustJSON(m.Hash)...))
+		segs = append(segs, rawMsgs[last:end], body.AppendQuote([]byte(insert), m.Hash))
 		last = end
 	}
 	if last == 0 {
@@ -364,12 +403,12 @@ func setMediaUUIDs(rc *request.Context, obj *body.Object) error {
 	return nil
 }
 
-// setMediaUUIDsByRewrite is setMediaUUIDs for parts that already carry a uuid: they are decoded
-// and re-assembled.
-func setMediaUUIDsByRewrite(rc *request.Context, obj *body.Object) error {
-	return editParts(obj, rc.API.MessagesKey(), rc.Media, func(part *body.Object, m *request.MediaEntry) error {
+// setUUIDsByRewrite is SetUUIDs for parts that already carry a uuid: they are decoded and
+// re-assembled.
+func setUUIDsByRewrite(obj *body.Object, key string, media []request.MediaEntry) error {
+	return editParts(obj, key, media, func(part *body.Object, m *request.MediaEntry) error {
 		if m.Hash != "" {
-			part.Set("uuid", mustJSON(m.Hash))
+			part.Set("uuid", body.AppendQuote(nil, m.Hash))
 		}
 		return nil
 	})
@@ -392,8 +431,9 @@ func partRaw(msgs []json.RawMessage, m *request.MediaEntry) (json.RawMessage, er
 	return parts[m.Part], nil
 }
 
-// mediaPart returns the raw value of an entry's part member (e.g. the image_url object).
-func mediaPart(msgs []json.RawMessage, m *request.MediaEntry) (json.RawMessage, error) {
+// Part returns the raw value of an entry's part member (e.g. the image_url object) in msgs, the
+// conversation's items.
+func Part(msgs []json.RawMessage, m *request.MediaEntry) (json.RawMessage, error) {
 	part, err := partRaw(msgs, m)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package server
+package media
 
 import "testing"
 
@@ -19,9 +19,9 @@ func TestRemoteURL(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			where, found := remoteURL([]byte(tc.body))
+			where, found := RemoteURL([]byte(tc.body))
 			if found != (tc.where != "") || where != tc.where {
-				t.Fatalf("remoteURL = %q, %v; want %q", where, found, tc.where)
+				t.Fatalf("RemoteURL = %q, %v; want %q", where, found, tc.where)
 			}
 		})
 	}
@@ -48,7 +48,7 @@ func TestRefuseRemoteMedia(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if err := refuseRemoteMedia([]byte(tc.body)); (err != nil) != tc.refused {
+			if err := RefuseRemote([]byte(tc.body)); (err != nil) != tc.refused {
 				t.Fatalf("refused: %v, want %v", err, tc.refused)
 			}
 		})
@@ -59,6 +59,6 @@ func FuzzRemoteURL(f *testing.F) {
 	f.Add([]byte(`{"input":[{"type":"input_image","image_url":"http://169.254.169.254/"}]}`))
 	f.Add([]byte(`{"a":[{"b":{"url":"data:x"}}],"c":"http://x"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, _ = remoteURL(data) // never panics, whatever the input
+		_, _ = RemoteURL(data) // never panics, whatever the input
 	})
 }
