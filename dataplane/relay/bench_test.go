@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // A 16-token chat stream, one event per read as a worker flushes them: the resumable relay
@@ -24,7 +24,7 @@ func BenchmarkStreamRelay(b *testing.B) {
 		relay func(w http.ResponseWriter, resp *http.Response) error
 	}{
 		{"resume.Stream", func(w http.ResponseWriter, resp *http.Response) error {
-			s := New(w, "rid", request.APIChat)
+			s := New(w, "rid", wire.Chat, 0)
 			defer s.Release()
 			return s.Relay(resp)
 		}},
@@ -34,7 +34,7 @@ func BenchmarkStreamRelay(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				rec := httptest.NewRecorder()
-				if err := tc.relay(rec, sse(io.EOF, events...)); err != nil {
+				if err := tc.relay(rec, eventStream(io.EOF, events...)); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -203,12 +203,14 @@ func (w *Watcher) Reload() error {
 }
 
 func (w *Watcher) install(cfg config.Config, p *pipeline.Pipeline, digest [32]byte) {
-	old := w.opts.Holder.Swap(p)
 	if w.opts.Level != nil {
 		w.opts.Level.Set(cfg.LogLevel)
 	}
 	restart := RestartRequired(w.opts.Startup, cfg)
+	// The swap and the status change together: whoever sees the new pipeline and then reads the
+	// status sees it counted.
 	w.mu.Lock()
+	old := w.opts.Holder.Swap(p)
 	w.digest = digest
 	w.status.LastAttempt = time.Now()
 	w.status.LastError, w.status.LastErrorKey, w.status.RejectedRevision = "", "", ""

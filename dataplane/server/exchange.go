@@ -16,6 +16,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // exchange is one request as the server sees it: its id, what the handler learned about it, and
@@ -84,7 +85,7 @@ func (s *Server) observe(c echo.Context, x *exchange, route string) context.Cont
 func (s *Server) report(c echo.Context, x *exchange) {
 	if x.apiErr != nil {
 		s.logFailure(x)
-		apierror.WriteAs(c.Response(), x.apiErr, x.id, errorFormat(c.Request().URL.Path))
+		apierror.WriteAs(c.Response(), x.apiErr, x.id, wire.ErrorFormat(c.Request().URL.Path))
 	}
 	if x.metrics != nil {
 		x.metrics.Done(x.requestEnd(int(c.Response().Size)))

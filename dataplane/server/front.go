@@ -11,7 +11,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
-	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // passthroughMethods are the methods the OpenAI API uses; other /v1 requests with another method
@@ -35,7 +35,7 @@ func (s *Server) front(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		p := req.URL.Path
 		switch {
-		case slices.Contains(request.Paths, p), p == PathMessages, p == PathCountTokens:
+		case slices.Contains(wire.ClientPaths, p), p == wire.CountTokensPath:
 			if req.Method != http.MethodPost {
 				c.Response().Header().Set("Allow", http.MethodPost)
 				return echo.ErrMethodNotAllowed

@@ -17,40 +17,26 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 func errNoPipeline() *apierror.Error {
 	return &apierror.Error{Status: http.StatusServiceUnavailable, Type: apierror.TypeUnavailable, Code: "not_ready", Message: "no pipeline is loaded"}
 }
 
-// Route labels of the request metrics.
-const (
-	routeChat        = "chat"
-	routeCompletions = "completions"
-	routeGenerate    = "generate"
-	routeResponses   = "responses"
-	routePassthrough = "passthrough"
-)
+// routePassthrough labels the passthrough's requests in the metrics.
+const routePassthrough = "passthrough"
 
-var routeOf = map[request.API]string{request.APIChat: routeChat, request.APICompletions: routeCompletions, request.APIGenerate: routeGenerate,
-	request.APIResponses: routeResponses}
-
-// handleInference runs a chat, completions, generate or Responses request through the current pipeline, or
-// its canary (Pipeline.Pick, once the body parsed). The pipeline is acquired once: a reload
-// during the request does not affect it. The request body's buffer is held until the handler
-// returns and by every leg body until it has been sent.
-func (s *Server) handleInference(c echo.Context) error { return s.infer(c, nil) }
-
-// infer is handleInference; with tr, the request is in a format the pipeline does not speak and
-// runs as a chat request that tr translates, and its answer back (see messages.go).
-func (s *Server) infer(c echo.Context, tr translation) error {
-	api := request.APIForPath(c.Request().URL.Path)
-	route, path := routeOf[api], c.Request().URL.Path
-	if tr != nil {
-		api, route, path = request.APIChat, tr.route(), request.PathChat
-	}
+// handleInference runs a request of a client API (wire.Client: chat, completions, generate, the
+// Responses API, Anthropic's Messages) through the current pipeline, or its canary
+// (Pipeline.Pick, once the body parsed), in the API's format. The pipeline is acquired once: a
+// reload during the request does not affect it. The request body's buffer is held until the
+// handler returns and by every leg body until it has been sent.
+func (s *Server) handleInference(c echo.Context) error {
+	client := wire.ClientFor(c.Request().URL.Path)
+	format := client.Format()
 	x := exchangeOf(c)
-	ctx := s.observe(c, x, route)
+	ctx := s.observe(c, x, client.Route())
 	held, release := s.holder.Acquire()
 	defer release()
 	if held == nil {
@@ -66,17 +52,17 @@ func (s *Server) infer(c echo.Context, tr translation) error {
 	}
 	defer buf.Release()
 	x.reqBytes = len(buf.Bytes())
-	obj, model, stream, err := parseAs(buf.Bytes(), api, tr)
-	x.model = model
+	parsed, err := client.Parse(buf.Bytes())
 	if err != nil {
 		return err
 	}
+	x.model = parsed.Model
 	x.parse = time.Since(x.start)
-	x.metrics.Model(model)
+	x.metrics.Model(parsed.Model)
 	// The request runs wholly on one pipeline; the server settings are the same on both.
 	p := held.Pick()
 	x.pipe = p
-	if api.Conversational() && !p.GuardsMedia() {
+	if format.Media() != nil && !p.GuardsMedia() {
 		if err := media.RefuseRemote(buf.Bytes()); err != nil {
 			return err
 		}
@@ -86,28 +72,28 @@ func (s *Server) infer(c echo.Context, tr translation) error {
 		fwd = http.Header{}
 	}
 	p.Stamp(fwd, gateway.PipelineRevisionHeader)
-	if stream {
+	if parsed.Stream {
 		// Streams may legitimately outlive write_timeout; the timeout stays for non-stream answers.
 		_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Time{})
 	}
 	rc := &request.Context{
 		ID:              x.id,
-		API:             api,
-		Path:            path,
+		API:             format.API(),
+		Path:            format.Path(),
 		Header:          req.Header,
 		Forwarded:       fwd,
 		ForwardResponse: p.ForwardResponse(),
-		Body:            obj,
+		Body:            parsed.Body,
 		Buffer:          buf,
-		Model:           model,
-		Stream:          stream,
-		Writer:          writerFor(c.Response(), tr, x.id),
+		Model:           parsed.Model,
+		Stream:          parsed.Stream,
+		Writer:          parsed.Writer(c.Response(), x.id),
 		Log:             logging.WithValuesLazily(s.log, "request_id", x.id),
 	}
 	x.rc, x.revision = rc, p.Revision()
 	if x.metrics != nil {
-		rc.AskUsage() // the tokens are counted from the usage; a client that did not ask does not see it
-		if stream {
+		format.AskUsage(rc) // the tokens are counted from the usage; a client that did not ask does not see it
+		if parsed.Stream {
 			rc.OnEvents = x.metrics.Events // not for force_stream: its client gets no events
 		}
 		c.Response().After(x.sent(c.Response()))
@@ -117,7 +103,7 @@ func (s *Server) infer(c echo.Context, tr translation) error {
 		// Whoever writes the response (the relay, a step, the error) writes the timings so far.
 		c.Response().Before(func() { c.Response().Header().Set("Server-Timing", rc.ServerTiming()) })
 	}
-	if err := finish(tr, p.Execute(ctx, rc)); err != nil {
+	if err := parsed.Finish(p.Execute(ctx, rc)); err != nil {
 		return err // after the response started, only the log can tell (the relay logged it)
 	}
 	if !c.Response().Committed {

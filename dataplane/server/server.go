@@ -24,8 +24,8 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
-	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // Options configure a Server.
@@ -69,10 +69,10 @@ func New(opts Options) *Server {
 	e.HTTPErrorHandler = s.handleError
 	e.Pre(s.serve, s.front)
 
-	for _, path := range request.Paths {
+	for _, path := range wire.ClientPaths {
 		e.POST(path, s.handleInference)
 	}
-	s.messagesRoutes(e)
+	e.POST(wire.CountTokensPath, s.handleCountTokens)
 	e.Match(probeMethods, "/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
 	e.Match(probeMethods, "/readyz", s.handleReady)
 	e.RouteNotFound("/v1/*", s.handlePassthrough)
@@ -197,7 +197,7 @@ func (s *Server) recovered(c echo.Context, x *exchange, next echo.HandlerFunc) (
 // errorFormat) unless the response has started.
 func (s *Server) handleError(err error, c echo.Context) {
 	if !c.Response().Committed {
-		apierror.WriteAs(c.Response(), apierror.From(echoToAPI(err)), c.Response().Header().Get(upstream.RequestIDHeader), errorFormat(c.Request().URL.Path))
+		apierror.WriteAs(c.Response(), apierror.From(echoToAPI(err)), c.Response().Header().Get(upstream.RequestIDHeader), wire.ErrorFormat(c.Request().URL.Path))
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // fakeBroker records what the step hands over.
@@ -85,7 +86,7 @@ func chatRequest(t *testing.T, body string, kv ...string) *request.Context {
 	if err := json.Unmarshal([]byte(body), &m); err != nil {
 		t.Fatal(err)
 	}
-	return &request.Context{ID: "rid", Path: request.PathChat, Header: h, Forwarded: http.Header{},
+	return &request.Context{ID: "rid", Path: wire.Chat.Path(), Header: h, Forwarded: http.Header{},
 		Model: m.Model, Stream: m.Stream, Writer: httptest.NewRecorder(), Log: logr.Discard()}
 }
 

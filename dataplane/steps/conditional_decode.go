@@ -11,11 +11,12 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/dataplane/state/body"
+	"github.com/epd-dev/coordinator/dataplane/relay"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // ConditionalDecodeStep is the type name of the decode-first fast path.
@@ -29,7 +30,7 @@ func init() { builder.Register(builder.Type{Name: ConditionalDecodeStep, New: ne
 type conditionalDecode struct {
 	gw      *gateway.Client
 	metrics *observe.Metrics
-	ans     answerer
+	ans     relay.Answerer
 	hints   bool // read the 412's scheduling hints (hints.go)
 }
 
@@ -37,14 +38,14 @@ func newConditionalDecode(deps builder.Deps, p *params.Params) (pipeline.Step, e
 	deps.RequireGateway(p, ConditionalDecodeStep)
 	// Accepted for compatibility with upstream configs; the leg always keeps the client's format.
 	p.Bool(paramUseOpenAIFormat, true)
-	return &conditionalDecode{gw: deps.Gateway, metrics: deps.Telemetry.Metrics, ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics),
+	return &conditionalDecode{gw: deps.Gateway, metrics: deps.Telemetry.Metrics, ans: newAnswerer(deps, p, resendDecode(deps.Gateway)),
 		hints: p.Bool("hints", false)}, nil
 }
 
 func (*conditionalDecode) Name() string { return ConditionalDecodeStep }
 
 func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) error {
-	leg := rc.Leg(gateway.ProfileDecode, rc.Path, s.body(rc))
+	leg := gateway.NewLeg(rc, gateway.ProfileDecode, rc.Path, wire.Of(rc.API).Conditional(rc))
 	leg.Prefer = gateway.PreferIfAvailable
 	leg.Phase = ConditionalDecodeStep
 	leg.Stream = rc.Stream
@@ -62,7 +63,7 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) er
 		s.metrics.ConditionalDecode(observe.CondFellBack)
 		if s.hints {
 			var dropped int
-			rc.Hints, dropped = readHints(resp.Header)
+			rc.Hints, dropped = gateway.ReadHints(resp.Header)
 			if l := rc.Log.V(logging.Debug); l.Enabled() && (rc.Hints != nil || dropped > 0) {
 				l.Info("conditional decode: the 412 hints where the later legs go", "hints", rc.Hints, "dropped", dropped)
 			}
@@ -83,7 +84,7 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) er
 	} else {
 		s.metrics.ConditionalDecode(observe.CondError)
 	}
-	if err := s.ans.respond(ctx, rc, resp, ConditionalDecodeStep); err != nil {
+	if err := s.ans.Respond(ctx, rc, relay.ClientOf(rc), resp, ConditionalDecodeStep); err != nil {
 		if errors.Is(err, upstream.ErrNotStarted) {
 			// Nothing reached the client: the full cascade serves it.
 			rc.Log.V(logging.Warn).Info("conditional decode answer failed before its first byte; running the full pipeline", "err", err.Error())
@@ -92,20 +93,4 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) er
 		return err
 	}
 	return pipeline.ErrDone
-}
-
-// body is the client body with the rendered tokens (chat: tokens{token_ids, features}; completions:
-// the prompt as token ids); no transfer params and no capping: it may be the final answer.
-func (s *conditionalDecode) body(rc *request.Context) *body.Object {
-	if !rc.Rendered || len(rc.TokenIDs) == 0 {
-		return rc.Body
-	}
-	obj := rc.Body.Clone()
-	switch rc.API {
-	case request.APIChat, request.APIResponses:
-		obj.Set("tokens", tokensJSON(rc))
-	case request.APICompletions:
-		obj.Set("prompt", rc.TokenIDsJSON())
-	}
-	return obj
 }

@@ -4,19 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
-	"github.com/epd-dev/coordinator/dataplane/media"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/relay"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // DecodeStep is the type name of the terminal decode step.
@@ -24,23 +26,43 @@ const DecodeStep = "decode"
 
 func init() { builder.Register(builder.Type{Name: DecodeStep, New: newDecode}) }
 
+// Force-stream defaults (upstream llm-d-router steps/force_stream*.go at 6c95e02f/81d7e193).
+const (
+	defaultForceStreamBufferMiB     = 1024
+	defaultForceStreamMaxRequestKiB = 256
+)
+
 // decode sends the final leg on the client's own path and format (EPP-Profile: decode) and
-// streams the worker's answer back to the client byte for byte (see answerer). A leg that fails
-// before the client got anything is retried (gateway.retry); a stream that breaks later is
-// resumed.
+// relays the worker's answer to the client (relay.Answerer). A leg that fails before the client
+// got anything is retried (gateway.retry); a stream that breaks later is resumed. With
+// force_stream, a non-streaming client's leg is streamed and folded (relay.Folder).
 type decode struct {
 	gw    *gateway.Client
 	kv    kv.Connector
 	dp    kv.DataParallel
-	ans   answerer
-	force *forceStream // nil unless force_stream
+	ans   relay.Answerer
+	force *relay.Folder // nil unless force_stream
 }
 
 func newDecode(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, DecodeStep)
 	c := kvConnector(deps, p)
-	return &decode{gw: deps.Gateway, kv: c, dp: dataParallel(p, c), ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics),
-		force: newForceStream(p, deps.Shared.Folds)}, nil
+	return &decode{gw: deps.Gateway, kv: c, dp: dataParallel(p, c), ans: newAnswerer(deps, p, resendDecode(deps.Gateway)),
+		force: newFolder(p, deps)}, nil
+}
+
+// newFolder reads force_stream and its budgets (nil: off).
+func newFolder(p *params.Params, deps builder.Deps) *relay.Folder {
+	on := p.Bool("force_stream", false)
+	limit := int64(p.Int("force_stream_buffer_size", defaultForceStreamBufferMiB, 1)) << 20
+	maxRequest := int64(p.Int("force_stream_max_request_size", defaultForceStreamMaxRequestKiB, 1)) << 10
+	if maxRequest > limit {
+		p.Fail("force_stream_max_request_size", "%d KiB is more than force_stream_buffer_size (%d MiB)", maxRequest>>10, limit>>20)
+	}
+	if !on {
+		return nil
+	}
+	return relay.NewFolder(limit, maxRequest, deps.Shared.Folds)
 }
 
 var _ pipeline.Terminal = (*decode)(nil)
@@ -48,23 +70,25 @@ var _ pipeline.Terminal = (*decode)(nil)
 func (*decode) Name() string   { return DecodeStep }
 func (*decode) Terminal() bool { return true }
 
-// Execute sends the decode leg. A retry after a prefill goes without the prefill's
-// kv_transfer_params: the failed attempt's worker may have pulled (and freed) the KV blocks, so
-// the new pick prefills the prompt itself. After a prefill, a first decode answer of 4xx is
-// such a failed transfer and is retried so too. After a prefill with kv-nixl and
-// data_parallel_size > 1, every attempt carries the same X-Data-Parallel-Rank (rankOf).
+// Execute sends the decode leg and relays its answer to the client, or folds it first
+// (force_stream).
 func (s *decode) Execute(ctx context.Context, rc *request.Context) error {
 	if s.force != nil && !rc.Stream {
-		if reservation, ok := s.force.admit(rc); ok {
-			return s.forced(ctx, rc, reservation)
+		if reservation, ok := s.force.Admit(rc); ok {
+			return s.force.Fold(rc, reservation, func(t relay.Target) error { return s.send(ctx, rc, t) })
 		}
 	}
-	return s.send(ctx, rc)
+	return s.send(ctx, rc, relay.ClientOf(rc))
 }
 
-// send sends the decode leg and relays its answer (see Execute).
-func (s *decode) send(ctx context.Context, rc *request.Context) error {
-	obj, err := s.body(rc, true)
+// send sends the decode leg, asking for t.Body as t's stream asks, and relays its answer to t.
+// A retry after a prefill goes without the prefill's kv_transfer_params: the failed attempt's
+// worker may have pulled (and freed) the KV blocks, so the new pick prefills the prompt itself.
+// After a prefill, a first decode answer of 4xx is such a failed transfer and is retried so too.
+// After a prefill with kv-nixl and data_parallel_size > 1, every attempt carries the same
+// X-Data-Parallel-Rank (rankOf).
+func (s *decode) send(ctx context.Context, rc *request.Context, t relay.Target) error {
+	obj, err := s.body(rc, t.Body, true)
 	if err != nil {
 		return err
 	}
@@ -72,16 +96,16 @@ func (s *decode) send(ctx context.Context, rc *request.Context) error {
 	_, err = gateway.Do(ctx, s.gw.Retrier(), rc.Log, func(attempt int) (struct{}, error) {
 		if attempt == 2 && rc.Prefilled {
 			var err error
-			if obj, err = s.body(rc, false); err != nil {
+			if obj, err = s.body(rc, t.Body, false); err != nil {
 				return struct{}{}, err
 			}
 		}
-		leg := rc.Leg(gateway.ProfileDecode, rc.Path, obj)
+		leg := gateway.NewLeg(rc, gateway.ProfileDecode, rc.Path, obj)
 		if pinned {
-			leg = pinRank(leg, rank)
+			leg = leg.With(kv.DataParallelRankHeader, strconv.Itoa(rank))
 		}
-		leg.Stream = rc.Stream
-		resp, err := s.gw.Do(ctx, leg) //nolint:bodyclose // ErrorOf or respond closes it
+		leg.Stream = t.Stream
+		resp, err := s.gw.Do(ctx, leg) //nolint:bodyclose // ErrorOf or Respond closes it
 		if err != nil {
 			return struct{}{}, retry.IfUnserved(ctx, DecodeStep, &apierror.UpstreamError{Phase: DecodeStep, Err: err})
 		}
@@ -94,7 +118,7 @@ func (s *decode) send(ctx context.Context, rc *request.Context) error {
 			// without the transfer parameters and the decode worker prefills itself.
 			return struct{}{}, retry.Again(DecodeStep, retry.Failure{Reason: retry.ReasonKVTransfer}, upstream.ErrorOf(DecodeStep, resp))
 		}
-		err = s.ans.respond(ctx, rc, resp, DecodeStep)
+		err = s.ans.Respond(ctx, rc, t, resp, DecodeStep)
 		if errors.Is(err, upstream.ErrNotStarted) {
 			// Nothing reached the client: the break decides, whatever the status.
 			err = &apierror.UpstreamError{Phase: DecodeStep, Status: resp.StatusCode, Err: err}
@@ -122,9 +146,9 @@ func (s *decode) rankOf(rc *request.Context) (rank int, pinned bool) {
 	return rank, pinned
 }
 
-// body is decodeBody with, only after a prefill and unless !withKV, the KV connector's
-// kv_transfer_params derived from the prefill worker's answer.
-func (s *decode) body(rc *request.Context, withKV bool) (*body.Object, error) {
+// body is the format's decode body from base with, only after a prefill and unless !withKV, the
+// KV connector's kv_transfer_params derived from the prefill worker's answer.
+func (s *decode) body(rc *request.Context, base *body.Object, withKV bool) (*body.Object, error) {
 	var kvRaw json.RawMessage
 	if rc.Prefilled && withKV {
 		var err error
@@ -132,39 +156,5 @@ func (s *decode) body(rc *request.Context, withKV bool) (*body.Object, error) {
 			return nil, &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Err: err}
 		}
 	}
-	return decodeBody(rc, kvRaw)
-}
-
-// decodeBody is the client body plus what earlier phases produced: the rendered tokens (chat:
-// tokens{token_ids, features}, with each media part's uuid; completions: prompt as token ids) and
-// kvRaw as kv_transfer_params when not nil (generate: in sampling_params.extra_args). With
-// neither render nor kvRaw it is the client body unchanged.
-func decodeBody(rc *request.Context, kvRaw json.RawMessage) (*body.Object, error) {
-	obj := rc.Body.Clone()
-	switch rc.API {
-	case request.APIChat, request.APIResponses:
-		if rc.Rendered {
-			if err := media.SetUUIDs(obj, mediaLayout(rc.API), rc.Media); err != nil {
-				return nil, err
-			}
-			obj.Set("tokens", tokensJSON(rc))
-		}
-		if kvRaw != nil {
-			obj.Set("kv_transfer_params", kvRaw)
-		}
-	case request.APICompletions:
-		if rc.Rendered && len(rc.TokenIDs) > 0 {
-			obj.Set("prompt", rc.TokenIDsJSON())
-		}
-		if kvRaw != nil {
-			obj.Set("kv_transfer_params", kvRaw)
-		}
-	case request.APIGenerate:
-		if kvRaw != nil {
-			if err := setExtraArgs(obj, map[string]json.RawMessage{"kv_transfer_params": kvRaw}); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return obj, nil
+	return wire.Of(rc.API).Decode(rc, base, kvRaw)
 }

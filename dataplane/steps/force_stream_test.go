@@ -8,8 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-
-	"github.com/epd-dev/coordinator/dataplane/state/request"
 )
 
 // A non-streaming client's decode is sent as a stream and folded back into one JSON answer; a
@@ -48,7 +46,7 @@ func TestForceStream(t *testing.T) {
 		got.Choices[0].Message.Content != strings.Join(words, " ") || got.Choices[0].FinishReason != "length" || legs.Load() != 2 {
 		t.Fatalf("folded answer %s after %d legs", rec.Body.String(), legs.Load())
 	}
-	if held := s.(*decode).force.held.Held(); held != 0 {
+	if held := s.(*decode).force.Held(); held != 0 {
 		t.Fatalf("%d bytes still reserved", held)
 	}
 }
@@ -98,21 +96,5 @@ func TestForceStreamErrors(t *testing.T) {
 	err := s.Execute(context.Background(), rc)
 	if err == nil || rec.Body.Len() != 0 || len(rec.Header()) != 0 {
 		t.Fatalf("err %v, client got %q", err, rec.Body.String())
-	}
-}
-
-func TestFoldCompletionsAndGenerate(t *testing.T) {
-	text := "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":3,\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\"a\",\"finish_reason\":null}]}\n\n" +
-		"data: {\"id\":\"cmpl-1\",\"choices\":[{\"index\":0,\"text\":\" b\",\"finish_reason\":\"length\"}]}\n\n" +
-		"data: {\"id\":\"cmpl-1\",\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2,\"total_tokens\":3}}\n\ndata: [DONE]\n\n"
-	out, err := fold(request.APICompletions, []byte(text))
-	if err != nil || string(out) != `{"choices":[{"finish_reason":"length","index":0,"logprobs":null,"text":"a b"}],"created":3,"id":"cmpl-1","model":"m","object":"text_completion","usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}` {
-		t.Fatalf("completions %s %v", out, err)
-	}
-	gen := "data: {\"request_id\":\"g\",\"choices\":[{\"index\":0,\"token_ids\":[5],\"finish_reason\":null}]}\n\n" +
-		"data: {\"request_id\":\"g\",\"choices\":[{\"index\":0,\"token_ids\":[6,7],\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n"
-	out, err = fold(request.APIGenerate, []byte(gen))
-	if err != nil || string(out) != `{"choices":[{"finish_reason":"length","index":0,"token_ids":[5,6,7]}],"kv_transfer_params":null,"prompt_logprobs":null,"request_id":"g"}` {
-		t.Fatalf("generate %s %v", out, err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // captured is one request the fake gateway received.
@@ -139,7 +140,7 @@ func newRC(t *testing.T, path, raw string, hdr http.Header) (*request.Context, *
 	}
 	rec := httptest.NewRecorder()
 	return &request.Context{
-		ID: "req-1", API: request.APIForPath(path), Path: path, Header: hdr, Forwarded: gateway.Forwarded(hdr),
+		ID: "req-1", API: wire.ForPath(path).API(), Path: path, Header: hdr, Forwarded: gateway.Forwarded(hdr),
 		Body: obj, Model: model, Stream: stream, Writer: rec, Log: logr.Discard(),
 	}, rec
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -16,6 +17,9 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
+	"github.com/epd-dev/coordinator/dataplane/transport/retry"
+	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // PrefillStep is the type name of the prefill step.
@@ -33,7 +37,7 @@ type prefill struct {
 	dp        kv.DataParallel
 	ec        ec.Connector
 	useOpenAI bool
-	pool      poolPolicy
+	pool      retry.PoolPolicy
 }
 
 func newPrefill(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
@@ -49,26 +53,6 @@ func newPrefill(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 		pool: onPoolFailure(deps, p)}, nil
 }
 
-// dataParallel reads data_parallel_size (≥ 1, default 1) for the step's KV connector c (nil when
-// kv_connector was invalid, already reported): more than 1 is accepted with kv-nixl only.
-func dataParallel(p *params.Params, c kv.Connector) kv.DataParallel {
-	size := p.Int(kv.ParamDataParallelSize, 1, 1)
-	if c == nil {
-		return kv.DataParallel{}
-	}
-	dp, err := kv.NewDataParallel(c.Name(), size)
-	if err != nil {
-		p.Fail(kv.ParamDataParallelSize, "%v", err)
-	}
-	return dp
-}
-
-// pinRank returns leg with X-Data-Parallel-Rank set to rank, replacing a trusted client's own
-// value.
-func pinRank(leg gateway.Leg, rank int) gateway.Leg {
-	return withHeader(leg, kv.DataParallelRankHeader, strconv.Itoa(rank))
-}
-
 func (*prefill) Name() string { return PrefillStep }
 
 // Execute sends the prefill leg, retried with a fresh body per attempt (a kv-sglang bootstrap
@@ -79,27 +63,27 @@ func (s *prefill) Execute(ctx context.Context, rc *request.Context) error {
 	if rc.Degraded != "" {
 		return nil
 	}
-	format := rc.API.Format(s.useOpenAI)
+	format := wire.Of(rc.API).Legs(s.useOpenAI)
 	rank, pinned := s.dp.PrefillRank(rc.ID)
-	out, err := s.gw.Fetch(ctx, rc.Log, hinted(rc, gateway.ProfilePrefill, 0, func() (gateway.Leg, error) {
-		obj, err := s.body(rc, format)
+	out, err := s.gw.Fetch(ctx, rc.Log, gateway.Hinted(rc, gateway.ProfilePrefill, 0, func() (gateway.Leg, error) {
+		obj, err := format.Prefill(rc, s.transfer(rc))
 		if err != nil {
 			return gateway.Leg{}, err
 		}
-		leg := rc.Leg(gateway.ProfilePrefill, format.Path(), obj)
+		leg := gateway.NewLeg(rc, gateway.ProfilePrefill, format.Path(), obj)
 		if pinned {
-			leg = pinRank(leg, rank)
+			leg = leg.With(kv.DataParallelRankHeader, strconv.Itoa(rank))
 		}
 		return leg, nil
 	}))
 	if err != nil {
-		return s.pool.handle(ctx, rc, PrefillStep, err)
+		return s.pool.Handle(ctx, rc, PrefillStep, err)
 	}
 	// The answer is validated once and only its kv_transfer_params taken: with a long prompt it
 	// lists thousands of KV blocks, which are handed to decode raw.
 	answer, err := body.Parse(out)
 	if err != nil {
-		return &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Body: head(out), Err: errors.New("decoding answer: not a JSON object")}
+		return &apierror.UpstreamError{Phase: PrefillStep, Status: 200, Body: upstream.Head(out), Err: errors.New("decoding answer: not a JSON object")}
 	}
 	if kv, _ := answer.Get("kv_transfer_params"); body.KindOf(kv) == body.KindObject {
 		rc.PrefillKV = kv
@@ -108,127 +92,27 @@ func (s *prefill) Execute(ctx context.Context, rc *request.Context) error {
 	return nil
 }
 
-// body builds the prefill leg in the leg format:
-//   - chat: the client body, capped to one token, with tokens{token_ids, features} when render
-//     ran, kv_transfer_params and ec_transfer_params (when there are any);
-//   - completions: the client body, capped, with request_id, the prompt as token ids when render
-//     ran, kv_transfer_params, features and ec_transfer_params when there are media;
-//   - generate: token_ids and features plus the client's sampling_params when the client itself
-//     spoke generate, capped, transfer params in sampling_params.extra_args.
-//
-// The features carry kwargs_data, or mm_metadata instead when the leg carries ec_transfer_params
-// and render gave every item metadata (prefillPayload): the worker gets the encoder outputs
-// through the EC connector and needs no pixel values.
-//
-// Unlike upstream, completions and generate keep the client's sampling fields.
-func (s *prefill) body(rc *request.Context, format request.API) (*body.Object, error) {
-	var kvRaw json.RawMessage // none for prefill-decode: SGLang's bootstrap fields replace them
+// transfer are the prefill leg's transfer parameters: the KV connector's (none for
+// prefill-decode, whose SGLang bootstrap fields replace them) and the merged encoder descriptors
+// (with a connector that sends them).
+func (s *prefill) transfer(rc *request.Context) wire.Transfer {
+	var t wire.Transfer
 	if s.kv != nil {
-		kvRaw = s.kv.PrefillParams()
+		t.KV = s.kv.PrefillParams()
 	}
-	var ecRaw json.RawMessage
-	if len(rc.ECParams) > 0 && s.ec.Name() != ec.SharedStorage {
-		ecRaw = mustJSON(rc.ECParams)
-	}
-	payload := prefillPayload(rc.Media, ecRaw != nil)
-	var obj *body.Object
-	switch format {
-	case request.APIChat, request.APIResponses:
-		obj = rc.Body.Clone()
-		if rc.Rendered {
-			obj.Set("tokens", tokensJSON(rc))
-		}
-		if kvRaw != nil {
-			obj.Set("kv_transfer_params", kvRaw)
-		}
-		if ecRaw != nil {
-			obj.Set("ec_transfer_params", ecRaw)
-		}
-	case request.APICompletions:
-		obj = rc.Body.Clone()
-		obj.Set("request_id", mustJSON(rc.ID))
-		if rc.Rendered && len(rc.TokenIDs) > 0 {
-			obj.Set("prompt", rc.TokenIDsJSON())
-		}
-		if kvRaw != nil {
-			obj.Set("kv_transfer_params", kvRaw)
-		}
-		if f := featuresJSON(rc.Media, payload); f != nil {
-			obj.Set("features", f)
-		}
-		if ecRaw != nil {
-			obj.Set("ec_transfer_params", ecRaw)
-		}
-	case request.APIGenerate:
-		obj = generateBody(rc, payload)
-		extra := map[string]json.RawMessage{}
-		if kvRaw != nil {
-			extra["kv_transfer_params"] = kvRaw
-		}
-		if ecRaw != nil {
-			extra["ec_transfer_params"] = ecRaw
-		}
-		if len(extra) > 0 {
-			if err := setExtraArgs(obj, extra); err != nil {
-				return nil, err
-			}
-		}
-	}
-	if err := capSingleToken(obj, format); err != nil {
-		return nil, err
-	}
-	return obj, nil
+	t.EC = s.ecParams(rc)
+	return t
 }
 
-// continuation is the prefill leg of a resumed stream's continuation cont (a chat or generate
-// body in the client's format): cont capped to one token, its ec_transfer_params replaced by
-// the request's merged ones.
-func (s *prefill) continuation(rc *request.Context, cont *body.Object) (*body.Object, error) {
-	obj := cont.Clone()
-	if len(rc.ECParams) > 0 && s.ec.Name() != ec.SharedStorage {
-		ecRaw := mustJSON(rc.ECParams)
-		if rc.API == request.APIGenerate {
-			if err := setExtraArgs(obj, map[string]json.RawMessage{"ec_transfer_params": ecRaw}); err != nil {
-				return nil, err
-			}
-		} else {
-			obj.Set("ec_transfer_params", ecRaw)
-		}
+// ecParams are the request's merged ec_transfer_params as a prefill leg carries them (nil:
+// none, or a connector whose descriptors travel by shared storage).
+func (s *prefill) ecParams(rc *request.Context) json.RawMessage {
+	if len(rc.ECParams) == 0 || s.ec.Name() == ec.SharedStorage {
+		return nil
 	}
-	if err := capSingleToken(obj, rc.API); err != nil {
-		return nil, err
-	}
-	return obj, nil
-}
-
-// generateBody is the tokens-in body of a leg: {request_id, model, token_ids, features (with
-// payload), sampling_params}. A generate client's own body is the base (its sampling_params and
-// features are kept); a chat client's is translated.
-func generateBody(rc *request.Context, payload mmPayload) *body.Object {
-	var obj *body.Object
-	if rc.API == request.APIGenerate {
-		obj = rc.Body.Clone() // already tokens-in: token_ids and features are the client's
-	} else {
-		obj = &body.Object{}
-		if raw, ok := rc.Body.Get("model"); ok {
-			obj.Set("model", raw)
-		}
-		obj.Set("token_ids", rc.TokenIDsJSON())
-		if f := featuresJSON(rc.Media, payload); f != nil {
-			obj.Set("features", f)
-		}
-	}
-	obj.Set("request_id", mustJSON(rc.ID))
-	if !obj.Has("sampling_params") {
-		obj.Set("sampling_params", json.RawMessage("{}"))
-	}
-	return obj
-}
-
-// head returns the start of an upstream body for logs.
-func head(b []byte) []byte {
-	if len(b) > 512 {
-		return b[:512]
+	b, err := json.Marshal(rc.ECParams)
+	if err != nil {
+		panic(fmt.Sprintf("steps: encoding the EC descriptors: %v", err)) // decoded from JSON: always encodable
 	}
 	return b
 }

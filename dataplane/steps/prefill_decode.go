@@ -18,11 +18,13 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/relay"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // PrefillDecodeStep is the type name of the terminal step that runs prefill and decode together.
@@ -58,7 +60,7 @@ type prefillDecode struct {
 	gw   *gateway.Client
 	port int      // SGLang's bootstrap port (SGLANG_BOOTSTRAP_PORT)
 	legs *prefill // builds the prefill body (without kv_transfer_params)
-	ans  answerer
+	ans  relay.Answerer
 }
 
 func newPrefillDecode(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
@@ -69,9 +71,8 @@ func newPrefillDecode(deps builder.Deps, p *params.Params) (pipeline.Step, error
 		p.Fail(paramKVConnector, "the %s step runs SGLang's transfer and needs %s, got %q (use prefill and decode steps with other connectors)",
 			PrefillDecodeStep, kv.SGLang, c.Name())
 	}
-	s := &prefillDecode{gw: deps.Gateway, port: port, legs: &prefill{ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true)},
-		ans: newAnswerer(deps.Gateway, p, deps.Telemetry.Metrics)}
-	s.ans.resend = s.resend
+	s := &prefillDecode{gw: deps.Gateway, port: port, legs: &prefill{ec: ecConnector(p), useOpenAI: p.Bool(paramUseOpenAIFormat, true)}}
+	s.ans = newAnswerer(deps, p, s.resend)
 	return s, nil
 }
 
@@ -85,12 +86,12 @@ func (*prefillDecode) Terminal() bool { return true }
 // with a new reservation and room. Once the answer is written, the prefills still running get
 // prefillGrace to answer (see settle).
 func (s *prefillDecode) Execute(ctx context.Context, rc *request.Context) error {
-	format := rc.API.Format(s.legs.useOpenAI)
-	pre, err := s.legs.body(rc, format)
+	format := wire.Of(rc.API).Legs(s.legs.useOpenAI)
+	pre, err := format.Prefill(rc, wire.Transfer{EC: s.legs.ecParams(rc)}) // no KV parameters: SGLang's bootstrap fields replace them
 	if err != nil {
 		return err
 	}
-	dec, err := decodeBody(rc, nil)
+	dec, err := wire.Of(rc.API).Decode(rc, rc.Body, nil)
 	if err != nil {
 		return err
 	}
@@ -101,7 +102,7 @@ func (s *prefillDecode) Execute(ctx context.Context, rc *request.Context) error 
 		legs.hint = h[0]
 	}
 	return s.run(ctx, rc, legs, func(resp *http.Response) (string, error) {
-		err := s.ans.respond(ctx, rc, resp, PrefillDecodeStep)
+		err := s.ans.Respond(ctx, rc, relay.ClientOf(rc), resp, PrefillDecodeStep)
 		if !errors.Is(err, upstream.ErrNotStarted) {
 			return "", err
 		}
@@ -116,7 +117,7 @@ func (s *prefillDecode) Execute(ctx context.Context, rc *request.Context) error 
 // client's format): its prefill computes the longer prompt, capped to one token, with the
 // request's EC descriptors; the answerer relays its decode's answer.
 func (s *prefillDecode) resend(ctx context.Context, rc *request.Context, cont *body.Object) (*http.Response, error) {
-	pre, err := s.legs.continuation(rc, cont)
+	pre, err := wire.Of(rc.API).Continue(cont, s.legs.ecParams(rc))
 	if err != nil {
 		return nil, err
 	}
@@ -187,11 +188,11 @@ func (s *prefillDecode) pair(ctx context.Context, rc *request.Context, legs pair
 		}
 	})
 	trackPair(ctx, p)
-	pleg := withHeader(rc.Leg(gateway.ProfilePrefill, legs.prefillPath, pre), gateway.PinHeader, endpoint.String())
+	pleg := gateway.NewLeg(rc, gateway.ProfilePrefill, legs.prefillPath, pre).With(gateway.PinHeader, endpoint.String())
 	pleg.Phase = phasePairPrefill
 	go p.prefill(pctx, s.gw, pleg)
 
-	dleg := rc.Leg(gateway.ProfileDecode, rc.Path, dec)
+	dleg := gateway.NewLeg(rc, gateway.ProfileDecode, rc.Path, dec)
 	dleg.Phase, dleg.Stream = phasePairDecode, legs.stream
 	resp, err := s.gw.Do(pctx, dleg)
 	if err == nil && resp.StatusCode/100 != 2 {
@@ -221,7 +222,7 @@ func (s *prefillDecode) pair(ctx context.Context, rc *request.Context, legs pair
 // reserve asks the endpoint picker for a prefill endpoint (Prefer: reserve-endpoint) with the
 // prefill leg's body, so that it schedules as for the prefill itself.
 func (s *prefillDecode) reserve(ctx context.Context, rc *request.Context, path string, pre *body.Object) (netip.AddrPort, error) {
-	leg := rc.Leg(gateway.ProfilePrefill, path, pre)
+	leg := gateway.NewLeg(rc, gateway.ProfilePrefill, path, pre)
 	leg.Prefer, leg.Phase = gateway.PreferReserveEndpoint, phaseReserve
 	resp, err := s.gw.Do(ctx, leg) //nolint:bodyclose // ErrorOf or Discard closes it
 	if err != nil {
@@ -255,22 +256,11 @@ func reservedEndpoint(resp *http.Response) (netip.AddrPort, error) {
 	if len(v) > maxEndpointLen {
 		return fail(fmt.Sprintf("has a %s header of %d bytes", name, len(v)))
 	}
-	ap, ok := endpointOf(v)
+	ap, ok := gateway.EndpointOf(v)
 	if !ok {
 		return fail(fmt.Sprintf("names %q in %s, not an ip:port", v, name))
 	}
 	return ap, nil
-}
-
-// endpointOf parses a pod endpoint, ip:port: a unicast address without an IPv6 zone and a
-// non-zero port.
-func endpointOf(v string) (netip.AddrPort, bool) {
-	ap, err := netip.ParseAddrPort(v)
-	a := ap.Addr()
-	if err != nil || ap.Port() == 0 || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() {
-		return netip.AddrPort{}, false
-	}
-	return ap, true
 }
 
 // errDecodeFailed cancels a prefill whose decode failed (nobody waits for its KV any more) and
@@ -415,16 +405,4 @@ func prefillFailure(resp *http.Response) error {
 		return nil
 	}
 	return p.failure()
-}
-
-// withHeader returns leg with header name set to value on a copy of its headers (the
-// request's forwarded set, shared by all its legs, is never edited).
-func withHeader(leg gateway.Leg, name, value string) gateway.Leg {
-	h := leg.Header.Clone()
-	if h == nil {
-		h = make(http.Header, 1)
-	}
-	h.Set(name, value)
-	leg.Header = h
-	return leg
 }

@@ -26,7 +26,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
-	"github.com/epd-dev/coordinator/dataplane/wire/responses"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // RenderStep is the type name of the tokenize-once step.
@@ -154,27 +154,17 @@ func (s *renderStep) Close() {
 	}
 }
 
+// Execute tokenizes the prompt as the request's format gives it (wire.Renderer: tokens in, a
+// completions prompt, a conversation).
 func (s *renderStep) Execute(ctx context.Context, rc *request.Context) error {
-	var err error
-	switch rc.API {
-	case request.APIGenerate:
-		err = s.generate(rc)
-	case request.APICompletions:
-		err = s.completions(ctx, rc)
-	case request.APIChat:
-		err = s.chat(ctx, rc, rc.Body)
-	case request.APIResponses:
-		var chat *body.Object
-		if chat, err = responses.Chat(rc.Body); err == nil {
-			err = s.chat(ctx, rc, chat)
-		}
-	}
-	if err != nil {
+	if err := wire.Of(rc.API).Render(ctx, rc, s); err != nil {
 		return err
 	}
 	rc.Rendered = true
 	return nil
 }
+
+var _ wire.Renderer = (*renderStep)(nil)
 
 func (s *renderStep) checkTokens(n int) error {
 	if s.maxTokens > 0 && n > s.maxTokens {
@@ -203,8 +193,8 @@ func (s *renderStep) checkPlaceholders(rc *request.Context, fromClient bool) err
 	return nil
 }
 
-// generate validates a tokens-in client body; nothing is sent and the body is not changed.
-func (s *renderStep) generate(rc *request.Context) error {
+// TokensIn validates a tokens-in client body; nothing is sent and the body is not changed.
+func (s *renderStep) TokensIn(rc *request.Context) error {
 	raw, _ := rc.Body.Get("token_ids")
 	ids, err := parseTokenIDs(raw)
 	if err != nil {
@@ -241,7 +231,9 @@ func (s *renderStep) generate(rc *request.Context) error {
 	return s.checkPlaceholders(rc, true)
 }
 
-func (s *renderStep) completions(ctx context.Context, rc *request.Context) error {
+// Prompt tokenizes a completions prompt: a string in process or through the render service;
+// token ids are checked and kept.
+func (s *renderStep) Prompt(ctx context.Context, rc *request.Context) error {
 	raw, _ := rc.Body.Get("prompt")
 	switch body.KindOf(raw) {
 	case body.KindString:
@@ -262,7 +254,7 @@ func (s *renderStep) completions(ctx context.Context, rc *request.Context) error
 				TokenIDs []int `json:"token_ids"`
 			}
 			if err := json.Unmarshal(out, &answer); err != nil || len(answer) != 1 {
-				return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Body: head(out), Err: errors.New("completions render answer must be a one-element array")}
+				return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Body: upstream.Head(out), Err: errors.New("completions render answer must be a one-element array")}
 			}
 			ids = answer[0].TokenIDs
 		}
@@ -296,11 +288,11 @@ type renderAnswer struct {
 	Features *clientFeatures `json:"features"`
 }
 
-// chat renders a conversational request through the chat render service: msgs is its chat
-// body (the client's own, or a Responses request's messages).
-func (s *renderStep) chat(ctx context.Context, rc *request.Context, msgs *body.Object) error {
+// Conversation renders a conversational request, in process or through the chat render
+// service: msgs is its chat body (the client's own, or a Responses request's messages).
+func (s *renderStep) Conversation(ctx context.Context, rc *request.Context, msgs *body.Object) error {
 	if !rc.MediaScanned {
-		entries, err := media.Scan(rc.Body, mediaLayout(rc.API))
+		entries, err := media.Scan(rc.Body, *wire.Of(rc.API).Media())
 		if err != nil {
 			return err
 		}
@@ -321,7 +313,7 @@ func (s *renderStep) chat(ctx context.Context, rc *request.Context, msgs *body.O
 	}
 	var answer renderAnswer
 	if err := json.Unmarshal(out, &answer); err != nil {
-		return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Body: head(out), Err: fmt.Errorf("decoding answer: %w", err)}
+		return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Body: upstream.Head(out), Err: fmt.Errorf("decoding answer: %w", err)}
 	}
 	if err := s.checkTokens(len(answer.TokenIDs)); err != nil {
 		return err
@@ -562,7 +554,7 @@ func parseTokenIDs(raw json.RawMessage) ([]int, error) {
 // call sends obj to the render service under gateway.retry and returns the answer.
 func (s *renderStep) call(ctx context.Context, rc *request.Context, path string, obj *body.Object) ([]byte, error) {
 	return gateway.Do(ctx, s.retrier, rc.Log, func(int) ([]byte, error) {
-		r := rc.Outbound(RenderStep, path, obj)
+		r := gateway.Outbound(rc, RenderStep, path, obj)
 		r.MaxResponse = s.maxResponse
 		out, err := s.client.Call(ctx, r)
 		return out, retry.IfUnserved(ctx, RenderStep, err)

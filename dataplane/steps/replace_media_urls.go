@@ -9,6 +9,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // ReplaceMediaURLsStep is the type name of the media inlining step.
@@ -38,8 +39,9 @@ var _ pipeline.Closer = (*replaceMediaURLs)(nil)
 func (s *replaceMediaURLs) Close() { s.inliner.Close() }
 
 func (s *replaceMediaURLs) Execute(ctx context.Context, rc *request.Context) error {
-	if !rc.API.Conversational() {
-		return nil
+	l := wire.Of(rc.API).Media()
+	if l == nil {
+		return nil // the format carries no media
 	}
-	return s.inliner.Replace(ctx, rc, mediaLayout(rc.API))
+	return s.inliner.Replace(ctx, rc, *l)
 }

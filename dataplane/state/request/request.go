@@ -1,11 +1,11 @@
 // Package request is the state of one client request as it moves through a pipeline: its API
 // format and path, the parsed body and the buffer it lives in, what the steps learn (tokens,
-// media, transfer parameters) and how long each step took. It builds the request's gateway legs.
+// media, transfer parameters), the headers its legs carry and how long each step took. It is
+// data: what the formats mean is package wire's, how a leg is sent package gateway's.
 package request
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -15,25 +15,11 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/bodybuf"
-	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
-	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 )
 
-// Client API paths (the coordinator serves them; workers serve the same paths).
-const (
-	PathChat        = "/v1/chat/completions"
-	PathCompletions = "/v1/completions"
-	PathGenerate    = "/inference/v1/generate"
-	PathResponses   = "/v1/responses"
-)
-
-// Paths lists the client API paths.
-var Paths = []string{PathChat, PathCompletions, PathGenerate, PathResponses}
-
-// API is the client-facing request format.
+// API names the format a request runs in; package wire's Of is the format itself.
 type API int
 
 // Request formats.
@@ -46,73 +32,10 @@ const (
 	APIResponses
 )
 
+var apiNames = [...]string{APIChat: "chat", APICompletions: "completions", APIGenerate: "generate", APIResponses: "responses"}
+
 // String names the format.
-func (a API) String() string {
-	switch a {
-	case APIChat:
-		return "chat"
-	case APICompletions:
-		return "completions"
-	case APIResponses:
-		return "responses"
-	}
-	return "generate"
-}
-
-// APIForPath returns the format of a client path.
-func APIForPath(path string) API {
-	switch path {
-	case PathChat:
-		return APIChat
-	case PathCompletions:
-		return APICompletions
-	case PathResponses:
-		return APIResponses
-	}
-	return APIGenerate
-}
-
-// Format is the wire format of the encode and prefill legs: the client's own OpenAI format, or
-// tokens-in generate when useOpenAI is false (completions always stay completions, as upstream).
-func (a API) Format(useOpenAI bool) API {
-	if a == APICompletions {
-		return APICompletions
-	}
-	if !useOpenAI {
-		return APIGenerate
-	}
-	return a
-}
-
-// Path is the worker path of the format.
-func (a API) Path() string {
-	switch a {
-	case APIChat:
-		return PathChat
-	case APICompletions:
-		return PathCompletions
-	case APIResponses:
-		return PathResponses
-	}
-	return PathGenerate
-}
-
-// Conversational reports a format whose prompt is a list of messages with content parts (chat,
-// and the Responses API's input items): media parts, a chat template, tokens{token_ids,
-// features} on the legs.
-func (a API) Conversational() bool { return a == APIChat || a == APIResponses }
-
-// MessagesKey is the body member holding the messages of a conversational format ("" for the
-// others): messages for chat, input for the Responses API.
-func (a API) MessagesKey() string {
-	switch a {
-	case APIChat:
-		return "messages"
-	case APIResponses:
-		return "input"
-	}
-	return ""
-}
+func (a API) String() string { return apiNames[a] }
 
 // Placeholder is where an item's placeholder tokens sit in the prompt.
 type Placeholder struct {
@@ -156,7 +79,7 @@ type StepTiming struct {
 type Context struct {
 	// ID is the effective request id, stamped on every leg and response.
 	ID string
-	// API is the client's request format; Path its original path.
+	// API is the format the request runs in (wire.Of gives its behaviour); Path its client path.
 	API  API
 	Path string
 	// Header holds the client's headers; Forwarded the subset every leg carries (read it with
@@ -262,34 +185,6 @@ func (rc *Context) SetTokenIDs(ids []int) {
 	rc.tokenJSON = nil
 }
 
-// Leg returns a gateway leg of obj for profile, whose phase is the profile (see Outbound).
-func (rc *Context) Leg(profile, path string, obj *body.Object) gateway.Leg {
-	return gateway.Leg{Profile: profile, Request: rc.Outbound(profile, path, obj)}
-}
-
-// Outbound returns a POST of obj to path with this request's forwarded headers and id, named
-// phase. The body, and every replay of it, holds a reference on the request's buffer until it has
-// been sent. At trace level the body is logged, redacted. Safe for concurrent use (encode's legs
-// are built in parallel, one per attempt).
-func (rc *Context) Outbound(phase, path string, obj *body.Object) upstream.Request {
-	buf := rc.Buffer
-	if buf == nil {
-		buf = bodybuf.Of(nil) // the body's bytes are not pooled
-	}
-	var onAnswer func(http.Header)
-	if len(rc.ForwardResponse) > 0 {
-		onAnswer = rc.keepForwarded
-	}
-	bufs, n := obj.Buffers()
-	if l := rc.Log.V(logging.Trace); l.Enabled() {
-		l.Info("leg request", "phase", phase, "path", path, "body", logging.RedactJSON(obj.Bytes()))
-	}
-	return upstream.Request{
-		Path: path, Phase: phase, Header: rc.LegHeader(), RequestID: rc.ID, Body: buf.Open(bufs), Size: n,
-		GetBody: func() (io.ReadCloser, error) { return buf.Open(bufs), nil }, OnAnswer: onAnswer,
-	}
-}
-
 // LegHeader is the header set the next leg carries: Forwarded, with the values earlier answers
 // gave to pipeline.forward_response_headers. Callers must not modify it.
 func (rc *Context) LegHeader() http.Header {
@@ -298,9 +193,10 @@ func (rc *Context) LegHeader() http.Header {
 	return rc.Forwarded
 }
 
-// keepForwarded records the forward_response_headers values an answer carries (copy on write:
-// legs in flight keep the header set they were sent with).
-func (rc *Context) keepForwarded(h http.Header) {
+// KeepForwarded records the forward_response_headers values an answer carries (copy on write:
+// legs in flight keep the header set they were sent with). Safe for concurrent use (encode's
+// legs answer in parallel).
+func (rc *Context) KeepForwarded(h http.Header) {
 	rc.fwdMu.Lock()
 	defer rc.fwdMu.Unlock()
 	var next http.Header

@@ -137,3 +137,6 @@ func RelayWhole(w http.ResponseWriter, resp *http.Response, requestID string, li
 	}
 	return nil
 }
+
+// Head is the start of an upstream body, for logs and errors: at most 512 bytes.
+func Head(b []byte) []byte { return b[:min(len(b), 512)] }

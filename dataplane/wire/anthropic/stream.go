@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/wire/sse"
 )
 
 // MaxEventBytes bounds one event of the chat stream (its data, or a line of it); a longer one
@@ -48,9 +49,9 @@ type Stream struct {
 	w io.Writer
 	o Options
 
-	line []byte // the start of a line not yet complete
-	data []byte // the data of the event being read
-	out  []byte // the events translated from one Write
+	in   sse.Reader // cuts the chat stream into events, at most MaxEventBytes each
+	data []byte     // the data of the event being read
+	out  []byte     // the events translated from one Write
 
 	started, done bool
 	err           error // why the translation ended the stream itself
@@ -65,7 +66,7 @@ type Stream struct {
 
 // NewStream returns the translation of a chat stream written to it into w.
 func NewStream(w io.Writer, o Options) *Stream {
-	return &Stream{w: w, o: o, maxTool: -1}
+	return &Stream{w: w, o: o, maxTool: -1, in: sse.Reader{Limit: MaxEventBytes}}
 }
 
 // Done reports whether the translated stream has ended (message_stop or an error event).
@@ -73,34 +74,22 @@ func (s *Stream) Done() bool { return s.done }
 
 // Write feeds chat stream bytes and writes the Anthropic events they complete.
 func (s *Stream) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 && !s.done {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			if len(s.line)+len(p) > MaxEventBytes {
-				s.fail(tooLarge, ErrEventTooLarge)
+	if !s.done {
+		events, err := s.in.Feed(p)
+		for ev := range sse.Events(events) {
+			if s.done {
 				break
 			}
-			s.line = append(s.line, p...)
-			break
+			s.event(ev)
 		}
-		line := p[:i]
-		if len(s.line) > 0 {
-			if len(s.line)+i > MaxEventBytes {
-				s.fail(tooLarge, ErrEventTooLarge)
-				break
-			}
-			s.line = append(s.line, line...)
-			line = s.line
+		if err != nil && !s.done {
+			s.fail(tooLarge, ErrEventTooLarge)
 		}
-		s.handleLine(bytes.TrimSuffix(line, []byte("\r")))
-		s.line = s.line[:0]
-		p = p[i+1:]
 	}
 	if err := s.flushOut(); err != nil {
-		return n, err
+		return len(p), err
 	}
-	return n, s.err
+	return len(p), s.err
 }
 
 // flushOut writes the translated events.
@@ -116,29 +105,19 @@ func (s *Stream) flushOut() error {
 	return err
 }
 
-// handleLine reads one line of the chat stream: data lines are gathered, a blank line ends the
-// event, comments and other fields are ignored.
-func (s *Stream) handleLine(line []byte) {
-	if len(line) == 0 {
+// event reads one event of the chat stream: its data lines, joined by line breaks, are
+// dispatched; comments and other fields are passed over.
+func (s *Stream) event(ev []byte) {
+	s.data = s.data[:0]
+	for d := range sse.Data(ev) {
 		if len(s.data) > 0 {
-			s.dispatch(s.data)
-			s.data = s.data[:0]
+			s.data = append(s.data, '\n')
 		}
-		return
-	}
-	d, ok := bytes.CutPrefix(line, []byte("data:"))
-	if !ok {
-		return
-	}
-	d = bytes.TrimPrefix(d, []byte(" "))
-	if len(s.data)+len(d)+1 > MaxEventBytes {
-		s.fail(tooLarge, ErrEventTooLarge)
-		return
+		s.data = append(s.data, d...)
 	}
 	if len(s.data) > 0 {
-		s.data = append(s.data, '\n')
+		s.dispatch(s.data)
 	}
-	s.data = append(s.data, d...)
 }
 
 // chatChunk is the part of a chat stream event the translation reads.

@@ -42,7 +42,7 @@ func parseEvents(t *testing.T, raw string) []event {
 }
 
 // sse renders chat chunks as server-sent events.
-func sse(chunks ...string) string {
+func chatSSE(chunks ...string) string {
 	var b strings.Builder
 	for _, c := range chunks {
 		b.WriteString("data: " + c + "\n\n")
@@ -75,7 +75,7 @@ func TestStream(t *testing.T) {
 	}{
 		{
 			name: "text",
-			in:   sse(roleChunk, textChunk("Hello", ""), textChunk(" world", ""), textChunk("!", "length"), usageChunk, "[DONE]"),
+			in:   chatSSE(roleChunk, textChunk("Hello", ""), textChunk(" world", ""), textChunk("!", "length"), usageChunk, "[DONE]"),
 			want: []string{start, `{"type":"ping"}`,
 				`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 				`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`,
@@ -87,7 +87,7 @@ func TestStream(t *testing.T) {
 		},
 		{
 			name: "text then two tool calls, arguments in pieces",
-			in: sse(roleChunk, textChunk("Let me check.", ""),
+			in: chatSSE(roleChunk, textChunk("Let me check.", ""),
 				`{"id":"chatcmpl-s1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}`,
 				`{"id":"chatcmpl-s1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}}]}`,
 				`{"id":"chatcmpl-s1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}}]}}]}`,
@@ -121,15 +121,15 @@ func TestStream(t *testing.T) {
 		},
 		{
 			name: "[DONE] alone",
-			in:   sse("[DONE]"),
+			in:   chatSSE("[DONE]"),
 			want: []string{strings.Replace(strings.Replace(start, "msg_s1", "msg_rid", 1), "served", "asked", 1), `{"type":"ping"}`,
 				`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}`,
 				`{"type":"message_stop"}`},
 		},
 		{
 			name: "an error event of the chat stream (the resume relay's, or the worker's)",
-			in: sse(roleChunk, textChunk("a", ""), `{"error":{"message":"the answer broke off and could not be resumed: worker 10.0.0.7:8000 died","type":"api_error","code":"stream_interrupted"}}`) +
-				sse(textChunk("ignored", "")),
+			in: chatSSE(roleChunk, textChunk("a", ""), `{"error":{"message":"the answer broke off and could not be resumed: worker 10.0.0.7:8000 died","type":"api_error","code":"stream_interrupted"}}`) +
+				chatSSE(textChunk("ignored", "")),
 			want: []string{start, `{"type":"ping"}`,
 				`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`,
 				`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}}`,
@@ -137,12 +137,12 @@ func TestStream(t *testing.T) {
 		},
 		{
 			name: "an event that is not JSON",
-			in:   sse(roleChunk, "{oops"),
+			in:   chatSSE(roleChunk, "{oops"),
 			want: []string{start, `{"type":"ping"}`, `{"type":"error","error":{"type":"api_error","message":"the answer held an event that is not JSON"},"request_id":"rid"}`},
 		},
 		{
 			name: "interleaved tool calls",
-			in: sse(roleChunk,
+			in: chatSSE(roleChunk,
 				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{"}}]}}]}`,
 				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"g","arguments":"{"}}]}}]}`,
 				`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"}"}}]}}]}`),
@@ -199,7 +199,7 @@ func jsonEqual(a, b any) bool {
 func TestStreamCut(t *testing.T) {
 	var out bytes.Buffer
 	s := NewStream(&out, Options{RequestID: "rid"})
-	_, _ = s.Write([]byte(sse(roleChunk, textChunk("a", "")) + "data: {\"choi"))
+	_, _ = s.Write([]byte(chatSSE(roleChunk, textChunk("a", "")) + "data: {\"choi"))
 	if err := s.Close(false); err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestStreamCut(t *testing.T) {
 
 	out.Reset()
 	s = NewStream(&out, Options{})
-	_, _ = s.Write([]byte(sse(roleChunk)))
+	_, _ = s.Write([]byte(chatSSE(roleChunk)))
 	n := out.Len()
 	if err := s.Close(true); err != nil || out.Len() != n {
 		t.Errorf("wrote %q after the client left", out.String()[n:])
@@ -230,7 +230,7 @@ func TestStreamEventTooLarge(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
 			s := NewStream(&out, Options{RequestID: "rid"})
-			_, _ = s.Write([]byte(sse(roleChunk)))
+			_, _ = s.Write([]byte(chatSSE(roleChunk)))
 			var err error
 			for in := in; len(in) > 0 && err == nil; {
 				n := min(32<<10, len(in))
@@ -255,8 +255,8 @@ func TestStreamEventTooLarge(t *testing.T) {
 // FuzzStream: whatever a chat stream holds and however it is cut, the client gets whole
 // Anthropic events (each with its type as its name), ending with message_stop or one error event.
 func FuzzStream(f *testing.F) {
-	f.Add([]byte(sse(roleChunk, textChunk("a", "length"), usageChunk, "[DONE]")), uint8(7))
-	f.Add([]byte(sse(roleChunk, `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{\"x\":1}"}}]},"finish_reason":"tool_calls"}]}`, "[DONE]")), uint8(3))
+	f.Add([]byte(chatSSE(roleChunk, textChunk("a", "length"), usageChunk, "[DONE]")), uint8(7))
+	f.Add([]byte(chatSSE(roleChunk, `{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{\"x\":1}"}}]},"finish_reason":"tool_calls"}]}`, "[DONE]")), uint8(3))
 	f.Add([]byte("data: {\"error\":{\"message\":\"x\"}}\n\n"), uint8(1))
 	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
 		var out bytes.Buffer

@@ -53,12 +53,12 @@ func TestWriter(t *testing.T) {
 		},
 		{
 			name: "a stream", status: 200, contentType: "text/event-stream",
-			writes:     []string{sse(roleChunk, textChunk("a", "length")), sse(usageChunk, "[DONE]")},
+			writes:     []string{chatSSE(roleChunk, textChunk("a", "length")), chatSSE(usageChunk, "[DONE]")},
 			wantStatus: 200, wantType: "text/event-stream", wantEvents: 7,
 		},
 		{
 			name: "a stream cut by the pipeline", status: 200, contentType: "text/event-stream",
-			writes: []string{sse(roleChunk, textChunk("a", ""))}, pipelineErr: upstream.ErrResponseTruncated,
+			writes: []string{chatSSE(roleChunk, textChunk("a", ""))}, pipelineErr: upstream.ErrResponseTruncated,
 			wantStatus: 200, wantType: "text/event-stream", wantEvents: 5, wantErr: upstream.ErrResponseTruncated.Error(),
 		},
 		{

@@ -1,17 +1,38 @@
-package steps
+package wire
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
+
+	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 )
 
-// responsesWithParts is a Responses body whose second input item holds a text part and parts.
-func responsesWithParts(parts ...string) string {
-	return `{"model":"m","input":[{"role":"system","content":"be brief"},{"type":"message","role":"user","content":[{"type":"input_text","text":"look"}` +
-		strings.Repeat(",", min(len(parts), 1)) + strings.Join(parts, ",") + `]}],"store":false}`
+// newRC is the context of a request of format f with body raw.
+func newRC(t *testing.T, f Format, raw string) *request.Context {
+	t.Helper()
+	obj, err := body.Parse([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &request.Context{ID: "req-1", API: f.API(), Path: f.Path(), Body: obj, Log: logr.Discard()}
+}
+
+// jsonEq compares a decoded leg value with the JSON text want.
+func jsonEq(t *testing.T, what string, got any, want string) {
+	t.Helper()
+	var w any
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("bad want %s: %v", want, err)
+	}
+	if !reflect.DeepEqual(got, w) {
+		g, _ := json.Marshal(got)
+		t.Fatalf("%s =\n  %s\nwant\n  %s", what, g, want)
+	}
 }
 
 // TestResponsesLegs: a Responses prefill leg is capped with max_output_tokens alone (the API has
@@ -19,14 +40,13 @@ func responsesWithParts(parts ...string) string {
 // uuids and the KV parameters; force_stream leaves a Responses request alone.
 func TestResponsesLegs(t *testing.T) {
 	png := "data:image/png;base64," + strings.Repeat("A", 600)
-	rc, _ := newRC(t, request.PathResponses, responsesWithParts(`{"type":"input_image","image_url":"`+png+`"}`), nil)
+	rc := newRC(t, Responses, `{"model":"m","input":[{"role":"system","content":"be brief"},{"type":"message","role":"user","content":[{"type":"input_text","text":"look"},{"type":"input_image","image_url":"`+png+`"}]}],"store":false}`)
 	rc.Body.Set("max_output_tokens", json.RawMessage("9"))
 	rc.Body.Set("stream", json.RawMessage("true"))
 	rc.Media = []request.MediaEntry{{Message: 1, Part: 1, Kind: "image_url", URL: png, Hash: "h1", Placeholder: request.Placeholder{Offset: 3, Length: 2}}}
 	rc.SetTokenIDs([]int{1, 2, 3, 9, 9})
 	rc.Rendered = true
-	pre := &prefill{useOpenAI: true}
-	obj, err := pre.body(rc, rc.API.Format(true))
+	obj, err := Responses.Legs(true).Prefill(rc, Transfer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,10 +58,10 @@ func TestResponsesLegs(t *testing.T) {
 		t.Fatalf("prefill leg %v", leg)
 	}
 	jsonEq(t, "prefill tokens", leg["tokens"], `{"token_ids":[1,2,3,9,9],"features":{"mm_hashes":{"image":["h1"]},"mm_placeholders":{"image":[{"offset":3,"length":2}]}}}`)
-	if rc.API.Format(true).Path() != request.PathResponses || rc.API.Format(false) != request.APIGenerate {
+	if Responses.Legs(true).Path() != "/v1/responses" || Responses.Legs(false) != Generate {
 		t.Fatal("a Responses prefill leg goes on /v1/responses, or tokens-in generate")
 	}
-	dec, err := decodeBody(rc, json.RawMessage(`{"do_remote_prefill":true}`))
+	dec, err := Responses.Decode(rc, rc.Body, json.RawMessage(`{"do_remote_prefill":true}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +73,7 @@ func TestResponsesLegs(t *testing.T) {
 	if img["uuid"] != "h1" || img["image_url"] != png || d["kv_transfer_params"] == nil || d["max_output_tokens"] != 9.0 || d["tokens"] == nil {
 		t.Fatalf("decode leg %.300v", d)
 	}
-	if _, ok := (&forceStream{budget: 1 << 30, maxRequest: 1 << 20}).admit(rc); ok {
-		t.Fatal("force_stream admitted a Responses request")
+	if _, _, why := FoldBound(rc); why != "unsupported" {
+		t.Fatalf("force_stream would fold a Responses request (%q)", why)
 	}
 }

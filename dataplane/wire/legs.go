@@ -1,135 +1,34 @@
-// Package steps holds the built-in pipeline steps, one per file, each registering itself with the
-// pipeline registry. This file has what several steps share: reading connector params and
-// building leg bodies by editing top-level keys of the parsed client body.
-package steps
+package wire
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strconv"
-	"time"
-
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
-	"github.com/epd-dev/coordinator/dataplane/base/config"
-	"github.com/epd-dev/coordinator/dataplane/base/logging"
-	"github.com/epd-dev/coordinator/dataplane/base/observe"
-	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
-	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/media"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
-	"github.com/epd-dev/coordinator/dataplane/transport/retry"
 )
 
-// Param names shared by several steps: the pipeline-level settings each step inherits.
-const (
-	paramKVConnector     = config.ParamKVConnector
-	paramECConnector     = config.ParamECConnector
-	paramUseOpenAIFormat = config.ParamUseOpenAIFormat
-)
-
-// Raw JSON literals used on legs.
+// Raw JSON literals the legs carry.
 var (
 	jsonOne   = json.RawMessage("1")
 	jsonFalse = json.RawMessage("false")
 	jsonNull  = json.RawMessage("null")
 )
 
-func kvConnector(deps builder.Deps, p *params.Params) kv.Connector {
-	name := p.String(paramKVConnector, kv.SharedStorage)
-	c, err := kv.New(name, deps.Getenv)
-	if err != nil {
-		p.Fail(paramKVConnector, "%v", err)
-	}
-	return c
-}
-
-// poolPolicy is pipeline.on_pool_failure as a step reads it (the on_pool_failure param).
-type poolPolicy struct {
-	aggregate bool
-	metrics   *observe.Metrics
-}
-
-func onPoolFailure(deps builder.Deps, p *params.Params) poolPolicy {
-	v := p.String(config.ParamOnPoolFailure, config.DefaultOnPoolFailure)
-	switch v {
-	case config.OnPoolFailureAggregate, config.OnPoolFailureFail:
-	default:
-		p.Fail(config.ParamOnPoolFailure, "must be %q or %q, got %q", config.OnPoolFailureAggregate, config.OnPoolFailureFail, v)
-	}
-	return poolPolicy{aggregate: v == config.OnPoolFailureAggregate, metrics: deps.Telemetry.Metrics}
-}
-
-// handle applies the policy to err, the final error of phase's legs. A failure that says the
-// pool could not serve (retry.Unserved) either degrades the request (nil: rc.Degraded is set
-// and decode serves it alone, prefilling and encoding itself) or is a 503 naming the pool;
-// anything else (a worker's rejection) is returned as is.
-func (pp poolPolicy) handle(ctx context.Context, rc *request.Context, phase string, err error) error {
-	if !retry.Unserved(ctx, err) {
-		return err
-	}
-	if pp.aggregate {
-		pp.metrics.Degraded(phase, observe.DegradedAggregated)
-		rc.Degraded = phase
-		rc.Log.V(logging.Warn).Info("the pool cannot serve the request; serving it on decode alone (pipeline.on_pool_failure: aggregate)",
-			"phase", phase, "err", err.Error())
-		trace.SpanFromContext(ctx).AddEvent("degraded", trace.WithAttributes(observe.AttrPhase.String(phase)))
-		return nil
-	}
-	pp.metrics.Degraded(phase, observe.DegradedFailed)
-	e := &apierror.Error{Status: http.StatusServiceUnavailable, Type: apierror.TypeUnavailable, Code: "pool_unavailable",
-		Message: fmt.Sprintf("the %s pool cannot serve the request now; try again later", phase), Cause: err, RetryAfter: time.Second}
-	var up *apierror.UpstreamError
-	if errors.As(err, &up) && up.RetryAfter > 0 {
-		e.RetryAfter = up.RetryAfter
-	}
-	return e
-}
-
-func ecConnector(p *params.Params) ec.Connector {
-	name := p.String(paramECConnector, ec.SharedStorage)
-	c, err := ec.New(name)
-	if err != nil {
-		p.Fail(paramECConnector, "%v", err)
-	}
-	return c
-}
-
-// capSingleToken turns a leg into a one-token, non-streaming request (encode and prefill legs):
-// max_tokens 1, no min_tokens, max_completion_tokens / max_output_tokens 1 when present, and
-// stream false without stream_options. In generate format the token limits live in
-// sampling_params; the Responses API has max_output_tokens only.
-func capSingleToken(o *body.Object, format request.API) error {
-	if format == request.APIResponses {
-		o.Set("max_output_tokens", jsonOne)
-		o.Set("stream", jsonFalse)
-		o.Delete("stream_options")
-		return nil
-	}
-	if format == request.APIGenerate {
-		if err := editObject(o, "sampling_params", func(sp *body.Object) error {
-			capTokens(sp)
-			return nil
-		}); err != nil {
-			return err
-		}
-	} else {
-		capTokens(o)
-	}
+// capOneToken makes a leg one token, not streamed (encode and prefill legs): capTokens on the
+// object that holds the token limits, stream false without stream_options.
+func capOneToken(o *body.Object, limits func(*body.Object)) {
+	limits(o)
 	o.Set("stream", jsonFalse)
 	o.Delete("stream_options")
-	return nil
 }
 
+// capTokens caps an OpenAI request to one token: max_tokens 1, no min_tokens,
+// max_completion_tokens / max_output_tokens 1 when present.
 func capTokens(o *body.Object) {
 	o.Set("max_tokens", jsonOne)
 	o.Delete("min_tokens")
@@ -169,15 +68,6 @@ func setExtraArgs(o *body.Object, values map[string]json.RawMessage) error {
 			return nil
 		})
 	})
-}
-
-// mustJSON encodes small, always-encodable values (transfer params maps).
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("steps: encoding %T: %v", v, err))
-	}
-	return b
 }
 
 // mmPayload is the per-item payload a leg's features carry beside mm_hashes and mm_placeholders.
@@ -259,7 +149,7 @@ func featuresJSON(items []request.MediaEntry, payload mmPayload) json.RawMessage
 			if mi > 0 {
 				b = append(b, ',')
 			}
-			b = strconv.AppendQuote(b, mod)
+			b = body.AppendQuote(b, mod)
 			b = append(b, ":["...)
 			for j, idx := range byMod[mod] {
 				if j > 0 {
@@ -272,7 +162,7 @@ func featuresJSON(items []request.MediaEntry, payload mmPayload) json.RawMessage
 		b = append(b, '}')
 	}
 	b = append(b, '{')
-	section("mm_hashes", func(b []byte, m *request.MediaEntry) []byte { return strconv.AppendQuote(b, m.Hash) })
+	section("mm_hashes", func(b []byte, m *request.MediaEntry) []byte { return body.AppendQuote(b, m.Hash) })
 	b = append(b, ',')
 	section("mm_placeholders", func(b []byte, m *request.MediaEntry) []byte {
 		b = append(b, `{"offset":`...)
@@ -308,7 +198,85 @@ func tokensJSON(rc *request.Context) json.RawMessage {
 	return append(b, '}')
 }
 
-// mediaLayout is where a conversational format lays its media parts out.
-func mediaLayout(api request.API) media.Layout {
-	return media.Layout{Messages: api.MessagesKey(), Input: api == request.APIResponses}
+// encodeItem is the encode leg of media item i of rc: its own media part (an input_audio's
+// {"data", "format"}, another kind's {"url", ...}, from msgs, the conversation's items) plus its
+// tokens, [BOS] + [P]*length with the placeholder at offset 1 and P its modality's placeholder
+// token (chat shape), or, tokensIn, token_ids and features with kwargs_data keyed by its
+// modality (generate shape).
+func encodeItem(rc *request.Context, msgs []json.RawMessage, i int, tokensIn bool) *body.Object {
+	m := rc.Media[i]
+	bos, ph := 1, 0
+	if len(rc.TokenIDs) > 0 {
+		bos = rc.TokenIDs[0]
+	}
+	if m.Placeholder.Offset >= 0 && m.Placeholder.Offset < len(rc.TokenIDs) {
+		ph = rc.TokenIDs[m.Placeholder.Offset]
+	}
+	ids := make([]byte, 0, 8*m.Placeholder.Length+16)
+	ids = append(ids, '[')
+	ids = strconv.AppendInt(ids, int64(bos), 10)
+	for k := 0; k < m.Placeholder.Length; k++ {
+		ids = append(ids, ',')
+		ids = strconv.AppendInt(ids, int64(ph), 10)
+	}
+	ids = append(ids, ']')
+	single := []request.MediaEntry{{Kind: m.Kind, Hash: m.Hash, Placeholder: request.Placeholder{Offset: 1, Length: m.Placeholder.Length}, Kwargs: m.Kwargs}}
+
+	obj := &body.Object{}
+	if raw, ok := rc.Body.Get("model"); ok {
+		obj.Set("model", raw)
+	}
+	if tokensIn {
+		obj.Set("token_ids", ids)
+		obj.Set("features", featuresJSON(single, mmKwargs))
+		obj.Set("sampling_params", json.RawMessage(`{"max_tokens":1}`))
+		obj.Set("stream", jsonFalse)
+		return obj
+	}
+	part, err := media.Part(msgs, &m)
+	if err != nil {
+		part = json.RawMessage(`{"url":""}`)
+	}
+	head := make([]byte, 0, 96)
+	head = append(head, `[{"role":"user","content":[{"type":`...)
+	head = body.AppendQuote(head, m.Kind)
+	head = append(head, ',')
+	head = body.AppendQuote(head, media.Field(m.Kind))
+	head = append(head, ':')
+	// The media part (a data: URL, possibly megabytes) is streamed from the client's body, not copied.
+	obj.SetSegments("messages", head, part, []byte("}]}]"))
+	tokens := make([]byte, 0, len(ids)+128)
+	tokens = append(tokens, `{"token_ids":`...)
+	tokens = append(tokens, ids...)
+	tokens = append(tokens, `,"features":`...)
+	tokens = append(tokens, featuresJSON(single, mmNone)...)
+	tokens = append(tokens, '}')
+	obj.Set("tokens", tokens)
+	obj.Set("max_tokens", jsonOne)
+	obj.Set("stream", jsonFalse)
+	return obj
+}
+
+// tokensIn is the tokens-in leg body of rc: {request_id, model, token_ids, features (with
+// payload), sampling_params}. A generate client's own body is the base (its sampling_params and
+// features are kept); a chat or Responses client's is translated.
+func tokensIn(rc *request.Context, payload mmPayload) *body.Object {
+	var obj *body.Object
+	if rc.API == request.APIGenerate {
+		obj = rc.Body.Clone() // already tokens-in: token_ids and features are the client's
+	} else {
+		obj = &body.Object{}
+		if raw, ok := rc.Body.Get("model"); ok {
+			obj.Set("model", raw)
+		}
+		obj.Set("token_ids", rc.TokenIDsJSON())
+		if f := featuresJSON(rc.Media, payload); f != nil {
+			obj.Set("features", f)
+		}
+	}
+	obj.Set("request_id", body.AppendQuote(nil, rc.ID))
+	if !obj.Has("sampling_params") {
+		obj.Set("sampling_params", json.RawMessage("{}"))
+	}
+	return obj
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // parts is a response body returning one part per Read, then end.
@@ -35,7 +36,7 @@ func (b *parts) Read(p []byte) (int, error) {
 
 func (*parts) Close() error { return nil }
 
-func sse(end error, events ...string) *http.Response {
+func eventStream(end error, events ...string) *http.Response {
 	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/event-stream"}}, Body: &parts{p: events, end: end}}
 }
 
@@ -53,7 +54,7 @@ func chatRC(t *testing.T, raw string) *request.Context {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &request.Context{ID: "rid", API: request.APIChat, Path: request.PathChat, Body: obj, Stream: true, Log: logr.Discard()}
+	return &request.Context{ID: "rid", API: request.APIChat, Path: wire.Chat.Path(), Body: obj, Stream: true, Log: logr.Discard()}
 }
 
 // A break after tokens reached the client: the continuation carries the output so far as the
@@ -61,8 +62,8 @@ func chatRC(t *testing.T, raw string) *request.Context {
 // original id, without a second role event, with usage that adds up.
 func TestChatResume(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := New(rec, "rid", request.APIChat)
-	err := s.Relay(sse(io.ErrUnexpectedEOF, role, chunk("c1", "Hello"), chunk("c1", " big"), `data: {"id":"c1","choi`))
+	s := New(rec, "rid", wire.Chat, 0)
+	err := s.Relay(eventStream(io.ErrUnexpectedEOF, role, chunk("c1", "Hello"), chunk("c1", " big"), `data: {"id":"c1","choi`))
 	if !errors.Is(err, ErrBroken) || !s.Started() {
 		t.Fatalf("err = %v, started %v; want a broken stream the client saw", err, s.Started())
 	}
@@ -70,7 +71,7 @@ func TestChatResume(t *testing.T) {
 		t.Fatalf("the client got %q: a partial event must be held back", got)
 	}
 	rc := chatRC(t, `{"model":"m","messages":[{"role":"user","content":"Hello big world"}],"stream":true,"max_tokens":5,"stream_options":{"include_usage":true}}`)
-	cont, err := s.Continuation(rc)
+	cont, err := s.Continuation(rc, rc.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func TestChatResume(t *testing.T) {
 	}
 	contRole := strings.ReplaceAll(role, "c1", "c2")
 	usage := `data: {"id":"c2","object":"chat.completion.chunk","created":9,"model":"m","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}` + "\n\n"
-	if err := s.Relay(sse(io.EOF, contRole, chunk("c2", " world"), usage, "data: [DONE]\n\n")); err != nil {
+	if err := s.Relay(eventStream(io.EOF, contRole, chunk("c2", " world"), usage, "data: [DONE]\n\n")); err != nil {
 		t.Fatal(err)
 	}
 	tail := strings.TrimPrefix(rec.Body.String(), role+chunk("c1", "Hello")+chunk("c1", " big"))
@@ -100,23 +101,23 @@ func TestChatResume(t *testing.T) {
 
 func TestGenerateResume(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := New(rec, "rid", request.APIGenerate)
+	s := New(rec, "rid", wire.Generate, 0)
 	ev := func(ids string) string {
 		return `data: {"request_id":"g1","choices":[{"index":0,"token_ids":` + ids + `,"finish_reason":null}]}` + "\n\n"
 	}
-	if err := s.Relay(sse(io.ErrUnexpectedEOF, ev("[5]"), ev("[6,7]"))); !errors.Is(err, ErrBroken) {
+	if err := s.Relay(eventStream(io.ErrUnexpectedEOF, ev("[5]"), ev("[6,7]"))); !errors.Is(err, ErrBroken) {
 		t.Fatal(err)
 	}
 	obj, _ := body.Parse([]byte(`{"token_ids":[1,2,3],"sampling_params":{"max_tokens":8,"temperature":0}}`))
 	rc := &request.Context{API: request.APIGenerate, Body: obj, Stream: true}
-	cont, err := s.Continuation(rc)
+	cont, err := s.Continuation(rc, rc.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := `{"token_ids":[1,2,3,5,6,7],"sampling_params":{"max_tokens":5,"temperature":0}}`; string(cont.Bytes()) != want {
 		t.Fatalf("continuation %s, want %s", cont.Bytes(), want)
 	}
-	if err := s.Relay(sse(io.EOF, `data: {"request_id":"other","choices":[{"index":0,"token_ids":[8],"finish_reason":null}]}`+"\n\n", "data: [DONE]\n\n")); err != nil {
+	if err := s.Relay(eventStream(io.EOF, `data: {"request_id":"other","choices":[{"index":0,"token_ids":[8],"finish_reason":null}]}`+"\n\n", "data: [DONE]\n\n")); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasSuffix(rec.Body.String(), `data: {"request_id":"g1","choices":[{"index":0,"token_ids":[8],"finish_reason":null}]}`+"\n\ndata: [DONE]\n\n") {
@@ -146,19 +147,20 @@ func TestContinuationRefused(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			s := New(httptest.NewRecorder(), "rid", request.APIChat)
-			_ = s.Relay(sse(io.ErrUnexpectedEOF, tc.events...))
+			s := New(httptest.NewRecorder(), "rid", wire.Of(tc.api), 0)
+			_ = s.Relay(eventStream(io.ErrUnexpectedEOF, tc.events...))
 			rc := chatRC(t, tc.body)
 			rc.API = tc.api
-			if _, err := s.Continuation(rc); err == nil || !strings.Contains(err.Error(), tc.why) {
+			if _, err := s.Continuation(rc, rc.Body); err == nil || !strings.Contains(err.Error(), tc.why) {
 				t.Fatalf("err = %v, want one saying %q", err, tc.why)
 			}
 		})
 	}
 	// A plain text response_format is no constraint.
-	s := New(httptest.NewRecorder(), "rid", request.APIChat)
-	_ = s.Relay(sse(io.ErrUnexpectedEOF, chunk("c", "a")))
-	if _, err := s.Continuation(chatRC(t, `{"messages":[{"role":"user","content":"a"}],"response_format":{"type":"text"}}`)); err != nil {
+	s := New(httptest.NewRecorder(), "rid", wire.Chat, 0)
+	_ = s.Relay(eventStream(io.ErrUnexpectedEOF, chunk("c", "a")))
+	rc := chatRC(t, `{"messages":[{"role":"user","content":"a"}],"response_format":{"type":"text"}}`)
+	if _, err := s.Continuation(rc, rc.Body); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -166,8 +168,8 @@ func TestContinuationRefused(t *testing.T) {
 // A stream that fails before its first complete event writes nothing: the leg is retried.
 func TestNotStarted(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := New(rec, "rid", request.APIChat)
-	err := s.Relay(sse(io.ErrUnexpectedEOF, `data: {"id":`))
+	s := New(rec, "rid", wire.Chat, 0)
+	err := s.Relay(eventStream(io.ErrUnexpectedEOF, `data: {"id":`))
 	if !errors.Is(err, upstream.ErrNotStarted) || s.Started() || rec.Body.Len() != 0 || len(rec.Header()) != 0 {
 		t.Fatalf("err = %v, started %v, wrote %q", err, s.Started(), rec.Body.String())
 	}
@@ -175,8 +177,8 @@ func TestNotStarted(t *testing.T) {
 
 // A clean end of the body without [DONE] is a break too: the answer is not complete.
 func TestEOFWithoutDone(t *testing.T) {
-	s := New(httptest.NewRecorder(), "rid", request.APIChat)
-	if err := s.Relay(sse(io.EOF, chunk("c", "a"))); !errors.Is(err, ErrBroken) {
+	s := New(httptest.NewRecorder(), "rid", wire.Chat, 0)
+	if err := s.Relay(eventStream(io.EOF, chunk("c", "a"))); !errors.Is(err, ErrBroken) {
 		t.Fatalf("err = %v, want ErrBroken", err)
 	}
 }
@@ -184,8 +186,8 @@ func TestEOFWithoutDone(t *testing.T) {
 // Fail sends an OpenAI error event and reports a truncated response, so the server aborts it.
 func TestFail(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := New(rec, "rid", request.APIChat)
-	_ = s.Relay(sse(io.ErrUnexpectedEOF, chunk("c", "a")))
+	s := New(rec, "rid", wire.Chat, 0)
+	_ = s.Relay(eventStream(io.ErrUnexpectedEOF, chunk("c", "a")))
 	err := s.Fail("n > 1", io.ErrUnexpectedEOF)
 	if !errors.Is(err, upstream.ErrResponseTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("err = %v", err)
@@ -209,9 +211,10 @@ func TestFinish(t *testing.T) {
 		want bool
 	}{{`{"messages":[]}`, true}, {`{"messages":[],"stream_options":{"include_usage":true}}`, false}} {
 		rec := httptest.NewRecorder()
-		s := New(rec, "rid", request.APIChat)
-		_ = s.Relay(sse(io.ErrUnexpectedEOF, finished))
-		if got := s.Finish(chatRC(t, tc.body)); got != tc.want || tc.want != strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
+		s := New(rec, "rid", wire.Chat, 0)
+		_ = s.Relay(eventStream(io.ErrUnexpectedEOF, finished))
+		rc := chatRC(t, tc.body)
+		if got := s.Finish(rc, rc.Body); got != tc.want || tc.want != strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
 			t.Fatalf("%s: Finish = %v, body %q", tc.body, got, rec.Body.String())
 		}
 	}
@@ -226,7 +229,7 @@ func TestSplitEvents(t *testing.T) {
 			p = append(p, all[i:min(i+size, len(all))])
 		}
 		rec := httptest.NewRecorder()
-		if err := New(rec, "rid", request.APIChat).Relay(sse(io.EOF, p...)); err != nil {
+		if err := New(rec, "rid", wire.Chat, 0).Relay(eventStream(io.EOF, p...)); err != nil {
 			t.Fatalf("reads of %d: %v", size, err)
 		}
 		if !bytes.Equal(rec.Body.Bytes(), []byte(all)) {
@@ -256,13 +259,13 @@ func TestWatch(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			s := New(rec, "rid", request.APIChat)
+			s := New(rec, "rid", wire.Chat, 0)
 			rc := chatRC(t, `{"model":"m","messages":[],"stream":true}`)
 			rc.HideUsage = tc.hide
 			var writes []int
 			rc.OnEvents = func(n int) { writes = append(writes, n) }
 			s.Watch(rc)
-			if err := s.Relay(sse(io.EOF, tc.parts...)); err != nil {
+			if err := s.Relay(eventStream(io.EOF, tc.parts...)); err != nil {
 				t.Fatal(err)
 			}
 			if got := rec.Body.String(); got != tc.wantClient {
@@ -297,14 +300,14 @@ func TestFinishWithAskedUsage(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			s := New(rec, "rid", request.APIChat)
+			s := New(rec, "rid", wire.Chat, 0)
 			rc := chatRC(t, tc.body)
-			rc.AskUsage()
+			wire.Of(rc.API).AskUsage(rc)
 			s.Watch(rc)
-			if err := s.Relay(sse(io.ErrUnexpectedEOF, role, finished)); !errors.Is(err, ErrBroken) {
+			if err := s.Relay(eventStream(io.ErrUnexpectedEOF, role, finished)); !errors.Is(err, ErrBroken) {
 				t.Fatalf("err = %v, want a broken stream", err)
 			}
-			if got := s.Finish(rc); got != tc.want {
+			if got := s.Finish(rc, rc.Body); got != tc.want {
 				t.Fatalf("Finish = %v, want %v", got, tc.want)
 			}
 			if tc.want && !strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
@@ -330,9 +333,9 @@ func TestResponsesStream(t *testing.T) {
 	for _, final := range []string{"response.completed", "response.incomplete", "response.failed"} {
 		t.Run("ends with "+final, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			s := New(rec, "rid", request.APIResponses)
+			s := New(rec, "rid", wire.Responses, 0)
 			end := strings.ReplaceAll(completed, "response.completed", final)
-			if err := s.Relay(sse(io.EOF, created, delta(1, "a"), delta(2, " b"), end)); err != nil {
+			if err := s.Relay(eventStream(io.EOF, created, delta(1, "a"), delta(2, " b"), end)); err != nil {
 				t.Fatalf("a finished Responses stream: %v", err)
 			}
 			if rec.Body.String() != created+delta(1, "a")+delta(2, " b")+end {
@@ -342,12 +345,12 @@ func TestResponsesStream(t *testing.T) {
 	}
 	t.Run("watched: deltas are the token events, usage from the response", func(t *testing.T) {
 		rec := httptest.NewRecorder()
-		s := New(rec, "rid", request.APIResponses)
+		s := New(rec, "rid", wire.Responses, 0)
 		rc := &request.Context{API: request.APIResponses, Stream: true}
 		events := 0
 		rc.OnEvents = func(n int) { events += n }
 		s.Watch(rc)
-		if err := s.Relay(sse(io.EOF, created, delta(1, "usage"), delta(2, " b"), completed)); err != nil {
+		if err := s.Relay(eventStream(io.EOF, created, delta(1, "usage"), delta(2, " b"), completed)); err != nil {
 			t.Fatal(err)
 		}
 		if events != 2 || rc.Answer != (request.AnswerStats{Model: "served", HasUsage: true, PromptTokens: 4, CompletionTokens: 2}) {
@@ -356,16 +359,16 @@ func TestResponsesStream(t *testing.T) {
 	})
 	t.Run("a break is not resumed", func(t *testing.T) {
 		rec := httptest.NewRecorder()
-		s := New(rec, "rid", request.APIResponses)
-		err := s.Relay(sse(io.EOF, created, delta(1, "a"), delta(2, " b")))
+		s := New(rec, "rid", wire.Responses, 0)
+		err := s.Relay(eventStream(io.EOF, created, delta(1, "a"), delta(2, " b")))
 		if !errors.Is(err, ErrBroken) {
 			t.Fatalf("a stream without its final event: %v, want ErrBroken", err)
 		}
 		rc := &request.Context{API: request.APIResponses, Body: &body.Object{}, Stream: true, Log: logr.Discard()}
-		if _, why := s.Continuation(rc); why == nil || !strings.Contains(why.Error(), "responses streams are not resumed") {
+		if _, why := s.Continuation(rc, rc.Body); why == nil || !strings.Contains(why.Error(), "responses streams are not resumed") {
 			t.Fatalf("continuation: %v", why)
 		}
-		if s.Finish(rc) {
+		if s.Finish(rc, rc.Body) {
 			t.Fatal("Finish ended a Responses stream")
 		}
 		if err := s.Fail("the worker died", io.EOF); !errors.Is(err, upstream.ErrResponseTruncated) {
@@ -381,69 +384,36 @@ func TestResponsesStream(t *testing.T) {
 	})
 }
 
-// TestFold: what a stream keeps of the events its client got, event by event, and why it stops
-// being resumable (the events are not kept, only what a continuation needs).
-func TestFold(t *testing.T) {
+// TestFoldInBatches: the events a client got are folded in batches as they fill (a short answer
+// is never parsed), and a continuation sees all of them; a format whose streams are not continued
+// keeps nothing.
+func TestFoldInBatches(t *testing.T) {
 	data := func(s string) string { return "data: " + s + "\n\n" }
-	tests := map[string]struct {
-		api     request.API
-		events  []string
-		text    string
-		ids     []int
-		tokens  int
-		id      string
-		created string
-		exotic  string
-		refused string // state's error
-	}{
-		"chat: text with escapes, first id and created": {api: request.APIChat, events: []string{
-			data(`{"id":"c\u0031","created":7,"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`),
-			data(`{"id":"c1","created":7,"choices":[{"index":0,"delta":{"content":"a\"b\\n\u00e9\ud83d\ude00"},"finish_reason":null}]}`) +
-				data(`{"id":"other","created":9,"choices":[{"index":0,"delta":{"content":" é"},"logprobs":null}]}`),
-			data(`[DONE]`)}, text: "a\"b\\né😀 é", tokens: 2, id: "c1", created: "7"},
-		"chat: a second choice":        {api: request.APIChat, events: []string{data(`{"id":"c","choices":[{"index":1,"delta":{"content":"x"}}]}`)}, text: "x", tokens: 1, id: "c", exotic: "several choices"},
-		"chat: a tool call":            {api: request.APIChat, events: []string{data(`{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}`)}, id: "c", exotic: "a tool call was being streamed"},
-		"chat: reasoning":              {api: request.APIChat, events: []string{data(`{"id":"c","choices":[{"index":0,"delta":{"reasoning_content":"hm"}}]}`)}, id: "c", exotic: "reasoning was being streamed"},
-		"chat: null reasoning":         {api: request.APIChat, events: []string{data(`{"id":"c","choices":[{"index":0,"delta":{"reasoning":null,"content":"y"}}]}`)}, text: "y", tokens: 1, id: "c"},
-		"chat: logprobs":               {api: request.APIChat, events: []string{data(`{"id":"c","choices":[{"index":0,"delta":{"content":"y"},"logprobs":{"content":[]}}]}`)}, text: "y", tokens: 1, id: "c", exotic: "logprobs were being streamed"},
-		"chat: an event not JSON":      {api: request.APIChat, events: []string{data(`{"id":"c","choices":[]}`), data(`{"id":`)}, refused: "not JSON"},
-		"chat: an id not a string":     {api: request.APIChat, events: []string{data(`{"id":7,"choices":[]}`)}, refused: "not a string"},
-		"generate: ids":                {api: request.APIGenerate, events: []string{data(`{"request_id":"g","choices":[{"index":0,"token_ids":[5,6]}]}`), data(`{"request_id":"h","choices":[{"index":0,"token_ids":[7],"finish_reason":"length"}]}`)}, ids: []int{5, 6, 7}, tokens: 3, id: "g"},
-		"generate: an id not a number": {api: request.APIGenerate, events: []string{data(`{"request_id":"g","choices":[{"index":0,"token_ids":["5"]}]}`)}, refused: "not an integer"},
-		"chat: many events, folded in batches": {api: request.APIChat, events: func() []string {
-			evs := make([]string, 100) // ~9 KiB: two batches folded as they fill, the rest when asked
-			for i := range evs {
-				evs[i] = data(`{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"word` + fmt.Sprint(i%10) + ` "},"finish_reason":null}]}`)
-			}
-			return evs
-		}(), text: strings.Repeat("word0 word1 word2 word3 word4 word5 word6 word7 word8 word9 ", 10), tokens: 100, id: "c"},
-		"completions are not resumed": {api: request.APICompletions, events: []string{data(`{"id":"c","choices":[{"index":0,"text":"x"}]}`)}, refused: "not resumed"},
-		"an answer longer than kept": {api: request.APIChat, events: []string{
-			data(`{"id":"c","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", MaxTracked/2) + `"}}]}`),
-			data(`{"id":"c","choices":[{"index":0,"delta":{"content":"` + strings.Repeat("x", MaxTracked/2+1) + `"}}]}`)}, refused: "longer than"},
+	s := New(httptest.NewRecorder(), "rid", wire.Chat, 0)
+	for i := range 100 { // ~9 KiB: two batches folded as they fill, the rest when asked
+		ev := data(`{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"word` + fmt.Sprint(i%10) + ` "},"finish_reason":null}]}`)
+		if err := s.feed(&http.Response{StatusCode: http.StatusOK, Header: http.Header{}}, []byte(ev)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			s := New(httptest.NewRecorder(), "rid", tc.api)
-			for _, ev := range tc.events {
-				if err := s.feed(&http.Response{StatusCode: http.StatusOK, Header: http.Header{}}, []byte(ev)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			st, err := s.state(tc.api)
-			if tc.refused != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.refused) {
-					t.Fatalf("state err %v, want %q", err, tc.refused)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(st.text) != tc.text || fmt.Sprint(st.ids) != fmt.Sprint(tc.ids) || st.tokens != tc.tokens || st.id != tc.id ||
-				string(st.created) != tc.created || st.exotic != tc.exotic {
-				t.Fatalf("state text %q ids %v tokens %d id %q created %s exotic %q", st.text, st.ids, st.tokens, st.id, st.created, st.exotic)
-			}
-		})
+	rc := chatRC(t, `{"messages":[{"role":"user","content":"go"}],"max_tokens":500}`)
+	cont, err := s.Continuation(rc, rc.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Messages []struct{ Content string } `json:"messages"`
+		Max      int                        `json:"max_tokens"`
+	}
+	if err := json.Unmarshal(cont.Bytes(), &c); err != nil || len(c.Messages) != 2 ||
+		c.Messages[1].Content != strings.Repeat("word0 word1 word2 word3 word4 word5 word6 word7 word8 word9 ", 10) || c.Max != 400 {
+		t.Fatalf("continuation %s (%v)", cont.Bytes(), err)
+	}
+	cs := New(httptest.NewRecorder(), "rid", wire.Completions, 0)
+	if err := cs.feed(&http.Response{StatusCode: http.StatusOK, Header: http.Header{}}, []byte(data(`{"id":"c","choices":[{"index":0,"text":"x"}]}`))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.Continuation(rc, rc.Body); err == nil || !strings.Contains(err.Error(), "not resumed") {
+		t.Fatalf("a completions stream continued: %v", err)
 	}
 }

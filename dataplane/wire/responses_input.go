@@ -1,10 +1,9 @@
-// Package responses is the request side of OpenAI's Responses API as the coordinator serves it:
-// stateless. Check refuses what a stateless proxy cannot honour (a stored conversation, a
-// background run, a stored answer, server-side tools) and makes every leg stateless (store:
-// false); Chat is the request's prompt as the chat messages vLLM builds from it (instructions
-// first, message items, function calls and their outputs), the body the chat render service
-// tokenizes.
-package responses
+// The Responses API's request side, as the coordinator serves it: stateless. checkResponses
+// refuses what a stateless proxy cannot honour (a stored conversation, a background run, a stored
+// answer, server-side tools) and stateless makes every leg stateless (store: false);
+// responsesChat is the request's prompt as the chat messages vLLM builds from it (instructions
+// first, message items, function calls and their outputs), the body render tokenizes.
+package wire
 
 import (
 	"bytes"
@@ -26,16 +25,16 @@ var stateful = []struct{ key, why string }{
 // tools' calls) refer to stored state or to tools that run server-side.
 var itemTypes = []string{"message", "function_call", "function_call_output", "reasoning"}
 
-// MaxItems bounds the input items (and tools) of one request.
-const MaxItems = 4096
+// MaxInputItems bounds the input items (and tools) of one request.
+const MaxInputItems = 4096
 
-// Check validates the members of a Responses request the pipeline relies on, and refuses the
+// checkResponses validates the members of a Responses request the pipeline relies on, and refuses the
 // stateful ones with a 400 naming the member: the coordinator keeps no responses (a stored
 // previous_response_id or conversation may be on any worker, or none), runs nothing in the
 // background and answers no later GET of a response. Upstream strips previous_response_id and
 // conversation silently (llm-d-router#2934); the coordinator refuses them, since the answer
 // would silently lose the conversation it continues.
-func Check(obj *body.Object) error {
+func checkResponses(obj *body.Object) error {
 	for _, s := range stateful {
 		if k := obj.Kind(s.key); k != body.KindNone && k != body.KindNull {
 			return apierror.InvalidField(s.key, "%q %s, and the coordinator is stateless: send the whole conversation in \"input\"", s.key, s.why)
@@ -66,9 +65,9 @@ func Check(obj *body.Object) error {
 	return checkInput(obj)
 }
 
-// Stateless makes the request's legs stateless: store false (vLLM stores a response whose store
+// stateless makes the request's legs stateless: store false (vLLM stores a response whose store
 // is absent).
-func Stateless(obj *body.Object) {
+func stateless(obj *body.Object) {
 	if !obj.Has("store") {
 		obj.Set("store", json.RawMessage("false"))
 	}
@@ -90,8 +89,8 @@ func checkInput(obj *body.Object) error {
 	if err != nil {
 		return apierror.InvalidField("input", "\"input\" must be an array of input items")
 	}
-	if len(items) > MaxItems {
-		return apierror.InvalidField("input", "too many input items: got %d, max %d", len(items), MaxItems)
+	if len(items) > MaxInputItems {
+		return apierror.InvalidField("input", "too many input items: got %d, max %d", len(items), MaxInputItems)
 	}
 	for i, rawItem := range items {
 		if _, err := itemOf(rawItem, i); err != nil {
@@ -102,19 +101,19 @@ func checkInput(obj *body.Object) error {
 }
 
 // item is one input item: its type (message when absent) and members.
-type item struct {
+type inputItem struct {
 	typ string
 	obj *body.Object
 }
 
-func itemOf(raw json.RawMessage, i int) (item, error) {
+func itemOf(raw json.RawMessage, i int) (inputItem, error) {
 	o, err := body.ParseNested(raw)
 	if err != nil || body.KindOf(raw) != body.KindObject {
-		return item{}, apierror.InvalidField("input", "input[%d] must be an object", i)
+		return inputItem{}, apierror.InvalidField("input", "input[%d] must be an object", i)
 	}
 	typ, _, err := o.String("type")
 	if err != nil {
-		return item{}, apierror.InvalidField("input", "input[%d].type must be a string", i)
+		return inputItem{}, apierror.InvalidField("input", "input[%d].type must be a string", i)
 	}
 	if typ == "" {
 		typ = "message" // an easy input message: {role, content}
@@ -125,37 +124,37 @@ func itemOf(raw json.RawMessage, i int) (item, error) {
 	}
 	switch {
 	case typ == "item_reference":
-		return item{}, apierror.InvalidField("input", "input[%d]: an item_reference names a stored item, and the coordinator is stateless: send the item itself", i)
+		return inputItem{}, apierror.InvalidField("input", "input[%d]: an item_reference names a stored item, and the coordinator is stateless: send the item itself", i)
 	case !known:
-		return item{}, apierror.InvalidField("input", "input[%d]: %q items are not served through the pipeline (stateless, no server-side tools): send messages, function calls and their outputs", i, typ)
+		return inputItem{}, apierror.InvalidField("input", "input[%d]: %q items are not served through the pipeline (stateless, no server-side tools): send messages, function calls and their outputs", i, typ)
 	}
 	switch typ {
 	case "message":
 		if k := o.Kind("content"); k != body.KindString && k != body.KindArray {
-			return item{}, apierror.InvalidField("input", "input[%d].content must be a string or an array of content parts", i)
+			return inputItem{}, apierror.InvalidField("input", "input[%d].content must be a string or an array of content parts", i)
 		}
 		if _, _, err := o.String("role"); err != nil {
-			return item{}, apierror.InvalidField("input", "input[%d].role must be a string", i)
+			return inputItem{}, apierror.InvalidField("input", "input[%d].role must be a string", i)
 		}
 	case "function_call":
 		for _, k := range []string{"call_id", "name", "arguments"} {
 			if v, _, err := o.String(k); err != nil || v == "" && k != "arguments" {
-				return item{}, apierror.InvalidField("input", "input[%d].%s must be a non-empty string", i, k)
+				return inputItem{}, apierror.InvalidField("input", "input[%d].%s must be a non-empty string", i, k)
 			}
 		}
 	case "reasoning":
 		if k := o.Kind("encrypted_content"); k != body.KindNone && k != body.KindNull {
-			return item{}, apierror.InvalidField("input", "input[%d].encrypted_content: encrypted reasoning is not supported (as vLLM): send its summary", i)
+			return inputItem{}, apierror.InvalidField("input", "input[%d].encrypted_content: encrypted reasoning is not supported (as vLLM): send its summary", i)
 		}
 	case "function_call_output":
 		if v, _, err := o.String("call_id"); err != nil || v == "" {
-			return item{}, apierror.InvalidField("input", "input[%d].call_id must be a non-empty string", i)
+			return inputItem{}, apierror.InvalidField("input", "input[%d].call_id must be a non-empty string", i)
 		}
 		if o.Kind("output") != body.KindString {
-			return item{}, apierror.InvalidField("input", "input[%d].output must be a string (content-part outputs are not served through the pipeline)", i)
+			return inputItem{}, apierror.InvalidField("input", "input[%d].output must be a string (content-part outputs are not served through the pipeline)", i)
 		}
 	}
-	return item{typ: typ, obj: o}, nil
+	return inputItem{typ: typ, obj: o}, nil
 }
 
 func checkTools(obj *body.Object) error {
@@ -168,8 +167,8 @@ func checkTools(obj *body.Object) error {
 		return apierror.InvalidField("tools", "\"tools\" must be an array")
 	}
 	tools, err := body.Array(raw)
-	if err != nil || len(tools) > MaxItems {
-		return apierror.InvalidField("tools", "\"tools\" must be an array of at most %d tools", MaxItems)
+	if err != nil || len(tools) > MaxInputItems {
+		return apierror.InvalidField("tools", "\"tools\" must be an array of at most %d tools", MaxInputItems)
 	}
 	for i, t := range tools {
 		o, err := body.ParseNested(t)
@@ -187,18 +186,18 @@ func checkTools(obj *body.Object) error {
 	return nil
 }
 
-// Chat returns the chat body the render service tokenizes for a checked Responses request obj:
+// responsesChat returns the chat body the render service tokenizes for a checked Responses request obj:
 // model, the messages vLLM builds from instructions and input (a system message, then one
 // message per item: function calls as assistant tool calls, their outputs as tool messages,
 // reasoning items as assistant messages with their reasoning), and the function tools as chat
 // tools (none with tool_choice none). Content parts are translated to the chat shape (input_text and output_text to text,
 // input_image to image_url); each media URL is a subslice of obj, not a copy.
-func Chat(obj *body.Object) (*body.Object, error) {
+func responsesChat(obj *body.Object) (*body.Object, error) {
 	out := &body.Object{}
 	if raw, ok := obj.Get("model"); ok {
 		out.Set("model", raw)
 	}
-	var m messages
+	var m chatMessages
 	m.open()
 	if instr, ok := obj.Get("instructions"); ok && body.KindOf(instr) == body.KindString {
 		m.message(`{"role":"system","content":`, instr)
@@ -231,18 +230,18 @@ func Chat(obj *body.Object) (*body.Object, error) {
 
 // messages builds the messages array as segments: small new pieces and subslices of the
 // request.
-type messages struct {
+type chatMessages struct {
 	segs [][]byte
 	cur  []byte // the piece being written
 	n    int
 }
 
-func (m *messages) open() { m.cur = append(m.cur, '[') }
+func (m *chatMessages) open() { m.cur = append(m.cur, '[') }
 
-func (m *messages) write(s string) { m.cur = append(m.cur, s...) }
+func (m *chatMessages) write(s string) { m.cur = append(m.cur, s...) }
 
 // ref appends raw as is: a subslice of the request, not copied.
-func (m *messages) ref(raw []byte) {
+func (m *chatMessages) ref(raw []byte) {
 	if len(raw) < 256 {
 		m.cur = append(m.cur, raw...)
 		return
@@ -251,7 +250,7 @@ func (m *messages) ref(raw []byte) {
 	m.cur = nil
 }
 
-func (m *messages) sep() {
+func (m *chatMessages) sep() {
 	if m.n > 0 {
 		m.write(",")
 	}
@@ -259,19 +258,19 @@ func (m *messages) sep() {
 }
 
 // message appends one message whose last member is content (prefix ends with its key).
-func (m *messages) message(prefix string, content []byte) {
+func (m *chatMessages) message(prefix string, content []byte) {
 	m.sep()
 	m.write(prefix)
 	m.ref(content)
 	m.write("}")
 }
 
-func (m *messages) close() [][]byte {
+func (m *chatMessages) close() [][]byte {
 	m.write("]")
 	return append(m.segs, m.cur)
 }
 
-func (m *messages) item(it item, i int) error {
+func (m *chatMessages) item(it inputItem, i int) error {
 	o := it.obj
 	switch it.typ {
 	case "reasoning":
@@ -352,7 +351,7 @@ func reasoningText(o *body.Object) json.RawMessage {
 }
 
 // part appends the chat form of one content part.
-func (m *messages) part(raw json.RawMessage, i, j int) error {
+func (m *chatMessages) part(raw json.RawMessage, i, j int) error {
 	p, err := body.ParseNested(raw)
 	if err != nil || body.KindOf(raw) != body.KindObject {
 		return apierror.InvalidField("input", "input[%d].content[%d] must be an object", i, j)

@@ -1,4 +1,4 @@
-package responses
+package wire
 
 import (
 	"encoding/json"
@@ -20,7 +20,7 @@ func parse(t *testing.T, s string) *body.Object {
 }
 
 func TestCheck(t *testing.T) {
-	many := `[` + strings.Repeat(`"x",`, MaxItems) + `"x"]`
+	many := `[` + strings.Repeat(`"x",`, MaxInputItems) + `"x"]`
 	tests := map[string]struct {
 		body      string
 		wantParam string // "" when accepted
@@ -57,7 +57,7 @@ func TestCheck(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			err := Check(parse(t, tc.body))
+			err := checkResponses(parse(t, tc.body))
 			if tc.wantParam == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -74,12 +74,12 @@ func TestCheck(t *testing.T) {
 
 func TestStateless(t *testing.T) {
 	o := parse(t, `{"input":"hi"}`)
-	Stateless(o)
+	stateless(o)
 	if raw, _ := o.Get("store"); string(raw) != "false" {
 		t.Fatalf("store %s, want false", raw)
 	}
 	o = parse(t, `{"input":"hi","store":false}`)
-	Stateless(o)
+	stateless(o)
 	if string(o.Bytes()) != `{"input":"hi","store":false}` {
 		t.Fatalf("a stateless body was changed: %s", o.Bytes())
 	}
@@ -108,10 +108,10 @@ func TestChat(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			o := parse(t, tc.body)
-			if err := Check(o); err != nil {
+			if err := checkResponses(o); err != nil {
 				t.Fatal(err)
 			}
-			chat, err := Chat(o)
+			chat, err := responsesChat(o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,7 +128,7 @@ func TestChatSharesTheMedia(t *testing.T) {
 	img := "data:image/png;base64," + strings.Repeat("A", 1<<20)
 	o := parse(t, `{"input":[{"role":"user","content":[{"type":"input_image","image_url":"`+img+`"}]}]}`)
 	raw, _ := o.Get("input")
-	chat, err := Chat(o)
+	chat, err := responsesChat(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestChatRefusesBadParts(t *testing.T) {
 		"refusal without value": `{"input":[{"role":"assistant","content":[{"type":"refusal"}]}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Chat(parse(t, b))
+			_, err := responsesChat(parse(t, b))
 			var e *apierror.Error
 			if !errors.As(err, &e) || e.Status != 400 || e.Param != "input" {
 				t.Fatalf("got %v, want a 400 on input", err)

@@ -1,11 +1,11 @@
-package steps
+package gateway
 
 import (
 	"net/http"
+	"net/netip"
 	"strings"
 
 	"github.com/epd-dev/coordinator/dataplane/state/request"
-	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 )
 
 // Scheduling hints on a conditional decode's 412 (experimental, conditional-decode's hints
@@ -17,8 +17,8 @@ import (
 // honours), first attempt only: a pinned attempt that fails was a stale hint, and the retry
 // lets the picker choose.
 var hintHeaders = map[string][]string{
-	gateway.ProfilePrefill: {"X-Prefill-Host-Port", "X-Llm-D-Prefiller-Host-Port", "X-Prefiller-Host-Port"},
-	gateway.ProfileEncode:  {"X-Encode-Host-Port", "X-Llm-D-Encoder-Hosts-Ports", "X-Encoder-Hosts-Ports"},
+	ProfilePrefill: {"X-Prefill-Host-Port", "X-Llm-D-Prefiller-Host-Port", "X-Prefiller-Host-Port"},
+	ProfileEncode:  {"X-Encode-Host-Port", "X-Llm-D-Encoder-Hosts-Ports", "X-Encoder-Hosts-Ports"},
 }
 
 // Bounds on what a 412 may hint.
@@ -27,9 +27,9 @@ const (
 	maxHintHeaderLen   = 1024
 )
 
-// readHints returns the endpoints h hints, by profile (nil when none), and how many values it
+// ReadHints returns the endpoints h hints, by profile (nil when none), and how many values it
 // dropped: not a unicast ip:port (endpointOf), over the bounds, or a header over maxHintHeaderLen.
-func readHints(h http.Header) (hints map[string][]string, dropped int) {
+func ReadHints(h http.Header) (hints map[string][]string, dropped int) {
 	for profile, names := range hintHeaders {
 		var v string
 		for _, name := range names {
@@ -46,7 +46,7 @@ func readHints(h http.Header) (hints map[string][]string, dropped int) {
 		}
 		var list []string
 		for item := range strings.SplitSeq(v, ",") {
-			ap, ok := endpointOf(strings.TrimSpace(item))
+			ap, ok := EndpointOf(strings.TrimSpace(item))
 			if !ok || len(list) == maxHintsPerProfile {
 				dropped++
 				continue
@@ -63,21 +63,32 @@ func readHints(h http.Header) (hints map[string][]string, dropped int) {
 	return hints, dropped
 }
 
-// hinted wraps the build of a leg of profile so that its first attempt is pinned to the
+// Hinted wraps the build of a leg of profile so that its first attempt is pinned to the
 // endpoint rc's hints name for it at index i (modulo their number: encode's items spread over
 // them); later attempts, and legs without hints, go wherever the picker chooses.
-func hinted(rc *request.Context, profile string, i int, build gateway.Build) gateway.Build {
+func Hinted(rc *request.Context, profile string, i int, build Build) Build {
 	hints := rc.Hints[profile]
 	if len(hints) == 0 {
 		return build
 	}
 	first := true
-	return func() (gateway.Leg, error) {
+	return func() (Leg, error) {
 		leg, err := build()
 		if err != nil || !first {
 			return leg, err
 		}
 		first = false
-		return withHeader(leg, gateway.PinHeader, hints[i%len(hints)]), nil
+		return leg.With(PinHeader, hints[i%len(hints)]), nil
 	}
+}
+
+// EndpointOf parses a pod endpoint, ip:port: a unicast address without an IPv6 zone and a
+// non-zero port.
+func EndpointOf(v string) (netip.AddrPort, bool) {
+	ap, err := netip.ParseAddrPort(v)
+	a := ap.Addr()
+	if err != nil || ap.Port() == 0 || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() {
+		return netip.AddrPort{}, false
+	}
+	return ap, true
 }

@@ -1,0 +1,109 @@
+package sse
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// feedAll feeds the stream in reads of size n and returns the events in the order they were
+// completed, and the error that stopped the reader.
+func feedAll(r *Reader, stream string, n int) (string, error) {
+	var out bytes.Buffer
+	for i := 0; i < len(stream); i += n {
+		events, err := r.Feed([]byte(stream[i:min(i+n, len(stream))]))
+		out.Write(events)
+		if err != nil {
+			return out.String(), err
+		}
+	}
+	return out.String(), nil
+}
+
+func TestReader(t *testing.T) {
+	const two = "data: a\n\ndata: b\nid: 2\n\n"
+	tests := map[string]struct {
+		stream  string
+		limit   int
+		want    string // the events returned, concatenated
+		pending int
+		err     error
+	}{
+		"whole events":               {stream: two, want: two},
+		"a partial event is held":    {stream: two + "data: c", want: two, pending: len("data: c")},
+		"CRLF line endings":          {stream: "data: a\r\n\r\ndata: b\r\n\r\n", want: "data: a\r\n\r\ndata: b\r\n\r\n"},
+		"a lone LF is no end":        {stream: "data: a\ndata: b\n", pending: len("data: a\ndata: b\n")},
+		"an event at the limit":      {stream: "data: abc\n\n", limit: len("data: abc\n\n"), want: "data: abc\n\n"},
+		"an event over the limit":    {stream: "data: a\n\ndata: " + strings.Repeat("x", 40), limit: 32, want: "data: a\n\n", err: ErrTooLarge},
+		"one that never ends, bound": {stream: strings.Repeat("data: x\n", 100), limit: 64, err: ErrTooLarge},
+		"a complete event over the limit, whatever the reads": {stream: "data: a\n\ndata: " + strings.Repeat("x", 40) + "\n\ndata: b\n\n",
+			limit: 32, want: "data: a\n\n", err: ErrTooLarge},
+	}
+	for name, tc := range tests {
+		for _, n := range []int{1, 2, 3, 5, 7, 1 << 20} {
+			t.Run(fmt.Sprintf("%s/reads of %d", name, n), func(t *testing.T) {
+				r := &Reader{Limit: tc.limit}
+				got, err := feedAll(r, tc.stream, n)
+				if !errors.Is(err, tc.err) || got != tc.want || (err == nil && r.Pending() != tc.pending) {
+					t.Fatalf("events %q, pending %d, err %v; want %q, %d, %v", got, r.Pending(), err, tc.want, tc.pending, tc.err)
+				}
+			})
+		}
+	}
+}
+
+// The events a Feed returns stay valid until the next Feed, even when they were held.
+func TestReaderReturnsHeldEvents(t *testing.T) {
+	r := &Reader{}
+	if ev, _ := r.Feed([]byte("data: a")); ev != nil {
+		t.Fatalf("a partial event returned: %q", ev)
+	}
+	ev, _ := r.Feed([]byte("\n\ndata: b"))
+	if string(ev) != "data: a\n\n" || r.Pending() != len("data: b") {
+		t.Fatalf("%q, pending %d", ev, r.Pending())
+	}
+	r.Reset()
+	if r.Pending() != 0 {
+		t.Fatal("Reset keeps bytes")
+	}
+}
+
+func TestIterators(t *testing.T) {
+	b := []byte("event: x\ndata: 1\ndata:2\n\n: comment\r\ndata: [DONE]\r\n\r\ndata: tail")
+	if got := slices.Collect(Events(b)); len(got) != 3 || string(got[0]) != "event: x\ndata: 1\ndata:2\n\n" ||
+		string(got[1]) != ": comment\r\ndata: [DONE]\r\n\r\n" || string(got[2]) != "data: tail" {
+		t.Fatalf("Events = %q", got)
+	}
+	var data []string
+	for d := range Data(b) {
+		data = append(data, string(d))
+	}
+	if !slices.Equal(data, []string{"1", "2", "[DONE]", "tail"}) {
+		t.Fatalf("Data = %q", data)
+	}
+	if got := string(AppendNamed(nil, "error", []byte(`{}`))); got != "event: error\ndata: {}\n\n" {
+		t.Fatalf("AppendNamed = %q", got)
+	}
+}
+
+// BenchmarkReaderLongEvent feeds one event of each size in 2 KiB reads (the relay's): the time
+// per byte stays flat as the event grows (each byte is searched a bounded number of times).
+func BenchmarkReaderLongEvent(b *testing.B) {
+	for _, size := range []int{64 << 10, 1 << 20, 8 << 20} {
+		stream := []byte("data: " + strings.Repeat("x", size) + "\n\n")
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(len(stream)))
+			for b.Loop() {
+				r := &Reader{}
+				for i := 0; i < len(stream); i += 2 << 10 {
+					if _, err := r.Feed(stream[i:min(i+2<<10, len(stream))]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
