@@ -32,6 +32,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/reload"
 	"github.com/epd-dev/coordinator/dataplane/render"
 	"github.com/epd-dev/coordinator/dataplane/server"
+	"github.com/epd-dev/coordinator/dataplane/server/conn"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // registers the built-in steps
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 	"github.com/epd-dev/coordinator/dataplane/transport/retry"
@@ -148,7 +149,7 @@ func run(args []string) int {
 	defer stop()
 	opts := server.Options{Server: cfg.Server, Pipelines: &holder, Log: log, Telemetry: tel}
 	if cfg.Server.SecureServing {
-		if opts.TLS, err = server.TLSConfig(cfg.Server, cfg.Server.CertPath, "server.cert_path", log); err != nil {
+		if opts.TLS, err = conn.TLSConfig(cfg.Server, cfg.Server.CertPath, "server.cert_path", log); err != nil {
 			fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)
 			return 1
 		}
@@ -157,7 +158,7 @@ func run(args []string) int {
 	}
 	var adminTLS *tls.Config
 	if dir := cfg.Server.MetricsCertDir; dir != "" && cfg.Server.MetricsPort > 0 {
-		if adminTLS, err = server.TLSConfig(cfg.Server, dir, "server.metrics_cert_dir", log); err != nil {
+		if adminTLS, err = conn.TLSConfig(cfg.Server, dir, "server.metrics_cert_dir", log); err != nil {
 			fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)
 			return 1
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/reload"
+	"github.com/epd-dev/coordinator/dataplane/server/conn"
 )
 
 // PipelineStatus is the JSON of GET /debug/pipeline.
@@ -68,7 +69,7 @@ func AdminHandler(g prometheus.Gatherer, holder *pipeline.Holder, reloader Statu
 		"/debug/pipeline": debugPipeline(holder, reloader),
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, _ := requestID(r.Header.Get("X-Request-Id"))
+		id, _ := conn.RequestID(r.Header.Get("X-Request-Id"))
 		w.Header().Set("X-Request-Id", id)
 		h, ok := routes[r.URL.Path]
 		switch {
@@ -128,13 +129,13 @@ func NewAdmin(h http.Handler, tlsConfig *tls.Config, log logr.Logger) *Admin {
 	if log.GetSink() == nil {
 		log = logr.Discard()
 	}
-	hs := newHTTPServer(guard(h, log), log)
+	hs := conn.NewHTTPServer(conn.Guard(h, log), log)
 	hs.ReadTimeout, hs.WriteTimeout = 30*time.Second, time.Minute
 	return &Admin{http: hs, tls: tlsConfig, log: log}
 }
 
 // Serve accepts connections on l until Close.
-func (a *Admin) Serve(l net.Listener) error { return serve(a.http, l, a.tls, a.log) }
+func (a *Admin) Serve(l net.Listener) error { return conn.Serve(a.http, l, a.tls, a.log) }
 
 // Close closes the listener and every connection.
 func (a *Admin) Close() error { return a.http.Close() }

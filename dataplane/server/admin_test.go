@@ -17,6 +17,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/reload"
 	"github.com/epd-dev/coordinator/dataplane/server"
+	"github.com/epd-dev/coordinator/dataplane/server/conn"
 )
 
 type fixedStatus reload.Status
@@ -97,7 +98,7 @@ func TestAdminHandler(t *testing.T) {
 func TestAdminOverTLS(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "metrics-tls")
 	writeCertDir(t, dir, "admin")
-	tc, err := server.TLSConfig(config.Default().Server, dir, "server.metrics_cert_dir", logr.Discard())
+	tc, err := conn.TLSConfig(config.Default().Server, dir, "server.metrics_cert_dir", logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

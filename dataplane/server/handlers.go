@@ -12,6 +12,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/media"
+	"github.com/epd-dev/coordinator/dataplane/server/conn"
 	"github.com/epd-dev/coordinator/dataplane/state/bodybuf"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
@@ -196,7 +197,7 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 		if errors.As(err, &mbe) {
 			return apierror.TooLarge(limit)
 		}
-		if e := clientBodyError(req); e != nil {
+		if e := conn.BodyError(req); e != nil {
 			// The client's body failed, not the gateway; the rest of it may still come.
 			c.Response().Header().Set("Connection", "close")
 			return e
@@ -218,7 +219,7 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 func readBody(c echo.Context, limit int64) (*bodybuf.Buffer, error) {
 	buf, err := bodybuf.Read(c.Request(), limit)
 	if err != nil {
-		if e := clientBodyError(c.Request()); e != nil {
+		if e := conn.BodyError(c.Request()); e != nil {
 			c.Response().Header().Set("Connection", "close")
 			return nil, e
 		}

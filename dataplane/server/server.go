@@ -9,10 +9,8 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	stdlog "log"
 	"net"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/server/conn"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 	"github.com/epd-dev/coordinator/dataplane/wire"
 )
@@ -51,12 +50,8 @@ type Server struct {
 	tel      observe.Telemetry
 	log      logr.Logger
 	draining atomic.Bool
-	trim     *idleTrim
+	trim     *conn.IdleTrim
 }
-
-// maxHeaderBytes bounds a request's line and headers (net/http's default); a larger head gets
-// a 431.
-const maxHeaderBytes = 1 << 20
 
 // New builds the server and its routes.
 func New(opts Options) *Server {
@@ -65,7 +60,7 @@ func New(opts Options) *Server {
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	s := &Server{echo: e, holder: opts.Pipelines, tel: opts.Telemetry, log: opts.Log, tls: opts.TLS, trim: newIdleTrim()}
+	s := &Server{echo: e, holder: opts.Pipelines, tel: opts.Telemetry, log: opts.Log, tls: opts.TLS, trim: conn.NewIdleTrim()}
 	e.HTTPErrorHandler = s.handleError
 	e.Pre(s.serve, s.front)
 
@@ -76,7 +71,7 @@ func New(opts Options) *Server {
 	e.Match(probeMethods, "/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
 	e.Match(probeMethods, "/readyz", s.handleReady)
 	e.RouteNotFound("/v1/*", s.handlePassthrough)
-	s.http = newHTTPServer(guard(e, opts.Log), opts.Log)
+	s.http = conn.NewHTTPServer(conn.Guard(e, opts.Log), opts.Log)
 	s.http.ReadTimeout = opts.Server.ReadTimeout.Std()
 	s.http.WriteTimeout = opts.Server.WriteTimeout.Std()
 	if d := opts.Server.ReadTimeout.Std(); d > 0 && d < s.http.ReadHeaderTimeout {
@@ -88,27 +83,6 @@ func New(opts Options) *Server {
 // probeMethods are the methods of /healthz and /readyz.
 var probeMethods = []string{http.MethodGet, http.MethodHead}
 
-// newHTTPServer is the http.Server of both listeners around h.
-func newHTTPServer(h http.Handler, log logr.Logger) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ConnContext:       connContext,
-		ErrorLog:          stdlog.New(logWriter{log.V(logging.Verbose)}, "", 0),
-	}
-}
-
-// logWriter turns net/http's own log lines (a client's broken TLS handshake, a panic it
-// recovered) into structured log lines.
-type logWriter struct{ log logr.Logger }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.log.Info("net/http", "message", strings.TrimSpace(string(p)))
-	return len(p), nil
-}
-
 // Handler is the HTTP handler (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.http.Handler }
 
@@ -119,17 +93,8 @@ func (s *Server) Serve(l net.Listener) error {
 	defer stop()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	go s.trim.run(ctx, t.C, time.Second)
-	return serve(s.http, l, s.tls, s.log)
-}
-
-// serve runs hs on l through the listener every connection needs (see listener).
-func serve(hs *http.Server, l net.Listener, cfg *tls.Config, log logr.Logger) error {
-	err := hs.Serve(&listener{Listener: l, tls: cfg, maxHeaderBytes: hs.MaxHeaderBytes, handshakeTimeout: hs.ReadHeaderTimeout, log: log})
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+	go s.trim.Run(ctx, t.C, time.Second)
+	return conn.Serve(s.http, l, s.tls, s.log)
 }
 
 // Shutdown marks the server as draining (readiness fails), stops accepting connections and waits
@@ -157,12 +122,12 @@ func (s *Server) handleReady(c echo.Context) error {
 // into a 500, then settles how the request ended once and reports it (see exchange).
 func (s *Server) serve(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		s.trim.begin()
-		defer s.trim.end()
+		s.trim.Begin()
+		defer s.trim.End()
 		x := &exchange{start: time.Now()}
 		client := c.Request().Header.Get(upstream.RequestIDHeader)
 		var replaced bool
-		if x.id, replaced = requestID(client); replaced {
+		if x.id, replaced = conn.RequestID(client); replaced {
 			s.log.V(logging.Verbose).Info("replaced an invalid client x-request-id", "length", len(client), "request_id", x.id)
 		}
 		c.Set(ctxExchange, x)

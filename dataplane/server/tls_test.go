@@ -21,7 +21,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
-	"github.com/epd-dev/coordinator/dataplane/server"
+	"github.com/epd-dev/coordinator/dataplane/server/conn"
 	"github.com/epd-dev/coordinator/test/atomicdir"
 )
 
@@ -45,8 +45,8 @@ func writeCertDir(t *testing.T, dir, cn string) {
 		t.Fatal(err)
 	}
 	if err := atomicdir.Write(dir, map[string][]byte{
-		server.CertFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		server.KeyFile:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+		conn.CertFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		conn.KeyFile:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func handshake(addr string, client *tls.Config) (tls.ConnectionState, error) {
 // the harness.
 func tlsServer(t *testing.T, s config.Server, dir string) *harness {
 	t.Helper()
-	tc, err := server.TLSConfig(s, dir, "server.cert_path", logr.Discard())
+	tc, err := conn.TLSConfig(s, dir, "server.cert_path", logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestTLSConnections(t *testing.T) {
 
 func TestTLSConfigErrors(t *testing.T) {
 	dir := t.TempDir()
-	_, err := server.TLSConfig(config.Default().Server, dir, "server.metrics_cert_dir", logr.Discard())
+	_, err := conn.TLSConfig(config.Default().Server, dir, "server.metrics_cert_dir", logr.Discard())
 	if config.KeyOf(err) != "server.metrics_cert_dir" || !strings.Contains(err.Error(), "tls.crt") {
 		t.Fatalf("err = %v, want one naming server.metrics_cert_dir and the files", err)
 	}

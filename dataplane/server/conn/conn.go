@@ -1,4 +1,4 @@
-package server
+package conn
 
 import (
 	"bytes"
@@ -240,10 +240,10 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 	return ctx
 }
 
-// guard serves the requests of a connection the framer vetted: a request with ambiguous framing
+// Guard serves the requests of a connection the framer vetted: a request with ambiguous framing
 // gets a 400 and the connection is closed, and after the framer lost track every answer closes
 // the connection. It also records how the request body ended (see trackedBody).
-func guard(next http.Handler, log logr.Logger) http.Handler {
+func Guard(next http.Handler, log logr.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if hc, ok := r.Context().Value(connKey{}).(*conn); ok { // every request the framer counted
 			hc.handling.Add(1)
@@ -256,7 +256,7 @@ func guard(next http.Handler, log logr.Logger) http.Handler {
 				w.Header().Set("Connection", "close")
 			}
 			if refuse {
-				id, _ := requestID(r.Header.Get("X-Request-Id"))
+				id, _ := RequestID(r.Header.Get("X-Request-Id"))
 				w.Header().Set("X-Request-Id", id)
 				log.V(logging.Verbose).Info("refused a request with ambiguous framing", "request_id", id, "remote", r.RemoteAddr)
 				apierror.Write(w, &apierror.Error{Status: http.StatusBadRequest, Type: apierror.TypeInvalidRequest, Code: "ambiguous_framing",
@@ -291,10 +291,10 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// clientBodyError is the client-facing error of a request body that failed to arrive: 408 when
+// BodyError is the client-facing error of a request body that failed to arrive: 408 when
 // the client did not send it within server.read_timeout, 400 when it broke off; nil when it did
 // not fail.
-func clientBodyError(r *http.Request) *apierror.Error {
+func BodyError(r *http.Request) *apierror.Error {
 	b, ok := r.Body.(*trackedBody)
 	if !ok {
 		return nil

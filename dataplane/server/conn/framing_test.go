@@ -1,4 +1,4 @@
-package server
+package conn
 
 import (
 	"strings"
@@ -82,7 +82,7 @@ func TestFramer(t *testing.T) {
 	for name, tc := range tests {
 		for _, split := range []bool{false, true} {
 			t.Run(name, func(t *testing.T) {
-				f := newFramer(maxHeaderBytes)
+				f := newFramer(MaxHeaderBytes)
 				if split {
 					for i := range len(tc.stream) {
 						f.feed([]byte{tc.stream[i]})

@@ -1,4 +1,4 @@
-package server
+package conn
 
 import (
 	"context"
@@ -11,23 +11,23 @@ import (
 // idleTrimAfter is how long the server must have been idle before it returns memory to the OS.
 const idleTrimAfter = 5 * time.Second
 
-// idleTrim gives back what a burst of load left behind once the server falls idle. Go keeps a
+// IdleTrim gives back what a burst of load left behind once the server falls idle. Go keeps a
 // freed heap (and sync.Pool keeps the buffers of the last burst) until later collections, which
 // an idle process hardly runs, and the scavenger returns pages slowly: without a trim the
 // resident set of a coordinator that served a peak stays near the peak long after it.
-type idleTrim struct {
+type IdleTrim struct {
 	inflight atomic.Int64
 	served   atomic.Uint64
 	// free returns memory to the OS (freeMemory; a test counts the calls).
 	free func()
 }
 
-// begin and end bracket a request.
-func (t *idleTrim) begin() { t.inflight.Add(1); t.served.Add(1) }
-func (t *idleTrim) end()   { t.inflight.Add(-1) }
+// Begin and End bracket a request.
+func (t *IdleTrim) Begin() { t.inflight.Add(1); t.served.Add(1) }
+func (t *IdleTrim) End()   { t.inflight.Add(-1) }
 
-// run calls step every tick until ctx ends.
-func (t *idleTrim) run(ctx context.Context, ticks <-chan time.Time, perTick time.Duration) {
+// Run calls step every tick until ctx ends.
+func (t *IdleTrim) Run(ctx context.Context, ticks <-chan time.Time, perTick time.Duration) {
 	st := t.stepper(perTick)
 	for {
 		select {
@@ -40,14 +40,14 @@ func (t *idleTrim) run(ctx context.Context, ticks <-chan time.Time, perTick time
 }
 
 // stepper starts counting idle ticks of perTick from now.
-func (t *idleTrim) stepper(perTick time.Duration) *trimStep {
+func (t *IdleTrim) stepper(perTick time.Duration) *trimStep {
 	served := t.served.Load()
 	return &trimStep{t: t, need: int(idleTrimAfter / perTick), seen: served, trimmed: served}
 }
 
 // trimStep is the state of run between ticks.
 type trimStep struct {
-	t             *idleTrim
+	t             *IdleTrim
 	need, idle    int
 	seen, trimmed uint64
 }
@@ -76,4 +76,4 @@ func freeMemory() {
 	debug.FreeOSMemory()
 }
 
-func newIdleTrim() *idleTrim { return &idleTrim{free: freeMemory} }
+func NewIdleTrim() *IdleTrim { return &IdleTrim{free: freeMemory} }

@@ -1,4 +1,4 @@
-package server
+package conn
 
 import (
 	"strings"
@@ -10,7 +10,7 @@ import (
 // Fuzz targets of what the server parses from a client; their seed corpora are in
 // testdata/fuzz/<target>/ and run with every go test (make fuzz explores further).
 
-// keptRequestID is the rule requestID implements, written out byte by byte.
+// keptRequestID is the rule RequestID implements, written out byte by byte.
 func keptRequestID(s string) bool {
 	if len(s) == 0 || len(s) > 128 {
 		return false
@@ -32,21 +32,21 @@ func FuzzRequestID(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, client string) {
-		id, replaced := requestID(client)
+		id, replaced := RequestID(client)
 		if !keptRequestID(id) {
-			t.Fatalf("requestID(%q) = %q: not a valid id", client, id)
+			t.Fatalf("RequestID(%q) = %q: not a valid id", client, id)
 		}
 		if keptRequestID(client) {
 			if id != client || replaced {
-				t.Fatalf("requestID(%q) = %q, %v: a valid id must be kept", client, id, replaced)
+				t.Fatalf("RequestID(%q) = %q, %v: a valid id must be kept", client, id, replaced)
 			}
 			return
 		}
 		if u, err := uuid.Parse(id); err != nil || u.Version() != 4 || len(id) != 36 {
-			t.Fatalf("requestID(%q) = %q: not a generated UUIDv4", client, id)
+			t.Fatalf("RequestID(%q) = %q: not a generated UUIDv4", client, id)
 		}
 		if replaced != (client != "") {
-			t.Fatalf("requestID(%q): replaced = %v", client, replaced)
+			t.Fatalf("RequestID(%q): replaced = %v", client, replaced)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package server
+package conn
 
 import (
 	"regexp"
@@ -12,9 +12,9 @@ var validRequestID = regexp.MustCompile(`^[A-Za-z0-9-]{1,128}$`)
 // Request ids are not secrets: draw their randomness in batches rather than per request.
 func init() { uuid.EnableRandPool() }
 
-// requestID keeps a valid client id and otherwise generates a UUIDv4; replaced reports that a
+// RequestID keeps a valid client id and otherwise generates a UUIDv4; replaced reports that a
 // client value was discarded.
-func requestID(client string) (id string, replaced bool) {
+func RequestID(client string) (id string, replaced bool) {
 	if validRequestID.MatchString(client) {
 		return client, false
 	}

@@ -1,4 +1,4 @@
-package server
+package conn
 
 import (
 	"net/http"

@@ -1,4 +1,4 @@
-package server
+package conn
 
 import (
 	"testing"
@@ -9,7 +9,7 @@ import (
 // request in flight or started, never while one runs, and not again while nothing new came.
 func TestIdleTrim(t *testing.T) {
 	frees := 0
-	tr := &idleTrim{free: func() { frees++ }}
+	tr := &IdleTrim{free: func() { frees++ }}
 	st := tr.stepper(time.Second)
 	need := int(idleTrimAfter / time.Second)
 	tick := func(n int) (trims int) {
@@ -23,11 +23,11 @@ func TestIdleTrim(t *testing.T) {
 	if n := tick(2 * need); n != 0 {
 		t.Fatalf("%d trims while idle from the start, with nothing served", n)
 	}
-	tr.begin()
+	tr.Begin()
 	if n := tick(2 * need); n != 0 {
 		t.Fatalf("%d trims while a request is in flight", n)
 	}
-	tr.end()
+	tr.End()
 	if n := tick(need - 1); n != 0 { // the first of these sees the request ended
 		t.Fatalf("%d trims before the server was idle for %s", n, idleTrimAfter)
 	}
@@ -37,8 +37,8 @@ func TestIdleTrim(t *testing.T) {
 	if n := tick(3 * need); n != 0 {
 		t.Fatalf("%d more trims while still idle", n)
 	}
-	tr.begin()
-	tr.end()
+	tr.Begin()
+	tr.End()
 	if n := tick(need + 1); n != 1 { // a new stretch of load: one more
 		t.Fatalf("%d trims after a new stretch of load, want 1", n)
 	}
