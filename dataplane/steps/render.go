@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -196,7 +193,7 @@ func (s *renderStep) checkPlaceholders(rc *request.Context, fromClient bool) err
 // TokensIn validates a tokens-in client body; nothing is sent and the body is not changed.
 func (s *renderStep) TokensIn(rc *request.Context) error {
 	raw, _ := rc.Body.Get("token_ids")
-	ids, err := parseTokenIDs(raw)
+	ids, err := wire.TokenIDs(raw)
 	if err != nil {
 		return apierror.InvalidField("token_ids", "\"token_ids\" %v", err)
 	}
@@ -218,15 +215,15 @@ func (s *renderStep) TokensIn(rc *request.Context) error {
 	rc.SetTokenIDs(ids)
 	rc.Media = nil
 	if rawF, ok := rc.Body.Get("features"); ok && body.KindOf(rawF) != body.KindNull {
-		var f clientFeatures
+		var f wire.Features
 		if err := json.Unmarshal(rawF, &f); err != nil {
 			return apierror.InvalidField("features", "\"features\" must be an object of mm_hashes, mm_placeholders, kwargs_data and mm_metadata: %v", err)
 		}
-		media, err := f.entries()
+		items, err := f.Entries()
 		if err != nil {
 			return apierror.InvalidField("features", "features.%v", err)
 		}
-		rc.Media = media
+		rc.Media = items
 	}
 	return s.checkPlaceholders(rc, true)
 }
@@ -272,7 +269,7 @@ func (s *renderStep) Prompt(ctx context.Context, rc *request.Context) error {
 		if len(items) > 0 && body.KindOf(items[0]) != body.KindNumber {
 			return apierror.InvalidField("prompt", "batched prompts (a list of strings or token lists) are not supported; send one prompt per request")
 		}
-		ids, err := parseTokenIDs(raw)
+		ids, err := wire.TokenIDs(raw)
 		if err != nil {
 			return apierror.InvalidField("prompt", "a token prompt %v", err)
 		}
@@ -284,8 +281,8 @@ func (s *renderStep) Prompt(ctx context.Context, rc *request.Context) error {
 
 // renderAnswer is the chat render service's reply; only token_ids and features are read.
 type renderAnswer struct {
-	TokenIDs []int           `json:"token_ids"`
-	Features *clientFeatures `json:"features"`
+	TokenIDs []int          `json:"token_ids"`
+	Features *wire.Features `json:"features"`
 }
 
 // Conversation renders a conversational request, in process or through the chat render
@@ -321,7 +318,7 @@ func (s *renderStep) Conversation(ctx context.Context, rc *request.Context, msgs
 	rc.SetTokenIDs(answer.TokenIDs)
 	var rendered []request.MediaEntry
 	if answer.Features != nil {
-		if rendered, err = answer.Features.entries(); err != nil {
+		if rendered, err = answer.Features.Entries(); err != nil {
 			return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Err: fmt.Errorf("features.%w", err)}
 		}
 	}
@@ -421,134 +418,6 @@ func alignMedia(items, rendered []request.MediaEntry) error {
 		}
 	}
 	return nil
-}
-
-// clientFeatures is the features object of the tokens-in format (and of a render answer).
-// MMMetadata (vllm-project/vllm#54659) is optional: null or absent when no item has metadata,
-// else an object of per-modality lists parallel to mm_hashes; it is kept raw so that a bad shape
-// gets an error naming it.
-type clientFeatures struct {
-	MMHashes       map[string]json.RawMessage `json:"mm_hashes"`
-	MMPlaceholders map[string]json.RawMessage `json:"mm_placeholders"`
-	KwargsData     map[string]json.RawMessage `json:"kwargs_data"`
-	MMMetadata     json.RawMessage            `json:"mm_metadata"`
-}
-
-// metadata returns mm_metadata by modality (nil when null or absent). Every modality must have
-// mm_hashes; the lengths are checked by entries.
-func (f *clientFeatures) metadata() (map[string]json.RawMessage, error) {
-	switch body.KindOf(f.MMMetadata) {
-	case body.KindNone, body.KindNull:
-		return nil, nil
-	case body.KindObject:
-	default:
-		return nil, errors.New("mm_metadata must be an object of per-modality lists, or null")
-	}
-	var meta map[string]json.RawMessage
-	if err := json.Unmarshal(f.MMMetadata, &meta); err != nil {
-		return nil, fmt.Errorf("mm_metadata must be an object of per-modality lists: %w", err)
-	}
-	for _, m := range slices.Sorted(maps.Keys(meta)) {
-		if _, ok := f.MMHashes[m]; !ok {
-			return nil, fmt.Errorf("mm_metadata.%s names a modality without mm_hashes", m)
-		}
-	}
-	return meta, nil
-}
-
-// entries validates the features and returns one media entry per item, modality by modality.
-// Errors name the offending path below features.
-func (f *clientFeatures) entries() ([]request.MediaEntry, error) {
-	meta, err := f.metadata()
-	if err != nil {
-		return nil, err
-	}
-	mods := make([]string, 0, len(f.MMHashes))
-	for m := range f.MMHashes {
-		mods = append(mods, m)
-	}
-	sort.Strings(mods)
-	var out []request.MediaEntry
-	for _, m := range mods {
-		var hashes []json.RawMessage
-		if err := json.Unmarshal(f.MMHashes[m], &hashes); err != nil && body.KindOf(f.MMHashes[m]) != body.KindNull {
-			return nil, fmt.Errorf("mm_hashes.%s must be an array", m)
-		}
-		var metas []json.RawMessage
-		if raw, ok := meta[m]; ok && body.KindOf(raw) != body.KindNull {
-			if err := json.Unmarshal(raw, &metas); err != nil || len(metas) != len(hashes) {
-				return nil, fmt.Errorf("mm_metadata.%s must be an array with one item per hash (%d)", m, len(hashes))
-			}
-		}
-		if len(hashes) == 0 {
-			continue
-		}
-		var phs []json.RawMessage
-		if err := json.Unmarshal(f.MMPlaceholders[m], &phs); err != nil || len(phs) != len(hashes) {
-			return nil, fmt.Errorf("mm_placeholders.%s must be an array with one placeholder per hash (%d)", m, len(hashes))
-		}
-		var kwargs []json.RawMessage
-		if raw, ok := f.KwargsData[m]; ok && body.KindOf(raw) != body.KindNull {
-			if err := json.Unmarshal(raw, &kwargs); err != nil || len(kwargs) != len(hashes) {
-				return nil, fmt.Errorf("kwargs_data.%s must be an array with one item per hash (%d)", m, len(hashes))
-			}
-		}
-		for i, rawHash := range hashes {
-			var h string
-			if err := json.Unmarshal(rawHash, &h); err != nil || h == "" {
-				return nil, fmt.Errorf("mm_hashes.%s[%d] must be a non-empty string", m, i)
-			}
-			var ph struct {
-				Offset json.Number `json:"offset"`
-				Length json.Number `json:"length"`
-			}
-			if err := json.Unmarshal(phs[i], &ph); err != nil {
-				return nil, fmt.Errorf("mm_placeholders.%s[%d] must be {offset, length}", m, i)
-			}
-			off, err1 := body.ParseInt([]byte(ph.Offset))
-			length, err2 := body.ParseInt([]byte(ph.Length))
-			if err1 != nil || err2 != nil || off < 0 || length < 0 {
-				return nil, fmt.Errorf("mm_placeholders.%s[%d] offset and length must be non-negative integers", m, i)
-			}
-			e := request.MediaEntry{Message: -1, Part: -1, Kind: media.KindOf(m), Hash: h, Placeholder: request.Placeholder{Offset: int(off), Length: int(length)}}
-			if kwargs != nil {
-				if k := body.KindOf(kwargs[i]); k != body.KindString && k != body.KindNull {
-					return nil, fmt.Errorf("kwargs_data.%s[%d] must be a string or null", m, i)
-				}
-				if body.KindOf(kwargs[i]) == body.KindString {
-					e.Kwargs = kwargs[i]
-				}
-			}
-			if metas != nil {
-				switch body.KindOf(metas[i]) {
-				case body.KindString:
-					e.Metadata = metas[i]
-				case body.KindNull:
-				default:
-					return nil, fmt.Errorf("mm_metadata.%s[%d] must be a string or null", m, i)
-				}
-			}
-			out = append(out, e)
-		}
-	}
-	return out, nil
-}
-
-// parseTokenIDs decodes an array of non-negative integer token ids.
-func parseTokenIDs(raw json.RawMessage) ([]int, error) {
-	items, err := body.Array(raw)
-	if err != nil {
-		return nil, errors.New("must be an array of token ids")
-	}
-	ids := make([]int, len(items))
-	for i, it := range items {
-		n, err := body.ParseInt(it)
-		if err != nil || n < 0 || n > 1<<31 {
-			return nil, fmt.Errorf("must hold non-negative integers (item %d is %s)", i, it)
-		}
-		ids[i] = int(n)
-	}
-	return ids, nil
 }
 
 // call sends obj to the render service under gateway.retry and returns the answer.
