@@ -610,12 +610,18 @@ func Elements(data []byte) iter.Seq[[]byte] {
 	}
 }
 
-// AppendQuote appends s as a JSON string to dst: quotes, backslashes and control characters
-// escaped, U+2028 and U+2029 escaped (as encoding/json does, for JavaScript), invalid UTF-8 as
-// U+FFFD; other characters, <, > and & included, as they are.
+// AppendQuote appends s as a JSON string to dst (AppendEscaped between quotes).
 func AppendQuote(dst []byte, s string) []byte {
-	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
+	dst = AppendEscaped(dst, unsafe.Slice(unsafe.StringData(s), len(s))) // read only
+	return append(dst, '"')
+}
+
+// AppendEscaped appends s escaped as the inside of a JSON string: quotes, backslashes and control
+// characters escaped, U+2028 and U+2029 escaped (as encoding/json does, for JavaScript), invalid
+// UTF-8 as U+FFFD; other characters, <, > and & included, as they are.
+func AppendEscaped(dst, s []byte) []byte {
+	const hex = "0123456789abcdef"
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
@@ -644,7 +650,7 @@ func AppendQuote(dst []byte, s string) []byte {
 			start = i
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
+		r, size := utf8.DecodeRune(s[i:])
 		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
 			dst = append(dst, s[start:i]...)
 			if r == utf8.RuneError {
@@ -656,8 +662,7 @@ func AppendQuote(dst []byte, s string) []byte {
 		}
 		i += size
 	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return append(dst, s[start:]...)
 }
 
 // AppendString appends the text of raw, a validated JSON string (quotes included), to dst,

@@ -89,21 +89,29 @@ func (v *validator) object(depth int) bool {
 		if !v.value(depth) {
 			return false
 		}
-		v.space()
-		if v.pos >= len(v.data) {
-			return false
-		}
-		switch v.data[v.pos] {
-		case ',':
-			v.pos++
-			v.space()
-		case '}':
-			v.pos++
-			return true
-		default:
-			return false
+		if more, ok := v.after('}'); !more {
+			return ok
 		}
 	}
+}
+
+// after reads what follows a container's member or element: a comma (more follow) or the
+// container's close (ok, no more); anything else is invalid.
+func (v *validator) after(closing byte) (more, ok bool) {
+	v.space()
+	if v.pos >= len(v.data) {
+		return false, false
+	}
+	switch v.data[v.pos] {
+	case ',':
+		v.pos++
+		v.space()
+		return true, true
+	case closing:
+		v.pos++
+		return false, true
+	}
+	return false, false
 }
 
 func (v *validator) array(depth int) bool {
@@ -120,19 +128,8 @@ func (v *validator) array(depth int) bool {
 		if !v.value(depth) {
 			return false
 		}
-		v.space()
-		if v.pos >= len(v.data) {
-			return false
-		}
-		switch v.data[v.pos] {
-		case ',':
-			v.pos++
-			v.space()
-		case ']':
-			v.pos++
-			return true
-		default:
-			return false
+		if more, ok := v.after(']'); !more {
+			return ok
 		}
 	}
 }

@@ -1008,39 +1008,10 @@ func (s *segments) quote(v []byte) {
 
 // quoteInner appends v escaped as the inside of a JSON string.
 func (s *segments) quoteInner(v []byte) {
-	s.glue = appendEscaped(s.glue, v)
+	s.glue = body.AppendEscaped(s.glue, v)
 }
 
 func (s *segments) done() [][]byte {
 	s.cut()
 	return s.out
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendEscaped appends v escaped as the inside of a JSON string (v is valid UTF-8: it comes from
-// validated JSON).
-func appendEscaped(dst, v []byte) []byte {
-	start := 0
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue
-		}
-		dst = append(dst, v[start:i]...)
-		switch c {
-		case '"', '\\':
-			dst = append(dst, '\\', c)
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-		start = i + 1
-	}
-	return append(dst, v[start:]...)
 }
