@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 // RenderedMedia is one media item (an image, audio or a video) found while rendering chat
@@ -54,7 +52,7 @@ func RenderChat(messages json.RawMessage) (*ChatRendering, error) {
 	if absent(messages) {
 		return nil, errNoMessages
 	}
-	if !body.Valid(messages) {
+	if !validJSON(messages) {
 		var v any
 		return nil, fmt.Errorf("messages must be an array of messages: %w", json.Unmarshal(messages, &v))
 	}
@@ -134,7 +132,7 @@ func (r *renderer) render(messages []byte) error {
 // decodeMessages decodes every message of a validated array (a null message
 // is an empty one).
 func decodeMessages(raw []byte) ([]chatMessage, error) {
-	items, err := body.Array(raw)
+	items, err := splitArray(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +185,7 @@ func (r *renderer) content(raw []byte) ([]string, error) {
 // decodeParts decodes every part of a validated array content (a null part
 // is an empty one).
 func decodeParts(raw []byte) ([]contentPart, error) {
-	items, err := body.Array(raw)
+	items, err := splitArray(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -262,8 +260,8 @@ func partURL(raw []byte, typ string) (string, error) {
 	switch {
 	case absent(raw):
 	case raw[0] == '{':
-		var o *body.Object
-		if o, err = body.ParseNested(raw); err == nil {
+		var o *object
+		if o, err = splitObject(raw); err == nil {
 			url, err = jsonString(member(o, "url"), "url")
 		}
 	case raw[0] == '"':
@@ -281,8 +279,8 @@ func partAudioData(raw []byte) (string, error) {
 	var data string
 	var err error
 	if !absent(raw) && raw[0] == '{' {
-		var o *body.Object
-		if o, err = body.ParseNested(raw); err == nil {
+		var o *object
+		if o, err = splitObject(raw); err == nil {
 			data, err = jsonString(member(o, "data"), "data")
 		}
 	}

@@ -3,16 +3,14 @@ package simworker
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"unsafe"
-
-	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
-// A request body is validated and split into members once (parseObject).
+// A request body is validated and split into members once (parseObject, with the worker's own
+// reading of JSON: jsonscan.go).
 // The helpers below then read typed values straight from the raw, already
 // validated bytes, with the rules encoding/json applies to the Go types the
 // worker used to unmarshal into: null (like an absent member) leaves the zero
@@ -24,18 +22,15 @@ import (
 // parseObject validates data and splits the top-level object into members.
 // A body that is JSON null decodes as an empty object, as encoding/json does
 // for a struct.
-func parseObject(data []byte) (*body.Object, error) {
-	o, err := body.Parse(data)
+func parseObject(data []byte) (*object, error) {
 	switch {
-	case err == nil:
-		return o, nil
-	case errors.Is(err, body.ErrInvalidJSON):
+	case !validJSON(data):
 		var v struct{}
 		return nil, json.Unmarshal(data, &v) // encoding/json's wording of the syntax error
 	case string(bytes.TrimSpace(data)) == "null":
-		return &body.Object{}, nil
+		return &object{}, nil
 	}
-	return nil, err
+	return splitObject(data)
 }
 
 // absent reports whether a raw value is missing or null.
@@ -46,7 +41,7 @@ func absent(raw []byte) bool {
 // member returns the raw value of the member of o that encoding/json would
 // decode into a field named name: the last one whose key is name, or equal
 // to it under case folding. It returns nil when there is none.
-func member(o *body.Object, name string) []byte {
+func member(o *object, name string) []byte {
 	var v []byte
 	for _, f := range o.Fields() {
 		if strings.EqualFold(f.Key, name) {
@@ -59,13 +54,13 @@ func member(o *body.Object, name string) []byte {
 // fields reads the members of one JSON object as typed values. The first
 // type error is kept in *err; reads after it return zero values.
 type fields struct {
-	obj  *body.Object // nil when the object is absent: so is every member
-	path string       // of the object, for error messages ("" at the top level)
+	obj  *object // nil when the object is absent: so is every member
+	path string  // of the object, for error messages ("" at the top level)
 	err  *error
 }
 
 // topFields returns the fields of a top-level object, keeping errors in err.
-func topFields(o *body.Object, err *error) fields {
+func topFields(o *object, err *error) fields {
 	return fields{obj: o, err: err}
 }
 
@@ -147,14 +142,14 @@ func (f fields) object(name string) fields {
 
 // nestedObject parses raw, a validated object value, or returns nil when it
 // is absent.
-func nestedObject(raw []byte, path string) (*body.Object, error) {
+func nestedObject(raw []byte, path string) (*object, error) {
 	if absent(raw) {
 		return nil, nil
 	}
 	if raw[0] != '{' {
 		return nil, fmt.Errorf("%s must be an object", path)
 	}
-	return body.ParseNested(raw)
+	return splitObject(raw)
 }
 
 // nestedArray splits raw, a validated array value, into its raw elements, or
@@ -166,7 +161,7 @@ func nestedArray(raw []byte, path string) ([]json.RawMessage, error) {
 	if raw[0] != '[' {
 		return nil, fmt.Errorf("%s must be an array", path)
 	}
-	return body.Array(raw)
+	return splitArray(raw)
 }
 
 // jsonString decodes a validated string value ("" when it is absent).

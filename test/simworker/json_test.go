@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 func TestParseObject(t *testing.T) {
@@ -127,7 +125,7 @@ func TestFieldsMatchEncodingJSON(t *testing.T) {
 }
 
 func TestFieldsKeepFirstError(t *testing.T) {
-	o, err := body.Parse([]byte(`{"a":1,"b":"x","c":{"d":true}}`))
+	o, err := parseJSON([]byte(`{"a":1,"b":"x","c":{"d":true}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

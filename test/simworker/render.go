@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"net/http"
 	"strconv"
-
-	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 // RenderFeatures is the multimodal part of a render answer (vLLM
@@ -113,7 +111,7 @@ func (w *Worker) renderFields(rw http.ResponseWriter, r *http.Request) (fields, 
 
 // samplingParams builds render sampling_params from the request members:
 // max_tokens from the first present of maxFields, plus samplingFields.
-func samplingParams(o *body.Object, maxFields ...string) map[string]any {
+func samplingParams(o *object, maxFields ...string) map[string]any {
 	out := map[string]any{}
 	for _, f := range maxFields {
 		if raw, ok := o.Get(f); ok && !isNull(raw) {
