@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The operator (manager) image: `make docker-build IMG=...` (multi-arch: `make docker-buildx`).
 # A static binary (CGO_ENABLED=0, -trimpath, version in -ldflags) on distroless/static, run as the
-# nonroot user. test/images builds the binary with this file's `go build` line and checks it.
+# nonroot user. test/packaging/images builds the binary with this file's `go build` line and checks it.
 
 ARG GO_VERSION=1.26
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS builder

@@ -7,8 +7,10 @@ GOFLAGS_BUILD ?= -trimpath
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   ?= -s -w -X main.version=$(VERSION) -X main.commit=$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
-# Packages whose tests run with the race detector (fast to build); the rest run without it.
-RACE_PKGS  = ./dataplane/... ./cmd/coordinator/... ./test/simworker/... ./test/gateway/... ./test/mediaserver/... ./test/stack/... ./test/integration/... ./test/asyncworker/...
+# The one package list: UNIT_PKGS are the data plane and its binary (`make unit`); RACE_PKGS run
+# with the race detector in `make test` (fast to build); every other package runs without it.
+UNIT_PKGS  = ./dataplane/... ./cmd/coordinator/...
+RACE_PKGS  = $(UNIT_PKGS) ./test/doubles/... ./test/harness/stack/... ./test/suites/integration/...
 
 .PHONY: all
 all: build
@@ -17,7 +19,7 @@ all: build
 
 .PHONY: build
 build: ## Build every binary into ./bin.
-	$(GO) build $(GOFLAGS_BUILD) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/... ./test/simworker/cmd/simworker ./test/gateway/cmd/gateway ./test/asyncworker/cmd/asyncworker
+	$(GO) build $(GOFLAGS_BUILD) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/... ./test/doubles/simworker/cmd/simworker ./test/doubles/gateway/cmd/gateway ./test/doubles/asyncworker/cmd/asyncworker
 
 ##@ Development
 
@@ -119,7 +121,7 @@ helm-chart: ## Regenerate the Helm chart's CRD, RBAC and monitoring files (chart
 
 .PHONY: helm-lint
 helm-lint: ## Lint and template the Helm chart (helm SDK; no helm binary needed).
-	$(GO) test -count=1 ./test/chart/...
+	$(GO) test -count=1 ./test/packaging/chart/...
 
 .PHONY: bundle
 bundle: ## Generate the OLM bundle (bundle/, bundle.Dockerfile) for OPERATOR_VERSION, IMG and COORDINATOR_IMG.
@@ -128,7 +130,7 @@ bundle: ## Generate the OLM bundle (bundle/, bundle.Dockerfile) for OPERATOR_VER
 
 .PHONY: bundle-validate
 bundle-validate: ## Validate the bundle like `operator-sdk bundle validate --select-optional suite=operatorframework` (operator-framework/api).
-	$(GO) test -count=1 ./test/bundle/...
+	$(GO) test -count=1 ./test/packaging/bundle/...
 
 .PHONY: bundle-build
 bundle-build: ## Build the bundle image (BUNDLE_IMG).
@@ -162,17 +164,21 @@ envtest-assets: ## Build kube-apiserver, etcd and kubectl for envtest (cached ou
 .PHONY: test
 test: verify-generated lint envtest-assets ## Run every test (what CI runs).
 	@# The in-process renderer's reference (transformers.js and the Qwen3 and Llama 3.1 tokenizer
-	@# packages, pinned by test/renderref/package-lock.json): test/renderref compares against it, and
+	@# packages, pinned by test/suites/renderref/package-lock.json): test/suites/renderref compares against it, and
 	@# dataplane/render/tokenizer's goldens and benchmarks use its tokenizer files.
 	hack/renderref.sh >/dev/null
 	@# -bench . -benchtime 1x: every benchmark runs once as a test, so none rots.
 	$(GO) test -race -count=1 -bench . -benchtime 1x $(RACE_PKGS)
-	@# The rest, envtest-backed (controllers, test/chart, test/installer) and packaging (test/bundle,
-	@# test/images: builds both binaries as the Dockerfiles do, minutes on a cold cache).
-	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 -bench . -benchtime 1x -timeout 20m $$($(GO) list ./... | grep -v -e /dataplane/ -e /cmd/coordinator -e /test/simworker -e /test/gateway -e /test/mediaserver -e /test/stack -e /test/integration -e /test/asyncworker)
-	@# test/monitoring, a module of its own (keeps Prometheus's PromQL parser out of go.mod): the
+	@# The rest, envtest-backed (controllers, test/packaging/chart, test/packaging/installer) and packaging (test/packaging/bundle,
+	@# test/packaging/images: builds both binaries as the Dockerfiles do, minutes on a cold cache).
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 -bench . -benchtime 1x -timeout 20m $$($(GO) list ./... | grep -vxF "$$($(GO) list $(RACE_PKGS))")
+	@# test/packaging/monitoring, a module of its own (keeps Prometheus's PromQL parser out of go.mod): the
 	@# shipped alerts and dashboard parse and query only what the binaries export.
-	assets="$$(hack/setup-envtest-assets.sh)" && cd test/monitoring && KUBEBUILDER_ASSETS="$$assets" $(GO) test -count=1 -timeout 10m ./...
+	assets="$$(hack/setup-envtest-assets.sh)" && cd test/packaging/monitoring && KUBEBUILDER_ASSETS="$$assets" $(GO) test -count=1 -timeout 10m ./...
+
+.PHONY: unit
+unit: ## The data plane's and its binary's tests with the race detector: no lint, envtest or node (tests that need what is missing skip, outside CI).
+	$(GO) test -race -count=1 $(UNIT_PKGS)
 
 # make bench BENCH_ARGS='--duration 4s --targets direct,raw-proxy,decode-only' (flags: docs/benchmarks.md)
 BENCH_OUT  ?= $(BIN)/bench/$(shell date +%Y%m%d-%H%M%S)
@@ -181,7 +187,7 @@ BENCH_ARGS ?=
 .PHONY: bench
 bench: ## Benchmarks (docs/benchmarks.md): builds the binaries, runs the Go micro-benchmarks of the request path, then the multi-process load harness; not part of `make test`.
 	hack/renderref.sh >/dev/null
-	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./test/bench/cmd/benchharness
+	$(GO) build $(GOFLAGS_BUILD) -o $(BIN)/ ./test/harness/bench/cmd/benchharness
 	$(BIN)/benchharness --out $(BENCH_OUT) $(BENCH_ARGS)
 
 # make fuzz FUZZTIME=2m FUZZ_PKGS=./dataplane/state/body: every native fuzz target (func FuzzX in a

@@ -14,7 +14,7 @@ import (
 
 // The operator's own metrics, served with controller-runtime's (controller_runtime_reconcile_*,
 // workqueue_*, rest_client_*) on the manager's metrics endpoint. The dashboard and alerts shipped
-// in config/grafana, config/prometheus and the chart query them (test/monitoring checks that
+// in config/grafana, config/prometheus and the chart query them (test/packaging/monitoring checks that
 // every series they use is exported).
 var (
 	// reconcileOutcomes counts every reconcile by the conditions it left on the

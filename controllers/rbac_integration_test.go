@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
-	"github.com/epd-dev/coordinator/test/prereq"
+	"github.com/epd-dev/coordinator/test/harness/prereq"
 )
 
 // With --watch-namespace the manager needs nothing cluster-wide: running as a user whose only

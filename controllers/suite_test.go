@@ -32,7 +32,7 @@ import (
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
-	"github.com/epd-dev/coordinator/test/prereq"
+	"github.com/epd-dev/coordinator/test/harness/prereq"
 )
 
 // The envtest suite: one kube-apiserver + etcd (from KUBEBUILDER_ASSETS) with our CRDs, the GAIE

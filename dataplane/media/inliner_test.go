@@ -24,7 +24,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
-	"github.com/epd-dev/coordinator/test/mediaserver"
+	"github.com/epd-dev/coordinator/test/doubles/mediaserver"
 )
 
 // startMedia starts the media host double, closed at the end of the test.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
-	"github.com/epd-dev/coordinator/test/mediaserver"
+	"github.com/epd-dev/coordinator/test/doubles/mediaserver"
 )
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

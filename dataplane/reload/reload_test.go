@@ -20,7 +20,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/reload"
 	"github.com/epd-dev/coordinator/dataplane/render"
 	_ "github.com/epd-dev/coordinator/dataplane/steps"
-	"github.com/epd-dev/coordinator/test/atomicdir"
+	"github.com/epd-dev/coordinator/test/harness/atomicdir"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

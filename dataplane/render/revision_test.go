@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epd-dev/coordinator/test/atomicdir"
+	"github.com/epd-dev/coordinator/test/harness/atomicdir"
 )
 
 // TestRevision: the fingerprint depends on names and contents only, and where one ends and the

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
-	"github.com/epd-dev/coordinator/test/prereq"
+	"github.com/epd-dev/coordinator/test/harness/prereq"
 )
 
 // TestAmbiguousFraming: a request with Content-Length and Transfer-Encoding (or Transfer-Encoding

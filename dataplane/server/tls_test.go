@@ -22,7 +22,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/server/conn"
-	"github.com/epd-dev/coordinator/test/atomicdir"
+	"github.com/epd-dev/coordinator/test/harness/atomicdir"
 )
 
 // writeCertDir writes a self-signed certificate for 127.0.0.1 named cn into dir as tls.crt and

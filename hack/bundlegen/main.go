@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/epd-dev/coordinator/hack/packaging"
+	"github.com/epd-dev/coordinator/internal/packaging"
 )
 
 func main() {

@@ -32,9 +32,9 @@ import (
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
-	"github.com/epd-dev/coordinator/test/cluster"
-	"github.com/epd-dev/coordinator/test/mediaserver"
-	"github.com/epd-dev/coordinator/test/stack"
+	"github.com/epd-dev/coordinator/test/harness/cluster"
+	"github.com/epd-dev/coordinator/test/doubles/mediaserver"
+	"github.com/epd-dev/coordinator/test/harness/stack"
 )
 
 const namespace = "default"

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epd-dev/coordinator/test/atomicdir"
+	"github.com/epd-dev/coordinator/test/harness/atomicdir"
 )
 
 // TestValue: a value is loaded on first use, kept while its files are unchanged, loaded again

@@ -1,7 +1,7 @@
 // Package redisbroker is the Redis runtime of the async-broker step (package broker's Broker):
 // the request queue and its Lua scripts, the passthrough quota, the keyspace-notification
 // listener that wakes waiters, the result mailbox, the answers of GET/DELETE /v1/requests/{id},
-// and the wire format shared with the consumer (llm-d-async, or test/asyncworker).
+// and the wire format shared with the consumer (llm-d-async, or test/doubles/asyncworker).
 //
 // The coordinator hands Runtime to the pipelines it builds (builder.Shared.Broker); the
 // operator, which only validates pipelines, does not, and so links no Redis client.

@@ -24,7 +24,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
-	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
+	"github.com/epd-dev/coordinator/test/doubles/asyncworker/redistest"
 )
 
 func TestMain(m *testing.M) {

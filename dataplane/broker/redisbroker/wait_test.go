@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/epd-dev/coordinator/dataplane/broker"
-	"github.com/epd-dev/coordinator/test/asyncworker/redistest"
+	"github.com/epd-dev/coordinator/test/doubles/asyncworker/redistest"
 )
 
 const completion = `{"id":"chatcmpl-9","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`

@@ -1,7 +1,7 @@
 // Package chattemplate renders a model's chat template exactly as Hugging Face transformers'
 // apply_chat_template does (Jinja2 with trim_blocks and lstrip_blocks, HF's tojson,
 // raise_exception and strftime_now), so that the coordinator can tokenize chat requests in
-// process. test/renderref checks it, with dataplane/render/tokenizer, against transformers.js on a
+// process. test/suites/renderref checks it, with dataplane/render/tokenizer, against transformers.js on a
 // corpus; Load fails on any template construct the engine cannot run (see probe.go).
 //
 // # Engine

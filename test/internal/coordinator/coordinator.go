@@ -1,5 +1,5 @@
 // Package coordinator runs the real coordinator binary for the suites that test it as a process
-// (test/hostile, test/faults): it builds the binary once (or takes another build from an
+// (test/suites/hostile, test/suites/faults): it builds the binary once (or takes another build from an
 // environment variable), starts it on free loopback ports with a configuration document, waits
 // until it is ready, and kills it when the test ends, failing the test if its log shows a panic.
 package coordinator
