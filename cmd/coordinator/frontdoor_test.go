@@ -26,8 +26,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epd-dev/coordinator/test/harness/atomicdir"
 	"github.com/epd-dev/coordinator/test/doubles/simworker"
+	"github.com/epd-dev/coordinator/test/harness/atomicdir"
 )
 
 // syncBuffer collects a process's output while tests read it.

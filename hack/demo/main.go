@@ -32,8 +32,8 @@ import (
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
-	"github.com/epd-dev/coordinator/test/harness/cluster"
 	"github.com/epd-dev/coordinator/test/doubles/mediaserver"
+	"github.com/epd-dev/coordinator/test/harness/cluster"
 	"github.com/epd-dev/coordinator/test/harness/stack"
 )
 

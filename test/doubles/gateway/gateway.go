@@ -119,8 +119,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/epd-dev/coordinator/test/internal/loopback"
 	"github.com/epd-dev/coordinator/test/doubles/simworker"
+	"github.com/epd-dev/coordinator/test/internal/loopback"
 )
 
 // Request headers that select the pool, in order of precedence.

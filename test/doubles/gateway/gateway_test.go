@@ -18,8 +18,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/epd-dev/coordinator/test/internal/loopback"
 	"github.com/epd-dev/coordinator/test/doubles/simworker"
+	"github.com/epd-dev/coordinator/test/internal/loopback"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -22,10 +22,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
-	"github.com/epd-dev/coordinator/test/harness/cluster"
-	"github.com/epd-dev/coordinator/test/internal/loopback"
 	"github.com/epd-dev/coordinator/test/doubles/simworker"
+	"github.com/epd-dev/coordinator/test/harness/cluster"
 	"github.com/epd-dev/coordinator/test/harness/stack"
+	"github.com/epd-dev/coordinator/test/internal/loopback"
 )
 
 // targetLabels are added by the scrape (PodMonitor, ServiceMonitor), not by the binaries: the

@@ -37,9 +37,9 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/test/doubles/gateway"
+	"github.com/epd-dev/coordinator/test/doubles/simworker"
 	coordinatorproc "github.com/epd-dev/coordinator/test/internal/coordinator"
 	"github.com/epd-dev/coordinator/test/internal/loopback"
-	"github.com/epd-dev/coordinator/test/doubles/simworker"
 )
 
 var coordinatorBin, simworkerBin string

@@ -31,9 +31,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/epd-dev/coordinator/test/harness/stack"
 	coordinatorproc "github.com/epd-dev/coordinator/test/internal/coordinator"
 	"github.com/epd-dev/coordinator/test/internal/loopback"
-	"github.com/epd-dev/coordinator/test/harness/stack"
 )
 
 var binary string

@@ -21,9 +21,9 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/test/doubles/gateway"
-	"github.com/epd-dev/coordinator/test/internal/loopback"
 	"github.com/epd-dev/coordinator/test/doubles/simworker"
 	"github.com/epd-dev/coordinator/test/harness/stack"
+	"github.com/epd-dev/coordinator/test/internal/loopback"
 )
 
 func TestMain(m *testing.M) {

@@ -14,8 +14,8 @@ package main
 import (
 	"io"
 
-	"github.com/epd-dev/coordinator/test/internal/command"
 	"github.com/epd-dev/coordinator/test/doubles/simworker"
+	"github.com/epd-dev/coordinator/test/internal/command"
 )
 
 // run serves the worker its arguments configure until its context is done.

@@ -10,9 +10,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/epd-dev/coordinator/test/doubles/simworker"
 	"github.com/epd-dev/coordinator/test/internal/command"
 	"github.com/epd-dev/coordinator/test/internal/loopback"
-	"github.com/epd-dev/coordinator/test/doubles/simworker"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
