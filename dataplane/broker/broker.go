@@ -46,7 +46,8 @@ type Broker interface {
 	// ClassReserved, or ClassOverflow when they are all taken.
 	Classify(ctx context.Context, log logr.Logger, tenant string) string
 	// Queue stores the request (mode ModeEnqueue or ModeWait) in the tenant's route queue with
-	// the given time budget and answers it (202, or the result once it arrives).
+	// the given time budget and answers it (202, or the result once it arrives): nil once the
+	// answer is written.
 	Queue(ctx context.Context, rc *request.Context, tenant, mode string, timeout time.Duration) error
 	// ServeResult answers GET /v1/requests/{id} for a valid id and tenant.
 	ServeResult(w http.ResponseWriter, r *http.Request, tenant, id string)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/base/params"
 )
 
 // Param names and defaults (docs/async-broker.md documents each).

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
+	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/test/doubles/mediaserver"
 )
 

@@ -125,7 +125,7 @@ func (a Answerer) stream(ctx context.Context, rc *request.Context, t Target, res
 		a.Metrics.StreamResume(observe.ResumeResumed)
 		rc.Log.V(logging.Warn).Info("resuming the decode stream on another decode pick", "resume", resumes+1)
 		trace.SpanFromContext(ctx).AddEvent("resume", trace.WithAttributes(attribute.Int("resume", resumes+1)))
-		next, serr := a.Resend(ctx, rc, cont) //nolint:bodyclose // ErrorOf or the stream's Relay closes it
+		next, serr := a.Resend(ctx, rc, cont)
 		if serr != nil {
 			a.Metrics.StreamResume(observe.ResumeFailed)
 			return a.fail(rc, st, "no decode worker could continue it", serr)

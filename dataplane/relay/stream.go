@@ -110,7 +110,7 @@ func (s *Stream) Relay(resp *http.Response) error {
 			continue
 		case s.done:
 			return nil
-		case rerr == io.EOF:
+		case errors.Is(rerr, io.EOF):
 			rerr = io.ErrUnexpectedEOF // the worker closed the stream without [DONE]
 		}
 		s.in.Reset() // the dead worker's partial event is never sent

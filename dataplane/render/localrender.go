@@ -1,4 +1,4 @@
-// Package localrender tokenizes requests in process: a model directory's Hugging Face tokenizer
+// Package render tokenizes requests in process: a model directory's Hugging Face tokenizer
 // (dataplane/render/tokenizer) and chat template (dataplane/render/chattemplate), with the conversion vLLM
 // applies to OpenAI chat messages before it renders them. A directory is loaded once and shared,
 // across pipelines and reloads, for as long as its files are unchanged; encoded text between

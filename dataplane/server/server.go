@@ -1,8 +1,9 @@
-// Package server is the coordinator's HTTP front: an echo app with the inference routes, health
-// and readiness, a passthrough of other /v1 paths to the gateway, request ids, body limits, panic
-// recovery, access logging and the mapping of pipeline errors to OpenAI-style JSON; the admin
-// listener (/metrics, /debug/pipeline); and what both listeners do below the handlers: TLS,
-// request framing checks, lingering close, and JSON for the errors net/http writes itself.
+// Package server is the coordinator's API edge: an echo app with the routes of every client API
+// (wire.Client: each request parsed once into the format the pipeline runs), health and
+// readiness, a passthrough of other /v1 paths to the gateway, body limits, panic recovery, the
+// outcome of each request settled once and reported (error body in the API's shape, metrics,
+// span, logs), and the admin listener (/metrics, /debug/pipeline). What the listeners do below the
+// handlers is package conn's.
 package server
 
 import (

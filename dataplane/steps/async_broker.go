@@ -11,10 +11,10 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
+	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/dataplane/broker"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 )
@@ -113,7 +113,10 @@ func (s *asyncBroker) Execute(ctx context.Context, rc *request.Context) error {
 	if s.broker == nil {
 		return notLinked()
 	}
-	return s.broker.Queue(ctx, rc, tenant, mode, timeout)
+	if err := s.broker.Queue(ctx, rc, tenant, mode, timeout); err != nil {
+		return err
+	}
+	return pipeline.ErrDone // the broker answered
 }
 
 // passthrough labels the request for the scheduler and lets the pipeline continue: the client's

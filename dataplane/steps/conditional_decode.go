@@ -8,9 +8,9 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
+	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/relay"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
@@ -38,7 +38,7 @@ func newConditionalDecode(deps builder.Deps, p *params.Params) (pipeline.Step, e
 	deps.RequireGateway(p, ConditionalDecodeStep)
 	// Accepted for compatibility with upstream configs; the leg always keeps the client's format.
 	p.Bool(paramUseOpenAIFormat, true)
-	return &conditionalDecode{gw: deps.Gateway, metrics: deps.Telemetry.Metrics, ans: newAnswerer(deps, p, resendDecode(deps.Gateway)),
+	return &conditionalDecode{gw: deps.Gateway, metrics: deps.Telemetry.Metrics, ans: newAnswerer(deps, p, resendDecode(deps.Gateway)), //nolint:bodyclose // the resend's answer is relayed and closed by the stream
 		hints: p.Bool("hints", false)}, nil
 }
 

@@ -8,10 +8,10 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
+	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/relay"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
@@ -47,7 +47,7 @@ type decode struct {
 func newDecode(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, DecodeStep)
 	c := kvConnector(deps, p)
-	return &decode{gw: deps.Gateway, kv: c, dp: dataParallel(p, c), ans: newAnswerer(deps, p, resendDecode(deps.Gateway)),
+	return &decode{gw: deps.Gateway, kv: c, dp: dataParallel(p, c), ans: newAnswerer(deps, p, resendDecode(deps.Gateway)), //nolint:bodyclose // the resend's answer is relayed and closed by the stream
 		force: newFolder(p, deps)}, nil
 }
 

@@ -9,10 +9,10 @@ import (
 	"net/http"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/relay"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"

@@ -67,7 +67,7 @@ func (r responses) Encoder(rc *request.Context) (string, func(int) (*body.Object
 }
 
 func (responses) Continue(*body.Object, json.RawMessage) (*body.Object, error) {
-	return nil, errors.New("Responses API streams are not continued")
+	return nil, errors.New("the Responses API's streams are not continued")
 }
 
 func (responses) AskUsage(*request.Context) {} // the response's own usage is in its terminal event

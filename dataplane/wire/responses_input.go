@@ -1,9 +1,10 @@
+package wire
+
 // The Responses API's request side, as the coordinator serves it: stateless. checkResponses
 // refuses what a stateless proxy cannot honour (a stored conversation, a background run, a stored
 // answer, server-side tools) and stateless makes every leg stateless (store: false);
 // responsesChat is the request's prompt as the chat messages vLLM builds from it (instructions
 // first, message items, function calls and their outputs), the body render tokenizes.
-package wire
 
 import (
 	"bytes"

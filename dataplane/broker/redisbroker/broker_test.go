@@ -9,9 +9,9 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/dataplane/broker"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 )
 
 // The factory must not touch the network: the operator builds pipelines to validate them, and

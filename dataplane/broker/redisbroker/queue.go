@@ -15,7 +15,6 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/broker"
-	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
@@ -272,7 +271,7 @@ func (b *Broker) deliver(rc *request.Context, raw string) error {
 	h.Set(upstream.RequestIDHeader, rc.ID)
 	rc.Writer.WriteHeader(status)
 	_, _ = rc.Writer.Write(body)
-	return pipeline.ErrDone
+	return nil
 }
 
 // answerAccepted answers 202 {"id","status"} with a Location to poll.
@@ -282,7 +281,7 @@ func (b *Broker) answerAccepted(rc *request.Context, status string) error {
 	h.Set("Location", broker.RequestsPath+rc.ID)
 	rc.Writer.WriteHeader(http.StatusAccepted)
 	_, _ = rc.Writer.Write(acceptedBody(rc.ID, status))
-	return pipeline.ErrDone
+	return nil
 }
 
 func acceptedBody(id, status string) []byte {

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 )

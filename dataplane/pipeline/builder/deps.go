@@ -7,8 +7,8 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/budget"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
+	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/dataplane/broker"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 )

@@ -9,8 +9,8 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
-	"github.com/epd-dev/coordinator/dataplane/pipeline/params"
 )
 
 // Factory builds a step from deps and its params. It must not do network I/O: the operator calls

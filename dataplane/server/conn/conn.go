@@ -1,3 +1,9 @@
+// Package conn is the connection layer under the coordinator's listeners (the API's and the
+// admin's): the listener that checks each request's framing before net/http reads it (refusing
+// smuggling shapes), closes with a linger so a client still sending reads the answer, turns the
+// errors net/http writes itself into JSON, and runs TLS handshakes in the connection's goroutine;
+// the guard that answers what the framer refused; the request ids; the idle memory trim; and the
+// listeners' TLS configuration.
 package conn
 
 import (

@@ -22,9 +22,11 @@ type IdleTrim struct {
 	free func()
 }
 
-// Begin and End bracket a request.
+// Begin counts a request in.
 func (t *IdleTrim) Begin() { t.inflight.Add(1); t.served.Add(1) }
-func (t *IdleTrim) End()   { t.inflight.Add(-1) }
+
+// End counts a request out.
+func (t *IdleTrim) End() { t.inflight.Add(-1) }
 
 // Run calls step every tick until ctx ends.
 func (t *IdleTrim) Run(ctx context.Context, ticks <-chan time.Time, perTick time.Duration) {
@@ -76,4 +78,5 @@ func freeMemory() {
 	debug.FreeOSMemory()
 }
 
+// NewIdleTrim is a trim that returns memory with the runtime's debug.FreeOSMemory.
 func NewIdleTrim() *IdleTrim { return &IdleTrim{free: freeMemory} }

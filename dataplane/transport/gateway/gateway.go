@@ -215,7 +215,7 @@ func (c *Client) Send(ctx context.Context, log logr.Logger, build Build) (*http.
 			return nil, err
 		}
 		phase := phaseOf(leg)
-		resp, err := c.Do(ctx, leg) //nolint:bodyclose // returned, or discarded by Do
+		resp, err := c.Do(ctx, leg)
 		if err != nil {
 			return nil, retry.IfUnserved(ctx, phase, &apierror.UpstreamError{Phase: phase, Err: err})
 		}

@@ -127,7 +127,7 @@ func (r *Reader) check() error {
 // across feeds is found), or -1 when there is none.
 func lastEnd(b []byte, from int) int {
 	from = max(from-3, 0)
-	if bytes.Index(b[from:], []byte("\n\n")) < 0 && bytes.Index(b[from:], []byte("\n\r\n")) < 0 {
+	if !bytes.Contains(b[from:], []byte("\n\n")) && !bytes.Contains(b[from:], []byte("\n\r\n")) {
 		return -1 // a long event's common case, found by the vectorised forward search
 	}
 	i := bytes.LastIndex(b[from:], []byte("\n\n"))
