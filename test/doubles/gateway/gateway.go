@@ -537,12 +537,23 @@ func (g *Gateway) Picks(profile string) map[string]int {
 // the end of an answer before the gateway has recorded how the leg ended. It gives up when ctx
 // ends and returns the legs as they are.
 func (g *Gateway) SettledLegs(ctx context.Context, requestID string) []Leg {
+	return g.settled(ctx, func(l *Leg) bool { return l.RequestID == requestID })
+}
+
+// Settled returns every recorded leg once none is in flight (see SettledLegs); a test calls it
+// after its clients have read their answers.
+func (g *Gateway) Settled(ctx context.Context) []Leg {
+	return g.settled(ctx, func(*Leg) bool { return true })
+}
+
+// settled waits until no leg that match keeps is in flight, or ctx ends, and returns those legs.
+func (g *Gateway) settled(ctx context.Context, match func(*Leg) bool) []Leg {
 	for {
 		var legs []Leg
 		inflight := false
 		g.mu.Lock()
 		for _, l := range g.legs {
-			if l.RequestID == requestID {
+			if match(l) {
 				legs = append(legs, *l)
 				inflight = inflight || l.Status == 0
 			}

@@ -78,6 +78,19 @@ func send(t *testing.T, g *Gateway, method, path, body string, header ...string)
 	return loopback.Fetch(t, testClient, req)
 }
 
+// settled returns g's legs once none is in flight: the client has read its answer a moment
+// before the gateway records how the leg ended.
+func settled(t *testing.T, g *Gateway) []Leg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	legs := g.Settled(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("legs still in flight: %+v", legs)
+	}
+	return legs
+}
+
 func TestRouting(t *testing.T) {
 	enc, pre1, pre2 := echoBackend(t, "enc"), echoBackend(t, "pre1"), echoBackend(t, "pre2")
 	g := startGateway(t, map[string][]string{"encode": {enc.URL}, "Prefill": {pre1.URL, pre2.URL}})
@@ -112,7 +125,7 @@ func TestRouting(t *testing.T) {
 			}
 		})
 	}
-	legs := g.Legs()
+	legs := settled(t, g)
 	if len(legs) != len(tests) {
 		t.Fatalf("%d legs, want %d", len(legs), len(tests))
 	}
@@ -147,7 +160,7 @@ func TestNoPool(t *testing.T) {
 			}
 		})
 	}
-	if legs := g.Legs(); len(legs) != 2 || legs[1].Status != 503 || legs[1].Backend != "" || legs[1].Profile != "x" {
+	if legs := settled(t, g); len(legs) != 2 || legs[1].Status != 503 || legs[1].Backend != "" || legs[1].Profile != "x" {
 		t.Errorf("legs = %+v", legs)
 	}
 }
@@ -285,7 +298,7 @@ func TestPrefillDecodeThroughGateway(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"text":" gateway"`) || !strings.HasSuffix(string(body), "data: [DONE]\n\n") {
 		t.Fatalf("decode status %d body %s", resp.StatusCode, body)
 	}
-	legs := g.Legs()
+	legs := settled(t, g)
 	if len(legs) != 2 || legs[0].Profile != "prefill" || legs[1].Profile != "decode" || legs[1].Backend != d.URL() {
 		t.Errorf("legs %+v", legs)
 	}
@@ -392,7 +405,7 @@ func TestEjection(t *testing.T) {
 	}
 	resp, body := post()
 	wantPlain(t, resp, body, http.StatusServiceUnavailable, BodyConnectFailure)
-	legs := g.Legs()
+	legs := settled(t, g)
 	if l := legs[len(legs)-1]; l.Backend != b.URL || l.Status != 503 || l.Failure != FailureConnect || !l.Ejected || l.Aborted {
 		t.Errorf("failed leg %+v", l)
 	}
@@ -448,7 +461,7 @@ func TestEjectionSettings(t *testing.T) {
 					text = BodyNoHealthyUpstream
 				}
 				wantPlain(t, resp, body, http.StatusServiceUnavailable, text)
-				l := g.Legs()[i]
+				l := settled(t, g)[i]
 				if l.Failure != want || l.Ejected != tt.ejected[i] || l.Status != 503 || (l.Backend == "") != (want == FailureNoHealthy) {
 					t.Errorf("leg %d = %+v, want failure %q ejected %v", i, l, want, tt.ejected[i])
 				}
@@ -505,7 +518,7 @@ func TestUpstreamFailuresBeforeHeaders(t *testing.T) {
 			g := startGatewayWith(t, Config{Pools: map[string][]string{"decode": {u}}})
 			resp, body := send(t, g, http.MethodPost, simworker.PathCompletions, `{"prompt":"a","max_tokens":1}`, "EPP-Profile", "decode")
 			wantPlain(t, resp, body, http.StatusServiceUnavailable, tt.body)
-			if l := g.Legs()[0]; l.Backend != u || l.Status != 503 || l.Failure != tt.want || !l.Ejected || l.Aborted {
+			if l := settled(t, g)[0]; l.Backend != u || l.Status != 503 || l.Failure != tt.want || !l.Ejected || l.Aborted {
 				t.Errorf("leg %+v", l)
 			}
 		})
@@ -587,7 +600,7 @@ func TestRouteTimeout(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the upstream request was not cancelled")
 	}
-	if l := g.Legs()[0]; l.Status != 504 || l.Failure != FailureTimeout || !l.Ejected || l.Backend != hang.URL {
+	if l := settled(t, g)[0]; l.Status != 504 || l.Failure != FailureTimeout || !l.Ejected || l.Backend != hang.URL {
 		t.Errorf("leg %+v", l)
 	}
 }
@@ -627,21 +640,21 @@ func TestShedding(t *testing.T) {
 				first <- resp.StatusCode
 			}()
 			<-entered
-			resp, body := send(t, g, http.MethodPost, "/v1/completions", "{}", "EPP-Profile", "prefill")
+			resp, body := send(t, g, http.MethodPost, "/v1/completions", "{}", "EPP-Profile", "prefill", "X-Request-Id", "shed")
 			want := `{"error":{"message":"` + ShedMessage + `","type":"InferencePoolResourceExhausted","code":429}}`
 			if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != tt.want ||
 				resp.Header.Get("Content-Type") != "application/json" || string(body) != want {
 				t.Errorf("shed answer %d Retry-After %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 			}
-			if l := g.Legs()[1]; l.Status != 429 || l.Failure != FailureShed || l.Backend != "" {
-				t.Errorf("shed leg %+v", l)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if legs := g.SettledLegs(ctx, "shed"); len(legs) != 1 || legs[0].Status != 429 || legs[0].Failure != FailureShed || legs[0].Backend != "" {
+				t.Errorf("shed legs %+v", legs)
 			}
 			close(release)
 			if status := <-first; status != http.StatusOK {
 				t.Fatalf("first request: status %d", status)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
 			if legs := g.SettledLegs(ctx, "first"); len(legs) != 1 || legs[0].Status != 200 {
 				t.Fatalf("first legs %+v", legs)
 			}
@@ -676,7 +689,7 @@ func TestMaxRequestBodyBytes(t *testing.T) {
 			}
 			req.Header.Set("EPP-Profile", "decode")
 			resp, body := loopback.Fetch(t, testClient, req)
-			l := g.Legs()[0]
+			l := settled(t, g)[0]
 			if tt.tooLong {
 				wantPlain(t, resp, body, http.StatusRequestEntityTooLarge, BodyPayloadTooLarge)
 				if l.Backend != "" || l.Status != 413 || l.Failure != FailureTooLarge {
@@ -734,7 +747,7 @@ func TestEPPConditionalDecode(t *testing.T) {
 			if resp.StatusCode != tt.status {
 				t.Fatalf("status %d %s, want %d", resp.StatusCode, body, tt.status)
 			}
-			l := g.Legs()[i]
+			l := settled(t, g)[i]
 			for w, n := range before {
 				got := w.Requests()
 				if w != tt.backend {
@@ -766,7 +779,7 @@ func TestEPPConditionalDecode(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.HasPrefix(string(body), "upstream connect error or disconnect/reset before headers") {
 		t.Fatalf("status %d %s from a killed holder", resp.StatusCode, body)
 	}
-	if legs := g.Legs(); !legs[len(legs)-1].Ejected {
+	if legs := settled(t, g); !legs[len(legs)-1].Ejected {
 		t.Fatalf("leg %+v", legs[len(legs)-1])
 	}
 	if resp, _ := send(t, g, http.MethodPost, simworker.PathChatCompletions, chat("alpha", "sim-model"), "EPP-Profile", "decode", "Prefer", "if-available"); resp.StatusCode != http.StatusPreconditionFailed {
@@ -874,7 +887,7 @@ func TestEndpointPin(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := f.counts()
 			resp, body := send(t, g, http.MethodPost, simworker.PathCompletions, "{}", "EPP-Profile", "prefill", PinHeader, tt.pin)
-			l := g.Legs()[i]
+			l := settled(t, g)[i]
 			if got := f.contacted(before); tt.want == "" && len(got) != 0 || tt.want != "" && !slices.Equal(got, []string{tt.want}) {
 				t.Fatalf("contacted %v, want %q", got, tt.want)
 			}
@@ -940,7 +953,7 @@ func TestEndpointPinConditionalDecode(t *testing.T) {
 			}
 			before := f.counts()
 			resp, body := send(t, g, http.MethodPost, simworker.PathChatCompletions, chatBody("alpha"), header...)
-			l := g.Legs()[i]
+			l := settled(t, g)[i]
 			if resp.StatusCode != tt.status || l.Failure != tt.failure {
 				t.Fatalf("status %d %s leg %+v, want %d %q", resp.StatusCode, body, l, tt.status, tt.failure)
 			}
@@ -1014,7 +1027,7 @@ func TestReserveEndpoint(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := f.counts()
 			resp, body := send(t, g, http.MethodPost, simworker.PathCompletions, tt.body, append([]string{"EPP-Profile", "prefill"}, tt.header...)...)
-			l := g.Legs()[i]
+			l := settled(t, g)[i]
 			contacted := f.contacted(before)
 			if resp.StatusCode != tt.status || l.Status != tt.status {
 				t.Fatalf("status %d %s leg %+v, want %d", resp.StatusCode, body, l, tt.status)
@@ -1068,7 +1081,7 @@ func TestReserveAnswer(t *testing.T) {
 				resp.Header.Get("Preference-Applied") != tt.applied || len(body) != 0 || resp.ContentLength > 0 {
 				t.Errorf("answer %d %v %q", resp.StatusCode, resp.Header, body)
 			}
-			if l := g.Legs()[0]; !l.Reserved || l.Backend != f.url("a") || l.Status != tt.status {
+			if l := settled(t, g)[0]; !l.Reserved || l.Backend != f.url("a") || l.Status != tt.status {
 				t.Errorf("leg %+v", l)
 			}
 			if n := f.counts()["a"]; n != 0 {
@@ -1105,7 +1118,7 @@ func TestReservationRecordsNoKey(t *testing.T) {
 	// A conditional reservation needs the prompt held too.
 	resp, body = send(t, g, http.MethodPost, simworker.PathChatCompletions, chatBody("alpha"),
 		"EPP-Profile", "decode", "Prefer", "if-available, reserve-endpoint")
-	if l := g.Legs()[3]; resp.StatusCode != http.StatusPreconditionFailed || l.Reserved || l.Failure != FailureNotHeld {
+	if l := settled(t, g)[3]; resp.StatusCode != http.StatusPreconditionFailed || l.Reserved || l.Failure != FailureNotHeld {
 		t.Errorf("status %d %s leg %+v", resp.StatusCode, body, l)
 	}
 	if n := f.counts(); n["d0"]+n["p0"]+n["p1"] != 0 {
@@ -1142,7 +1155,7 @@ func TestHints(t *testing.T) {
 	post := func(profile, body string, header ...string) (*http.Response, []byte, Leg) {
 		t.Helper()
 		resp, b := send(t, g, http.MethodPost, simworker.PathChatCompletions, body, append([]string{"EPP-Profile", profile}, header...)...)
-		legs := g.Legs()
+		legs := settled(t, g)
 		return resp, b, legs[len(legs)-1]
 	}
 	// Prefill and encode backends answer prompts: alpha on p0 and p2, beta on p1, alpha on e0.
@@ -1233,7 +1246,7 @@ func TestHintsOff(t *testing.T) {
 				t.Fatalf("prefill status %d %s", resp.StatusCode, body)
 			}
 			resp, body := send(t, g, http.MethodPost, simworker.PathChatCompletions, chatBody("alpha"), "EPP-Profile", "decode", "Prefer", "if-available")
-			if l := g.Legs()[1]; resp.StatusCode != tt.status || resp.Header.Get(HintHeader("prefill")) != "" || l.Hints != nil {
+			if l := settled(t, g)[1]; resp.StatusCode != tt.status || resp.Header.Get(HintHeader("prefill")) != "" || l.Hints != nil {
 				t.Errorf("status %d %v %s leg %+v", resp.StatusCode, resp.Header, body, l)
 			}
 		})

@@ -154,7 +154,9 @@ func TestConditionalDecodeThroughThePicker(t *testing.T) {
 	}
 	var picker412, served int
 	holder := ""
-	for _, l := range c.gw.Legs() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, l := range c.gw.Settled(ctx) {
 		switch {
 		case l.Status == http.StatusPreconditionFailed && l.Backend == "":
 			picker412++
