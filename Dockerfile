@@ -13,7 +13,7 @@ WORKDIR /workspace
 COPY go.mod go.sum ./
 COPY api/ api/
 COPY cmd/ cmd/
-COPY controllers/ controllers/
+COPY internal/ internal/
 COPY dataplane/ dataplane/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \

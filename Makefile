@@ -49,7 +49,7 @@ OPERATOR_VERSION ?= 0.1.0
 # Operator image (config/manager) and the default coordinator image it runs.
 IMG ?= ghcr.io/epd-dev/coordinator-operator:v$(OPERATOR_VERSION)
 COORDINATOR_IMG ?= ghcr.io/epd-dev/coordinator:v$(OPERATOR_VERSION)
-CONTROLLER_GEN_SOURCES = paths=./api/... paths=./controllers/...
+CONTROLLER_GEN_SOURCES = paths=./api/... paths=./internal/controller/...
 
 .PHONY: manifests
 manifests: ## Generate the CRD and manager ClusterRole (controller-gen), then the chart's CRD/RBAC templates and the OLM bundle from them.
@@ -169,7 +169,7 @@ test: verify-generated lint envtest-assets ## Run every test (what CI runs).
 	hack/renderref.sh >/dev/null
 	@# -bench . -benchtime 1x: every benchmark runs once as a test, so none rots.
 	$(GO) test -race -count=1 -bench . -benchtime 1x $(RACE_PKGS)
-	@# The rest, envtest-backed (controllers, test/packaging/chart, test/packaging/installer) and packaging (test/packaging/bundle,
+	@# The rest, envtest-backed (internal/controller, test/packaging/chart, test/packaging/installer) and packaging (test/packaging/bundle,
 	@# test/packaging/images: builds both binaries as the Dockerfiles do, minutes on a cold cache).
 	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 -bench . -benchtime 1x -timeout 20m $$($(GO) list ./... | grep -vxF "$$($(GO) list $(RACE_PKGS))")
 	@# test/packaging/monitoring, a module of its own (keeps Prometheus's PromQL parser out of go.mod): the

@@ -48,7 +48,7 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
-// defaultConfigPath is where the operator mounts the rendered ConfigMap (controllers.ConfigPath)
+// defaultConfigPath is where the operator mounts the rendered ConfigMap (controller.ConfigPath)
 // and where the image carries the annotated example, so the image starts with no flag.
 const defaultConfigPath = "/etc/coordinator/coordinator.yaml"
 

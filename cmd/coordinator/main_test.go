@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epd-dev/coordinator/controllers"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
+	"github.com/epd-dev/coordinator/internal/controller"
 	"github.com/epd-dev/coordinator/test/doubles/simworker"
 )
 
@@ -177,8 +177,8 @@ func TestVersion(t *testing.T) {
 }
 
 func TestDefaultConfigPath(t *testing.T) {
-	if defaultConfigPath != controllers.ConfigPath {
-		t.Fatalf("the default --config %s is not where the operator mounts the config (%s)", defaultConfigPath, controllers.ConfigPath)
+	if defaultConfigPath != controller.ConfigPath {
+		t.Fatalf("the default --config %s is not where the operator mounts the config (%s)", defaultConfigPath, controller.ConfigPath)
 	}
 	if _, err := os.Stat(defaultConfigPath); err == nil {
 		t.Skipf("%s exists on this machine", defaultConfigPath)

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/epd-dev/coordinator/controllers"
+	"github.com/epd-dev/coordinator/internal/controller"
 )
 
 // Build information, set with -ldflags "-X main.version=... -X main.commit=...".
@@ -39,7 +39,7 @@ func defaultCoordinatorImage() string {
 	if img := os.Getenv(coordinatorImageEnv); img != "" {
 		return img
 	}
-	return controllers.DefaultImage
+	return controller.DefaultImage
 }
 
 func main() {
@@ -80,7 +80,7 @@ func run() int {
 	flag.IntVar(&kubeAPIBurst, "kube-api-burst", 100, "Client-side burst towards the API server.")
 	flag.StringVar(&operatorNamespace, "operator-namespace", ownNamespace(),
 		"Namespace the operator runs in: pipelines' NetworkPolicies admit it to the coordinators' admin port, which the rollout probe asks (default: $POD_NAMESPACE, else the service account's namespace).")
-	flag.DurationVar(&canaryInterval, "canary-status-interval", controllers.DefaultCanaryStatusInterval,
+	flag.DurationVar(&canaryInterval, "canary-status-interval", controller.DefaultCanaryStatusInterval,
 		"How often a CoordinatorPipeline's status.revisions (each pipeline's requests and errors, from its pods) is refreshed while it runs a canary.")
 	flag.StringVar(&watchNamespace, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
 		"Only reconcile CoordinatorPipelines in this namespace (all when empty); $WATCH_NAMESPACE sets the default (OLM sets it for the OwnNamespace and SingleNamespace install modes). The manager then caches and watches that namespace only and needs only a Role there.")
@@ -111,14 +111,14 @@ func run() int {
 	restCfg.QPS, restCfg.Burst = float32(kubeAPIQPS), kubeAPIBurst
 
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:                        controllers.NewScheme(),
+		Scheme:                        controller.NewScheme(),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        probeAddr,
 		LeaderElection:                leaderElect,
 		LeaderElectionID:              leaderElectionID,
 		LeaderElectionNamespace:       leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.CacheOptions(watchNamespace),
+		Cache:                         controller.CacheOptions(watchNamespace),
 		Controller:                    config.Controller{MaxConcurrentReconciles: maxConcurrent},
 	})
 	if err != nil {
@@ -127,10 +127,10 @@ func run() int {
 	}
 
 	ctx := ctrl.SetupSignalHandler()
-	r := &controllers.CoordinatorPipelineReconciler{Client: mgr.GetClient(), DefaultImage: coordinatorImage, WatchNamespace: watchNamespace,
+	r := &controller.CoordinatorPipelineReconciler{Client: mgr.GetClient(), DefaultImage: coordinatorImage, WatchNamespace: watchNamespace,
 		OperatorNamespace: operatorNamespace, CanaryStatusInterval: canaryInterval}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		log.Error(err, "setting up the controller", "controller", controllers.ControllerName)
+		log.Error(err, "setting up the controller", "controller", controller.ControllerName)
 		return 1
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

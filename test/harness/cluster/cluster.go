@@ -33,7 +33,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/epd-dev/coordinator/controllers"
+	"github.com/epd-dev/coordinator/internal/controller"
 	"github.com/epd-dev/coordinator/test/harness/atomicdir"
 	"github.com/epd-dev/coordinator/test/internal/loopback"
 )
@@ -159,7 +159,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
 	})
 	env := &envtest.Environment{
-		Scheme:                controllers.NewScheme(),
+		Scheme:                controller.NewScheme(),
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths: []string{
 			filepath.Join(o.Root, "config", "crd", "bases"),

@@ -14,7 +14,7 @@ import (
 
 // repoPath matches what only a clone of the repository has: a repository-relative path (not one
 // inside a URL), a make target, a ./ path.
-var repoPath = regexp.MustCompile("(^|[\\s(\"'`])(\\./|\\.\\./|config/|hack/|charts/|docs/|test/|api/|controllers/|cmd/|bin/|dist/|bundle/)|\\bmake\\s+[a-z]")
+var repoPath = regexp.MustCompile("(^|[\\s(\"'`])(\\./|\\.\\./|config/|hack/|charts/|docs/|test/|api/|internal/|cmd/|bin/|dist/|bundle/)|\\bmake\\s+[a-z]")
 
 // NOTES.txt speaks to someone who installed the chart, not to someone with a clone: kubectl and
 // helm commands against the release, the CRD, and the docs by URL. Every branch of the template

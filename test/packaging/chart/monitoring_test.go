@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/epd-dev/coordinator/controllers"
+	"github.com/epd-dev/coordinator/internal/controller"
 	"github.com/epd-dev/coordinator/internal/packaging"
 )
 
@@ -167,14 +167,14 @@ func TestKustomizeMonitors(t *testing.T) {
 func expectCoordinatorPodMonitor(g Gomega, pm *unstructured.Unstructured) {
 	g.Expect(pm.GetAPIVersion()).To(Equal(monitoringAPI))
 	sel, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
-	g.Expect(sel).To(Equal(map[string]string{controllers.LabelName: controllers.AppName, controllers.LabelManagedBy: controllers.ManagedBy}))
+	g.Expect(sel).To(Equal(map[string]string{controller.LabelName: controller.AppName, controller.LabelManagedBy: controller.ManagedBy}))
 	endpoints, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
 	g.Expect(endpoints).To(HaveLen(1))
 	ep := endpoints[0].(map[string]any)
 	g.Expect(ep).To(HaveKeyWithValue("port", "metrics"))
 	g.Expect(ep).To(HaveKeyWithValue("path", "/metrics"))
 	g.Expect(ep["relabelings"]).To(ContainElement(map[string]any{
-		"sourceLabels": []any{"__meta_kubernetes_pod_label_" + labelName(controllers.LabelInstance)}, "targetLabel": "pipeline",
+		"sourceLabels": []any{"__meta_kubernetes_pod_label_" + labelName(controller.LabelInstance)}, "targetLabel": "pipeline",
 	}))
 }
 

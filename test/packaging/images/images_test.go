@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epd-dev/coordinator/controllers"
+	"github.com/epd-dev/coordinator/internal/controller"
 	"github.com/epd-dev/coordinator/test/harness/prereq"
 )
 
@@ -102,11 +102,11 @@ func TestDockerfiles(t *testing.T) {
 	// The coordinator image runs its baked-in configuration where the operator mounts the
 	// rendered one.
 	df := parseDockerfile(t, "Dockerfile.coordinator")
-	if want := `["--config", "` + controllers.ConfigPath + `"]`; df.cmd != want {
+	if want := `["--config", "` + controller.ConfigPath + `"]`; df.cmd != want {
 		t.Errorf("Dockerfile.coordinator: CMD %s, want %s", df.cmd, want)
 	}
-	if !slices.Contains(df.finalCopies, "config/coordinator/coordinator.yaml "+controllers.ConfigPath) {
-		t.Errorf("Dockerfile.coordinator does not ship config/coordinator/coordinator.yaml at %s", controllers.ConfigPath)
+	if !slices.Contains(df.finalCopies, "config/coordinator/coordinator.yaml "+controller.ConfigPath) {
+		t.Errorf("Dockerfile.coordinator does not ship config/coordinator/coordinator.yaml at %s", controller.ConfigPath)
 	}
 }
 

@@ -830,7 +830,7 @@ func TestExamplesNamesAgree(t *testing.T) {
 			e := resolveEPP(t, ex, pool)
 
 			// The profile header: the EPP reads the first of the coordinator's profile headers,
-			// the one the operator's HTTPRoute matches (controllers/exposure.go).
+			// the one the operator's HTTPRoute matches (internal/controller/exposure.go).
 			headers := cp.Spec.Gateway.ProfileHeaders
 			if len(headers) == 0 {
 				headers = dpconfig.DefaultProfileHeaders()

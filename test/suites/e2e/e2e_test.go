@@ -34,10 +34,10 @@ import (
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
-	"github.com/epd-dev/coordinator/controllers"
 	"github.com/epd-dev/coordinator/dataplane/connectors/kv"
 	"github.com/epd-dev/coordinator/dataplane/server"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
+	"github.com/epd-dev/coordinator/internal/controller"
 	"github.com/epd-dev/coordinator/test/harness/cluster"
 	"github.com/epd-dev/coordinator/test/harness/prereq"
 	"github.com/epd-dev/coordinator/test/harness/stack"
@@ -460,7 +460,7 @@ func TestOperatorDrivesARunningCoordinator(t *testing.T) {
 	if err := k.Get(e.ctx, client.ObjectKey{Namespace: ns, Name: "epd-config"}, &cm); err != nil {
 		t.Fatal(err)
 	}
-	if got := cm.Annotations[controllers.AnnotationConfigRevision]; got != newRevision {
+	if got := cm.Annotations[controller.AnnotationConfigRevision]; got != newRevision {
 		t.Fatalf("the ConfigMap moved to revision %s on an invalid spec", got)
 	}
 	syncs := mount.Syncs()
