@@ -7,17 +7,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"reflect"
+	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/csaupgrade"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
 )
@@ -40,113 +44,133 @@ func (e *conflictError) Error() string {
 	return fmt.Sprintf("%s %s exists and is not controlled by this CoordinatorPipeline; delete or rename it", e.kind, e.name)
 }
 
-// childKind describes how to compare and overwrite one kind of child.
-type childKind[P client.Object] struct {
-	// name is the kind, for messages.
-	name string
-	// inSync reports whether live already carries everything desired sets (fields the API server
-	// defaults or other controllers add are ignored).
-	inSync func(desired, live P) bool
-	// overwrite copies desired's managed content into live.
-	overwrite func(desired, live P)
-}
+// FieldOwner is the field manager the operator applies its children as (server-side apply).
+const FieldOwner = "coordinator-operator"
 
-var (
-	configMapKind = childKind[*corev1.ConfigMap]{
-		name: "ConfigMap",
-		inSync: func(d, l *corev1.ConfigMap) bool {
-			return maps.Equal(d.Data, l.Data) && len(l.BinaryData) == 0
-		},
-		overwrite: func(d, l *corev1.ConfigMap) { l.Data, l.BinaryData = d.Data, nil },
-	}
-	serviceAccountKind = childKind[*corev1.ServiceAccount]{
-		name: "ServiceAccount",
-		inSync: func(d, l *corev1.ServiceAccount) bool {
-			return ptr.Equal(d.AutomountServiceAccountToken, l.AutomountServiceAccountToken)
-		},
-		overwrite: func(d, l *corev1.ServiceAccount) { l.AutomountServiceAccountToken = d.AutomountServiceAccountToken },
-	}
-	serviceKind = childKind[*corev1.Service]{
-		name:   "Service",
-		inSync: func(d, l *corev1.Service) bool { return equality.Semantic.DeepDerivative(d.Spec, l.Spec) },
-		// Keep what the API server allocated (cluster IPs, IP families).
-		overwrite: func(d, l *corev1.Service) {
-			l.Spec.Type, l.Spec.Selector, l.Spec.Ports = d.Spec.Type, d.Spec.Selector, d.Spec.Ports
-		},
-	}
-	deploymentKind = childKind[*appsv1.Deployment]{
-		name:      "Deployment",
-		inSync:    func(d, l *appsv1.Deployment) bool { return equality.Semantic.DeepDerivative(d.Spec, l.Spec) },
-		overwrite: func(d, l *appsv1.Deployment) { l.Spec = d.Spec },
-	}
-	httpRouteKind = childKind[*gatewayv1.HTTPRoute]{
-		name:      "HTTPRoute",
-		inSync:    func(d, l *gatewayv1.HTTPRoute) bool { return equality.Semantic.DeepDerivative(d.Spec, l.Spec) },
-		overwrite: func(d, l *gatewayv1.HTTPRoute) { l.Spec = d.Spec },
-	}
-	podDisruptionBudgetKind = childKind[*policyv1.PodDisruptionBudget]{
-		name:      "PodDisruptionBudget",
-		inSync:    func(d, l *policyv1.PodDisruptionBudget) bool { return equality.Semantic.DeepDerivative(d.Spec, l.Spec) },
-		overwrite: func(d, l *policyv1.PodDisruptionBudget) { l.Spec = d.Spec },
-	}
-	networkPolicyKind = childKind[*networkingv1.NetworkPolicy]{
-		name:      "NetworkPolicy",
-		inSync:    func(d, l *networkingv1.NetworkPolicy) bool { return equality.Semantic.DeepDerivative(d.Spec, l.Spec) },
-		overwrite: func(d, l *networkingv1.NetworkPolicy) { l.Spec = d.Spec },
-	}
-)
+// legacyFieldManager is the field manager the operator's updates were recorded under before it
+// applied server-side: the API server names a client that sets none after its user agent's
+// program. ensureChild hands that manager's fields to FieldOwner, so a field the operator no
+// longer sets is removed by its next apply instead of staying owned by the old name.
+var legacyFieldManager = strings.SplitN(rest.DefaultKubernetesUserAgent(), "/", 2)[0]
 
-// ensureChild makes the child desired exist as the operator wants it, writing only when needed:
-// it creates a missing child, and updates an existing one when the desired object changed since
-// the operator last wrote it (annotationDesiredHash) or the live object drifted (inSync false).
-// A steady child costs one cached read and no write. It returns the live object after the call.
+// ensureChild makes the child desired exist as the operator wants it, by server-side apply as
+// FieldOwner: fields other actors own (a cluster IP, kubectl rollout restart's annotation, a
+// label another controller adds) are kept. It writes only when needed: when the child is
+// missing, when the desired object changed since the operator last applied it
+// (annotationDesiredHash), or when the live object drifted from it (inSync false). A steady child
+// costs one cached read and no write. It returns the live object after the call.
 func ensureChild[T any, P interface {
 	*T
 	client.Object
-}](ctx context.Context, r *CoordinatorPipelineReconciler, cp *coordinatorv1alpha1.CoordinatorPipeline, kind childKind[P], desired P) (P, applyResult, error) {
+}](ctx context.Context, r *CoordinatorPipelineReconciler, cp *coordinatorv1alpha1.CoordinatorPipeline, desired P) (P, applyResult, error) {
 	hash := objectHash(desired)
 	desired.SetAnnotations(withEntry(desired.GetAnnotations(), annotationDesiredHash, hash))
 
 	live := P(new(T))
 	err := r.Get(ctx, client.ObjectKeyFromObject(desired), live)
-	if apierrors.IsNotFound(err) {
-		err = r.Create(ctx, desired)
-		if err == nil {
-			return desired, created, nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
+	switch {
+	case apierrors.IsNotFound(err):
+		// The cache may lag behind a create of ours, or the object is not ours (and not
+		// labelled for the cache): ask the API server before applying over it.
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(desired), live); apierrors.IsNotFound(err) {
+			applied, err := apply(ctx, r, desired)
+			return applied, created, err
+		} else if err != nil {
 			return nil, unchanged, err
 		}
-		// The cache lags behind a create of ours, or the object is not ours (and not labelled
-		// for the cache): ask the API server.
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(desired), live); err != nil {
-			return nil, unchanged, err
-		}
-	} else if err != nil {
+	case err != nil:
 		return nil, unchanged, err
 	}
 
 	if !metav1.IsControlledBy(live, cp) {
-		return nil, unchanged, &conflictError{kind: kind.name, name: desired.GetName()}
+		return nil, unchanged, &conflictError{kind: kindName(desired), name: desired.GetName()}
 	}
 	if live.GetDeletionTimestamp() != nil {
 		// Being deleted (foreground deletion); its removal brings us back to recreate it.
 		return live, unchanged, nil
 	}
 	// The desired annotations include the hash: equal hashes mean desired has not changed since
-	// the last write; inSync catches edits made to the live object since.
+	// the last apply; inSync catches edits made to the live object since.
 	if isSubset(desired.GetAnnotations(), live.GetAnnotations()) &&
-		isSubset(desired.GetLabels(), live.GetLabels()) && kind.inSync(desired, live) {
+		isSubset(desired.GetLabels(), live.GetLabels()) && inSync(desired, live) {
 		return live, unchanged, nil
 	}
-
-	kind.overwrite(desired, live)
-	live.SetLabels(merged(live.GetLabels(), desired.GetLabels()))
-	live.SetAnnotations(merged(live.GetAnnotations(), desired.GetAnnotations()))
-	if err := r.Update(ctx, live); err != nil {
+	if err := adoptLegacyFields(ctx, r, live); err != nil {
 		return nil, unchanged, err
 	}
-	return live, updated, nil
+	applied, err := apply(ctx, r, desired)
+	return applied, updated, err
+}
+
+// apply server-side applies desired as FieldOwner, taking over fields another manager set
+// (the operator is the child's controller), and returns the object the API server answered.
+func apply[T any, P interface {
+	*T
+	client.Object
+}](ctx context.Context, r *CoordinatorPipelineReconciler, desired P) (P, error) {
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+	if err != nil {
+		return nil, err
+	}
+	// Neither the status nor the null creation timestamps a typed object carries are the
+	// operator's to declare.
+	delete(content, "status")
+	unstructured.RemoveNestedField(content, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(content, "spec", "template", "metadata", "creationTimestamp")
+	gvk, err := apiutil.GVKForObject(desired, r.Scheme())
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: content}
+	u.SetGroupVersionKind(gvk)
+	if err := r.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return nil, err
+	}
+	live := P(new(T))
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, live); err != nil {
+		return nil, err
+	}
+	return live, nil
+}
+
+// adoptLegacyFields moves the fields live's legacyFieldManager owns through updates to
+// FieldOwner's apply, with a JSON patch guarded by live's resourceVersion (a conflict is
+// retried by the reconcile). It runs once per child: a child FieldOwner has applied was made
+// or adopted by this operator already, and a later client that shares the legacy name (every
+// kubebuilder binary is called manager) keeps its fields.
+func adoptLegacyFields(ctx context.Context, r *CoordinatorPipelineReconciler, live client.Object) error {
+	for _, m := range live.GetManagedFields() {
+		if m.Manager == FieldOwner && m.Operation == metav1.ManagedFieldsOperationApply {
+			return nil
+		}
+	}
+	patch, err := csaupgrade.UpgradeManagedFieldsPatch(live, sets.New(legacyFieldManager), FieldOwner)
+	if err != nil || patch == nil {
+		return err
+	}
+	return r.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch))
+}
+
+// inSync reports whether live carries everything desired sets outside its metadata and status:
+// fields the API server defaults or other actors add are ignored, an edit of a field the
+// operator sets is not.
+func inSync(desired, live client.Object) bool {
+	d, l := reflect.ValueOf(desired).Elem(), reflect.ValueOf(live).Elem()
+	for i := range d.NumField() {
+		switch d.Type().Field(i).Name {
+		case "TypeMeta", "ObjectMeta", "Status":
+			continue
+		}
+		if !equality.Semantic.DeepDerivative(d.Field(i).Interface(), l.Field(i).Interface()) {
+			return false
+		}
+	}
+	return true
+}
+
+// kindName is obj's kind, for messages.
+func kindName(obj client.Object) string {
+	return reflect.TypeOf(obj).Elem().Name()
 }
 
 // getChild reads a child without changing it; nil when it does not exist or is not controlled

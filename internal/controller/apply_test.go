@@ -37,7 +37,7 @@ func TestEnsureChildInSync(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			NewWithT(t).Expect(deploymentKind.inSync(desired, tc.live)).To(Equal(tc.want))
+			NewWithT(t).Expect(inSync(desired, tc.live)).To(Equal(tc.want))
 		})
 	}
 }
@@ -62,11 +62,11 @@ func TestInSyncOtherKinds(t *testing.T) {
 		inSync func() bool
 		want   bool
 	}{
-		"service with allocated IPs":       {inSync: func() bool { return serviceKind.inSync(svc, allocated) }, want: true},
-		"service port edited":              {inSync: func() bool { return serviceKind.inSync(svc, retargeted) }, want: false},
-		"configmap unchanged":              {inSync: func() bool { return configMapKind.inSync(cm, cm.DeepCopy()) }, want: true},
-		"configmap edited by hand":         {inSync: func() bool { return configMapKind.inSync(cm, edited) }, want: false},
-		"service account token re-enabled": {inSync: func() bool { return serviceAccountKind.inSync(sa, mounting) }, want: false},
+		"service with allocated IPs":       {inSync: func() bool { return inSync(svc, allocated) }, want: true},
+		"service port edited":              {inSync: func() bool { return inSync(svc, retargeted) }, want: false},
+		"configmap unchanged":              {inSync: func() bool { return inSync(cm, cm.DeepCopy()) }, want: true},
+		"configmap edited by hand":         {inSync: func() bool { return inSync(cm, edited) }, want: false},
+		"service account token re-enabled": {inSync: func() bool { return inSync(sa, mounting) }, want: false},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) { NewWithT(t).Expect(tc.inSync()).To(Equal(tc.want)) })

@@ -1,9 +1,10 @@
-// Package controllers holds the CoordinatorPipeline reconciler. It renders a CoordinatorPipeline
+// Package controller holds the CoordinatorPipeline reconciler. It renders a CoordinatorPipeline
 // into the data plane's configuration (validated with the data plane's own pipeline builder) and
 // runs it as a ConfigMap, a Deployment, a Service and a ServiceAccount, plus, on request, an
 // HTTPRoute, a PodDisruptionBudget and a NetworkPolicy, all owned by the CoordinatorPipeline.
-// Children are built by pure desiredX functions (children.go, exposure.go), status by pure
-// setters (coordinatorpipeline_status.go); Reconcile only sequences reads and writes.
+// Children are built by pure desiredX functions (children.go, exposure.go) and applied
+// server-side (apply.go), status by pure setters (coordinatorpipeline_status.go); Reconcile only
+// sequences reads and writes.
 package controller
 
 import (
@@ -112,8 +113,8 @@ type scope struct {
 
 // phase is one step of a reconcile. Every input is watched, so phases never ask for a timed
 // requeue: they return an error (retried with backoff) or nil. (The one exception is what the
-// coordinator pods report: Reconcile requeues while they have not all loaded the current
-// revision, see revisionRollout.requeue.) A phase whose findings feed the
+// coordinator pods report, which Reconcile reads once the status is computed: requeueAfter.)
+// A phase whose findings feed the
 // status records them as found(...) in the scope's observed results; the results of phases that
 // did not run stay zero.
 type phase struct {
@@ -158,7 +159,7 @@ func (r *CoordinatorPipelineReconciler) phases() []phase {
 
 // Reconcile brings a CoordinatorPipeline's children in line with its spec and writes its status
 // once, at the end, only when it changed.
-func (r *CoordinatorPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, reterr error) {
+func (r *CoordinatorPipelineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cp := &coordinatorv1alpha1.CoordinatorPipeline{}
 	if err := r.Get(ctx, req.NamespacedName, cp); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(forgetDeleted(req.NamespacedName, err)) // gone: drop its metrics
@@ -168,25 +169,35 @@ func (r *CoordinatorPipelineReconciler) Reconcile(ctx context.Context, req ctrl.
 	}
 
 	s := &scope{cp: cp, before: cp.DeepCopy()}
-	defer func() {
-		reterr = r.patchStatus(ctx, s, reterr)
-		// A coordinator's reload changes no object: while the pods have not all loaded the
-		// current revision, ask them again soon.
-		if reterr == nil && s.obs.pods.ran {
-			res.RequeueAfter = revisionRolloutOf(s.cp, s.obs.pods.value).requeue
-			every := cmp.Or(r.CanaryStatusInterval, DefaultCanaryStatusInterval)
-			if len(s.cp.Status.Revisions) > 1 && (res.RequeueAfter == 0 || res.RequeueAfter > every) {
-				res.RequeueAfter = every // a canary's counts change with traffic alone
-			}
-		}
-	}()
+	if err := r.patchStatus(ctx, s, r.runPhases(ctx, s)); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: r.requeueAfter(s)}, nil
+}
 
+// runPhases runs the phases in order and stops at the first that fails.
+func (r *CoordinatorPipelineReconciler) runPhases(ctx context.Context, s *scope) error {
 	for _, p := range r.phases() {
 		if err := p.run(ctx, s); err != nil {
-			return ctrl.Result{}, fmt.Errorf("failed to reconcile %s: %w", p.name, err)
+			return fmt.Errorf("failed to reconcile %s: %w", p.name, err)
 		}
 	}
-	return ctrl.Result{}, nil
+	return nil
+}
+
+// requeueAfter is when a reconcile whose phases all ran asks the coordinator pods again: a
+// coordinator's reload changes no object, so while the pods have not all loaded the current
+// revision (revisionRollout.requeue), and every CanaryStatusInterval while a canary runs (its
+// counts change with traffic alone). Zero otherwise: every other input is watched.
+func (r *CoordinatorPipelineReconciler) requeueAfter(s *scope) time.Duration {
+	if !s.obs.pods.ran {
+		return 0
+	}
+	after := revisionRolloutOf(s.cp, s.obs.pods.value).requeue
+	if every := cmp.Or(r.CanaryStatusInterval, DefaultCanaryStatusInterval); len(s.cp.Status.Revisions) > 1 && (after == 0 || after > every) {
+		after = every
+	}
+	return after
 }
 
 // resolveInferencePool looks up spec.inferencePoolRef.
@@ -344,7 +355,7 @@ func (r *CoordinatorPipelineReconciler) renderAndValidate(ctx context.Context, s
 }
 
 func (r *CoordinatorPipelineReconciler) reconcileServiceAccount(ctx context.Context, s *scope) error {
-	_, _, err := ensureChild(ctx, r, s.cp, serviceAccountKind, desiredServiceAccount(s.cp))
+	_, _, err := ensureChild(ctx, r, s.cp, desiredServiceAccount(s.cp))
 	return err
 }
 
@@ -370,7 +381,7 @@ func (r *CoordinatorPipelineReconciler) reconcileConfigMap(ctx context.Context, 
 		return fmt.Errorf("rendering the configuration: %w", err)
 	}
 	revision := s.rendered.Revision()
-	_, res, err := ensureChild(ctx, r, s.cp, configMapKind, desiredConfigMap(s.cp, rendered, revision))
+	_, res, err := ensureChild(ctx, r, s.cp, desiredConfigMap(s.cp, rendered, revision))
 	if err != nil {
 		return err
 	}
@@ -384,7 +395,7 @@ func (r *CoordinatorPipelineReconciler) reconcileConfigMap(ctx context.Context, 
 
 // reconcileService exposes the API port, named for the applied configuration (https with TLS).
 func (r *CoordinatorPipelineReconciler) reconcileService(ctx context.Context, s *scope) error {
-	if _, _, err := ensureChild(ctx, r, s.cp, serviceKind, desiredService(s.cp, s.obs.applied.value)); err != nil {
+	if _, _, err := ensureChild(ctx, r, s.cp, desiredService(s.cp, s.obs.applied.value)); err != nil {
 		return err
 	}
 	s.obs.serviceURL = found(serviceURL(s.cp, s.obs.applied.value))
@@ -401,7 +412,7 @@ func (r *CoordinatorPipelineReconciler) reconcileDeployment(ctx context.Context,
 	if applied := s.obs.applied.value; applied == nil || holdsDeployment(s.obs.pipeline.value) {
 		dep, err = getChild[appsv1.Deployment](ctx, r, s.cp, s.cp.Name)
 	} else {
-		dep, _, err = ensureChild(ctx, r, s.cp, deploymentKind, desiredDeployment(s.cp, *applied, r.DefaultImage))
+		dep, _, err = ensureChild(ctx, r, s.cp, desiredDeployment(s.cp, *applied, r.DefaultImage))
 	}
 	if err != nil {
 		return err
@@ -415,7 +426,7 @@ func (r *CoordinatorPipelineReconciler) reconcileNetworkPolicy(ctx context.Conte
 	if !networkPolicyEnabled(s.cp) {
 		return deleteChild[networkingv1.NetworkPolicy](ctx, r, s.cp, s.cp.Name)
 	}
-	_, _, err := ensureChild(ctx, r, s.cp, networkPolicyKind, desiredNetworkPolicy(s.cp, s.obs.applied.value, r.OperatorNamespace))
+	_, _, err := ensureChild(ctx, r, s.cp, desiredNetworkPolicy(s.cp, s.obs.applied.value, r.OperatorNamespace))
 	return err
 }
 
@@ -425,7 +436,7 @@ func (r *CoordinatorPipelineReconciler) reconcilePodDisruptionBudget(ctx context
 	if s.cp.Spec.DisruptionBudget == nil {
 		return deleteChild[policyv1.PodDisruptionBudget](ctx, r, s.cp, s.cp.Name)
 	}
-	_, _, err := ensureChild(ctx, r, s.cp, podDisruptionBudgetKind, desiredPodDisruptionBudget(s.cp))
+	_, _, err := ensureChild(ctx, r, s.cp, desiredPodDisruptionBudget(s.cp))
 	return err
 }
 
@@ -448,7 +459,7 @@ func (r *CoordinatorPipelineReconciler) reconcileRoute(ctx context.Context, s *s
 		a = &acceptance{status: metav1.ConditionFalse, reason: coordinatorv1alpha1.ReasonNotAccepted,
 			message: "spec.route needs a Gateway to attach to: set spec.route.parentRef or spec.gateway.gatewayRef"}
 	default:
-		live, _, err := ensureChild(ctx, r, s.cp, httpRouteKind, desiredHTTPRoute(s.cp))
+		live, _, err := ensureChild(ctx, r, s.cp, desiredHTTPRoute(s.cp))
 		if err != nil {
 			return err
 		}
