@@ -11,6 +11,9 @@ LDFLAGS   ?= -s -w -X main.version=$(VERSION) -X main.commit=$(shell git rev-par
 # with the race detector in `make test` (fast to build); every other package runs without it.
 UNIT_PKGS  = ./dataplane/... ./cmd/coordinator/...
 RACE_PKGS  = $(UNIT_PKGS) ./test/doubles/... ./test/harness/stack/... ./test/suites/integration/...
+# A race-detector binary sleeps 1 s at exit by default (atexit_sleep_ms): one second per package.
+GORACE    ?= atexit_sleep_ms=0
+export GORACE
 
 .PHONY: all
 all: build

@@ -48,13 +48,9 @@ func main() {
 	os.Exit(run(os.Args[1:]))
 }
 
-// defaultConfigPath is where the operator mounts the rendered ConfigMap (controller.ConfigPath)
-// and where the image carries the annotated example, so the image starts with no flag.
-const defaultConfigPath = "/etc/coordinator/coordinator.yaml"
-
 func run(args []string) int {
 	flags := pflag.NewFlagSet("coordinator", pflag.ContinueOnError)
-	configPath := flags.String("config", defaultConfigPath,
+	configPath := flags.String("config", config.DefaultPath,
 		"path of the coordinator YAML config; the default is where the operator mounts it and the image carries the annotated example")
 	verbosity := flags.IntP("v", "v", 0, "log verbosity (1 warn, 2 info, 3 verbose, 4 debug, 5 trace); overrides log_level")
 	watch := flags.Bool("watch", true, "reload the pipeline when the config file changes")

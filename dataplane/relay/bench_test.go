@@ -23,7 +23,7 @@ func BenchmarkStreamRelay(b *testing.B) {
 		name  string
 		relay func(w http.ResponseWriter, resp *http.Response) error
 	}{
-		{"resume.Stream", func(w http.ResponseWriter, resp *http.Response) error {
+		{"relay.Stream", func(w http.ResponseWriter, resp *http.Response) error {
 			s := New(w, "rid", wire.Chat, 0)
 			defer s.Release()
 			return s.Relay(resp)

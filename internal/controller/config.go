@@ -23,11 +23,11 @@ const (
 	// ListenPort is the coordinator's HTTP port: container port, probes and Service port.
 	ListenPort = 8080
 	// ConfigKey is the ConfigMap key holding the rendered data-plane configuration.
-	ConfigKey = "coordinator.yaml"
+	ConfigKey = config.FileName
 	// ConfigDir is where the ConfigMap is mounted in the coordinator container.
-	ConfigDir = "/etc/coordinator"
-	// ConfigPath is the file the coordinator reads (--config).
-	ConfigPath = ConfigDir + "/" + ConfigKey
+	ConfigDir = config.Dir
+	// ConfigPath is the file the coordinator reads (--config), its default.
+	ConfigPath = config.DefaultPath
 
 	// validationGatewayAddress stands in for a gateway address that is not resolved yet, so the
 	// pipeline can still be validated. A configuration built with it is never applied.

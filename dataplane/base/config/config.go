@@ -13,6 +13,15 @@ import (
 	"time"
 )
 
+// Where a coordinator reads its configuration when --config is not given: the operator mounts
+// the rendered ConfigMap there (key FileName in directory Dir), and the image carries the
+// annotated example at the same path.
+const (
+	FileName    = "coordinator.yaml"
+	Dir         = "/etc/coordinator"
+	DefaultPath = Dir + "/" + FileName
+)
+
 // Defaults of the schema; docs/configuration.md lists them with their environment names.
 const (
 	DefaultLogLevel            = 2

@@ -13,6 +13,7 @@ import (
 // is, for every character of its tables alone, after a letter and before a combining mark, and
 // for random mixes of safe, unsafe and invalid characters.
 func TestIsNormal(t *testing.T) {
+	t.Parallel() // pure CPU, and a tokenizer is shared by concurrent requests
 	forms := []norm.Form{norm.NFC, norm.NFD, norm.NFKC, norm.NFKD}
 	names := []string{"NFC", "NFD", "NFKC", "NFKD"}
 	var pool []string

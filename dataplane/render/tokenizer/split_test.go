@@ -79,6 +79,7 @@ func randomSplitText(r *rand.Rand) string {
 }
 
 func TestSplitFastMatchesRegexp2(t *testing.T) {
+	t.Parallel() // pure CPU, and a tokenizer is shared by concurrent requests
 	slow := slowSplitters(t)
 	for _, s := range []string{"", "'s", "'S", "'ſ", "'re", "'Re", "'rE", "'l", "'ll", "x'", "a  b", "a \n b", " \n\n ", "   ", "\r\n\r\n", "123456", "  !!", "\u0085a", " \ufeffa"} {
 		checkSplit(t, slow, s)

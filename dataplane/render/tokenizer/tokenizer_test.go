@@ -83,6 +83,7 @@ func idsDigest(ids []int) string {
 // regex and prefix space, lstrip/rstrip/normalized tokens, RobertaProcessing); the real families
 // run when their files are present (realDirs).
 func TestGolden(t *testing.T) {
+	t.Parallel() // pure CPU, and a tokenizer is shared by concurrent requests
 	b, err := os.ReadFile("testdata/golden.json")
 	if err != nil {
 		t.Fatal(err)
@@ -103,6 +104,7 @@ func TestGolden(t *testing.T) {
 	}
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			tk, ok := loadNamed(t, name)
 			if !ok {
 				t.Skipf("%s: tokenizer files not found (set TOKENIZER_DIRS)", name)
@@ -300,6 +302,7 @@ func TestSplitBehaviours(t *testing.T) {
 }
 
 func TestHugeWhitespaceIsNotQuadratic(t *testing.T) {
+	t.Parallel() // pure CPU, and a tokenizer is shared by concurrent requests
 	tk, _ := loadNamed(t, "qwen-like")
 	// 1M spaces then a word: one pre-token of ~1M bytes goes through the heap merge.
 	ids := tk.Encode(nil, strings.Repeat(" ", 1<<20)+"x", false)

@@ -12,6 +12,7 @@ import (
 // what it stands for, cl100kNext and Tokenizer.word per match, on random text made of the
 // splitters' alphabet, ASCII words, numbers and punctuation, cold and warm.
 func TestEncodeCL100KMatchesWordLoop(t *testing.T) {
+	t.Parallel() // pure CPU, and a tokenizer is shared by concurrent requests
 	parts := append([]string{"the", " quick", " Brown", "fox", "  ", "\n", "\r\n", "123", "4", " 56789", "(x", ".y", "'s", "'Re",
 		" naïve", " café", "你好", " 😀", "👍🏽", "==", " |", "\t", strings.Repeat("abcdefgh", 3), " abcdefghijklmnop", "0123456789012345678"},
 		splitAlphabet...)

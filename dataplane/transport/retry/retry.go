@@ -227,7 +227,7 @@ func ClassifyCall(ctx context.Context, err error) (Failure, bool) {
 type requestKey struct{}
 
 // WithRequestLimit returns ctx carrying an allowance of n retries for the request it serves:
-// every Retrier.Run under it, and every TakeRequest, spends from it.
+// every retry Retrier.Next grants under it, and every TakeRequest, spends from it.
 func WithRequestLimit(ctx context.Context, n int) context.Context {
 	left := &atomic.Int32{}
 	left.Store(int32(n)) //nolint:gosec // validated: 0..100
