@@ -21,7 +21,7 @@ type Client interface {
 	Format() Format
 	// Parse parses raw, a client body, once into the body the pipeline runs, checked (every
 	// error a 400 naming the member at fault).
-	Parse(raw []byte) (*Request, error)
+	Parse(raw []byte) (Request, error)
 }
 
 // Request is a client's request parsed for the pipeline.
@@ -81,49 +81,52 @@ func (n Native) Format() Format { return n.F }
 // Parse parses the body once and checks what every format relies on (model a string, stream a
 // boolean, the token limits integers, stream_options an object), then what the format does
 // (Format.Check), so that a wrong type is a clear 400 here rather than a worker's error later.
-func (n Native) Parse(raw []byte) (*Request, error) {
+func (n Native) Parse(raw []byte) (Request, error) {
 	obj, err := body.Parse(raw)
 	switch {
 	case errors.Is(err, body.ErrInvalidJSON):
-		return nil, apierror.BadRequest("invalid_json", "invalid JSON body")
+		return Request{}, apierror.BadRequest("invalid_json", "invalid JSON body")
 	case errors.Is(err, body.ErrNotObject):
-		return nil, apierror.BadRequest("invalid_body", "request body must be a JSON object")
+		return Request{}, apierror.BadRequest("invalid_body", "request body must be a JSON object")
 	case err != nil:
-		return nil, apierror.BadRequest("invalid_json", "invalid JSON body: %v", err)
+		return Request{}, apierror.BadRequest("invalid_json", "invalid JSON body: %v", err)
 	}
-	r := &Request{Body: obj}
+	r := Request{Body: obj}
 	if r.Model, _, err = obj.String("model"); err != nil {
-		return nil, apierror.InvalidField("model", "%v", err)
+		return Request{}, apierror.InvalidField("model", "%v", err)
 	}
 	// The model outlives the request (metric labels, exported spans): do not share the body's memory.
 	r.Model = strings.Clone(r.Model)
 	if r.Stream, _, err = obj.Bool("stream"); err != nil {
-		return nil, apierror.InvalidField("stream", "%v", err)
+		return Request{}, apierror.InvalidField("stream", "%v", err)
 	}
 	for _, k := range []string{"max_tokens", "max_completion_tokens", "min_tokens"} {
 		if _, _, err := obj.Int(k); err != nil {
-			return nil, apierror.InvalidField(k, "%v", err)
+			return Request{}, apierror.InvalidField(k, "%v", err)
 		}
 	}
 	if err := expectKind(obj, "stream_options", body.KindObject, "an object", false); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	if err := n.F.Check(obj); err != nil {
-		return nil, err
+		return Request{}, err
 	}
 	return r, nil
 }
 
 // ClientFor is the client API served at path (nil: none).
 func ClientFor(path string) Client {
-	if path == MessagesPath {
-		return Messages
-	}
-	if f := ForPath(path); f != nil {
-		return Native{f}
-	}
-	return nil
+	return clients[path]
 }
+
+// clients are the client APIs by path, made once (a Client made per request would be boxed).
+var clients = func() map[string]Client {
+	m := map[string]Client{MessagesPath: Messages}
+	for _, p := range Paths {
+		m[p] = Native{ForPath(p)}
+	}
+	return m
+}()
 
 // ClientPaths are the paths of every client API.
 var ClientPaths = append(append([]string(nil), Paths...), MessagesPath)

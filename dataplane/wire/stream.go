@@ -43,10 +43,12 @@ type openAI struct {
 	answer func(f *Fold) map[string]any
 }
 
+// Pointers: a format hands its Events out per stream, and a pointer fits an interface without
+// a copy on the heap.
 var (
-	chatEvents       = openAI{resume: chat{}, answer: chatAnswer}
-	completionEvents = openAI{answer: completionsAnswer}
-	generateEvents   = openAI{resume: generate{}, answer: generateAnswer}
+	chatEvents       = &openAI{resume: chat{}, answer: chatAnswer}
+	completionEvents = &openAI{answer: completionsAnswer}
+	generateEvents   = &openAI{resume: generate{}, answer: generateAnswer}
 )
 
 var dataDone = []byte("[DONE]")

@@ -127,18 +127,19 @@ func (r *Reader) check() error {
 // across feeds is found), or -1 when there is none.
 func lastEnd(b []byte, from int) int {
 	from = max(from-3, 0)
-	if !bytes.Contains(b[from:], []byte("\n\n")) && !bytes.Contains(b[from:], []byte("\n\r\n")) {
+	tail := b[from:]
+	if !bytes.Contains(tail, []byte("\n\n")) && !bytes.Contains(tail, []byte("\n\r\n")) {
 		return -1 // a long event's common case, found by the vectorised forward search
 	}
-	i := bytes.LastIndex(b[from:], []byte("\n\n"))
-	j := bytes.LastIndex(b[from:], []byte("\n\r\n"))
-	switch {
-	case i < 0 && j < 0:
-		return -1
-	case i >= j+1:
-		return from + i + 2
-	default:
-		return from + j + 3
+	// Backwards from the end, the first newline that closes a blank line ("\n\n" or "\n\r\n").
+	for i := len(tail); ; {
+		i = bytes.LastIndexByte(tail[:i], '\n')
+		switch {
+		case i < 1:
+			return -1
+		case tail[i-1] == '\n', tail[i-1] == '\r' && i >= 2 && tail[i-2] == '\n':
+			return from + i + 1
+		}
 	}
 }
 

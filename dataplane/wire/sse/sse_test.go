@@ -107,3 +107,40 @@ func BenchmarkReaderLongEvent(b *testing.B) {
 		})
 	}
 }
+
+// lastEnd against its definition, on every string of up to 9 bytes over "\n", "\r" and "a",
+// from every offset: the index past the last "\n\n" or "\n\r\n" that starts at from-3 or later.
+func TestLastEndMatchesItsDefinition(t *testing.T) {
+	byDefinition := func(b []byte, from int) int {
+		from = max(from-3, 0)
+		end := -1
+		for i := from; i < len(b); i++ {
+			if bytes.HasPrefix(b[i:], []byte("\n\n")) {
+				end = max(end, i+2)
+			}
+			if bytes.HasPrefix(b[i:], []byte("\n\r\n")) {
+				end = max(end, i+3)
+			}
+		}
+		return end
+	}
+	var walk func(b []byte)
+	checked := 0
+	walk = func(b []byte) {
+		for from := 0; from <= len(b); from++ {
+			if got, want := lastEnd(b, from), byDefinition(b, from); got != want {
+				t.Fatalf("lastEnd(%q, %d) = %d, want %d", b, from, got, want)
+			}
+			checked++
+		}
+		if len(b) < 9 {
+			for _, c := range []byte("\n\ra") {
+				walk(append(b[:len(b):len(b)], c))
+			}
+		}
+	}
+	walk(nil)
+	if checked < 100000 {
+		t.Fatalf("checked %d cases", checked)
+	}
+}
