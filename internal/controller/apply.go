@@ -222,16 +222,6 @@ func withEntry(m map[string]string, k, v string) map[string]string {
 	return out
 }
 
-// merged returns base with over's entries on top (keeps entries other actors added).
-func merged(base, over map[string]string) map[string]string {
-	out := maps.Clone(base)
-	if out == nil {
-		out = make(map[string]string, len(over))
-	}
-	maps.Copy(out, over)
-	return out
-}
-
 func isSubset(sub, super map[string]string) bool {
 	for k, v := range sub {
 		if got, ok := super[k]; !ok || got != v {
