@@ -228,7 +228,7 @@ func (c *conn) lingerLocked() bool {
 }
 
 // nextRequest counts a request handed to the handler and returns how it must be served.
-func (c *conn) nextRequest() (refuse, closeAfter bool) {
+func (c *conn) nextRequest() (refusal string, closeAfter bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	i := c.served
@@ -257,16 +257,16 @@ func Guard(next http.Handler, log logr.Logger) http.Handler {
 				hc.tail.Store(true)
 				hc.handling.Add(-1)
 			}()
-			refuse, closeAfter := hc.nextRequest()
+			refusal, closeAfter := hc.nextRequest()
 			if closeAfter {
 				w.Header().Set("Connection", "close")
 			}
-			if refuse {
+			if refusal != "" {
 				id, _ := RequestID(r.Header.Get("X-Request-Id"))
 				w.Header().Set("X-Request-Id", id)
-				log.V(logging.Verbose).Info("refused a request with ambiguous framing", "request_id", id, "remote", r.RemoteAddr)
+				log.V(logging.Verbose).Info("refused a request with ambiguous framing", "request_id", id, "remote", r.RemoteAddr, "why", refusal)
 				apierror.Write(w, &apierror.Error{Status: http.StatusBadRequest, Type: apierror.TypeInvalidRequest, Code: "ambiguous_framing",
-					Message: "the request has Transfer-Encoding together with Content-Length, or on HTTP/1.0 (RFC 9112 section 6.1)"}, id)
+					Message: refusal}, id)
 				return
 			}
 		}

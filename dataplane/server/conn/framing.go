@@ -17,7 +17,11 @@ import (
 // Requests are counted as net/http hands them to the handler (OPTIONS * is answered by
 // net/http itself). Where the framer cannot follow a connection (malformed framing that
 // net/http may read differently), it stops, and every later request on the connection is
-// served with Connection: close: nothing can be smuggled behind it.
+// served with Connection: close: nothing can be smuggled behind it. Where that framing is a
+// chunked body's (a chunk or trailer line ending in a bare LF, a bad chunk size, chunk data not
+// followed by CRLF), the requests after it are refused instead: net/http accepts some of these
+// (a bare LF ends a trailer line for it), an intermediary may not, and what it took for body
+// must never reach a worker.
 type framer struct {
 	state framerState
 	// line is the start of the line being read, lineLen its whole length so far, tail its
@@ -30,9 +34,10 @@ type framer struct {
 	// headBytes bounds a head the way net/http does (MaxHeaderBytes plus its slack).
 	headBytes, maxHead int
 	// requests counts the heads handed to the handler; ambiguous and lost are the index of the
-	// first request with ambiguous framing and of the first one the framer could not follow
-	// (-1: none).
+	// first request refused and of the first one the framer could not follow (-1: none), why
+	// the reason of the refusal.
 	requests, ambiguous, lost int
+	why                       string
 	// The head being read.
 	requestLine    bool
 	http10, optAll bool
@@ -66,16 +71,22 @@ func newFramer(maxHeaderBytes int) *framer {
 	return &framer{ambiguous: -1, lost: -1, requestLine: true, maxHead: maxHeaderBytes + 4096 + keptLine}
 }
 
-// verdict says how the request with index i must be served: refused (ambiguous framing), served
+// Why the framer refuses a request (the message of its 400).
+const (
+	whyAmbiguous    = "the request has Transfer-Encoding together with Content-Length, or on HTTP/1.0 (RFC 9112 section 6.1)"
+	whyBrokenChunks = "the request follows a chunked body whose framing is malformed (a line not ending in CRLF, or a bad chunk): nothing after it on the connection is served (RFC 9112 section 7.1)"
+)
+
+// verdict says how the request with index i must be served: refused (refusal says why), served
 // and the connection closed (the framer lost track), or normally.
-func (f *framer) verdict(i int) (refuse, closeAfter bool) {
+func (f *framer) verdict(i int) (refusal string, closeAfter bool) {
 	switch {
 	case f.ambiguous >= 0 && i >= f.ambiguous:
-		return true, true
+		return f.why, true
 	case f.lost >= 0 && i >= f.lost:
-		return false, true
+		return "", true
 	}
-	return false, false
+	return "", false
 }
 
 // feed follows the bytes read from the connection.
@@ -209,7 +220,7 @@ func (f *framer) endHead() {
 		f.requests++
 	}
 	if len(f.te) > 0 && (len(f.cl) > 0 || f.http10) {
-		f.ambiguous, f.state = i, stDone
+		f.refuseFrom(i, whyAmbiguous)
 		return
 	}
 	switch {
@@ -275,8 +286,19 @@ func (f *framer) nextHead() {
 }
 
 // loseTrack stops following the connection: every request not yet counted (the one whose
-// head is being read, or the ones after the body being read) is served with Connection: close.
-func (f *framer) loseTrack() { f.loseTrackAt(f.requests) }
+// head is being read, or the ones after the body being read) is served with Connection: close,
+// or refused when it is a chunked body's framing that broke.
+func (f *framer) loseTrack() {
+	if f.state >= stChunkSize && f.state <= stTrailer {
+		f.refuseFrom(f.requests, whyBrokenChunks)
+		return
+	}
+	f.loseTrackAt(f.requests)
+}
+
+func (f *framer) refuseFrom(i int, why string) {
+	f.ambiguous, f.why, f.state = i, why, stDone
+}
 
 func (f *framer) loseTrackAt(i int) {
 	f.lost, f.state = i, stDone

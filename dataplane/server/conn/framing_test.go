@@ -7,7 +7,7 @@ import (
 
 // TestFramer feeds the bytes of a connection, in one piece and byte by byte, and checks how each
 // request is served: "ok", "close" (the framer lost track: served, then the connection closes)
-// or "refuse" (ambiguous framing).
+// or "refuse" (ambiguous framing, or what follows a chunked body whose framing broke).
 func TestFramer(t *testing.T) {
 	const get = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
 	tests := map[string]struct {
@@ -45,17 +45,29 @@ func TestFramer(t *testing.T) {
 			stream: "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n" + get + "POST /v1/x HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
 			want:   []string{"ok", "refuse"},
 		},
-		"a chunk line ending in a bare LF loses track": {
+		"a chunk line ending in a bare LF refuses what follows": {
 			stream: "POST /v1/x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n" + get,
-			want:   []string{"ok", "close", "close"},
+			want:   []string{"ok", "refuse", "refuse"},
 		},
-		"chunk data not followed by CRLF loses track": {
+		"chunk data not followed by CRLF refuses what follows": {
 			stream: "POST /v1/x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n" + get,
-			want:   []string{"ok", "close"},
+			want:   []string{"ok", "refuse"},
 		},
-		"an invalid chunk size loses track": {
+		"chunk data followed by a bare LF refuses what follows": {
+			stream: "POST /v1/x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\n0\r\n\r\n" + get,
+			want:   []string{"ok", "refuse"},
+		},
+		"an invalid chunk size refuses what follows": {
 			stream: "POST /v1/x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n" + get,
-			want:   []string{"ok", "close"},
+			want:   []string{"ok", "refuse"},
+		},
+		"a trailer line ending in a bare LF refuses what follows": {
+			stream: "POST /v1/x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-Trailer: 1\n\r\n" + get,
+			want:   []string{"ok", "refuse", "refuse"},
+		},
+		"the blank line after the last chunk as a bare LF refuses what follows": {
+			stream: "POST /v1/x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\n" + get,
+			want:   []string{"ok", "refuse"},
 		},
 		"differing Content-Lengths (net/http refuses them)": {
 			stream: "POST /v1/x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nxx" + get,
@@ -91,10 +103,10 @@ func TestFramer(t *testing.T) {
 					f.feed([]byte(tc.stream))
 				}
 				for i, want := range tc.want {
-					refuse, closeAfter := f.verdict(i)
+					refusal, closeAfter := f.verdict(i)
 					got := "ok"
 					switch {
-					case refuse:
+					case refusal != "":
 						got = "refuse"
 					case closeAfter:
 						got = "close"

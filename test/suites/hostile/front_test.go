@@ -3,12 +3,14 @@
 package hostile
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,6 +148,40 @@ func TestHTTPHygiene(t *testing.T) {
 		r.jsonError(t)
 		if legs := rec.taken(); len(legs) > 0 {
 			t.Errorf("the smuggled request was forwarded: %s %s", legs[0].method, legs[0].uri)
+		}
+	})
+
+	t.Run("what follows a chunked body whose trailer ends in a bare LF is refused", func(t *testing.T) {
+		rec.taken()
+		// net/http takes the bare LF for the trailer line's end and reads the next request; an
+		// intermediary that does not may have taken it for body.
+		body := chat("sim-model")
+		raw := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			fmt.Sprintf("%x\r\n%s\r\n0\r\nX-Trailer: 1\n\r\n", len(body), body) +
+			"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+		out, closed := rawExchange(t, addr, raw, 5*time.Second)
+		br := bufio.NewReader(strings.NewReader(out))
+		var statuses []int
+		var last []byte
+		for {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				break
+			}
+			last, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			statuses = append(statuses, resp.StatusCode)
+		}
+		if !slices.Equal(statuses, []int{http.StatusOK, http.StatusBadRequest}) || !closed {
+			t.Fatalf("statuses %v, closed %v; want [200 400] and the connection closed:\n%.2000s", statuses, closed, out)
+		}
+		if !bytes.Contains(last, []byte(`"code":"ambiguous_framing"`)) || !bytes.Contains(last, []byte("chunked body whose framing is malformed")) {
+			t.Errorf("refusal body %s", last)
+		}
+		for _, leg := range rec.taken() {
+			if leg.uri == "/v1/models" {
+				t.Errorf("the request behind the broken chunked body was forwarded: %s %s", leg.method, leg.uri)
+			}
 		}
 	})
 
