@@ -76,7 +76,7 @@ func (a Answerer) Respond(ctx context.Context, rc *request.Context, t Target, re
 	}
 	var err error
 	if t.Stream || resp.StatusCode != http.StatusOK {
-		err = upstream.Relay(t.W, resp, rc.ID, t.Stream)
+		err = upstream.Relay(t.W, resp, rc.ID, t.Stream, rc.ForwardResponse)
 	} else {
 		// Held whole first: an answer that breaks off anywhere is retried, never cut. (A
 		// worker's error is final anyway: it streams through, whatever its size.)
@@ -84,7 +84,7 @@ func (a Answerer) Respond(ctx context.Context, rc *request.Context, t Target, re
 		if a.Metrics != nil {
 			inspect = func(b []byte) { wire.ReadStats(&rc.Answer, b) } // the served model and usage, for the metrics
 		}
-		err = upstream.RelayWhole(t.W, resp, rc.ID, a.MaxResponse, inspect)
+		err = upstream.RelayWhole(t.W, resp, rc.ID, a.MaxResponse, rc.ForwardResponse, inspect)
 	}
 	logRelay(rc, err, phase)
 	return err
@@ -92,7 +92,7 @@ func (a Answerer) Respond(ctx context.Context, rc *request.Context, t Target, re
 
 // stream relays an event stream and resumes it when it breaks.
 func (a Answerer) stream(ctx context.Context, rc *request.Context, t Target, resp *http.Response, phase string) error {
-	st := New(t.W, rc.ID, wire.Of(rc.API), a.MaxResponse)
+	st := New(t.W, rc.ID, wire.Of(rc.API), a.MaxResponse, rc.ForwardResponse)
 	defer st.Release()
 	if a.Metrics != nil {
 		st.Watch(rc)

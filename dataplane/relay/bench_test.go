@@ -24,11 +24,13 @@ func BenchmarkStreamRelay(b *testing.B) {
 		relay func(w http.ResponseWriter, resp *http.Response) error
 	}{
 		{"relay.Stream", func(w http.ResponseWriter, resp *http.Response) error {
-			s := New(w, "rid", wire.Chat, 0)
+			s := New(w, "rid", wire.Chat, 0, nil)
 			defer s.Release()
 			return s.Relay(resp)
 		}},
-		{"upstream.Relay", func(w http.ResponseWriter, resp *http.Response) error { return upstream.Relay(w, resp, "rid", true) }},
+		{"upstream.Relay", func(w http.ResponseWriter, resp *http.Response) error {
+			return upstream.Relay(w, resp, "rid", true, nil)
+		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -79,7 +79,7 @@ func (f *Folder) Fold(rc *request.Context, reservation int64, send func(Target) 
 	case err != nil:
 		return &apierror.UpstreamError{Phase: resumePhase, Status: http.StatusOK, Err: fmt.Errorf("force-streamed answer: %w", err)}
 	case held.status != http.StatusOK || !upstream.IsEventStream(held.header):
-		return held.relay(client, rc.ID) // an error or an answer that did not stream: as it came
+		return held.relay(client, rc.ID, rc.ForwardResponse) // an error or an answer that did not stream: as it came
 	}
 	out, ferr := held.fold.Answer()
 	if ferr != nil {
@@ -140,8 +140,8 @@ func (c *heldResponse) Write(p []byte) (int, error) {
 func (*heldResponse) Flush() {}
 
 // relay writes the held response to w as it came.
-func (c *heldResponse) relay(w http.ResponseWriter, requestID string) error {
-	upstream.CopyResponseHeader(w.Header(), c.header)
+func (c *heldResponse) relay(w http.ResponseWriter, requestID string, named []string) error {
+	upstream.CopyResponseHeader(w.Header(), c.header, named)
 	w.Header().Set(upstream.RequestIDHeader, requestID)
 	w.WriteHeader(c.status)
 	_, err := w.Write(c.body.Bytes())

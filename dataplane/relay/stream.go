@@ -53,6 +53,8 @@ type Stream struct {
 
 	// splice is set while a continuation is relayed: what its events are rewritten to.
 	splice *wire.Splice
+	// named are the headers the client gets besides upstream.ResponseHeaders.
+	named []string
 	// rc, when watched, receives the answer's statistics and token events (Watch).
 	rc *request.Context
 }
@@ -63,11 +65,12 @@ type Stream struct {
 func (s *Stream) Watch(rc *request.Context) { s.rc = rc }
 
 // New returns the stream of a response in format f written to w, whose events are at most
-// limit bytes each (0: unbounded); Release it when the response is done.
-func New(w http.ResponseWriter, requestID string, f wire.Format, limit int64) *Stream {
+// limit bytes each (0: unbounded), whose client gets the upstream headers
+// upstream.CopyResponseHeader lets through with named; Release it when the response is done.
+func New(w http.ResponseWriter, requestID string, f wire.Format, limit int64, named []string) *Stream {
 	fl, _ := w.(http.Flusher)
 	ev := f.Events()
-	return &Stream{w: w, flusher: fl, requestID: requestID, events: ev, got: ev.Got(), in: sse.Reader{Limit: int(min(limit, math.MaxInt32))}}
+	return &Stream{w: w, flusher: fl, requestID: requestID, named: named, events: ev, got: ev.Got(), in: sse.Reader{Limit: int(min(limit, math.MaxInt32))}}
 }
 
 // Release returns the stream's buffer to the pool; the stream is not used afterwards.
@@ -137,7 +140,7 @@ func (s *Stream) feed(resp *http.Response, complete []byte) error {
 	}
 	if !s.started {
 		h := s.w.Header()
-		upstream.CopyResponseHeader(h, resp.Header)
+		upstream.CopyResponseHeader(h, resp.Header, s.named)
 		h.Del("Content-Length")
 		if s.requestID != "" {
 			h.Set(upstream.RequestIDHeader, s.requestID)

@@ -204,7 +204,7 @@ func (s *Server) handlePassthrough(c echo.Context) error {
 		}
 		return &apierror.UpstreamError{Phase: routePassthrough, Err: err}
 	}
-	if err := upstream.Relay(c.Response(), resp, x.id, false); err != nil {
+	if err := upstream.Relay(c.Response(), resp, x.id, false, p.ForwardResponse()); err != nil {
 		if errors.Is(err, upstream.ErrNotStarted) {
 			return &apierror.UpstreamError{Phase: routePassthrough, Err: err}
 		}

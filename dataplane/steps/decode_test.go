@@ -111,6 +111,8 @@ func TestDecodePassesWorkerErrorsThrough(t *testing.T) {
 	gw := newFakeGateway(t, func(w http.ResponseWriter, _ captured) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Worker", "vllm")
+		w.Header().Set("Set-Cookie", "session=worker")
+		w.Header().Set("Openai-Processing-Ms", "12")
 		w.WriteHeader(http.StatusUnprocessableEntity)
 		_, _ = io.WriteString(w, `{"error":{"message":"max_tokens too large"}}`)
 	})
@@ -119,7 +121,10 @@ func TestDecodePassesWorkerErrorsThrough(t *testing.T) {
 	if err := s.Execute(context.Background(), rc); err != nil {
 		t.Fatal(err)
 	}
-	if rec.Code != 422 || rec.Body.String() != `{"error":{"message":"max_tokens too large"}}` || rec.Header().Get("X-Worker") != "vllm" {
+	// The worker's headers pass through the allow list only (upstream.ResponseHeaders).
+	h := rec.Header()
+	if rec.Code != 422 || rec.Body.String() != `{"error":{"message":"max_tokens too large"}}` ||
+		h.Get("Openai-Processing-Ms") != "12" || h.Get("X-Worker") != "" || h.Get("Set-Cookie") != "" {
 		t.Fatalf("client got %d %q %v", rec.Code, rec.Body, rec.Header())
 	}
 }

@@ -73,7 +73,7 @@ func FuzzRelay(f *testing.F) {
 		src := &sizedReads{data: bytes.Clone(data), sizes: sizes, end: end}
 		resp := &http.Response{StatusCode: code, Header: http.Header{"Content-Type": {contentType}, "Connection": {"close"}}, Body: src}
 		rec := &flushRecorder{ResponseRecorder: httptest.NewRecorder()}
-		err := Relay(rec, resp, "req-1", stream)
+		err := Relay(rec, resp, "req-1", stream, nil)
 
 		if truncated && len(data) == 0 {
 			// Broken before its first byte: nothing is written, so the leg may be retried.

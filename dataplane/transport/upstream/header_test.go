@@ -50,14 +50,28 @@ func TestForwarded(t *testing.T) {
 }
 
 func TestCopyResponseHeader(t *testing.T) {
-	src := http.Header{"Content-Type": {"text/event-stream"}, "Set-Cookie": {"a=1", "b=2"}, "Connection": {"x-hop, keep-alive"},
-		"X-Hop": {"1"}, "Transfer-Encoding": {"chunked"}, "Keep-Alive": {"timeout=5"}}
+	src := http.Header{"Content-Type": {"text/event-stream"}, "Set-Cookie": {"a=1", "b=2"}, "Connection": {"x-hop, keep-alive, retry-after"},
+		"X-Hop": {"1"}, "Transfer-Encoding": {"chunked"}, "Keep-Alive": {"timeout=5"}, "Server": {"envoy"},
+		"X-Envoy-Upstream-Service-Time": {"3"}, "Retry-After": {"1"}, "X-Ratelimit-Remaining-Tokens": {"99"},
+		"Openai-Model": {"m"}, "X-Disagg-Revision": {"r1"}, "X-Pod": {"decode-0"}}
 	// The coordinator's own Connection: close (a connection the framing guard closes) survives
 	// the copy: the worker's hop-by-hop headers are skipped, not deleted from the response.
-	dst := http.Header{"X-Request-Id": {"id"}, "Connection": {"close"}}
-	CopyResponseHeader(dst, src)
-	want := http.Header{"X-Request-Id": {"id"}, "Connection": {"close"}, "Content-Type": {"text/event-stream"}, "Set-Cookie": {"a=1", "b=2"}}
-	if !reflect.DeepEqual(dst, want) {
-		t.Fatalf("copied %v, want %v", dst, want)
+	tests := map[string]struct {
+		named []string
+		want  http.Header
+	}{
+		"the allow list": {want: http.Header{"X-Request-Id": {"id"}, "Connection": {"close"}, "Content-Type": {"text/event-stream"},
+			"X-Ratelimit-Remaining-Tokens": {"99"}, "Openai-Model": {"m"}}},
+		"and the forwarded names": {named: []string{"X-Disagg-Revision"}, want: http.Header{"X-Request-Id": {"id"}, "Connection": {"close"},
+			"Content-Type": {"text/event-stream"}, "X-Ratelimit-Remaining-Tokens": {"99"}, "Openai-Model": {"m"}, "X-Disagg-Revision": {"r1"}}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dst := http.Header{"X-Request-Id": {"id"}, "Connection": {"close"}}
+			CopyResponseHeader(dst, src, tc.named)
+			if !reflect.DeepEqual(dst, tc.want) {
+				t.Fatalf("copied %v, want %v", dst, tc.want)
+			}
+		})
 	}
 }

@@ -32,7 +32,7 @@ var ErrNotStarted = errors.New("worker response failed before its first byte")
 // every read is flushed at once, so each SSE event reaches the client as soon as the worker sends
 // it; nothing is buffered beyond one read. The status is written once the body's first read
 // succeeds: a body that fails before its first byte returns ErrNotStarted with nothing written.
-func Relay(w http.ResponseWriter, resp *http.Response, requestID string, stream bool) error {
+func Relay(w http.ResponseWriter, resp *http.Response, requestID string, stream bool, named []string) error {
 	defer resp.Body.Close()
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
@@ -45,7 +45,7 @@ func Relay(w http.ResponseWriter, resp *http.Response, requestID string, stream 
 		return errors.Join(ErrNotStarted, rerr)
 	}
 	h := w.Header()
-	CopyResponseHeader(h, resp.Header)
+	CopyResponseHeader(h, resp.Header, named)
 	if requestID != "" {
 		h.Set(RequestIDHeader, requestID)
 	}
@@ -90,7 +90,7 @@ func Discard(resp *http.Response) {
 // with nothing written (the leg may be tried again). A body over limit bytes is relayed as it
 // comes once limit bytes were read (a break after that truncates it). inspect, when set, is
 // handed a body read whole before it is written (it must not keep it).
-func RelayWhole(w http.ResponseWriter, resp *http.Response, requestID string, limit int64, inspect func(body []byte)) error {
+func RelayWhole(w http.ResponseWriter, resp *http.Response, requestID string, limit int64, named []string, inspect func(body []byte)) error {
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
 	buf := *bp
@@ -103,7 +103,7 @@ func RelayWhole(w http.ResponseWriter, resp *http.Response, requestID string, li
 					io.Reader
 					io.Closer
 				}{io.MultiReader(bytes.NewReader(buf[:n]), resp.Body), resp.Body}
-				return Relay(w, resp, requestID, false)
+				return Relay(w, resp, requestID, false, named)
 			}
 			grown := make([]byte, n+int(min(int64(n), limit-int64(n))))
 			copy(grown, buf[:n])
@@ -124,7 +124,7 @@ func RelayWhole(w http.ResponseWriter, resp *http.Response, requestID string, li
 		inspect(buf[:n])
 	}
 	h := w.Header()
-	CopyResponseHeader(h, resp.Header)
+	CopyResponseHeader(h, resp.Header, named)
 	if requestID != "" {
 		h.Set(RequestIDHeader, requestID)
 	}

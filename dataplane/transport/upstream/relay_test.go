@@ -48,7 +48,7 @@ func TestRelayNotStarted(t *testing.T) {
 	rec := &flushRecorder{ResponseRecorder: httptest.NewRecorder()}
 	resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/event-stream"}},
 		Body: &chunks{parts: []string{""}, err: io.ErrUnexpectedEOF}}
-	err := Relay(rec, resp, "rid", true)
+	err := Relay(rec, resp, "rid", true, nil)
 	if !errors.Is(err, ErrNotStarted) || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("err = %v, want ErrNotStarted with the cause", err)
 	}
@@ -92,7 +92,7 @@ func TestRelay(t *testing.T) {
 			rec := &flushRecorder{ResponseRecorder: httptest.NewRecorder()}
 			resp := &http.Response{StatusCode: http.StatusCreated, Header: tc.header.Clone(), Body: &chunks{parts: tc.parts, err: tc.end}}
 			resp.Header.Set("Connection", "close")
-			err := Relay(rec, resp, "rid", tc.stream)
+			err := Relay(rec, resp, "rid", tc.stream, nil)
 			if tc.err == nil && err != nil || tc.err != nil && !errors.Is(err, tc.err) {
 				t.Fatalf("err = %v, want %v", err, tc.err)
 			}
@@ -116,7 +116,7 @@ func TestRelay(t *testing.T) {
 
 func TestRelayClientGone(t *testing.T) {
 	resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: &chunks{parts: []string{"x"}, err: io.EOF}}
-	if err := Relay(failWriter{httptest.NewRecorder()}, resp, "", false); !errors.Is(err, ErrClientGone) {
+	if err := Relay(failWriter{httptest.NewRecorder()}, resp, "", false, nil); !errors.Is(err, ErrClientGone) {
 		t.Fatalf("err = %v, want ErrClientGone", err)
 	}
 }
@@ -155,7 +155,7 @@ func TestRelayWhole(t *testing.T) {
 			}
 			resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
 				Body: &endReader{r: io.MultiReader(rs...), end: tc.end}}
-			err := RelayWhole(rec, resp, "rid", tc.limit, nil)
+			err := RelayWhole(rec, resp, "rid", tc.limit, nil, nil)
 			if tc.err == nil && err != nil || tc.err != nil && !errors.Is(err, tc.err) {
 				t.Fatalf("err = %v, want %v", err, tc.err)
 			}

@@ -5,6 +5,7 @@ package hostile
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -123,6 +124,49 @@ func TestPassthroughStaysInV1(t *testing.T) {
 			}
 		}
 	})
+}
+
+// workerHeaders are added to every answer the recorder passes back.
+var workerHeaders = map[string]string{"Set-Cookie": "session=worker", "X-Worker-Pod": "decode-0", "Server": "envoy", "Openai-Processing-Ms": "7"}
+
+// TestWorkerHeaders: a worker's answer reaches the client with the allow-listed headers only,
+// relayed whole, streamed, or passed through.
+func TestWorkerHeaders(t *testing.T) {
+	st := startStack(t)
+	rec := startRecorder(t, st.Gateway.URL())
+	co := startCoordinator(t, rec.url, config{})
+	streamed, _ := json.Marshal(map[string]any{"model": "sim-model", "max_tokens": 4, "stream": true,
+		"messages": []any{map[string]any{"role": "user", "content": "hello"}}})
+	tests := []struct {
+		name, method, path string
+		body               []byte
+	}{
+		{"chat", http.MethodPost, "/v1/chat/completions", chat("sim-model")},
+		{"streamed chat", http.MethodPost, "/v1/chat/completions", streamed},
+		{"passthrough", http.MethodGet, "/v1/models", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := do(t, tc.method, co.url+tc.path, tc.body, nil)
+			if r.status != http.StatusOK {
+				t.Fatalf("HTTP %d %s", r.status, r.body)
+			}
+			for _, h := range []string{"Set-Cookie", "X-Worker-Pod"} {
+				if v := r.header.Get(h); v != "" {
+					t.Errorf("the client got the worker's %s: %q", h, v)
+				}
+			}
+			if v := r.header.Get("Server"); v == "envoy" {
+				t.Errorf("the client got the gateway's Server: %q", v)
+			}
+			if v := r.header.Get("Openai-Processing-Ms"); v != "7" {
+				t.Errorf("openai-processing-ms %q, want the worker's 7", v)
+			}
+			if r.header.Get("X-Request-Id") == "" {
+				t.Error("no x-request-id")
+			}
+		})
+	}
 }
 
 // TestHTTPHygiene covers what the server answers before or around the handlers: smuggling,

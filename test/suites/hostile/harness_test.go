@@ -309,6 +309,14 @@ func startRecorder(t *testing.T, gateway string) *recorder {
 	}
 	rec := &recorder{}
 	proxy := httputil.NewSingleHostReverseProxy(target)
+	// Every answer carries what a worker, a sidecar or the gateway may add: the coordinator lets
+	// through only its allow list (TestWorkerHeaders).
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		for k, v := range workerHeaders {
+			resp.Header.Set(k, v)
+		}
+		return nil
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
