@@ -53,7 +53,7 @@ type Stream struct {
 
 	// splice is set while a continuation is relayed: what its events are rewritten to.
 	splice *wire.Splice
-	// named are the headers the client gets besides upstream.ResponseHeaders.
+	// named are the headers the client gets besides the allow list of upstream.CopyResponseHeader.
 	named []string
 	// rc, when watched, receives the answer's statistics and token events (Watch).
 	rc *request.Context

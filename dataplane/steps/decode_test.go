@@ -121,7 +121,7 @@ func TestDecodePassesWorkerErrorsThrough(t *testing.T) {
 	if err := s.Execute(context.Background(), rc); err != nil {
 		t.Fatal(err)
 	}
-	// The worker's headers pass through the allow list only (upstream.ResponseHeaders).
+	// The worker's headers pass through the allow list only (upstream.CopyResponseHeader).
 	h := rec.Header()
 	if rec.Code != 422 || rec.Body.String() != `{"error":{"message":"max_tokens too large"}}` ||
 		h.Get("Openai-Processing-Ms") != "12" || h.Get("X-Worker") != "" || h.Get("Set-Cookie") != "" {

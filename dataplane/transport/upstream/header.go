@@ -37,12 +37,12 @@ func Forwarded(in http.Header, owned []string) http.Header {
 	return out
 }
 
-// ResponseHeaders are the headers of a worker's answer that reach the client: what describes
+// responseHeaders are the headers of a worker's answer that reach the client: what describes
 // the body (RFC 9110 section 8), what tells the client when to come back, and the headers
 // OpenAI-compatible clients read (plus every X-Ratelimit-* header). Nothing else a worker or
 // the gateway sets does (Set-Cookie, Server, x-envoy-*, a pod's own headers), unless the
 // pipeline names it in forward_response_headers.
-var ResponseHeaders = []string{
+var responseHeaders = []string{
 	"Content-Type", "Content-Length", "Content-Encoding", "Content-Language", "Cache-Control", "Vary",
 	"Retry-After", "Openai-Model", "Openai-Organization", "Openai-Processing-Ms", "Openai-Version",
 }
@@ -51,12 +51,12 @@ var ResponseHeaders = []string{
 const rateLimitPrefix = "X-Ratelimit-"
 
 // CopyResponseHeader copies to the client the headers of an upstream response that
-// ResponseHeaders allows or named (canonical names: pipeline.forward_response_headers) names,
+// responseHeaders allows or named (canonical names: pipeline.forward_response_headers) names,
 // minus hop-by-hop ones. Headers the client's response already has (the coordinator's own
 // Connection: close) are kept.
 func CopyResponseHeader(dst, src http.Header, named []string) {
 	for k, v := range src {
-		if (slices.Contains(ResponseHeaders, k) || strings.HasPrefix(k, rateLimitPrefix) || slices.Contains(named, k)) && !isHopByHop(k, src) {
+		if (slices.Contains(responseHeaders, k) || strings.HasPrefix(k, rateLimitPrefix) || slices.Contains(named, k)) && !isHopByHop(k, src) {
 			dst[k] = v
 		}
 	}
