@@ -16,15 +16,17 @@ import (
 	"time"
 )
 
-// connCounter counts the connections an httptest server accepted and closed.
+// connCounter counts the connections an httptest server accepted and closed. Its ConnState hook
+// never blocks: httptest runs it under the server's lock, so a blocked hook would hang Close.
 type connCounter struct {
 	opened, closed atomic.Int32
-	closedCh       chan struct{}
+	awaited        int32         // closes waitClosed has already consumed
+	closedCh       chan struct{} // a wake-up after a close (capacity 1; extras are merged)
 }
 
 func newCountingServer(t *testing.T, h http.Handler) (*httptest.Server, *connCounter) {
 	t.Helper()
-	cc := &connCounter{closedCh: make(chan struct{}, 64)}
+	cc := &connCounter{closedCh: make(chan struct{}, 1)}
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		switch s {
@@ -32,7 +34,10 @@ func newCountingServer(t *testing.T, h http.Handler) (*httptest.Server, *connCou
 			cc.opened.Add(1)
 		case http.StateClosed, http.StateHijacked:
 			cc.closed.Add(1)
-			cc.closedCh <- struct{}{}
+			select {
+			case cc.closedCh <- struct{}{}:
+			default: // a wake-up is already pending
+			}
 		}
 	}
 	srv.Start()
@@ -43,10 +48,12 @@ func newCountingServer(t *testing.T, h http.Handler) (*httptest.Server, *connCou
 // waitClosed waits for n more server-side closes (an event, at most 5 s).
 func (cc *connCounter) waitClosed(t *testing.T, n int) {
 	t.Helper()
-	for range n {
+	cc.awaited += int32(n)
+	deadline := time.After(5 * time.Second)
+	for cc.closed.Load() < cc.awaited {
 		select {
 		case <-cc.closedCh:
-		case <-time.After(5 * time.Second):
+		case <-deadline:
 			t.Fatalf("the server saw %d connections closed of %d opened; waited for %d more", cc.closed.Load(), cc.opened.Load(), n)
 		}
 	}
