@@ -7,6 +7,7 @@
 package render
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -92,6 +93,9 @@ func (m *Model) Close() {
 	}
 }
 
+// VocabSize is the number of token ids the tokenizer knows (its largest id plus one).
+func (m *Model) VocabSize() int { return m.tok.VocabSize() }
+
 // Dir is the directory the model was loaded from.
 func (m *Model) Dir() string { return m.dir }
 
@@ -135,11 +139,49 @@ func fingerprint(dir string, o Options) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// Limits bound one render: what one request may cost. The zero value bounds nothing.
+type Limits struct {
+	// MaxInputBytes bounds the text encoded (a prompt, or the conversation as its template
+	// renders it) and the template's input (messages, tools and kwargs as JSON).
+	MaxInputBytes int
+	// MaxValues bounds the JSON values of the template's input.
+	MaxValues int
+	// Encode bounds the encoding: the client's context, the tokens, the longest pre-token.
+	Encode tokenizer.Limits
+}
+
+// LimitError is a render past one of its Limits.
+type LimitError struct {
+	// Limit names the Limits field: "MaxInputBytes", "MaxValues", "MaxTokens" or
+	// "MaxWordBytes" (the template's own MaxMessages and MaxDepth too).
+	Limit   string
+	Message string
+}
+
+// Error implements error.
+func (e *LimitError) Error() string { return "render: " + e.Message }
+
+// encode encodes text under l.
+func (m *Model) encode(dst []int, text string, addSpecial bool, l Limits) ([]int, error) {
+	if l.MaxInputBytes > 0 && len(text) > l.MaxInputBytes {
+		return dst, &LimitError{Limit: "MaxInputBytes", Message: fmt.Sprintf("%d bytes of text to tokenize exceed the limit of %d", len(text), l.MaxInputBytes)}
+	}
+	ids, err := m.tok.EncodeLimited(growFor(dst, text, l.Encode.MaxTokens), text, addSpecial, m.cache, l.Encode)
+	var le *tokenizer.LimitError
+	switch {
+	case errors.As(err, &le) && le.Tokens:
+		return ids, &LimitError{Limit: "MaxTokens", Message: fmt.Sprintf("more than %d tokens", le.Limit)}
+	case errors.As(err, &le):
+		return ids, &LimitError{Limit: "MaxWordBytes", Message: fmt.Sprintf("a run of %d bytes the tokenizer cannot split (one word, or one run of spaces) is over the limit of %d", le.Got, le.Limit)}
+	}
+	return ids, err
+}
+
 // Prompt appends the ids of a completions prompt to dst; addSpecial applies the tokenizer's
 // template (a BOS token for Llama), as vLLM's add_special_tokens (true by default for
-// completions).
-func (m *Model) Prompt(dst []int, text string, addSpecial bool) []int {
-	return m.tok.EncodeCached(growFor(dst, text), text, addSpecial, m.cache)
+// completions). An error is a *LimitError, or l.Encode.Context's.
+func (m *Model) Prompt(dst []int, text string, addSpecial bool, l Limits) ([]int, error) {
+	return m.encode(dst, text, addSpecial, l)
 }
 
 // ChatRequest is what a chat request gives the template, as vLLM reads it. Its JSON values are
@@ -154,25 +196,48 @@ type ChatRequest struct {
 	AddGenerationPrompt, ContinueFinalMessage, AddSpecialTokens bool
 	// Kwargs are chat_template_kwargs.
 	Kwargs map[string]json.RawMessage
+	// Limits bound the render.
+	Limits Limits
 }
 
 // Chat renders a conversation and appends its token ids to dst. An error is the client's: a
-// message the template refuses (*chattemplate.TemplateError), or input past its limits.
+// message the template refuses (*chattemplate.TemplateError), input past its limits
+// (*LimitError, or a *chattemplate.InputError), or the context's.
 func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
+	l := r.Limits
 	msgs, err := templateMessages(r.Messages, m.contentFormat)
 	if err != nil {
 		return dst, err
 	}
-	text, err := m.tmpl.Render(msgs, chattemplate.Options{Tools: r.Tools, AddGenerationPrompt: r.AddGenerationPrompt,
+	tmpl := m.tmpl
+	if l.MaxInputBytes > 0 || l.MaxValues > 0 {
+		tl := tmpl.Limits()
+		tl.MaxInputBytes, tl.MaxValues = cmp.Or(l.MaxInputBytes, tl.MaxInputBytes), cmp.Or(l.MaxValues, tl.MaxValues)
+		tmpl = tmpl.WithLimits(tl)
+	}
+	text, err := tmpl.Render(msgs, chattemplate.Options{Tools: r.Tools, AddGenerationPrompt: r.AddGenerationPrompt,
 		ContinueFinalMessage: r.ContinueFinalMessage, Kwargs: r.Kwargs, Validated: true})
-	if err != nil {
+	var ie *chattemplate.InputError
+	switch {
+	case errors.As(err, &ie) && ie.Limit != "":
+		return dst, &LimitError{Limit: ie.Limit, Message: ie.Message}
+	case err != nil:
 		return dst, err
 	}
-	return m.tok.EncodeCached(growFor(dst, text), text, r.AddSpecialTokens, m.cache), nil
+	if ctx := l.Encode.Context; ctx != nil && ctx.Err() != nil {
+		return dst, ctx.Err()
+	}
+	return m.encode(dst, text, r.AddSpecialTokens, l)
 }
 
-// growFor makes room in dst for the ids of text, at 3 bytes a token (English prose takes about
-// 4; code, CJK and emoji fewer), so that a long prompt's ids are not copied as they grow.
-func growFor(dst []int, text string) []int {
-	return slices.Grow(dst, len(text)/3+8)
+// growFor makes room in dst for the ids of text, at 2 bytes a token (English prose takes about
+// 4; code, CJK and emoji fewer), so that a long prompt's ids are not copied as they grow (a copy
+// costs more than room never written to, which a fresh allocation does not make resident); no
+// more than maxTokens (when set) allows.
+func growFor(dst []int, text string, maxTokens int) []int {
+	n := len(text)/2 + 8
+	if maxTokens > 0 {
+		n = min(n, maxTokens+8)
+	}
+	return slices.Grow(dst, n)
 }

@@ -1,13 +1,18 @@
 package steps
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/epd-dev/coordinator/dataplane/base/budget"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
@@ -18,6 +23,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/pipeline/registry"
 	"github.com/epd-dev/coordinator/dataplane/render"
 	"github.com/epd-dev/coordinator/dataplane/render/chattemplate"
+	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
@@ -58,7 +64,32 @@ type renderStep struct {
 	maxResponse     int64
 	maxTokens       int
 	maxPlaceholders int
+	// limits bound an in-process render (max_input_size, max_template_values, max_word_size,
+	// max_total_tokens); keys are their full configuration keys, by render.Limits field.
+	limits render.Limits
+	keys   map[string]string
+	// inFlight is the process's render budget (Shared.Render), maxInFlight this step's bound of
+	// it (max_inflight_render_size).
+	inFlight    *budget.Bytes
+	maxInFlight int64
 }
+
+// renderCostPerByte is what an in-process render may hold at its peak per byte of its input: 4
+// (the template's tree and output, the pre-tokenizer's scratch) and, at one token a byte (a
+// token covers at least one byte), 16 for the ids and their JSON. It is reserved of the budget
+// before a render starts; after it, a request holds tokenCost per token until it ends.
+const (
+	renderCostPerByte = 20
+	tokenCost         = 12 // the id (8) and its JSON (up to 4 on average)
+)
+
+// Defaults of the in-process render's bounds (docs/configuration.md gives what each allows).
+const (
+	defaultRenderMaxInputMiB    = 8
+	defaultRenderMaxWordKiB     = 64
+	defaultRenderMaxTemplValue  = 100_000
+	defaultRenderMaxInFlightMiB = 512
+)
 
 // defaultRenderCacheMiB is the default size of the in-process renderer's cache of encoded text.
 const defaultRenderCacheMiB = 64
@@ -78,6 +109,16 @@ func newRender(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	s := &renderStep{maxTokens: p.Int("max_total_tokens", 0, 0), maxPlaceholders: p.Int("max_total_placeholder_tokens", 0, 0),
 		maxResponse: int64(p.Int("max_response_size", defaultRenderMaxResponseMiB, 1)) * config.MiB,
 		retrier:     retry.Retrier{Policy: retry.Policy{MaxAttempts: 1}}}
+	s.limits = render.Limits{MaxInputBytes: p.Int("max_input_size", defaultRenderMaxInputMiB, 1) * config.MiB,
+		MaxValues: p.Int("max_template_values", defaultRenderMaxTemplValue, 1),
+		Encode:    tokenizer.Limits{MaxWordBytes: p.Int("max_word_size", defaultRenderMaxWordKiB, 1) * 1024, MaxTokens: s.maxTokens}}
+	s.inFlight = cmp.Or(deps.Shared.Render, &budget.Bytes{})
+	s.maxInFlight = int64(p.Int("max_inflight_render_size", defaultRenderMaxInFlightMiB, 1)) * config.MiB
+	if need := int64(s.limits.MaxInputBytes) * renderCostPerByte; s.maxInFlight < need {
+		p.Fail("max_inflight_render_size", "must be at least %d × max_input_size (%d MiB), the most one render may hold", renderCostPerByte, need/config.MiB)
+	}
+	s.keys = map[string]string{"MaxInFlight": p.Key("max_inflight_render_size"), "MaxInputBytes": p.Key("max_input_size"), "MaxValues": p.Key("max_template_values"),
+		"MaxWordBytes": p.Key("max_word_size"), "MaxTokens": p.Key("max_total_tokens")}
 	if deps.Gateway != nil {
 		s.retrier = deps.Gateway.Retrier() // gateway.retry applies to render calls too
 	}
@@ -165,7 +206,22 @@ var _ wire.Renderer = (*renderStep)(nil)
 
 func (s *renderStep) checkTokens(n int) error {
 	if s.maxTokens > 0 && n > s.maxTokens {
-		return apierror.BadRequest("too_many_tokens", "too many total tokens: got %d, max %d", n, s.maxTokens)
+		return apierror.BadRequest("too_many_tokens", "too many total tokens: got %d, max %d (%s)", n, s.maxTokens, s.keys["MaxTokens"])
+	}
+	return nil
+}
+
+// checkVocab refuses a client's token ids outside the loaded tokenizer's vocabulary (field names
+// them); without a tokenizer the worker checks them.
+func (s *renderStep) checkVocab(field string, ids []int) error {
+	if s.model == nil {
+		return nil
+	}
+	size := s.model.VocabSize()
+	for i, id := range ids {
+		if id >= size {
+			return apierror.InvalidField(field, "%q item %d is token id %d, outside the model's vocabulary of %d tokens", field, i, id, size)
+		}
 	}
 	return nil
 }
@@ -201,6 +257,9 @@ func (s *renderStep) TokensIn(rc *request.Context) error {
 		return apierror.InvalidField("token_ids", "\"token_ids\" must not be empty")
 	}
 	if err := s.checkTokens(len(ids)); err != nil {
+		return err
+	}
+	if err := s.checkVocab("token_ids", ids); err != nil {
 		return err
 	}
 	sp, _, err := rc.Body.Object("sampling_params")
@@ -241,7 +300,14 @@ func (s *renderStep) Prompt(ctx context.Context, rc *request.Context) error {
 			if err != nil {
 				return apierror.InvalidField("add_special_tokens", "%v", err)
 			}
-			ids = s.model.Prompt(nil, prompt, addSpecial || !present) // vLLM's default: true
+			if err := s.reserve(len(prompt)); err != nil {
+				return err
+			}
+			ids, err = s.model.Prompt(nil, prompt, addSpecial || !present, s.limitsFor(ctx)) // vLLM's default: true
+			s.keep(ctx, len(prompt), len(ids))
+			if err != nil {
+				return s.renderErr(rc, err)
+			}
 		} else {
 			out, err := s.call(ctx, rc, renderCompletionsPath, rc.Body)
 			if err != nil {
@@ -262,16 +328,18 @@ func (s *renderStep) Prompt(ctx context.Context, rc *request.Context) error {
 		rc.Body.Set("prompt", rc.TokenIDsJSON())
 		return nil
 	case body.KindArray:
-		items, _ := body.Array(raw)
-		if err := s.checkTokens(len(items)); err != nil {
-			return err
-		}
-		if len(items) > 0 && body.KindOf(items[0]) != body.KindNumber {
+		if first := bytes.TrimLeft(raw[1:], " \t\r\n"); len(first) > 0 && (first[0] == '[' || first[0] == '"') {
 			return apierror.InvalidField("prompt", "batched prompts (a list of strings or token lists) are not supported; send one prompt per request")
 		}
 		ids, err := wire.TokenIDs(raw)
 		if err != nil {
 			return apierror.InvalidField("prompt", "a token prompt %v", err)
+		}
+		if err := s.checkTokens(len(ids)); err != nil {
+			return err
+		}
+		if err := s.checkVocab("prompt", ids); err != nil {
+			return err
 		}
 		rc.SetTokenIDs(ids)
 		return nil
@@ -298,7 +366,7 @@ func (s *renderStep) Conversation(ctx context.Context, rc *request.Context, msgs
 	if s.model != nil {
 		why := localChatRefusal(rc, msgs)
 		if why == "" {
-			return s.chatLocal(rc, msgs)
+			return s.chatLocal(ctx, rc, msgs)
 		}
 		if s.client == nil {
 			return apierror.BadRequest("not_renderable", "this pipeline renders text in process and has no render service for %s", why)
@@ -344,7 +412,7 @@ func localChatRefusal(rc *request.Context, msgs *body.Object) string {
 }
 
 // chatLocal renders msgs, a chat body, in process.
-func (s *renderStep) chatLocal(rc *request.Context, msgs *body.Object) error {
+func (s *renderStep) chatLocal(ctx context.Context, rc *request.Context, msgs *body.Object) error {
 	req := render.ChatRequest{AddGenerationPrompt: true}
 	req.Messages, _ = msgs.Get("messages")
 	if tools, ok := msgs.Get("tools"); ok && body.KindOf(tools) != body.KindNull {
@@ -371,26 +439,83 @@ func (s *renderStep) chatLocal(rc *request.Context, msgs *body.Object) error {
 			req.Kwargs[k] = v
 		}
 	}
+	req.Limits = s.limitsFor(ctx)
+	size := len(req.Messages) + len(req.Tools)
+	for _, v := range req.Kwargs {
+		size += len(v)
+	}
+	if err := s.reserve(size); err != nil {
+		return err
+	}
 	ids, err := s.model.Chat(nil, req)
+	s.keep(ctx, size, len(ids))
 	if err != nil {
-		var te *chattemplate.TemplateError
-		var ie *chattemplate.InputError
-		switch {
-		case errors.As(err, &te):
-			return apierror.BadRequest("chat_template_error", "the chat template refused the conversation: %s", te.Message)
-		case errors.As(err, &ie):
-			return apierror.BadRequest("not_renderable", "the conversation cannot be rendered: %s", ie.Message)
-		}
-		// The template failed on a shape of the conversation it does not handle: the detail
-		// (the template's file, the engine's words) is logged, not sent.
-		rc.Log.Info("in-process render failed", "error", err.Error())
-		return apierror.BadRequest("not_renderable", "the model's chat template cannot render this conversation")
+		return s.renderErr(rc, err)
 	}
 	if err := s.checkTokens(len(ids)); err != nil {
 		return err
 	}
 	rc.SetTokenIDs(ids)
 	return nil
+}
+
+// reserve holds the peak of an in-process render of size bytes of input, or refuses the request
+// with a 429 (nothing queues).
+func (s *renderStep) reserve(size int) error {
+	if s.inFlight.Reserve(int64(size)*renderCostPerByte, s.maxInFlight) {
+		return nil
+	}
+	return &apierror.Error{Status: http.StatusTooManyRequests, Type: apierror.TypeUnavailable, Code: "render_capacity_exhausted",
+		Message: fmt.Sprintf("the coordinator renders as much as it may for requests in flight (%s); retry shortly", s.keys["MaxInFlight"]), RetryAfter: time.Second}
+}
+
+// keep lets go of a finished render's peak (reserve(size)) but for its tokens' ids, which the
+// request holds until ctx ends.
+func (s *renderStep) keep(ctx context.Context, size, tokens int) {
+	peak := int64(size) * renderCostPerByte
+	kept := min(int64(tokens)*tokenCost, peak)
+	s.inFlight.Release(peak - kept)
+	if ctx.Done() == nil {
+		s.inFlight.Release(kept) // nothing tells when the request ends (embedders only)
+		return
+	}
+	context.AfterFunc(ctx, func() { s.inFlight.Release(kept) })
+}
+
+// limitsFor are the in-process render's limits for a request whose context is ctx.
+func (s *renderStep) limitsFor(ctx context.Context) render.Limits {
+	l := s.limits
+	l.Encode.Context = ctx
+	return l
+}
+
+// renderErr is the client's error for an in-process render that failed: a limit (400 naming its
+// key), the template's refusal, or the client's leaving (its context's error).
+func (s *renderStep) renderErr(rc *request.Context, err error) error {
+	var le *render.LimitError
+	if errors.As(err, &le) {
+		if key := s.keys[le.Limit]; key != "" {
+			if le.Limit == "MaxTokens" {
+				return apierror.BadRequest("too_many_tokens", "too many total tokens: %s (%s)", le.Message, key)
+			}
+			return apierror.BadRequest("render_limit", "the request is over a limit of in-process rendering: %s (%s)", le.Message, key)
+		}
+		return apierror.BadRequest("not_renderable", "the conversation cannot be rendered: %s", le.Message)
+	}
+	var te *chattemplate.TemplateError
+	var ie *chattemplate.InputError
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.As(err, &te):
+		return apierror.BadRequest("chat_template_error", "the chat template refused the conversation: %s", te.Message)
+	case errors.As(err, &ie):
+		return apierror.BadRequest("not_renderable", "the conversation cannot be rendered: %s", ie.Message)
+	}
+	// The template failed on a shape of the conversation it does not handle: the detail (the
+	// template's file, the engine's words) is logged, not sent.
+	rc.Log.Info("in-process render failed", "error", err.Error())
+	return apierror.BadRequest("not_renderable", "the model's chat template cannot render this conversation")
 }
 
 // alignMedia copies the render service's per-item hash, placeholder, kwargs and metadata onto the

@@ -7,13 +7,16 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/budget"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
@@ -227,5 +230,104 @@ func TestRenderLocalRevision(t *testing.T) {
 	var fe *config.FieldError
 	if !errors.As(err, &fe) || !fe.Retry || fe.Key != "params.tokenizer_revision" || !strings.Contains(fe.Reason, "waiting for them") {
 		t.Fatalf("err %v, want a retryable error naming params.tokenizer_revision", err)
+	}
+}
+
+// TestRenderLocalLimits: each bound of the in-process render refuses with a 400 naming its key,
+// a client that left stops the render with its context's error, and token ids outside the
+// vocabulary are refused.
+func TestRenderLocalLimits(t *testing.T) {
+	own := map[string]any{"tokenizer": localModel(t), "max_input_size": 1, "max_word_size": 1, "max_template_values": 50, "max_total_tokens": 100_000}
+	s, err := newLocalRender(t, own, builder.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chatOf := func(content string) string {
+		b, _ := json.Marshal(map[string]any{"model": "m", "messages": []any{map[string]any{"role": "user", "content": content}}})
+		return string(b)
+	}
+	enum, _ := json.Marshal(slices.Repeat([]string{"a"}, 60))
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, tc := range map[string]struct {
+		ctx        context.Context
+		path, body string
+		status     int
+		msg        string // in the message; "" for the context's error
+	}{
+		"a chat over max_input_size":        {path: "/v1/chat/completions", body: chatOf(strings.Repeat("ab ", 400_000)), status: 400, msg: "params.max_input_size"},
+		"a prompt over max_input_size":      {path: "/v1/completions", body: `{"model":"m","prompt":"` + strings.Repeat("ab ", 400_000) + `"}`, status: 400, msg: "params.max_input_size"},
+		"a word over max_word_size":         {path: "/v1/chat/completions", body: chatOf("hi " + strings.Repeat("z", 2000)), status: 400, msg: "params.max_word_size"},
+		"spaces over max_word_size":         {path: "/v1/completions", body: `{"model":"m","prompt":"a` + strings.Repeat(" ", 2000) + `b"}`, status: 400, msg: "params.max_word_size"},
+		"tools over max_template_values":    {path: "/v1/chat/completions", body: `{"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","enum":` + string(enum) + `}}]}`, status: 400, msg: "params.max_template_values"},
+		"tokens over max_total_tokens":      {path: "/v1/completions", body: `{"model":"m","prompt":"` + strings.Repeat("word ", 120_000) + `"}`, status: 400, msg: "params.max_total_tokens"},
+		"a token id outside the vocabulary": {path: "/v1/completions", body: `{"model":"m","prompt":[1, 2, 99999]}`, status: 400, msg: "outside the model's vocabulary"},
+		"a token id that is a float":        {path: "/v1/completions", body: `{"model":"m","prompt":[1, 1e3]}`, status: 400, msg: "written as integers"},
+		"a client that left":                {ctx: cancelled, path: "/v1/chat/completions", body: chatOf(strings.Repeat("ab ", 100_000))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := tc.ctx
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			rc, _ := newRC(t, tc.path, tc.body, nil)
+			err := s.Execute(ctx, rc)
+			if tc.msg == "" {
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("err %v, want the context's", err)
+				}
+				return
+			}
+			e := apierror.From(err)
+			if err == nil || e.Status != tc.status || !strings.Contains(e.Message, tc.msg) {
+				t.Fatalf("err = %v -> %d %q, want %d %q", err, e.Status, e.Message, tc.status, tc.msg)
+			}
+		})
+	}
+}
+
+// TestRenderBudget: an in-process render reserves its peak of the process's budget before it
+// starts, refuses with a 429 naming max_inflight_render_size when the budget cannot hold it,
+// keeps only its ids' share after it, and gives that back when the request ends.
+func TestRenderBudget(t *testing.T) {
+	var b budget.Bytes
+	own := map[string]any{"tokenizer": localModel(t), "max_input_size": 1, "max_inflight_render_size": 20}
+	s, err := newLocalRender(t, own, builder.Deps{Shared: builder.Shared{Render: &b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("ab ", 100_000) + `"}]}`
+
+	ctx, end := context.WithCancel(context.Background())
+	rc, _ := newRC(t, "/v1/chat/completions", body, nil)
+	if err := s.Execute(ctx, rc); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.Held(), int64(tokenCost*len(rc.TokenIDs)); got != want {
+		t.Fatalf("held %d after the render, want its ids' %d", got, want)
+	}
+	end()
+	for deadline := time.Now().Add(5 * time.Second); b.Held() != 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("held %d after the request ended", b.Held())
+		}
+		runtime.Gosched() // context.AfterFunc runs on its own goroutine
+	}
+
+	// Other requests hold all but 1 MiB: a render of 300 kB (6 MB at its peak) is refused.
+	other := int64(19 << 20)
+	b.Reserve(other, 20<<20)
+	rc, _ = newRC(t, "/v1/chat/completions", body, nil)
+	e := apierror.From(s.Execute(context.Background(), rc))
+	if e.Status != http.StatusTooManyRequests || e.RetryAfter <= 0 || !strings.Contains(e.Message, "params.max_inflight_render_size") {
+		t.Fatalf("got %d %q (Retry-After %v), want 429 naming the key with a Retry-After", e.Status, e.Message, e.RetryAfter)
+	}
+	if b.Held() != other {
+		t.Fatalf("held %d after a refusal, want the others' %d", b.Held(), other)
+	}
+
+	if _, err := newLocalRender(t, map[string]any{"tokenizer": localModel(t), "max_input_size": 8, "max_inflight_render_size": 100}, builder.Deps{}); err == nil ||
+		!strings.Contains(err.Error(), "params.max_inflight_render_size") || !strings.Contains(err.Error(), "160 MiB") {
+		t.Fatalf("err %v, want one naming max_inflight_render_size and the 160 MiB one render may hold", err)
 	}
 }

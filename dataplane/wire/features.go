@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/epd-dev/coordinator/dataplane/media"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
@@ -125,19 +126,50 @@ func (f *Features) Entries() ([]request.MediaEntry, error) {
 	return out, nil
 }
 
-// TokenIDs decodes an array of non-negative integer token ids.
+// maxTokenID bounds a token id: no vocabulary is larger (ids past a loaded one's are refused by
+// the render step).
+const maxTokenID = 1 << 31
+
+// TokenIDs decodes an array of token ids: JSON integers written as integers (no fraction, no
+// exponent, no sign), each below 2³¹, in one pass over raw with no value per item.
 func TokenIDs(raw json.RawMessage) ([]int, error) {
-	items, err := body.Array(raw)
-	if err != nil {
+	i, n := 0, len(raw)
+	space := func() {
+		for i < n && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+			i++
+		}
+	}
+	space()
+	if i == n || raw[i] != '[' {
 		return nil, errors.New("must be an array of token ids")
 	}
-	ids := make([]int, len(items))
-	for i, it := range items {
-		n, err := body.ParseInt(it)
-		if err != nil || n < 0 || n > 1<<31 {
-			return nil, fmt.Errorf("must hold non-negative integers (item %d is %s)", i, it)
+	i++
+	ids := make([]int, 0, len(raw)/4)
+	for k := 0; ; k++ {
+		space()
+		if k == 0 && i < n && raw[i] == ']' {
+			return ids, nil
 		}
-		ids[i] = int(n)
+		start, id := i, 0
+		for i < n && raw[i] >= '0' && raw[i] <= '9' && id < maxTokenID {
+			id = id*10 + int(raw[i]-'0')
+			i++
+		}
+		end := i
+		for end < n && !strings.ContainsRune(" \t\n\r,]", rune(raw[end])) {
+			end++
+		}
+		if i == start || i != end || id >= maxTokenID || raw[start] == '0' && i-start > 1 {
+			return nil, fmt.Errorf("must hold non-negative integers below %d, written as integers (item %d is %.20s)", maxTokenID, k, raw[start:end])
+		}
+		ids = append(ids, id)
+		space()
+		if i < n && raw[i] == ']' {
+			return ids, nil
+		}
+		if i == n || raw[i] != ',' {
+			return nil, errors.New("must be an array of token ids")
+		}
+		i++
 	}
-	return ids, nil
 }

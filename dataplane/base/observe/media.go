@@ -13,6 +13,15 @@ func MediaInFlight(held func() int64) prometheus.Collector {
 		func() float64 { return float64(held()) })
 }
 
+// RenderInFlight is the gauge of the bytes in-process renders hold for requests in flight: while
+// a request renders, its estimated peak; after, its token ids (render's process-wide budget,
+// whose count held reads).
+func RenderInFlight(held func() int64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "render_inflight_bytes",
+		Help: "Bytes held by in-process renders of requests in flight (estimated while rendering, then their token ids)."},
+		func() float64 { return float64(held()) })
+}
+
 // Media modalities (coordinator_media_items_total's modality label, vLLM's feature keys).
 const (
 	ModalityImage = "image"

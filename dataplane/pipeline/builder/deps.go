@@ -43,6 +43,9 @@ type Shared struct {
 	// Folds counts the bytes force-streamed answers hold while they are folded (decode's
 	// force_stream_buffer_size).
 	Folds *budget.Bytes
+	// Render counts the bytes in-process renders hold for requests in flight (render's
+	// max_inflight_render_size).
+	Render *budget.Bytes
 	// Broker builds the async-broker step's Redis side (redisbroker.Runtime).
 	Broker broker.Runtime
 }

@@ -10,11 +10,15 @@ type Limits struct {
 	MaxDepth       int // JSON nesting of any of them
 	MaxMessages    int
 	MaxOutputBytes int
+	// MaxValues bounds the JSON values (strings, numbers, lists, objects, ...) of messages,
+	// tools and kwargs together: their tree costs about 150 bytes a value, where a long string
+	// costs its length. Zero is no limit.
+	MaxValues int
 }
 
 // DefaultLimits are the limits Load sets.
 func DefaultLimits() Limits {
-	return Limits{MaxInputBytes: 64 << 20, MaxDepth: 128, MaxMessages: 10_000, MaxOutputBytes: 256 << 20}
+	return Limits{MaxInputBytes: 64 << 20, MaxDepth: 128, MaxMessages: 10_000, MaxOutputBytes: 256 << 20, MaxValues: 100_000}
 }
 
 // WithLimits returns a copy of t that renders under l.
@@ -23,3 +27,6 @@ func (t *Template) WithLimits(l Limits) *Template {
 	c.limits = l
 	return &c
 }
+
+// Limits returns the limits t renders under.
+func (t *Template) Limits() Limits { return t.limits }

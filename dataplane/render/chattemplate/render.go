@@ -13,13 +13,23 @@ import (
 
 // InputError is a request Render refuses before rendering: input past the limits or of the wrong
 // shape. Its message names what is wrong in the client's terms (no file, no engine detail).
-type InputError struct{ Message string }
+type InputError struct {
+	Message string
+	// Limit names the Limits field the input is past ("MaxInputBytes", "MaxValues",
+	// "MaxMessages", "MaxDepth"), or is empty for a wrong shape.
+	Limit string
+}
 
 // Error implements error.
 func (e *InputError) Error() string { return "chattemplate: " + e.Message }
 
 func inputErr(format string, args ...any) error {
 	return &InputError{Message: fmt.Sprintf(format, args...)}
+}
+
+// limitErr is input past the Limits field limit.
+func limitErr(limit, format string, args ...any) error {
+	return &InputError{Message: fmt.Sprintf(format, args...), Limit: limit}
 }
 
 // reservedVars are the variables Render sets that a kwarg may not replace.
@@ -34,7 +44,11 @@ func (t *Template) Render(messages json.RawMessage, opts Options) (string, error
 	if opts.ContinueFinalMessage && opts.AddGenerationPrompt {
 		return "", inputErr("continue_final_message and add_generation_prompt are not compatible")
 	}
-	msgs, tools, err := t.decodeInputs(messages, opts)
+	in := &inputs{t: t, validated: opts.Validated, left: t.limits.MaxValues}
+	if in.left == 0 {
+		in.left = int(^uint(0) >> 1)
+	}
+	msgs, tools, err := t.decodeInputs(in, messages, opts)
 	if err != nil {
 		return "", err
 	}
@@ -42,7 +56,7 @@ func (t *Template) Render(messages json.RawMessage, opts Options) (string, error
 	if t.toolUse != nil && !tools.IsNone() {
 		c = t.toolUse
 	}
-	vars, err := t.variables(c, msgs, tools, opts)
+	vars, err := t.variables(in, c, msgs, tools, opts)
 	if err != nil {
 		return "", err
 	}
@@ -63,23 +77,45 @@ func (t *Template) Render(messages json.RawMessage, opts Options) (string, error
 	return out, nil
 }
 
+// inputs decodes one render's inputs (messages, tools, kwargs) against one count of values.
+type inputs struct {
+	t         *Template
+	validated bool
+	left      int // values that may still be decoded
+}
+
+// decode decodes raw, what the client calls what.
+func (in *inputs) decode(what string, raw json.RawMessage) (jinja.Value, error) {
+	l := &in.t.limits
+	v, err := decodeValue(raw, l.MaxDepth, in.validated, &in.left)
+	switch {
+	case errors.Is(err, errTooManyValues):
+		return v, limitErr("MaxValues", "more than %d JSON values in messages, tools and kwargs", l.MaxValues)
+	case errors.As(err, new(tooDeep)):
+		return v, limitErr("MaxDepth", "%s: %v", what, err)
+	case err != nil:
+		return v, inputErr("%s: %v", what, err)
+	}
+	return v, nil
+}
+
 // decodeInputs converts and checks the client's messages and tools (tools is None when absent).
-func (t *Template) decodeInputs(messages json.RawMessage, opts Options) (msgs, tools jinja.Value, err error) {
+func (t *Template) decodeInputs(in *inputs, messages json.RawMessage, opts Options) (msgs, tools jinja.Value, err error) {
 	size := len(messages) + len(opts.Tools)
 	for _, v := range opts.Kwargs {
 		size += len(v)
 	}
 	if size > t.limits.MaxInputBytes {
-		return msgs, tools, inputErr("input of %d bytes exceeds the limit of %d", size, t.limits.MaxInputBytes)
+		return msgs, tools, limitErr("MaxInputBytes", "input of %d bytes exceeds the limit of %d", size, t.limits.MaxInputBytes)
 	}
-	if msgs, err = decodeValue(messages, t.limits.MaxDepth, opts.Validated); err != nil {
-		return msgs, tools, inputErr("messages: %v", err)
+	if msgs, err = in.decode("messages", messages); err != nil {
+		return msgs, tools, err
 	}
 	if !msgs.IsList() {
 		return msgs, tools, inputErr("messages must be a JSON array")
 	}
 	if n := msgs.AsList().Len(); n > t.limits.MaxMessages {
-		return msgs, tools, inputErr("%d messages exceed the limit of %d", n, t.limits.MaxMessages)
+		return msgs, tools, limitErr("MaxMessages", "%d messages exceed the limit of %d", n, t.limits.MaxMessages)
 	}
 	for i, m := range msgs.AsList().Items {
 		if !m.IsDict() {
@@ -88,8 +124,8 @@ func (t *Template) decodeInputs(messages json.RawMessage, opts Options) (msgs, t
 	}
 	tools = jinja.None()
 	if len(opts.Tools) > 0 && string(opts.Tools) != "null" {
-		if tools, err = decodeValue(opts.Tools, t.limits.MaxDepth, opts.Validated); err != nil {
-			return msgs, tools, inputErr("tools: %v", err)
+		if tools, err = in.decode("tools", opts.Tools); err != nil {
+			return msgs, tools, err
 		}
 		if !tools.IsList() {
 			return msgs, tools, inputErr("tools must be a JSON array")
@@ -99,7 +135,7 @@ func (t *Template) decodeInputs(messages json.RawMessage, opts Options) (msgs, t
 }
 
 // variables are the template's variables for one render of c.
-func (t *Template) variables(c *compiled, msgs, tools jinja.Value, opts Options) (map[string]jinja.Value, error) {
+func (t *Template) variables(in *inputs, c *compiled, msgs, tools jinja.Value, opts Options) (map[string]jinja.Value, error) {
 	vars := make(map[string]jinja.Value, 16+len(opts.Kwargs))
 	for k, v := range t.tokens {
 		vars[k] = jinja.NewString(v)
@@ -115,9 +151,9 @@ func (t *Template) variables(c *compiled, msgs, tools jinja.Value, opts Options)
 		if strings.HasPrefix(k, "__hf_") || slices.Contains(reservedVars, k) {
 			return nil, inputErr("chat template kwarg %q is reserved", k)
 		}
-		v, err := decodeValue(raw, t.limits.MaxDepth, opts.Validated)
+		v, err := in.decode(fmt.Sprintf("chat template kwarg %q", k), raw)
 		if err != nil {
-			return nil, inputErr("chat template kwarg %q: %v", k, err)
+			return nil, err
 		}
 		vars[k] = v
 	}

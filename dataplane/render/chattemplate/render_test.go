@@ -113,6 +113,9 @@ func TestRenderErrors(t *testing.T) {
 		{"input bytes", echo, `[{"content": "0123456789"}]`, Options{}, &Limits{MaxInputBytes: 10, MaxDepth: 10, MaxMessages: 10, MaxOutputBytes: 100}, "input of 27 bytes exceeds the limit of 10", false},
 		{"depth", echo, `[{"content": [[[[1]]]]}]`, Options{}, &Limits{MaxInputBytes: 100, MaxDepth: 4, MaxMessages: 10, MaxOutputBytes: 100}, "nested deeper than 4 levels", false},
 		{"messages", echo, `[{}, {}, {}]`, Options{}, &Limits{MaxInputBytes: 100, MaxDepth: 4, MaxMessages: 2, MaxOutputBytes: 100}, "3 messages exceed the limit of 2", false},
+		{"values in messages", echo, `[{"content": [1, 2, 3]}]`, Options{}, &Limits{MaxInputBytes: 100, MaxDepth: 4, MaxMessages: 2, MaxOutputBytes: 100, MaxValues: 5}, "more than 5 JSON values", false},
+		{"values across messages, tools and kwargs", echo, `[{"content": "a"}]`, Options{Tools: json.RawMessage(`[{"a": 1}]`), Kwargs: map[string]json.RawMessage{"k": json.RawMessage(`[1, 2]`)}},
+			&Limits{MaxInputBytes: 100, MaxDepth: 4, MaxMessages: 2, MaxOutputBytes: 100, MaxValues: 6}, "more than 6 JSON values", false},
 		{"output bytes", echo, `[{"content": "0123456789"}]`, Options{}, &Limits{MaxInputBytes: 100, MaxDepth: 4, MaxMessages: 2, MaxOutputBytes: 5}, "output of 10 bytes exceeds the limit of 5", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

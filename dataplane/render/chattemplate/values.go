@@ -23,13 +23,28 @@ import (
 // data is validated once (unless validated says it was already) and walked without a decoder; a
 // string without escapes shares data's memory (a long message is not copied), so data must not
 // change while the value is in use.
-func decodeValue(data []byte, maxDepth int, validated bool) (jinja.Value, error) {
+//
+// left, when not nil, is how many more values may be decoded (a request's budget across its
+// inputs); past it the error is errTooManyValues.
+func decodeValue(data []byte, maxDepth int, validated bool, left *int) (jinja.Value, error) {
 	if !validated && !body.Valid(data) {
 		return jinja.Undefined(), errors.New("invalid JSON")
 	}
-	w := walker{data: data, maxDepth: maxDepth}
+	if left == nil {
+		unlimited := int(^uint(0) >> 1)
+		left = &unlimited
+	}
+	w := walker{data: data, maxDepth: maxDepth, left: left}
 	return w.value(0)
 }
+
+// errTooManyValues is a decoding stopped by its count of values.
+var errTooManyValues = errors.New("too many JSON values")
+
+// tooDeep is a decoding stopped by its depth limit.
+type tooDeep int
+
+func (d tooDeep) Error() string { return fmt.Sprintf("JSON nested deeper than %d levels", int(d)) }
 
 // walker walks valid JSON in one pass: a container does not skip its values before they are
 // decoded, and a string is decoded where its end is found.
@@ -37,6 +52,7 @@ type walker struct {
 	data     []byte
 	pos      int
 	maxDepth int
+	left     *int // values that may still be decoded
 }
 
 func (w *walker) space() {
@@ -52,6 +68,9 @@ func (w *walker) space() {
 
 // value decodes the value at pos, depth containers deep.
 func (w *walker) value(depth int) (jinja.Value, error) {
+	if *w.left--; *w.left < 0 {
+		return jinja.Undefined(), errTooManyValues
+	}
 	w.space()
 	if w.pos >= len(w.data) {
 		return jinja.Undefined(), errors.New("unexpected end of JSON")
@@ -70,7 +89,7 @@ func (w *walker) value(depth int) (jinja.Value, error) {
 		return jinja.NewString(w.str()), nil
 	case '[', '{':
 		if depth >= w.maxDepth {
-			return jinja.Undefined(), fmt.Errorf("JSON nested deeper than %d levels", w.maxDepth)
+			return jinja.Undefined(), tooDeep(w.maxDepth)
 		}
 		w.pos++
 		if c == '[' {

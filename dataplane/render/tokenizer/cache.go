@@ -34,6 +34,10 @@ type segEntry struct {
 	prev, next *segEntry
 }
 
+// maxEntryShare is the least number of entries the cache has room for: a segment over
+// maxBytes/maxEntryShare is not cached.
+const maxEntryShare = 8
+
 // segOverhead approximates an entry's bookkeeping (map slot, entry, slice and string headers).
 const segOverhead = 128
 
@@ -70,8 +74,8 @@ func (c *SegmentCache) get(tok uint64, text string) ([]int32, bool) {
 
 func (c *SegmentCache) put(tok uint64, text string, ids []int) {
 	size := int64(len(text)) + 4*int64(len(ids)) + segOverhead
-	if size > c.maxBytes {
-		return
+	if size > c.maxBytes/maxEntryShare {
+		return // one long segment would evict the conversations the cache is for, for a copy of itself
 	}
 	e := &segEntry{key: segKey{tok, strings.Clone(text)}, ids: make([]int32, len(ids)), size: size}
 	for i, id := range ids {

@@ -10,27 +10,24 @@ import (
 // state is the scratch space of one Encode call, pooled so that encoding allocates nothing in
 // steady state.
 type state struct {
-	norm    [2][]byte // normalizer ping-pong buffers
-	iter    norm.Iter
-	prefix  []byte   // ByteLevel's prefix space
-	secs    []span   // sections between added tokens (raw text)
-	subs    []span   // sections between added tokens (normalized text)
-	spans   [][]span // pieces per pre-tokenizer level
-	matches []span
-	pieces  []flagged
-	ids     []int32
-	ranks   []uint32
-	mer     []int32
-	sym     []int32
-	next    []int32
-	prev    []int32
-	heap    []uint64
-}
-
-// flagged is a piece of a Split with whether the pattern matched it.
-type flagged struct {
-	span
-	match bool
+	norm   [2][]byte // normalizer ping-pong buffers
+	iter   norm.Iter
+	prefix []byte // ByteLevel's prefix space
+	secs   []span // sections between added tokens (raw text)
+	subs   []span // sections between added tokens (normalized text)
+	runes  []rune // the general pre-tokenizer path's text
+	ids    []int32
+	ranks  []uint32
+	mer    []int32
+	sym    []int32
+	next   []int32
+	prev   []int32
+	heap   []uint64
+	// lim are the encoding's limits, err why it stopped (nil: it did not), words the pre-tokens
+	// encoded since the limits were last checked.
+	lim   Limits
+	err   error
+	words int
 }
 
 // Encode appends the ids of text to dst: added tokens (special or not) are matched first, as HF does,
@@ -45,6 +42,14 @@ func (t *Tokenizer) Encode(dst []int, text string, addSpecial bool) []int {
 // the cache's minimum is looked up by content and stored after encoding. Exact by construction (segments are
 // encoded independently). A nil cache is allowed.
 func (t *Tokenizer) EncodeCached(dst []int, text string, addSpecial bool, c *SegmentCache) []int {
+	dst, _ = t.EncodeLimited(dst, text, addSpecial, c, Limits{})
+	return dst
+}
+
+// EncodeLimited is EncodeCached under l: it stops, returning the ids so far and the reason (a
+// *LimitError, or the context's error), within 64 KiB of text of the bound being passed or the
+// context being done.
+func (t *Tokenizer) EncodeLimited(dst []int, text string, addSpecial bool, c *SegmentCache, l Limits) ([]int, error) {
 	// Without a cache every section is encoded: the text is checked once, whole. When the
 	// normalizer is one Unicode form, the quick check that text is in it is also the check that
 	// it is valid UTF-8; every section of such a text is normalized too. With a cache, sections
@@ -56,6 +61,8 @@ func (t *Tokenizer) EncodeCached(dst []int, text string, addSpecial bool, c *Seg
 		text, normal = t.check(text)
 	}
 	st := t.scratch.Get().(*state)
+	st.lim, st.err, st.words = l, nil, 0
+	defer t.release(st)
 	if addSpecial {
 		dst = append(dst, t.prefix...)
 	}
@@ -65,6 +72,9 @@ func (t *Tokenizer) EncodeCached(dst []int, text string, addSpecial bool, c *Seg
 		s := text[sec.start:sec.end]
 		if s == "" {
 			continue
+		}
+		if st.check(len(dst)) {
+			return dst, st.err
 		}
 		if info, ok := t.added.key(s); ok {
 			dst = append(dst, info.id)
@@ -79,7 +89,9 @@ func (t *Tokenizer) EncodeCached(dst []int, text string, addSpecial bool, c *Seg
 			}
 			n := len(dst)
 			dst = t.encodeChecked(dst, s, st)
-			c.put(t.serial, s, dst[n:])
+			if st.err == nil {
+				c.put(t.serial, s, dst[n:])
+			}
 			continue
 		}
 		if c != nil {
@@ -88,11 +100,27 @@ func (t *Tokenizer) EncodeCached(dst []int, text string, addSpecial bool, c *Seg
 		}
 		dst = t.encodeSegment(dst, s, normal, st)
 	}
+	if st.check(len(dst)) {
+		return dst, st.err
+	}
 	if addSpecial {
 		dst = append(dst, t.suffix...)
 	}
+	return dst, nil
+}
+
+// maxPooledScratch bounds the scratch a pooled state keeps: a long text's buffers are let go
+// with it rather than held by the pool.
+const maxPooledScratch = 1 << 20
+
+// release returns st to the pool, without buffers over maxPooledScratch.
+func (t *Tokenizer) release(st *state) {
+	st.lim = Limits{}
+	if cap(st.norm[0]) > maxPooledScratch || cap(st.norm[1]) > maxPooledScratch || cap(st.sym) > maxPooledScratch/4 || cap(st.heap) > maxPooledScratch/8 ||
+		cap(st.ids) > maxPooledScratch/4 || cap(st.prefix) > maxPooledScratch || cap(st.runes) > maxPooledScratch/4 {
+		return
+	}
 	t.scratch.Put(st)
-	return dst
 }
 
 // encodeChecked encodes a section not checked yet: sanitized and quick-checked first.
@@ -152,28 +180,24 @@ func (t *Tokenizer) preLevel(dst []int, s string, level int, st *state) []int {
 			if p.fast == fastQwen || p.fast == fastLlama {
 				return t.encodeCL100K(dst, s, p.fast == fastLlama, st)
 			}
-			for i := 0; i < len(s); {
+			for i := 0; i < len(s) && st.err == nil; {
 				end := p.fast.next(s, i)
 				dst = t.word(dst, s, i, end, st)
 				i = end
 			}
 			return dst
 		}
-		for i := 0; i < len(s); {
+		for i := 0; i < len(s) && st.err == nil; {
 			end := p.fast.next(s, i)
 			dst = t.preLevel(dst, s[i:end], level+1, st)
 			i = end
 		}
 		return dst
 	}
-	for len(st.spans) <= level {
-		st.spans = append(st.spans, nil)
-	}
-	sp := p.split(st.spans[level][:0], s, st)
-	st.spans[level] = sp
-	for _, x := range sp {
+	p.each(s, st, func(x span) bool {
 		dst = t.preLevel(dst, s[x.start:x.end], level+1, st)
-	}
+		return !st.tick(len(dst))
+	})
 	return dst
 }
 
@@ -186,7 +210,7 @@ func (t *Tokenizer) byteLevelEncode(dst []int, s string, st *state) []int {
 	if !t.byteLvl.useRegex {
 		return t.word(dst, s, 0, len(s), st)
 	}
-	for i := 0; i < len(s); {
+	for i := 0; i < len(s) && st.err == nil; {
 		end := fastGPT2JS.next(s, i)
 		dst = t.word(dst, s, i, end, st) // the whole text, so that a word's key is read in place
 		i = end

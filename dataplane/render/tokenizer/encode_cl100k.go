@@ -14,7 +14,14 @@ import (
 // holds the two to each other.
 func (t *Tokenizer) encodeCL100K(dst []int, s string, three bool, st *state) []int {
 	cache := &t.words
+	check := checkEvery // where the limits are checked next
 	for i := 0; i < len(s); {
+		if i >= check {
+			if st.check(len(dst)) {
+				return dst
+			}
+			check = i + checkEvery
+		}
 		// The end j of the pre-token at i; l is where its letters start when it is a word.
 		c0 := s[i]
 		l := i
@@ -104,6 +111,9 @@ func (t *Tokenizer) encodeCL100K(dst []int, s string, three bool, st *state) []i
 			}
 		}
 		dst = t.word(dst, s, i, j, st)
+		if st.err != nil {
+			return dst
+		}
 		i = j
 	}
 	return dst

@@ -438,126 +438,164 @@ func translateClass(p string, i int) (string, int, error) {
 	return "", 0, fmt.Errorf("unterminated character class at index %d", i)
 }
 
-// split returns the pieces of s after this step, following the Rust library's Split semantics:
-// matches and the gaps between them, the matches flipped by invert, then merged or removed by
-// the behaviour; empty pieces are dropped.
+// split returns the pieces of s after this step (each's).
 func (p *preStep) split(dst []span, s string, st *state) []span {
+	p.each(s, st, func(x span) bool {
+		dst = append(dst, x)
+		return true
+	})
+	return dst
+}
+
+// each calls emit with the pieces of s after this step, in order, following the Rust library's
+// Split semantics: matches and the gaps between them, the matches flipped by invert, then merged
+// or removed by the behaviour; empty pieces are dropped. It holds at most one piece back (a
+// merge joins a piece with its neighbour only), so that its memory does not grow with s, and it
+// stops when emit returns false.
+func (p *preStep) each(s string, st *state, emit func(span) bool) {
 	if p.digits {
-		return splitDigits(dst, s, p.single)
+		eachDigits(s, p.single, emit)
+		return
 	}
-	m := p.matches(st.matches[:0], s)
-	st.matches = m
-	// Pieces with their match flag: gaps are the non-matches.
-	pieces := st.pieces[:0]
+	var (
+		pend      span
+		has       bool // pend holds a piece not emitted yet
+		prevMatch bool
+	)
+	out := func(x span) bool { return x.end <= x.start || emit(x) }
+	piece := func(x span, match bool) bool {
+		match = match != p.invert
+		ok := true
+		switch p.behavior {
+		case isolated:
+			ok = out(x)
+		case removed:
+			if !match {
+				ok = out(x)
+			}
+		case mergedWithPrevious, contiguous:
+			// A match joins the piece before it when that one is not a match (contiguous: a piece
+			// joins the one before it when both match or both do not).
+			join := match && !prevMatch
+			if p.behavior == contiguous {
+				join = match == prevMatch
+			}
+			if has && join {
+				pend.end = x.end
+			} else {
+				if has {
+					ok = out(pend)
+				}
+				pend, has = x, true
+			}
+		case mergedWithNext:
+			// A match joins the piece after it when that one is not a match: pend is a match
+			// waiting for its next piece.
+			switch {
+			case has && !match:
+				ok, has = out(span{pend.start, x.end}), false
+			case match:
+				if has {
+					ok = out(pend)
+				}
+				pend, has = x, true
+			default:
+				ok = out(x)
+			}
+		}
+		prevMatch = match
+		return ok
+	}
 	prev := 0
-	for _, x := range m {
-		if x.start > prev {
-			pieces = append(pieces, flagged{span{prev, x.start}, false})
+	stopped := false
+	p.eachMatch(s, st, func(m span) bool {
+		if m.start > prev && !piece(span{prev, m.start}, false) || !piece(m, true) {
+			stopped = true
+			return false
 		}
-		pieces = append(pieces, flagged{x, true})
-		prev = x.end
+		prev = m.end
+		return true
+	})
+	if stopped {
+		return
 	}
-	if prev < len(s) || len(s) == 0 {
-		pieces = append(pieces, flagged{span{prev, len(s)}, false})
+	if (prev < len(s) || len(s) == 0) && !piece(span{prev, len(s)}, false) {
+		return
 	}
-	if p.invert {
-		for i := range pieces {
-			pieces[i].match = !pieces[i].match
-		}
+	if has {
+		out(pend)
 	}
-	out := dst
-	switch p.behavior {
-	case isolated:
-		for _, x := range pieces {
-			out = append(out, x.span)
-		}
-	case removed:
-		for _, x := range pieces {
-			if !x.match {
-				out = append(out, x.span)
-			}
-		}
-	case mergedWithPrevious:
-		prevMatch := false
-		for _, x := range pieces {
-			if x.match && !prevMatch && len(out) > len(dst) {
-				out[len(out)-1].end = x.end
-			} else {
-				out = append(out, x.span)
-			}
-			prevMatch = x.match
-		}
-	case mergedWithNext:
-		prevMatch := false
-		for k := len(pieces) - 1; k >= 0; k-- {
-			x := pieces[k]
-			if x.match && !prevMatch && len(out) > len(dst) {
-				out[len(out)-1].start = x.start
-			} else {
-				out = append(out, x.span)
-			}
-			prevMatch = x.match
-		}
-		for a, z := len(dst), len(out)-1; a < z; a, z = a+1, z-1 {
-			out[a], out[z] = out[z], out[a]
-		}
-	case contiguous:
-		prevMatch := false
-		for _, x := range pieces {
-			if x.match == prevMatch && len(out) > len(dst) {
-				out[len(out)-1].end = x.end
-			} else {
-				out = append(out, x.span)
-			}
-			prevMatch = x.match
-		}
-	}
-	st.pieces = pieces[:0]
-	// Drop empty pieces.
-	k := len(dst)
-	for _, x := range out[len(dst):] {
-		if x.end > x.start {
-			out[k] = x
-			k++
-		}
-	}
-	return out[:k]
 }
 
 // matches appends the non-overlapping matches of the step's pattern in s.
 func (p *preStep) matches(dst []span, s string) []span {
+	p.eachMatch(s, new(state), func(m span) bool {
+		dst = append(dst, m)
+		return true
+	})
+	return dst
+}
+
+// eachMatch calls yield with the non-overlapping matches of the step's pattern in s, in order,
+// until it returns false. The general path matches over s decoded to runes once (st.runes, 4
+// bytes a character), without a value per match.
+func (p *preStep) eachMatch(s string, st *state, yield func(span) bool) {
 	switch {
 	case p.fast != 0:
 		for i := 0; i < len(s); {
 			end := p.fast.next(s, i)
-			dst = append(dst, span{i, end})
+			if !yield(span{i, end}) {
+				return
+			}
 			i = end
 		}
 	case p.re != nil:
-		idx, err := p.re.FindAllStringIndex(s, -1)
+		runes := st.runes[:0]
+		if n := utf8.RuneCountInString(s); cap(runes) < n {
+			runes = make([]rune, 0, n)
+		}
+		for _, r := range s {
+			runes = append(runes, r)
+		}
+		st.runes = runes
+		// byteAt maps a rune index to its byte offset, walking forward: matches come in order.
+		bi, ri := 0, 0
+		byteAt := func(r int) int {
+			if len(runes) == len(s) {
+				return r
+			}
+			for ; ri < r; ri++ {
+				_, n := utf8.DecodeRuneInString(s[bi:])
+				bi += n
+			}
+			return bi
+		}
+		err := p.re.FindRunesMatches(runes, 0, func(m regexp2.MatchView) bool {
+			at, n, _ := m.GroupRange(0)
+			start := byteAt(at)
+			return yield(span{start, byteAt(at + n)})
+		})
 		if err != nil {
 			// Unreachable: no timeout and no backtracking limit are set.
 			panic("tokenizer: regexp2: " + err.Error())
-		}
-		for _, m := range idx {
-			dst = append(dst, span{m[0], m[1]})
 		}
 	default:
 		for i := 0; ; {
 			j := strings.Index(s[i:], p.lit)
 			if j < 0 {
-				break
+				return
 			}
-			dst = append(dst, span{i + j, i + j + len(p.lit)})
+			if !yield(span{i + j, i + j + len(p.lit)}) {
+				return
+			}
 			i += j + len(p.lit)
 		}
 	}
-	return dst
 }
 
-// splitDigits is the reference's Digits: runs of ASCII digits (JS \d), or single digits, and
+// eachDigits is the reference's Digits: runs of ASCII digits (JS \d), or single digits, and
 // runs of everything else.
-func splitDigits(dst []span, s string, single bool) []span {
+func eachDigits(s string, single bool, emit func(span) bool) {
 	isDigit := func(c byte) bool { return c >= '0' && c <= '9' }
 	for i := 0; i < len(s); {
 		j := i + 1
@@ -572,8 +610,9 @@ func splitDigits(dst []span, s string, single bool) []span {
 				j++
 			}
 		}
-		dst = append(dst, span{i, j})
+		if !emit(span{i, j}) {
+			return
+		}
 		i = j
 	}
-	return dst
 }

@@ -98,6 +98,9 @@ func (c *wordCache) set(k0, k1 uint64, n int) *[2]wordSlot {
 
 // word appends the ids of the pre-token s[i:j]: from the word cache, else merged and cached.
 func (t *Tokenizer) word(dst []int, s string, i, j int, st *state) []int {
+	if st.tick(len(dst)) {
+		return dst
+	}
 	n := j - i
 	if n == 1 {
 		return append(dst, int(t.merges.byteID[s[i]]))
@@ -132,6 +135,10 @@ func (t *Tokenizer) wordMiss(dst []int, w string, k0, k1 uint64, st *state) []in
 			}
 			return dst
 		}
+	}
+	if st.lim.MaxWordBytes > 0 && n > st.lim.MaxWordBytes {
+		st.err = &LimitError{Limit: st.lim.MaxWordBytes, Got: n}
+		return dst
 	}
 	ids := t.merge(w, st)
 	switch {

@@ -64,6 +64,8 @@ type config struct {
 	// server is extra YAML of the server section ("key: value, ..."), steps the pipeline's steps
 	// (YAML flow sequence items).
 	server, steps string
+	// env is added to the process's environment (NAME=value).
+	env []string
 }
 
 // startCoordinator runs the binary on free loopback ports against gateway and waits until it is
@@ -79,7 +81,7 @@ func startCoordinator(t *testing.T, gateway string, c config) *coordinator {
 			server += ", " + c.server
 		}
 		return fmt.Sprintf("log_level: 3\nserver: {%s}\ngateway: {address: %s}\npipeline: {steps: [%s]}\n", server, gateway, c.steps)
-	})
+	}, c.env...)
 	return &coordinator{Process: p, url: p.URL, admin: p.Admin, logs: p.Logs}
 }
 

@@ -1,0 +1,40 @@
+package wire
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestTokenIDs(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		err  string
+	}{
+		{in: `[]`, want: []int{}},
+		{in: ` [ 0 , 1,2147483647 ] `, want: []int{0, 1, 2147483647}},
+		{in: "[\n3\t,\r4]", want: []int{3, 4}},
+		{in: `[1e3]`, err: "item 0 is 1e3"},
+		{in: `[1.0]`, err: "item 0 is 1.0"},
+		{in: `[5, -1]`, err: "item 1 is -1"},
+		{in: `[01]`, err: "item 0 is 01"},
+		{in: `[2147483648]`, err: "item 0 is 2147483648"},
+		{in: `[99999999999999999999999]`, err: "item 0 is 99999999999999999999"},
+		{in: `["1"]`, err: `item 0 is "1"`},
+		{in: `[null]`, err: "item 0 is null"},
+		{in: `[1,]`, err: "item 1 is "},
+		{in: `[1 2]`, err: "must be an array"},
+		{in: `{"a": 1}`, err: "must be an array"},
+		{in: `[1`, err: "must be an array"},
+	} {
+		got, err := TokenIDs(json.RawMessage(tc.in))
+		switch {
+		case tc.err == "" && (err != nil || !slices.Equal(got, tc.want)):
+			t.Errorf("TokenIDs(%s) = %v, %v; want %v", tc.in, got, err, tc.want)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("TokenIDs(%s): err %v, want it to contain %q", tc.in, err, tc.err)
+		}
+	}
+}
