@@ -63,7 +63,7 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) er
 		s.metrics.ConditionalDecode(observe.CondFellBack)
 		if s.hints {
 			var dropped int
-			rc.Hints, dropped = gateway.ReadHints(resp.Header)
+			rc.Hints, dropped = gateway.ReadHints(resp.Header, s.gw.AllowedHintNetworks())
 			if l := rc.Log.V(logging.Debug); l.Enabled() && (rc.Hints != nil || dropped > 0) {
 				l.Info("conditional decode: the 412 hints where the later legs go", "hints", rc.Hints, "dropped", dropped)
 			}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -232,15 +233,17 @@ func (s *prefillDecode) reserve(ctx context.Context, rc *request.Context, path s
 		return netip.AddrPort{}, upstream.ErrorOf(phaseReserve, resp)
 	}
 	upstream.Discard(resp)
-	return reservedEndpoint(resp)
+	return reservedEndpoint(resp, s.gw.AllowedHintNetworks())
 }
 
 // maxEndpointLen bounds a reserved endpoint header (an IPv6 address in brackets and a port).
 const maxEndpointLen = 64
 
 // reservedEndpoint reads the endpoint a reservation answered: x-llm-d-reserved-host-port on
-// a 204 (llm-d's reserve-endpoint plugin), x-prefill-host-port on a 200 (its first version).
-func reservedEndpoint(resp *http.Response) (netip.AddrPort, error) {
+// a 204 (llm-d's reserve-endpoint plugin), x-prefill-host-port on a 200 (its first version). It
+// must be one a pod can have (gateway.EndpointOf, with allowed: gateway.allowed_hint_networks):
+// the prefill leg is pinned to it and the decode worker connects to it (bootstrap_host).
+func reservedEndpoint(resp *http.Response, allowed []netip.Prefix) (netip.AddrPort, error) {
 	name := gateway.ReservedHeader
 	if resp.StatusCode == http.StatusOK {
 		name = gateway.LegacyReservedHeader
@@ -256,8 +259,15 @@ func reservedEndpoint(resp *http.Response) (netip.AddrPort, error) {
 	if len(v) > maxEndpointLen {
 		return fail(fmt.Sprintf("has a %s header of %d bytes", name, len(v)))
 	}
-	ap, ok := gateway.EndpointOf(v)
-	if !ok {
+	ap, err := gateway.EndpointOf(v, allowed)
+	var refused *gateway.RefusedAddressError
+	if errors.As(err, &refused) {
+		return netip.AddrPort{}, &apierror.UpstreamError{Phase: phaseReserve, Status: resp.StatusCode,
+			Err: fmt.Errorf("the endpoint picker's reservation (%d) names %s in %s, %s, which no pod has: neither the prefill leg "+
+				"nor the decode worker's KV transfer goes there (gateway.allowed_hint_networks admits loopback and link-local networks)",
+				resp.StatusCode, refused.Endpoint, strings.ToLower(name), refused.Reason)}
+	}
+	if err != nil {
 		return fail(fmt.Sprintf("names %q in %s, not an ip:port", v, name))
 	}
 	return ap, nil

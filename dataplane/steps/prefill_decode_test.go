@@ -178,9 +178,27 @@ func TestPrefillDecodeReservationFailures(t *testing.T) {
 		"204 without port":    {status: 204, header: "10.0.0.7", want: 502, msg: `names "10.0.0.7"`, tries: 1},
 		"204 host name":       {status: 204, header: "prefill-0:8000", want: 502, msg: "not an ip:port", tries: 1},
 		"204 port 0":          {status: 204, header: "10.0.0.7:0", want: 502, msg: "not an ip:port", tries: 1},
-		"204 unspecified":     {status: 204, header: "0.0.0.0:8000", want: 502, msg: "not an ip:port", tries: 1},
+		"204 unspecified":     {status: 204, header: "0.0.0.0:8000", want: 502, msg: "names 0.0.0.0:8000 in x-llm-d-reserved-host-port, an unspecified address", tries: 1},
 		"204 ipv6 zone":       {status: 204, header: "[fe80::1%eth0]:8000", want: 502, msg: "not an ip:port", tries: 1},
 		"204 header too long": {status: 204, header: strings.Repeat("1", 100) + ":80", want: 502, msg: "of 103 bytes", tries: 1},
+	}
+	// An address no pod has: the prefill leg would be pinned there and the decode worker sent
+	// there for the KV (bootstrap_host), so the request fails instead.
+	for name, tc := range map[string]struct{ header, msg string }{
+		"metadata service": {"169.254.169.254:8000", "names 169.254.169.254:8000 in x-llm-d-reserved-host-port, a link-local address"},
+		"loopback":         {"127.0.0.1:8000", "names 127.0.0.1:8000 in x-llm-d-reserved-host-port, a loopback address"},
+		"loopback v6":      {"[::1]:8000", "names [::1]:8000 in x-llm-d-reserved-host-port, a loopback address"},
+		"mapped loopback":  {"[::ffff:127.0.0.1]:8000", "names [::ffff:127.0.0.1]:8000 in x-llm-d-reserved-host-port, a loopback address (IPv4-mapped 127.0.0.1)"},
+		"link-local v6":    {"[fe80::1]:8000", "a link-local address"},
+		"multicast":        {"224.0.0.1:8000", "a link-local multicast address"},
+	} {
+		tests["204 "+name] = struct {
+			status int
+			header string
+			want   int
+			msg    string
+			tries  int
+		}{status: 204, header: tc.header, want: 502, msg: tc.msg, tries: 1}
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -203,6 +221,59 @@ func TestPrefillDecodeReservationFailures(t *testing.T) {
 				t.Fatalf("legs %v", g.legs)
 			}
 		})
+	}
+}
+
+// gateway.allowed_hint_networks admits a loopback reservation (workers on 127.0.0.1 in tests),
+// not a link-local one outside it; the legacy 200's header is judged the same way.
+func TestPrefillDecodeAllowedHintNetworks(t *testing.T) {
+	for _, tc := range []struct {
+		status  int
+		header  string
+		allowed []string
+		err     string // "" when served
+		pin     string // the prefill leg's pin when served (its IP is the bootstrap_host)
+	}{
+		{status: 204, header: "127.0.0.1:8000", allowed: []string{"127.0.0.0/8"}, pin: "127.0.0.1:8000"},
+		{status: 204, header: "[::ffff:127.0.0.1]:8000", allowed: []string{"127.0.0.0/8"}, pin: "127.0.0.1:8000"},
+		{status: 204, header: "169.254.169.254:8000", allowed: []string{"127.0.0.0/8"}, err: "a link-local address"},
+		{status: 204, header: "169.254.169.254:8000", allowed: []string{"169.254.0.0/16"}, pin: "169.254.169.254:8000"},
+		{status: 200, header: "127.0.0.1:8000", err: "names 127.0.0.1:8000 in x-prefill-host-port, a loopback address"},
+		{status: 200, header: "127.0.0.1:8000", allowed: []string{"127.0.0.0/8"}, pin: "127.0.0.1:8000"},
+	} {
+		g := newSGLangGateway(t)
+		g.tune = func(c *config.Gateway) { c.AllowedHintNetworks = tc.allowed }
+		g.reserve = func(w http.ResponseWriter) bool {
+			name := gateway.ReservedHeader
+			if tc.status == http.StatusOK {
+				name = gateway.LegacyReservedHeader
+			}
+			w.Header().Set(name, tc.header)
+			w.WriteHeader(tc.status)
+			return true
+		}
+		s := newStep(t, PrefillDecodeStep, g.fakeGateway, sglangParams)
+		rc, rec := newRC(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, nil)
+		err := s.Execute(context.Background(), rc)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) || apierror.From(err).Status != http.StatusBadGateway || g.count("prefill") != 0 {
+				t.Fatalf("%d %s with %v: %v, want %q; legs %v", tc.status, tc.header, tc.allowed, err, tc.err, g.legs)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%d %s with %v: %v", tc.status, tc.header, tc.allowed, err)
+		}
+		if text, _ := contentOf(t, rec.Body.String()); text != "a b c" {
+			t.Fatalf("client got %q", rec.Body.String())
+		}
+		host, _, _ := strings.Cut(tc.pin, ":")
+		for _, r := range g.requests() {
+			if r.Header.Get("Prefer") == "" && (r.Header.Get(gateway.ProfileHeaderNew) == "prefill" && r.Header.Get(gateway.PinHeader) != tc.pin ||
+				r.Body["bootstrap_host"] != host) {
+				t.Fatalf("%s: leg %v %s", tc.header, r.Header, r.Raw)
+			}
+		}
 	}
 }
 

@@ -193,6 +193,12 @@ type Gateway struct {
 	// CAFile is a PEM bundle of the CAs an https gateway's certificate must chain to, re-read
 	// when it changes. Empty: the system roots.
 	CAFile string `yaml:"ca_file" json:"ca_file"`
+	// AllowedHintNetworks are CIDRs whose loopback and link-local addresses the endpoints named
+	// by the endpoint picker (a conditional decode's 412 hints, a prefill-decode reservation) may
+	// be: those are refused otherwise, as no pod has one (HintNetworks; gateway.EndpointOf). For
+	// test stacks whose workers listen on 127.0.0.1, and unusual clusters; empty by default, and
+	// omitted when empty so that a configuration without it reads on schema 3 coordinators.
+	AllowedHintNetworks []string `yaml:"allowed_hint_networks,omitempty" json:"allowed_hint_networks,omitempty"`
 }
 
 // Retry configures the retries of legs that failed without being served: a connection refused

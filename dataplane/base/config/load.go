@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"reflect"
 	"strings"
@@ -202,6 +203,9 @@ func (c Config) Validate() error {
 	if err := validateHeaderNames("gateway.profile_headers", c.Gateway.ProfileHeaders, 4); err != nil {
 		return err
 	}
+	if _, err := c.Gateway.HintNetworks(); err != nil {
+		return err
+	}
 	if c.Gateway.Address != "" {
 		if err := ValidateBaseURL(c.Gateway.Address); err != nil {
 			return fieldErr("gateway.address", "%v", err)
@@ -298,6 +302,61 @@ func (g Gateway) validateLimits() error {
 		return fieldErr("gateway.retry.budget_min_per_second", "must be between 0 and 1000000, got %v", r.BudgetMinPerSecond)
 	}
 	return nil
+}
+
+// MaxHintNetworks bounds gateway.allowed_hint_networks.
+const MaxHintNetworks = 32
+
+// HintNetworks parses gateway.allowed_hint_networks: each entry a CIDR (127.0.0.0/8, ::1/128)
+// without bits set past its prefix length, and IPv4 networks in their IPv4 form (endpoints are
+// compared unmapped). Every bad entry is reported, on one line: the *FieldError names the first
+// (key and reason), and its reason goes on with "; <key>: <reason>" for each later one.
+func (g Gateway) HintNetworks() ([]netip.Prefix, error) {
+	const key = "gateway.allowed_hint_networks"
+	if len(g.AllowedHintNetworks) > MaxHintNetworks {
+		return nil, fieldErr(key, "at most %d networks, got %d", MaxHintNetworks, len(g.AllowedHintNetworks))
+	}
+	var (
+		out []netip.Prefix
+		bad *FieldError
+	)
+	for i, s := range g.AllowedHintNetworks {
+		p, reason := parseHintNetwork(s)
+		if reason == "" {
+			out = append(out, p)
+			continue
+		}
+		k := fmt.Sprintf("%s[%d]", key, i)
+		if bad == nil {
+			bad = fieldErr(k, "%s", reason)
+		} else {
+			bad.Reason += "; " + k + ": " + reason
+		}
+	}
+	if bad != nil {
+		return nil, bad
+	}
+	return out, nil
+}
+
+// parseHintNetwork parses one entry of gateway.allowed_hint_networks; reason says why it is
+// refused ("" when it is not).
+func parseHintNetwork(s string) (p netip.Prefix, reason string) {
+	p, err := netip.ParsePrefix(s)
+	switch {
+	case s == "":
+		return p, "must not be empty (a CIDR such as 127.0.0.0/8)"
+	case err != nil:
+		if a, aerr := netip.ParseAddr(s); aerr == nil {
+			return p, fmt.Sprintf("%q is an address, not a network: write %s/%d", s, a.WithZone(""), a.BitLen())
+		}
+		return p, fmt.Sprintf("%q is not a CIDR (e.g. 127.0.0.0/8 or ::1/128): %v", s, err)
+	case p.Addr().Is4In6():
+		return p, fmt.Sprintf("%q is an IPv4-mapped IPv6 network: write it in IPv4 (endpoints are compared unmapped)", s)
+	case p != p.Masked():
+		return p, fmt.Sprintf("%q has address bits set past its /%d: write %s", s, p.Bits(), p.Masked())
+	}
+	return p, ""
 }
 
 // ValidateBaseURL checks an http(s) base URL such as a gateway or render service address.

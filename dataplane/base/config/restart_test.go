@@ -46,6 +46,7 @@ func TestRestartSettings(t *testing.T) {
 		"gateway.retry.budget_ratio":            {value: "0.7"},
 		"gateway.retry.budget_min_per_second":   {value: "7"},
 		"gateway.profile_headers":               {value: "[x-llm-d-epp-profile]"},
+		"gateway.allowed_hint_networks":         {value: "[127.0.0.0/8]"},
 		"pipeline.forward_response_headers":     {value: "[]"},
 		"pipeline.on_pool_failure":              {value: "fail"},
 		"pipeline.kv_connector":                 {value: "kv-nixl"},

@@ -18,14 +18,19 @@ import "fmt"
 // (docs/upgrades.md).
 //
 // Schema 1 is the first versioned one; schema 2 added canary and server.metrics_tenant_header;
-// schema 3 the modalities param of replace-media-urls (per-modality limits for audio and video).
-const SchemaVersion = 3
+// schema 3 the modalities param of replace-media-urls (per-modality limits for audio and video);
+// schema 4 gateway.allowed_hint_networks (loopback and link-local networks the endpoint picker's
+// hints and reservations may name).
+const SchemaVersion = 4
 
 // NeededSchema is the oldest schema that reads c, and the key that needs it ("" for schema 1):
 // the operator renders only what the coordinator image reads, and refuses an image of an older
 // schema only when the configuration uses a key that image cannot read. A key added with a
 // schema bump is added here too (a test walks the schema's keys).
 func (c Config) NeededSchema() (version int, key string) {
+	if len(c.Gateway.AllowedHintNetworks) > 0 {
+		return 4, "gateway.allowed_hint_networks"
+	}
 	if key := mediaModalities(c.Pipeline, "pipeline"); key != "" {
 		return 3, key
 	}

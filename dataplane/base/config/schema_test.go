@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -22,8 +23,8 @@ func TestImageLabelIsTheSchemaVersion(t *testing.T) {
 // Every key is readable by schema 1 but those NeededSchema names: a key added with a schema bump
 // must be added there (and here).
 func TestNeededSchema(t *testing.T) {
-	since := map[string]int{"canary": 2, "server.metrics_tenant_header": 2}
-	if len(EnvKeys()) != 43 {
+	since := map[string]int{"canary": 2, "server.metrics_tenant_header": 2, "gateway.allowed_hint_networks": 4}
+	if len(EnvKeys()) != 44 {
 		t.Fatalf("%d keys: a new key needs a decision here (and in NeededSchema when it bumps the schema)", len(EnvKeys()))
 	}
 	cfg, err := Parse([]byte(minimal), nil)
@@ -50,9 +51,39 @@ func TestNeededSchema(t *testing.T) {
 	if v, key := cfg.NeededSchema(); v != 3 || key != "pipeline.steps[0].params.modalities" {
 		t.Fatalf("modalities need schema %d (%s), want 3", v, key)
 	}
+	// The allow list of hint networks needs schema 4, whatever else the configuration has.
+	cfg.Gateway.AllowedHintNetworks = []string{"127.0.0.0/8"}
+	if v, key := cfg.NeededSchema(); v != since["gateway.allowed_hint_networks"] || key != "gateway.allowed_hint_networks" {
+		t.Fatalf("an allow list of hint networks needs schema %d (%s), want 4", v, key)
+	}
+	cfg.Gateway.AllowedHintNetworks = []string{}
 	cfg.Pipeline.Steps[0].Params = map[string]any{"max_download_size": 20}
 	cfg.Canary = nil
 	if v, key := cfg.NeededSchema(); v != 2 || key != "server.metrics_tenant_header" {
 		t.Fatalf("a replace-media-urls step without modalities needs schema %d (%s)", v, key)
+	}
+}
+
+// An empty allow list of hint networks is not rendered: a configuration without it reads on a
+// coordinator of schema 3, which would refuse the unknown key.
+func TestEmptyHintNetworksAreNotRendered(t *testing.T) {
+	cfg, err := Parse([]byte("gateway: {address: http://gw, allowed_hint_networks: []}\npipeline: {steps: [{type: decode}]}\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "allowed_hint_networks") {
+		t.Fatalf("rendered %s", out)
+	}
+	cfg.Gateway.AllowedHintNetworks = []string{"127.0.0.0/8", "::1/128"}
+	if out, err = Marshal(cfg); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(out, nil)
+	if err != nil || !slices.Equal(back.Gateway.AllowedHintNetworks, cfg.Gateway.AllowedHintNetworks) || back.Revision() != cfg.Revision() {
+		t.Fatalf("read back %v (%v)", back.Gateway.AllowedHintNetworks, err)
 	}
 }

@@ -98,6 +98,9 @@ func buildSpec(cfg config.Config, key string, opts Options) (pipeline.Spec, erro
 	var gw *gateway.Client
 	if cfg.Gateway.Address != "" {
 		if gw, err = gateway.New(cfg.Gateway, opts.Telemetry, opts.RetryBudget); err != nil {
+			if config.KeyOf(err) != "" {
+				return pipeline.Spec{}, err // gateway.allowed_hint_networks, when cfg was not validated
+			}
 			return pipeline.Spec{}, &config.FieldError{Key: "gateway.address", Reason: err.Error()}
 		}
 		spec.Forwarder = gw

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/textproto"
 
 	"github.com/go-logr/logr"
@@ -104,6 +105,8 @@ type Client struct {
 	cfg      config.Gateway
 	retrier  retry.Retrier
 	profiles []string // gateway.profile_headers, canonical
+	// hintNets are gateway.allowed_hint_networks (EndpointOf).
+	hintNets []netip.Prefix
 }
 
 // CheckCA reads gateway.ca_file, if set, so that a missing or unreadable bundle fails startup
@@ -124,6 +127,10 @@ func CheckCA(cfg config.Gateway) error {
 func New(cfg config.Gateway, tel observe.Telemetry, budget *retry.Budget) (*Client, error) {
 	if cfg.Address == "" {
 		return nil, fmt.Errorf("gateway.address is empty")
+	}
+	hintNets, err := cfg.HintNetworks()
+	if err != nil {
+		return nil, err
 	}
 	up, err := upstream.NewClient(cfg.Address, upstream.TransportOptions{
 		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerHost,
@@ -147,7 +154,7 @@ func New(cfg config.Gateway, tel observe.Telemetry, budget *retry.Budget) (*Clie
 	for i, n := range names {
 		profiles[i] = textproto.CanonicalMIMEHeaderKey(n)
 	}
-	return &Client{up: up, cfg: cfg, profiles: profiles,
+	return &Client{up: up, cfg: cfg, profiles: profiles, hintNets: hintNets,
 		retrier: retry.Retrier{Policy: PolicyOf(cfg.Retry), Budget: budget, Metrics: tel.Metrics}}, nil
 }
 
@@ -159,6 +166,10 @@ func PolicyOf(c config.Retry) retry.Policy {
 
 // MaxResponseBytes is gateway.max_response_size in bytes.
 func (c *Client) MaxResponseBytes() int64 { return c.cfg.MaxResponseBytes() }
+
+// AllowedHintNetworks are gateway.allowed_hint_networks: the networks whose loopback and
+// link-local addresses the endpoint picker's hints and reservations may name (EndpointOf).
+func (c *Client) AllowedHintNetworks() []netip.Prefix { return c.hintNets }
 
 // Retrier is the client's retry policy and budget, for side services (render) that follow
 // gateway.retry.

@@ -358,7 +358,8 @@ type Coordinator struct {
 
 // StartCoordinator runs bin/coordinator on config, listening on addr (host:port; "" picks a free
 // loopback port) through the COORDINATOR_SERVER_LISTEN_ADDR override, with its admin listener on a
-// free loopback port and extra environment env. It returns once /readyz answers.
+// free loopback port, gateway.allowed_hint_networks admitting 127/8 (the workers' addresses) and
+// extra environment env. It returns once /readyz answers.
 func StartCoordinator(ctx context.Context, bin, config, addr string, env []string, logs io.Writer) (*Coordinator, error) {
 	if addr == "" {
 		var err error
@@ -373,8 +374,12 @@ func StartCoordinator(ctx context.Context, bin, config, addr string, env []strin
 	_, adminPort, _ := net.SplitHostPort(admin)
 	c := &Coordinator{URL: "http://" + addr, AdminURL: "http://" + admin, out: &loopback.Log{}, done: make(chan error, 1)}
 	c.cmd = exec.Command(filepath.Join(bin, "coordinator"), "--config", config)
+	// The workers run on loopback: the endpoint picker's hints and reservations name 127/8
+	// addresses, which a coordinator refuses unless they are in gateway.allowed_hint_networks (an
+	// override, so that the operator-rendered file and its revision stay as they are).
 	c.cmd.Env = append(append(os.Environ(), "COORDINATOR_SERVER_LISTEN_ADDR="+addr,
-		"COORDINATOR_SERVER_METRICS_HOST=127.0.0.1", "COORDINATOR_SERVER_METRICS_PORT="+adminPort), env...)
+		"COORDINATOR_SERVER_METRICS_HOST=127.0.0.1", "COORDINATOR_SERVER_METRICS_PORT="+adminPort,
+		"COORDINATOR_GATEWAY_ALLOWED_HINT_NETWORKS=[127.0.0.0/8]"), env...)
 	c.cmd.Stdout = io.MultiWriter(c.out, orDiscard(logs))
 	c.cmd.Stderr = c.cmd.Stdout
 	if err := c.cmd.Start(); err != nil {

@@ -231,6 +231,11 @@ func (c *Coordinator) Close() {
 	c.Holder.Swap(nil)
 }
 
+// HintNetworks is gateway.allowed_hint_networks for a coordinator in front of a stack (or of any
+// workers on loopback): the endpoint picker's 412 hints and reservations name the workers'
+// 127/8 addresses, which a coordinator refuses otherwise (no pod has one).
+const HintNetworks = "127.0.0.0/8"
+
 // LoopbackMedia lets replace-media-urls download from loopback media servers (tests only).
 var LoopbackMedia = builder.Overrides{MediaAllowAddr: netip.Addr.IsLoopback}
 

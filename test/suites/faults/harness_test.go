@@ -181,6 +181,10 @@ func startCluster(t *testing.T, o options) *cluster {
 
 	legacy := os.Getenv("FAULTS_LEGACY_CONFIG") != ""
 	gwYAML := "address: " + gw.URL()
+	if !legacy {
+		// The picker's reservations name the workers' loopback addresses.
+		gwYAML += ", allowed_hint_networks: [127.0.0.0/8]"
+	}
 	if o.gateway != "" && !legacy {
 		gwYAML += ", " + o.gateway
 	}

@@ -61,10 +61,10 @@ type coordinator struct {
 
 // config is what a test varies in the coordinator's configuration.
 type config struct {
-	// server is extra YAML of the server section ("key: value, ..."), steps the pipeline's steps
-	// (YAML flow sequence items).
-	server, steps string
-	// env is added to the process's environment (NAME=value).
+	// server, gateway and pipeline are extra YAML of their sections ("key: value, ..."), steps
+	// the pipeline's steps (YAML flow sequence items).
+	server, gateway, pipeline, steps string
+	// env is added to the coordinator's environment (NAME=value).
 	env []string
 }
 
@@ -80,7 +80,15 @@ func startCoordinator(t *testing.T, gateway string, c config) *coordinator {
 		if c.server != "" {
 			server += ", " + c.server
 		}
-		return fmt.Sprintf("log_level: 3\nserver: {%s}\ngateway: {address: %s}\npipeline: {steps: [%s]}\n", server, gateway, c.steps)
+		gw := "address: " + gateway
+		if c.gateway != "" {
+			gw += ", " + c.gateway
+		}
+		pipe := "steps: [" + c.steps + "]"
+		if c.pipeline != "" {
+			pipe += ", " + c.pipeline
+		}
+		return fmt.Sprintf("log_level: 3\nserver: {%s}\ngateway: {%s}\npipeline: {%s}\n", server, gw, pipe)
 	}, c.env...)
 	return &coordinator{Process: p, url: p.URL, admin: p.Admin, logs: p.Logs}
 }

@@ -54,8 +54,9 @@ func startWith(t *testing.T, o stack.Options, kv, ec string, openaiFormat bool, 
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	doc := fmt.Sprintf("gateway:\n  address: %s\npipeline:\n  kv_connector: %s\n  ec_connector: %s\n  use_openai_format: %v\n  steps:\n%s",
-		st.Gateway.URL(), kv, ec, openaiFormat, strings.ReplaceAll(stepsYAML, "{{render}}", st.Render.URL()))
+	// The gateway double's hints and reservations name the workers' loopback addresses.
+	doc := fmt.Sprintf("gateway:\n  address: %s\n  allowed_hint_networks: [%s]\npipeline:\n  kv_connector: %s\n  ec_connector: %s\n  use_openai_format: %v\n  steps:\n%s",
+		st.Gateway.URL(), stack.HintNetworks, kv, ec, openaiFormat, strings.ReplaceAll(stepsYAML, "{{render}}", st.Render.URL()))
 	cfg, err := config.Parse([]byte(doc), nil)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, doc)

@@ -350,7 +350,8 @@ func TestAutoConnectorPoolFollowsEveryCoordinatorConnector(t *testing.T) {
 		if kv == "kv-sglang" {
 			pipe = "[{type: prefill-decode}]"
 		}
-		cfg, err := config.Parse([]byte(fmt.Sprintf("gateway: {address: %s}\npipeline: {kv_connector: %s, steps: %s}", st.Gateway.URL(), kv, pipe)), nil)
+		cfg, err := config.Parse([]byte(fmt.Sprintf("gateway: {address: %s, allowed_hint_networks: [%s]}\npipeline: {kv_connector: %s, steps: %s}",
+			st.Gateway.URL(), stack.HintNetworks, kv, pipe)), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
