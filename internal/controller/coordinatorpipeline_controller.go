@@ -153,6 +153,7 @@ func (r *CoordinatorPipelineReconciler) phases() []phase {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gateways,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;patch;delete
@@ -550,7 +551,7 @@ func gatewayNamespace(cp *coordinatorv1alpha1.CoordinatorPipeline) string {
 
 // CacheByObject restricts the manager's cache of child kinds to the objects this operator
 // manages (LabelManagedBy), instead of every ConfigMap, Service, ServiceAccount, Deployment,
-// PodDisruptionBudget and NetworkPolicy in the cluster.
+// ReplicaSet, Pod, PodDisruptionBudget and NetworkPolicy in the cluster.
 func CacheByObject() map[client.Object]cache.ByObject {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy})}
 	return map[client.Object]cache.ByObject{
@@ -558,8 +559,11 @@ func CacheByObject() map[client.Object]cache.ByObject {
 		&corev1.Service{}:        managed,
 		&corev1.ServiceAccount{}: managed,
 		&appsv1.Deployment{}:     managed,
-		// The coordinator pods (their template carries the label), for the rollout status.
-		&corev1.Pod{}: managed,
+		// The coordinator pods and their ReplicaSets (the Deployment's pod template carries the
+		// label, and the Deployment controller copies it onto the ReplicaSets), for the rollout
+		// status.
+		&corev1.Pod{}:        managed,
+		&appsv1.ReplicaSet{}: managed,
 		// Built-in kinds only: a ByObject entry needs the kind's API installed when the manager
 		// starts, so HTTPRoutes (Gateway API, optional) are cached unfiltered.
 		&policyv1.PodDisruptionBudget{}: managed,
@@ -647,14 +651,18 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 		Owns(&appsv1.Deployment{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&networkingv1.NetworkPolicy{})
-	// Coordinator pods belong to ReplicaSets, not to the pipeline: map them by their instance
-	// label, on the changes the rollout status reads.
-	b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(pipelineForPod), builder.WithPredicates(predicate.Funcs{
+	// Coordinator pods belong to ReplicaSets, and those to the Deployment, not to the pipeline:
+	// map both by their instance label, on the changes the rollout status reads (which pods the
+	// ReplicaSets of the Deployment control, listPods).
+	b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(pipelineForInstance), builder.WithPredicates(predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			old, okOld := e.ObjectOld.(*corev1.Pod)
 			cur, okCur := e.ObjectNew.(*corev1.Pod)
 			return !okOld || !okCur || podChanged(old, cur)
 		},
+	}))
+	b = b.Watches(&appsv1.ReplicaSet{}, handler.EnqueueRequestsFromMapFunc(pipelineForInstance), builder.WithPredicates(predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool { return controllerChanged(e.ObjectOld, e.ObjectNew) },
 	}))
 	// The ConfigMaps of spec.tokenizers and of the unprefixed spec.envFrom are the user's, outside
 	// the manager's cache: a cache of their metadata alone (identity and version) sees their
@@ -691,13 +699,21 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 	return b.Complete(r)
 }
 
-// pipelineForPod maps a coordinator pod to its pipeline (LabelInstance, same namespace).
-func pipelineForPod(_ context.Context, pod client.Object) []reconcile.Request {
-	l := pod.GetLabels()
+// pipelineForInstance maps a coordinator pod or ReplicaSet to its pipeline (LabelInstance, same
+// namespace).
+func pipelineForInstance(_ context.Context, obj client.Object) []reconcile.Request {
+	l := obj.GetLabels()
 	if l[LabelName] != AppName || l[LabelInstance] == "" {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: pod.GetNamespace(), Name: l[LabelInstance]}}}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: l[LabelInstance]}}}
+}
+
+// controllerChanged is true when an update changes an object's controller reference (a
+// ReplicaSet adopted or released by a Deployment): which pods count as the pipeline's.
+func controllerChanged(old, cur client.Object) bool {
+	a, b := metav1.GetControllerOfNoCopy(old), metav1.GetControllerOfNoCopy(cur)
+	return (a == nil) != (b == nil) || (a != nil && a.UID != b.UID)
 }
 
 // pipelinesForPool maps an InferencePool to the pipelines of its namespace that reference it.
