@@ -80,6 +80,11 @@ const (
 	// Nothing is changed until it exists: the coordinators keep their pod template and
 	// configuration. Also used by Ready and Degraded.
 	ReasonTokenizerNotFound ConditionReason = "TokenizerNotFound"
+	// ReasonEnvFromOverridesConfig: a ConfigMap of spec.envFrom without a prefix has a key
+	// beginning COORDINATOR_, which would override the configuration the operator renders.
+	// Nothing is changed until the key is gone: the coordinators keep their pod template and
+	// configuration. Also used by Ready and Degraded.
+	ReasonEnvFromOverridesConfig ConditionReason = "EnvFromOverridesConfig"
 )
 
 // Reasons of the RouteAccepted condition (it also uses ReasonNotAccepted, ReasonRefsNotResolved

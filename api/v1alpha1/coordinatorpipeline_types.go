@@ -804,14 +804,18 @@ type CoordinatorPipelineSpec struct {
 	Env []corev1.EnvVar `json:"env,omitempty"`
 
 	// envFrom adds every key of Secrets and ConfigMaps as environment variables of the
-	// coordinator container. Variables of env win over them. A prefix may not start with
-	// COORDINATOR_; the keys themselves are not checked (the operator does not read them): a
-	// COORDINATOR_* key would override the rendered configuration. Changing envFrom rolls the
-	// Deployment (a change of the Secret's or ConfigMap's content does not: restart the pods).
+	// coordinator container. Variables of env win over them. COORDINATOR_* variables override
+	// the configuration the operator renders from this spec: a prefix that could form one with a
+	// key is refused (one starting with COORDINATOR_, or a start of it such as C or COORD; names
+	// are case-sensitive). Without a prefix the keys are the names: the operator reads an
+	// unprefixed ConfigMap and refuses a COORDINATOR_* key in it (PipelineValid=False, reason
+	// EnvFromOverridesConfig), but never reads a Secret's data: keeping COORDINATOR_* keys out of
+	// an unprefixed Secret is the user's responsibility. Changing envFrom rolls the Deployment (a
+	// change of the Secret's or ConfigMap's content does not: restart the pods).
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
-	// +kubebuilder:validation:XValidation:rule="self.all(e, !has(e.prefix) || !e.prefix.startsWith('COORDINATOR_'))",message="envFrom prefix must not start with COORDINATOR_: the variables would override the configuration the operator renders from the spec"
+	// +kubebuilder:validation:XValidation:rule="self.all(e, !(has(e.prefix) && (e.prefix in ['C', 'CO', 'COO', 'COOR', 'COORD', 'COORDI', 'COORDIN', 'COORDINA', 'COORDINAT', 'COORDINATO', 'COORDINATOR'] || e.prefix.startsWith('COORDINATOR_'))))",message="envFrom prefix could form COORDINATOR_ names with the keys of its source: they would override the configuration the operator renders from the spec",messageExpression="'spec.envFrom[' + ['0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15'][self.map(e, has(e.prefix) && (e.prefix in ['C', 'CO', 'COO', 'COOR', 'COORD', 'COORDI', 'COORDIN', 'COORDINA', 'COORDINAT', 'COORDINATO', 'COORDINATOR'] || e.prefix.startsWith('COORDINATOR_'))).indexOf(true)] + '].prefix ' + (self.filter(e, has(e.prefix) && (e.prefix in ['C', 'CO', 'COO', 'COOR', 'COORD', 'COORDI', 'COORDIN', 'COORDINA', 'COORDINAT', 'COORDINATO', 'COORDINATOR'] || e.prefix.startsWith('COORDINATOR_')))[0].prefix.startsWith('COORDINATOR_') ? 'starts with COORDINATOR_: its variables' : '\"' + ['C', 'CO', 'COO', 'COOR', 'COORD', 'COORDI', 'COORDIN', 'COORDINA', 'COORDINAT', 'COORDINATO', 'COORDINATOR'].filter(p, p == self.filter(e, has(e.prefix) && (e.prefix in ['C', 'CO', 'COO', 'COOR', 'COORD', 'COORDI', 'COORDIN', 'COORDINA', 'COORDINAT', 'COORDINATO', 'COORDINATOR'] || e.prefix.startsWith('COORDINATOR_')))[0].prefix)[0] + '\" could form COORDINATOR_ names with the keys of its source: they') + ' would override the configuration the operator renders from the spec'"
 	EnvFrom []corev1.EnvFromSource `json:"envFrom,omitempty"`
 
 	// imagePullSecrets name Secrets in the pipeline's namespace with the credentials to pull the

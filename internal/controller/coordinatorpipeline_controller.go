@@ -87,13 +87,16 @@ type CoordinatorPipelineReconciler struct {
 	// records.
 	CanaryStatusInterval time.Duration
 
-	// tokenizerConfigMaps reads the metadata of the ConfigMaps of spec.tokenizers (their version),
-	// from a cache of its own: the manager's caches only the operator's ConfigMaps. Nil (the
-	// reconciler not set up with a manager): every read goes to APIReader.
-	tokenizerConfigMaps client.Reader
+	// referencedConfigMaps reads the metadata of the ConfigMaps of spec.tokenizers and of the
+	// unprefixed spec.envFrom (their version), from a cache of its own: the manager's caches only
+	// the operator's ConfigMaps. Nil (the reconciler not set up with a manager): every read goes
+	// to APIReader.
+	referencedConfigMaps client.Reader
 	// tokenizerCopies are the local copies of the ConfigMap tokenizers' files the pipeline is
 	// validated with.
 	tokenizerCopies tokenizerCopies
+	// envFromChecks are the checked versions of the unprefixed envFrom ConfigMaps.
+	envFromChecks envFromChecks
 
 	// poolAPI, gatewayAPI and routeAPI record whether the InferencePool, Gateway and HTTPRoute
 	// CRDs were installed at start-up; without them references cannot resolve, routes cannot be
@@ -150,6 +153,7 @@ func (r *CoordinatorPipelineReconciler) phases() []phase {
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=inference.networking.k8s.io,resources=inferencepools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gateways,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;patch;delete
@@ -310,7 +314,8 @@ func (r *CoordinatorPipelineReconciler) exists(ctx context.Context, kind, namesp
 // A render step's tokenizer must be the directory of a spec.tokenizers entry (checkTokenizerDirs).
 // The files of ConfigMap tokenizers are read (loadTokenizers): a missing ConfigMap is reported
 // (tokenizerNotFoundError), and the pipeline is built with a local copy of the files, each step
-// using one carrying the ConfigMap's fingerprint as tokenizer_revision. The only error is an API
+// using one carrying the ConfigMap's fingerprint as tokenizer_revision. An unprefixed ConfigMap of
+// spec.envFrom with a COORDINATOR_* key is refused (envFromOverride). The only error is an API
 // failure reading those ConfigMaps.
 func (r *CoordinatorPipelineReconciler) renderAndValidate(ctx context.Context, s *scope) error {
 	gw := s.obs.gateway.value
@@ -326,6 +331,15 @@ func (r *CoordinatorPipelineReconciler) renderAndValidate(ctx context.Context, s
 	steps := tokenizerSteps(&cfg)
 	if err == nil {
 		err = checkTokenizerDirs(s.cp, steps)
+	}
+	if err == nil {
+		override, oerr := r.envFromOverride(ctx, s.cp)
+		if oerr != nil {
+			return oerr
+		}
+		if override != nil {
+			err = override
+		}
 	}
 	var dirs localDirs
 	if err == nil {
@@ -490,7 +504,7 @@ func (r *CoordinatorPipelineReconciler) patchStatus(ctx context.Context, s *scop
 }
 
 // emitTransitionEvents emits Warning events when the pipeline becomes invalid (or its error
-// changes), when a tokenizer ConfigMap is missing, when a child conflict appears, when the gateway
+// changes), when a tokenizer ConfigMap is missing or an envFrom ConfigMap has a COORDINATOR_* key, when a child conflict appears, when the gateway
 // rejects the HTTPRoute, when a Secret or ConfigMap the pods mount for TLS is missing, and when the
 // gateway address is refused; steady state emits nothing.
 func (r *CoordinatorPipelineReconciler) emitTransitionEvents(before, after *coordinatorv1alpha1.CoordinatorPipeline) {
@@ -502,6 +516,7 @@ func (r *CoordinatorPipelineReconciler) emitTransitionEvents(before, after *coor
 		{coordinatorv1alpha1.ConditionPipelineValid, coordinatorv1alpha1.ReasonInvalidPipeline, "ValidatePipeline"},
 		{coordinatorv1alpha1.ConditionPipelineValid, coordinatorv1alpha1.ReasonConfigSchemaUnsupported, "CheckConfigSchema"},
 		{coordinatorv1alpha1.ConditionPipelineValid, coordinatorv1alpha1.ReasonTokenizerNotFound, "ReadTokenizer"},
+		{coordinatorv1alpha1.ConditionPipelineValid, coordinatorv1alpha1.ReasonEnvFromOverridesConfig, "CheckEnvFrom"},
 		{coordinatorv1alpha1.ConditionDegraded, coordinatorv1alpha1.ReasonChildConflict, "ApplyChildren"},
 		{coordinatorv1alpha1.ConditionRouteAccepted, coordinatorv1alpha1.ReasonNotAccepted, "AttachRoute"},
 		{coordinatorv1alpha1.ConditionRouteAccepted, coordinatorv1alpha1.ReasonRefsNotResolved, "AttachRoute"},
@@ -536,7 +551,7 @@ func gatewayNamespace(cp *coordinatorv1alpha1.CoordinatorPipeline) string {
 
 // CacheByObject restricts the manager's cache of child kinds to the objects this operator
 // manages (LabelManagedBy), instead of every ConfigMap, Service, ServiceAccount, Deployment,
-// PodDisruptionBudget and NetworkPolicy in the cluster.
+// ReplicaSet, Pod, PodDisruptionBudget and NetworkPolicy in the cluster.
 func CacheByObject() map[client.Object]cache.ByObject {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy})}
 	return map[client.Object]cache.ByObject{
@@ -544,8 +559,11 @@ func CacheByObject() map[client.Object]cache.ByObject {
 		&corev1.Service{}:        managed,
 		&corev1.ServiceAccount{}: managed,
 		&appsv1.Deployment{}:     managed,
-		// The coordinator pods (their template carries the label), for the rollout status.
-		&corev1.Pod{}: managed,
+		// The coordinator pods and their ReplicaSets (the Deployment's pod template carries the
+		// label, and the Deployment controller copies it onto the ReplicaSets), for the rollout
+		// status.
+		&corev1.Pod{}:        managed,
+		&appsv1.ReplicaSet{}: managed,
 		// Built-in kinds only: a ByObject entry needs the kind's API installed when the manager
 		// starts, so HTTPRoutes (Gateway API, optional) are cached unfiltered.
 		&policyv1.PodDisruptionBudget{}: managed,
@@ -569,7 +587,8 @@ func CacheOptions(watchNamespace string) cache.Options {
 // SetupWithManager registers the reconciler: it owns its children (the HTTPRoute only when its
 // API is installed; its status changes bring RouteAccepted up to date), and watches the
 // InferencePools and Gateways that pipelines reference (through field indexes), when those APIs
-// are installed, and the ConfigMaps of spec.tokenizers (through a metadata cache of its own).
+// are installed, and the ConfigMaps of spec.tokenizers and of the unprefixed spec.envFrom (through
+// a metadata cache of its own).
 func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.APIReader == nil {
 		r.APIReader = mgr.GetAPIReader()
@@ -607,6 +626,9 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 	if err := indexer.IndexField(ctx, &coordinatorv1alpha1.CoordinatorPipeline{}, indexTokenizerConfigMap, tokenizerConfigMapNames); err != nil {
 		return fmt.Errorf("indexing %s: %w", indexTokenizerConfigMap, err)
 	}
+	if err := indexer.IndexField(ctx, &coordinatorv1alpha1.CoordinatorPipeline{}, indexEnvFromConfigMap, envFromConfigMapNames); err != nil {
+		return fmt.Errorf("indexing %s: %w", indexEnvFromConfigMap, err)
+	}
 	if err := indexer.IndexField(ctx, &coordinatorv1alpha1.CoordinatorPipeline{}, indexGateway, func(o client.Object) []string {
 		cp := o.(*coordinatorv1alpha1.CoordinatorPipeline)
 		if cp.Spec.Gateway.GatewayRef == nil {
@@ -629,24 +651,29 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 		Owns(&appsv1.Deployment{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&networkingv1.NetworkPolicy{})
-	// Coordinator pods belong to ReplicaSets, not to the pipeline: map them by their instance
-	// label, on the changes the rollout status reads.
-	b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(pipelineForPod), builder.WithPredicates(predicate.Funcs{
+	// Coordinator pods belong to ReplicaSets, and those to the Deployment, not to the pipeline:
+	// map both by their instance label, on the changes the rollout status reads (which pods the
+	// ReplicaSets of the Deployment control, listPods).
+	b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(pipelineForInstance), builder.WithPredicates(predicate.Funcs{
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			old, okOld := e.ObjectOld.(*corev1.Pod)
 			cur, okCur := e.ObjectNew.(*corev1.Pod)
 			return !okOld || !okCur || podChanged(old, cur)
 		},
 	}))
-	// The ConfigMaps of spec.tokenizers are the user's, outside the manager's cache: a cache of
-	// their metadata alone (identity and version) sees their edits, which re-render
-	// tokenizer_revision, and tells the reconciler when a ConfigMap must be read again.
-	tokenizerCache, err := newTokenizerConfigMapCache(mgr, r.WatchNamespace)
+	b = b.Watches(&appsv1.ReplicaSet{}, handler.EnqueueRequestsFromMapFunc(pipelineForInstance), builder.WithPredicates(predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool { return controllerChanged(e.ObjectOld, e.ObjectNew) },
+	}))
+	// The ConfigMaps of spec.tokenizers and of the unprefixed spec.envFrom are the user's, outside
+	// the manager's cache: a cache of their metadata alone (identity and version) sees their
+	// edits, which re-render tokenizer_revision or add a COORDINATOR_* key, and tells the
+	// reconciler when a ConfigMap must be read again.
+	configMapCache, err := newReferencedConfigMapCache(mgr, r.WatchNamespace)
 	if err != nil {
 		return err
 	}
-	if err := mgr.Add(cacheRunnable{tokenizerCache}); err != nil {
-		return fmt.Errorf("adding the tokenizer ConfigMap cache: %w", err)
+	if err := mgr.Add(cacheRunnable{configMapCache}); err != nil {
+		return fmt.Errorf("adding the referenced ConfigMap cache: %w", err)
 	}
 	// The local copies of the tokenizers' files are removed when the manager stops.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
@@ -655,10 +682,10 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 	})); err != nil {
 		return fmt.Errorf("adding the tokenizer files cleanup: %w", err)
 	}
-	r.tokenizerConfigMaps = tokenizerCache
-	b = b.WatchesRawSource(source.Kind(tokenizerCache, configMapMetadata(),
+	r.referencedConfigMaps = configMapCache
+	b = b.WatchesRawSource(source.Kind(configMapCache, configMapMetadata(),
 		handler.TypedEnqueueRequestsFromMapFunc(func(ctx context.Context, cm *metav1.PartialObjectMetadata) []reconcile.Request {
-			return r.pipelinesForTokenizerConfigMap(ctx, cm)
+			return r.pipelinesForConfigMap(ctx, cm)
 		})))
 	if r.routeAPI {
 		b = b.Owns(&gatewayv1.HTTPRoute{})
@@ -672,13 +699,21 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 	return b.Complete(r)
 }
 
-// pipelineForPod maps a coordinator pod to its pipeline (LabelInstance, same namespace).
-func pipelineForPod(_ context.Context, pod client.Object) []reconcile.Request {
-	l := pod.GetLabels()
+// pipelineForInstance maps a coordinator pod or ReplicaSet to its pipeline (LabelInstance, same
+// namespace).
+func pipelineForInstance(_ context.Context, obj client.Object) []reconcile.Request {
+	l := obj.GetLabels()
 	if l[LabelName] != AppName || l[LabelInstance] == "" {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: pod.GetNamespace(), Name: l[LabelInstance]}}}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: l[LabelInstance]}}}
+}
+
+// controllerChanged is true when an update changes an object's controller reference (a
+// ReplicaSet adopted or released by a Deployment): which pods count as the pipeline's.
+func controllerChanged(old, cur client.Object) bool {
+	a, b := metav1.GetControllerOfNoCopy(old), metav1.GetControllerOfNoCopy(cur)
+	return (a == nil) != (b == nil) || (a != nil && a.UID != b.UID)
 }
 
 // pipelinesForPool maps an InferencePool to the pipelines of its namespace that reference it.
@@ -686,10 +721,17 @@ func (r *CoordinatorPipelineReconciler) pipelinesForPool(ctx context.Context, po
 	return r.requestsFor(ctx, client.InNamespace(pool.GetNamespace()), client.MatchingFields{indexInferencePool: pool.GetName()})
 }
 
-// pipelinesForTokenizerConfigMap maps a ConfigMap to the pipelines of its namespace whose
-// spec.tokenizers read it.
-func (r *CoordinatorPipelineReconciler) pipelinesForTokenizerConfigMap(ctx context.Context, cm client.Object) []reconcile.Request {
-	return r.requestsFor(ctx, client.InNamespace(cm.GetNamespace()), client.MatchingFields{indexTokenizerConfigMap: cm.GetName()})
+// pipelinesForConfigMap maps a ConfigMap to the pipelines of its namespace whose spec.tokenizers
+// or unprefixed spec.envFrom read it.
+func (r *CoordinatorPipelineReconciler) pipelinesForConfigMap(ctx context.Context, cm client.Object) []reconcile.Request {
+	in := client.InNamespace(cm.GetNamespace())
+	reqs := r.requestsFor(ctx, in, client.MatchingFields{indexTokenizerConfigMap: cm.GetName()})
+	for _, req := range r.requestsFor(ctx, in, client.MatchingFields{indexEnvFromConfigMap: cm.GetName()}) {
+		if !slices.Contains(reqs, req) {
+			reqs = append(reqs, req)
+		}
+	}
+	return reqs
 }
 
 // tokenizerConfigMapNames is the indexTokenizerConfigMap of a pipeline: the ConfigMaps of its
@@ -704,20 +746,20 @@ func tokenizerConfigMapNames(o client.Object) []string {
 	return names
 }
 
-// configMapMetadata is the metadata-only form of a ConfigMap, for the tokenizer ConfigMap cache.
+// configMapMetadata is the metadata-only form of a ConfigMap, for the referenced ConfigMap cache.
 func configMapMetadata() *metav1.PartialObjectMetadata {
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
 	return m
 }
 
-// newTokenizerConfigMapCache is the cache of the ConfigMaps tokenizers may reference: their
+// newReferencedConfigMapCache is the cache of the ConfigMaps pipelines may reference: their
 // metadata only, stripped to identity and version (keepIdentity: not their labels, nor
 // annotations such as kubectl's last-applied-configuration, which copies the data), of the
 // watched namespace or of all. The manager's own cache holds only the ConfigMaps it manages
 // (CacheByObject), by label, which the user's ConfigMaps do not carry. Reading them needs no
 // permission beyond the operator's: list and watch ConfigMaps.
-func newTokenizerConfigMapCache(mgr ctrl.Manager, watchNamespace string) (cache.Cache, error) {
+func newReferencedConfigMapCache(mgr ctrl.Manager, watchNamespace string) (cache.Cache, error) {
 	opts := cache.Options{
 		Scheme:           mgr.GetScheme(),
 		Mapper:           mgr.GetRESTMapper(),
@@ -729,7 +771,7 @@ func newTokenizerConfigMapCache(mgr ctrl.Manager, watchNamespace string) (cache.
 	}
 	c, err := cache.New(mgr.GetConfig(), opts)
 	if err != nil {
-		return nil, fmt.Errorf("creating the tokenizer ConfigMap cache: %w", err)
+		return nil, fmt.Errorf("creating the referenced ConfigMap cache: %w", err)
 	}
 	return c, nil
 }
@@ -742,7 +784,7 @@ type cacheRunnable struct{ cache.Cache }
 func (c cacheRunnable) GetCache() cache.Cache { return c.Cache }
 
 // keepIdentity keeps of a metadata-only object its kind, name, namespace, UID, resourceVersion
-// and deletion timestamp: all the tokenizer ConfigMap cache needs.
+// and deletion timestamp: all the referenced ConfigMap cache needs.
 func keepIdentity(in any) (any, error) {
 	m, ok := in.(*metav1.PartialObjectMetadata)
 	if !ok {

@@ -130,6 +130,9 @@ func setPipelineValidCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err 
 	case tokenizerMissing(err):
 		setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, false, coordinatorv1alpha1.ReasonTokenizerNotFound, err.Error())
 		return
+	case envFromOverrides(err):
+		setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, false, coordinatorv1alpha1.ReasonEnvFromOverridesConfig, err.Error())
+		return
 	case err != nil:
 		setCondition(cp, coordinatorv1alpha1.ConditionPipelineValid, false, coordinatorv1alpha1.ReasonInvalidPipeline, err.Error())
 		return
@@ -267,6 +270,8 @@ func setDegradedCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error
 			what, keep = "spec.image cannot read the configuration this operator renders", "keep their image and configuration revision"
 		case coordinatorv1alpha1.ReasonTokenizerNotFound:
 			what, until, keep = "a ConfigMap of spec.tokenizers does not exist", "it exists", "keep their pod template and configuration revision"
+		case coordinatorv1alpha1.ReasonEnvFromOverridesConfig:
+			what, until, keep = "an unprefixed ConfigMap of spec.envFrom has a COORDINATOR_* key", "it is gone", "keep their pod template and configuration revision"
 		default:
 			reason = coordinatorv1alpha1.ReasonInvalidPipeline
 		}
@@ -300,7 +305,7 @@ func setReadyCondition(cp *coordinatorv1alpha1.CoordinatorPipeline, err error, t
 		return
 	}
 	if c := conditionFalse(cp, coordinatorv1alpha1.ConditionPipelineValid); c != nil {
-		// InvalidPipeline, ConfigSchemaUnsupported or TokenizerNotFound.
+		// InvalidPipeline, ConfigSchemaUnsupported, TokenizerNotFound or EnvFromOverridesConfig.
 		notReady(coordinatorv1alpha1.ConditionReason(c.Reason), c.Message)
 		return
 	}

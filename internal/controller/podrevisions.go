@@ -16,7 +16,10 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	coordinatorv1alpha1 "github.com/epd-dev/coordinator/api/v1alpha1"
@@ -301,24 +304,50 @@ func surveyPods(ctx context.Context, getter PipelineStatusGetter, pods []corev1.
 	return podSurvey{pods: out, failing: failing}
 }
 
-// listPods lists the pods of cp's coordinator Deployment (its selector labels), from the
-// manager's cache.
-func (r *CoordinatorPipelineReconciler) listPods(ctx context.Context, cp *coordinatorv1alpha1.CoordinatorPipeline) ([]corev1.Pod, error) {
+// listPods lists the pods of dep, cp's coordinator Deployment, from the manager's cache: the pods
+// a ReplicaSet controlled by dep controls (the current one and, during a roll, the older ones).
+// The selector labels only narrow the lists: a pod or ReplicaSet that carries them but belongs
+// to no such owner, e.g. one a user created, is neither asked nor counted.
+func (r *CoordinatorPipelineReconciler) listPods(ctx context.Context, cp *coordinatorv1alpha1.CoordinatorPipeline, dep *appsv1.Deployment) ([]corev1.Pod, error) {
+	opts := []client.ListOption{client.InNamespace(cp.Namespace), client.MatchingLabels(selectorLabels(cp))}
+	var sets appsv1.ReplicaSetList
+	if err := r.List(ctx, &sets, opts...); err != nil {
+		return nil, fmt.Errorf("listing coordinator ReplicaSets: %w", err)
+	}
+	owners := map[types.UID]bool{}
+	for i := range sets.Items {
+		if controlledBy(&sets.Items[i], dep.UID) {
+			owners[sets.Items[i].UID] = true
+		}
+	}
 	var list corev1.PodList
-	if err := r.List(ctx, &list, client.InNamespace(cp.Namespace), client.MatchingLabels(selectorLabels(cp))); err != nil {
+	if err := r.List(ctx, &list, opts...); err != nil {
 		return nil, fmt.Errorf("listing coordinator pods: %w", err)
 	}
-	return list.Items, nil
+	pods := list.Items[:0]
+	for i := range list.Items {
+		if ref := metav1.GetControllerOfNoCopy(&list.Items[i]); ref != nil && owners[ref.UID] {
+			pods = append(pods, list.Items[i])
+		}
+	}
+	return pods, nil
+}
+
+// controlledBy reports whether obj's controller reference names the object with the given UID.
+func controlledBy(obj metav1.Object, owner types.UID) bool {
+	ref := metav1.GetControllerOfNoCopy(obj)
+	return ref != nil && owner != "" && ref.UID == owner
 }
 
 // reconcilePodRevisions asks the coordinator pods which configuration they serve (no
 // Deployment: nothing to ask).
 func (r *CoordinatorPipelineReconciler) reconcilePodRevisions(ctx context.Context, s *scope) error {
-	if s.obs.deployment.value == nil {
+	dep := s.obs.deployment.value
+	if dep == nil {
 		s.obs.pods = found[*podSurvey](nil)
 		return nil
 	}
-	pods, err := r.listPods(ctx, s.cp)
+	pods, err := r.listPods(ctx, s.cp, dep)
 	if err != nil {
 		return err
 	}
@@ -332,10 +361,11 @@ func (r *CoordinatorPipelineReconciler) reconcilePodRevisions(ctx context.Contex
 }
 
 // podChanged is true when an update changes what the rollout status reads of a pod: readiness,
-// IP, ports, deletion, labels, or a restart of its coordinator container.
+// IP, ports, deletion, labels, its controller (a ReplicaSet adopting or releasing it), or a
+// restart of its coordinator container.
 func podChanged(old, cur *corev1.Pod) bool {
 	if readyPod(old) != readyPod(cur) || old.Status.PodIP != cur.Status.PodIP ||
-		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) ||
+		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) || controllerChanged(old, cur) ||
 		startFailure(old) != startFailure(cur) { // a failed start's message counts its restarts
 		return true
 	}

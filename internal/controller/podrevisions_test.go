@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
@@ -413,4 +414,36 @@ func TestPodChangedOnRestarts(t *testing.T) {
 	sameRestarts := again.DeepCopy()
 	sameRestarts.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
 	g.Expect(podChanged(again, sameRestarts)).To(BeFalse())
+}
+
+// Which pods the rollout status reads follows controller references: adoption, release and a new
+// controller are changes; other owner references are not.
+func TestControllerChanged(t *testing.T) {
+	ref := func(uid string, controller bool) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs-" + uid, UID: types.UID(uid), Controller: ptr.To(controller)}
+	}
+	tests := map[string]struct {
+		old, cur []metav1.OwnerReference
+		want     bool
+	}{
+		"no owner either time":     {},
+		"same controller":          {old: []metav1.OwnerReference{ref("a", true)}, cur: []metav1.OwnerReference{ref("a", true)}},
+		"adopted":                  {cur: []metav1.OwnerReference{ref("a", true)}, want: true},
+		"released":                 {old: []metav1.OwnerReference{ref("a", true)}, want: true},
+		"another controller":       {old: []metav1.OwnerReference{ref("a", true)}, cur: []metav1.OwnerReference{ref("b", true)}, want: true},
+		"a non-controlling owner":  {cur: []metav1.OwnerReference{ref("a", false)}},
+		"controller becomes owner": {old: []metav1.OwnerReference{ref("a", true)}, cur: []metav1.OwnerReference{ref("a", false)}, want: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: tc.old}}
+			cur := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: tc.cur}}
+			if got := controllerChanged(old, cur); got != tc.want {
+				t.Fatalf("controllerChanged = %v, want %v", got, tc.want)
+			}
+			if got := podChanged(old, cur); got != tc.want {
+				t.Fatalf("podChanged = %v, want %v", got, tc.want)
+			}
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,6 +31,16 @@ func TestPodSettingsValidationRejects(t *testing.T) {
 			cp.Spec.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: path}}
 		}
 	}
+	// prefixed sets one envFrom ConfigMap source with prefix p.
+	prefixed := func(p string) func(*coordinatorv1alpha1.CoordinatorPipeline) {
+		return func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.EnvFrom = []corev1.EnvFromSource{{Prefix: p, ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}
+		}
+	}
+	envFromMsg := func(i int, p string) string {
+		return fmt.Sprintf(`spec.envFrom: Invalid value: spec.envFrom[%d].prefix %q could form COORDINATOR_ names with the keys of its source: they would override the configuration the operator renders from the spec`, i, p)
+	}
+	const startsMsg = `spec.envFrom: Invalid value: spec.envFrom[0].prefix starts with COORDINATOR_: its variables would override the configuration the operator renders from the spec`
 	const (
 		labelsMsg      = `spec.podLabels: Invalid value: podLabels must not set app.kubernetes.io/name, app.kubernetes.io/instance, app.kubernetes.io/managed-by or a coordinator.epd.dev/ key: the operator owns them (name and instance select the coordinator pods)`
 		annotationsMsg = `spec.podAnnotations: Invalid value: podAnnotations must not set a coordinator.epd.dev/ key or kubectl.kubernetes.io/default-container: the operator owns them`
@@ -92,11 +103,21 @@ func TestPodSettingsValidationRejects(t *testing.T) {
 			},
 			wantErr: `spec.env: Invalid value: env must not set COORDINATOR_* variables: they override the configuration the operator renders from the spec; set the matching spec field instead`,
 		},
-		"envFrom with a COORDINATOR_ prefix": {
+		// A prefix that is COORDINATOR_, starts with it, or is a start of it (COORD + a key
+		// INATOR_SERVER_...) forms COORDINATOR_* names with the source's keys.
+		"envFrom prefix COORDINATOR_":  {mutate: prefixed("COORDINATOR_"), wantErr: startsMsg},
+		"envFrom prefix COORDINATOR_X": {mutate: prefixed("COORDINATOR_X"), wantErr: startsMsg},
+		"envFrom prefix COORDINATOR":   {mutate: prefixed("COORDINATOR"), wantErr: envFromMsg(0, "COORDINATOR")},
+		"envFrom prefix COORD":         {mutate: prefixed("COORD"), wantErr: envFromMsg(0, "COORD")},
+		"envFrom prefix C":             {mutate: prefixed("C"), wantErr: envFromMsg(0, "C")},
+		"envFrom prefix COORD of a Secret, second entry": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
-				cp.Spec.EnvFrom = []corev1.EnvFromSource{{Prefix: "COORDINATOR_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}
+				cp.Spec.EnvFrom = []corev1.EnvFromSource{
+					{Prefix: "APP_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}},
+					{Prefix: "COORD", SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}}},
+				}
 			},
-			wantErr: `spec.envFrom: Invalid value: envFrom prefix must not start with COORDINATOR_: the variables would override the configuration the operator renders from the spec`,
+			wantErr: envFromMsg(1, "COORD"),
 		},
 		"env sets OTEL_RESOURCE_ATTRIBUTES next to tracing.resourceAttributes": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
@@ -289,6 +310,20 @@ func TestPodSettingsAccepted(t *testing.T) {
 				cp.Spec.VolumeMounts = append(cp.Spec.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: "/data/" + name})
 			}
 		},
+		// Prefixes that cannot form a COORDINATOR_* name (names are case-sensitive), and sources
+		// without a prefix, whose keys the operator checks (ConfigMaps) or leaves to the user
+		// (Secrets).
+		"envFrom prefixes that form no COORDINATOR_ name": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			for _, p := range []string{"CO_", "APP_", "coord", "Coordinator_", "XCOORDINATOR_", "COORDINATE_"} {
+				cp.Spec.EnvFrom = append(cp.Spec.EnvFrom, corev1.EnvFromSource{Prefix: p, ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}})
+			}
+		},
+		"envFrom without a prefix": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+			cp.Spec.EnvFrom = []corev1.EnvFromSource{
+				{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}},
+				{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}}},
+			}
+		},
 		"an empty tracing section": func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 			cp.Spec.Tracing = &coordinatorv1alpha1.TracingSpec{}
 		},
@@ -411,5 +446,62 @@ func TestMountOfAnUndeclaredVolumeIsReported(t *testing.T) {
 		c := expectCondition(g, cp, coordinatorv1alpha1.ConditionDegraded, metav1.ConditionTrue, coordinatorv1alpha1.ReasonReconcileError)
 		// The index is the container's: the operator's own mounts come first.
 		g.Expect(c.Message).To(ContainSubstring(`spec.template.spec.containers[0].volumeMounts[2].name: Not found: "tokenizer"`))
+	})
+}
+
+// An unprefixed envFrom ConfigMap is checked for COORDINATOR_* keys, and watched: a key added to
+// it later refuses the pipeline (PipelineValid, Ready and Degraded, reason EnvFromOverridesConfig,
+// with a Warning event) and leaves the Deployment as it is; a prefix on the source applies it
+// again. An unprefixed Secret's keys are not read: they are the user's responsibility.
+func TestEnvFromConfigMapKeysAreChecked(t *testing.T) {
+	e, g := envSuite(t), gomega(t)
+	ns := e.namespace(t)
+	ctx := context.Background()
+	g.Expect(e.client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "creds"},
+		StringData: map[string]string{"COORDINATOR_LOG_LEVEL": "3"}})).To(Succeed())
+	settings := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}, Data: map[string]string{"APP_MODE": "fast"}}
+	g.Expect(e.client.Create(ctx, settings)).To(Succeed())
+	e.readyPipeline(t, g, ns, "epd", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		cp.Spec.EnvFrom = []corev1.EnvFromSource{secretEnv("creds", ""), configMapEnv("settings", "")}
+	})
+	before := e.children(g, ns, "epd")
+
+	// COORD + INATOR_... cannot be split across prefix and key; the key whole is refused.
+	settings.Data["COORDINATOR_SERVER_LISTEN_ADDR"] = ":1"
+	g.Expect(e.client.Update(ctx, settings)).To(Succeed())
+	const want = "spec.envFrom[1].configMapRef: ConfigMap settings has key COORDINATOR_SERVER_LISTEN_ADDR, which without a prefix would override the configuration " +
+		"the operator renders from the spec; remove the key or set a prefix; the configuration and the coordinator Deployment are left as they are until then"
+	cp := e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		c := expectCondition(g, cp, coordinatorv1alpha1.ConditionPipelineValid, metav1.ConditionFalse, coordinatorv1alpha1.ReasonEnvFromOverridesConfig)
+		g.Expect(c.Message).To(Equal(want))
+	})
+	g.Expect(expectCondition(g, cp, coordinatorv1alpha1.ConditionReady, metav1.ConditionFalse, coordinatorv1alpha1.ReasonEnvFromOverridesConfig).Message).To(Equal(want))
+	g.Expect(expectCondition(g, cp, coordinatorv1alpha1.ConditionDegraded, metav1.ConditionTrue, coordinatorv1alpha1.ReasonEnvFromOverridesConfig).Message).To(
+		Equal("an unprefixed ConfigMap of spec.envFrom has a COORDINATOR_* key (see PipelineValid); the coordinators keep their pod template and configuration revision " + cp.Status.ConfigRevision))
+	g.Eventually(func(g Gomega) {
+		var events eventsv1.EventList
+		g.Expect(e.client.List(ctx, &events, client.InNamespace(ns))).To(Succeed())
+		g.Expect(events.Items).To(ContainElement(And(
+			HaveField("Type", corev1.EventTypeWarning), HaveField("Reason", "EnvFromOverridesConfig"), HaveField("Note", want))))
+	}).Should(Succeed())
+
+	// A spec change while refused changes nothing.
+	e.update(g, ns, "epd", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		cp.Spec.Env = []corev1.EnvVar{{Name: "EXTRA", Value: "1"}}
+	})
+	e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		expectCondition(g, cp, coordinatorv1alpha1.ConditionPipelineValid, metav1.ConditionFalse, coordinatorv1alpha1.ReasonEnvFromOverridesConfig)
+	})
+	held := e.children(g, ns, "epd")
+	g.Expect(held.dep.Generation).To(Equal(before.dep.Generation), "the Deployment is left as it is")
+
+	// With a prefix the ConfigMap's keys cannot override the configuration: applied.
+	e.update(g, ns, "epd", func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		cp.Spec.EnvFrom[1].Prefix = "APP_"
+	})
+	e.reconciled(g, ns, "epd", func(g Gomega, cp *coordinatorv1alpha1.CoordinatorPipeline) {
+		expectCondition(g, cp, coordinatorv1alpha1.ConditionPipelineValid, metav1.ConditionTrue, coordinatorv1alpha1.ReasonValid)
+		g.Expect(e.children(g, ns, "epd").dep.Spec.Template.Spec.Containers[0].EnvFrom).To(Equal(
+			[]corev1.EnvFromSource{secretEnv("creds", ""), configMapEnv("settings", "APP_")}))
 	})
 }

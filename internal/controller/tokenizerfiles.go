@@ -216,13 +216,13 @@ func (r *CoordinatorPipelineReconciler) loadTokenizers(ctx context.Context, cp *
 
 // tokenizerConfigMap acquires the copy of the files of ConfigMap namespace/name (nil when it does
 // not exist). The ConfigMap's version comes from the metadata cache of referenced ConfigMaps
-// (tokenizerConfigMaps), so that an unchanged ConfigMap is not read again; a version without a
+// (referencedConfigMaps), so that an unchanged ConfigMap is not read again; a version without a
 // copy, or a ConfigMap the cache does not have (yet), is read from the API server.
 func (r *CoordinatorPipelineReconciler) tokenizerConfigMap(ctx context.Context, namespace, name string) (*tokenizerCopy, error) {
 	key := client.ObjectKey{Namespace: namespace, Name: name}
-	if r.tokenizerConfigMaps != nil {
+	if r.referencedConfigMaps != nil {
 		meta := configMapMetadata()
-		switch err := r.tokenizerConfigMaps.Get(ctx, key, meta); {
+		switch err := r.referencedConfigMaps.Get(ctx, key, meta); {
 		case err == nil:
 			if e := r.tokenizerCopies.lookup(meta.UID, meta.ResourceVersion); e != nil {
 				return e, nil

@@ -264,11 +264,13 @@ func tokenizerMissing(err error) bool {
 
 // holdsDeployment reports whether err, the pipeline result, keeps the operator from changing the
 // Deployment: a refused coordinator image (its pods would reject the configuration), a missing
-// tokenizer ConfigMap (new pods could not mount it) or tokenizer files that do not load (new pods
-// would mount them with the last good configuration, and fail to start). The last good
+// tokenizer ConfigMap (new pods could not mount it), tokenizer files that do not load (new pods
+// would mount them with the last good configuration, and fail to start) or an envFrom ConfigMap
+// with a COORDINATOR_* key (new pods would override the configuration with it). The last good
 // configuration and pod template keep running.
 func holdsDeployment(err error) bool {
-	return imageRefused(err) || tokenizerMissing(err) || strings.HasSuffix(config.KeyOf(err), ".params."+tokenizerParam)
+	return imageRefused(err) || tokenizerMissing(err) || envFromOverrides(err) ||
+		strings.HasSuffix(config.KeyOf(err), ".params."+tokenizerParam)
 }
 
 // localDirs maps the directory of a tokenizer in the coordinator pods to a local copy of its files
