@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -138,6 +139,34 @@ func messagesBlocks(n int) []byte {
 	return b.Bytes()
 }
 
+// manyMessages is a chat request of n bytes of copies of msg.
+func manyMessages(msg string, n int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"model":"sim-model","max_tokens":4,"messages":[`)
+	for i := 0; b.Len() < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(msg)
+	}
+	b.WriteString(`]}`)
+	return b.Bytes()
+}
+
+// responsesItems is a Responses request of n bytes of small input items.
+func responsesItems(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"model":"sim-model","max_output_tokens":4,"input":[`)
+	for i := 0; b.Len() < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"role":"user","content":"x"}`)
+	}
+	b.WriteString(`]}`)
+	return b.Bytes()
+}
+
 // tokenPrompt is a completions request whose prompt is n bytes of token ids.
 func tokenPrompt(n int) []byte {
 	var b bytes.Buffer
@@ -163,6 +192,10 @@ func costShapes(model, generic string, tokens func(string) int) []costShape {
 	return []costShape{
 		{name: "chat, no render", class: "the body parser and the decode leg", steps: "{type: decode}", path: "/v1/chat/completions",
 			body: func(n int) []byte { return chatText(words(n)) }, perByte: 4},
+		{name: "chat, many small messages, no render", class: "the body parser over many values", steps: "{type: decode}", path: "/v1/chat/completions",
+			body: func(n int) []byte { return manyMessages(`{"role":"user","content":"x"}`, n) }, perByte: 4},
+		{name: "responses, many small input items", class: "the Responses translation", steps: "{type: decode}", path: "/v1/responses",
+			body: func(n int) []byte { return responsesItems(n) }, perByte: 4, key: "4096"},
 		{name: "render, words", class: "in-process render (Qwen pattern, split by hand)", steps: render(model), path: "/v1/chat/completions",
 			body: func(n int) []byte { return chatText(words(n)) }, perByte: 4, perToken: 16, tokens: wordTokens,
 			limit: renderIn, limitKey: "max_input_size"},
@@ -337,4 +370,81 @@ func TestCostConcurrent(t *testing.T) {
 	if cost.peak > bound+bound/20 {
 		t.Errorf("peak +%d MiB, over render's budget plus the bodies and a base (%d MiB, +5%% for the collector's pace)", cost.peak/mib, bound/mib)
 	}
+}
+
+// TestCostClientLeaves: a render whose client leaves stops: a client that closes its connection
+// a quarter of the way through (by the whole render's wall time) costs the coordinator a small
+// share of what the whole render does, for the in-process chat render (general regexp path, the
+// slowest) and count_tokens (render alone). Were the client to leave before the render started,
+// or after it ended, the share would be smaller still: only a render that goes on fails this.
+func TestCostClientLeaves(t *testing.T) {
+	generic := costModel(t, patternO200K)
+	co := startCoordinator(t, sink(t), config{steps: fmt.Sprintf("{type: render, params: {tokenizer: %q}}, {type: decode}", generic)})
+	text := words(8*mib - 256)
+	for i, tc := range []struct{ name, path, route string }{
+		{"chat", "/v1/chat/completions", "chat"},
+		{"count_tokens", "/v1/messages/count_tokens", "count_tokens"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Texts no other render had, which a cache may hold; the first warms the tokenizer's
+			// word cache, so that the whole render is timed as the one the client leaves.
+			warm, body, other := chatText(strconv.Itoa(3*i)+text[1:]), chatText(strconv.Itoa(3*i+1)+text[1:]), chatText(strconv.Itoa(3*i+2)+text[1:])
+			if r := do(t, http.MethodPost, co.url+tc.path, warm, nil); r.status != http.StatusOK {
+				t.Fatalf("HTTP %d: %.300s", r.status, r.body)
+			}
+			var wall time.Duration
+			whole := co.measure(t, func() {
+				start := time.Now()
+				if r := do(t, http.MethodPost, co.url+tc.path, body, nil); r.status != http.StatusOK {
+					t.Fatalf("HTTP %d: %.300s", r.status, r.body)
+				}
+				wall = time.Since(start)
+			})
+			served := requestsIn(t, co, tc.route, "499")
+			var gone time.Duration // CPU from the client's leaving to the request's end
+			co.measure(t, func() {
+				conn, err := net.Dial("tcp", strings.TrimPrefix(co.url, "http://"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", tc.path, len(other))
+				if _, err := conn.Write(other); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(wall / 4) // the client leaves a quarter of the way through
+				conn.Close()
+				// The CPU spent until the whole render would have ended, and the request ended
+				// (logged 499), whichever is later.
+				left, end := co.cpuTime(t), time.Now().Add(wall*3/4)
+				defer func() {
+					time.Sleep(time.Until(end))
+					gone = co.cpuTime(t) - left
+				}()
+				for deadline := time.Now().Add(20 * time.Second); requestsIn(t, co, tc.route, "499") == served; {
+					if time.Now().After(deadline) {
+						t.Fatalf("no 499 for the request whose client left; log:\n%s", co.logs.Tail(2000))
+					}
+					time.Sleep(10 * time.Millisecond) // polling the process's metrics: there is no event to wait on from outside
+				}
+			})
+			t.Logf("the whole render: CPU %v; after the client left: CPU %v", whole.cpu, gone)
+			if gone > whole.cpu/4+costCPUSlack {
+				t.Errorf("CPU %v after the client left a quarter of the way, of %v for the whole render", gone, whole.cpu)
+			}
+		})
+	}
+}
+
+// requestsIn reads coordinator_requests_total for route and status, summed over models.
+func requestsIn(t *testing.T, co *coordinator, route, status string) int {
+	t.Helper()
+	n := 0
+	for line := range strings.SplitSeq(co.metrics(t), "\n") {
+		if strings.HasPrefix(line, "coordinator_requests_total{") && strings.Contains(line, `route="`+route+`"`) && strings.Contains(line, `status="`+status+`"`) {
+			f := strings.Fields(line)
+			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+			n += int(v)
+		}
+	}
+	return n
 }
