@@ -230,12 +230,11 @@ func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
 	return m.encode(dst, text, r.AddSpecialTokens, l)
 }
 
-// growFor makes room in dst for the ids of text, at 2 bytes a token (English prose takes about
-// 4; code, CJK and emoji fewer), so that a long prompt's ids are not copied as they grow (a copy
-// costs more than room never written to, which a fresh allocation does not make resident); no
+// growFor makes room in dst for the ids of text, at 3 bytes a token (English prose takes about
+// 4; code, CJK and emoji fewer), so that a long prompt's ids are not copied as they grow; no
 // more than maxTokens (when set) allows.
 func growFor(dst []int, text string, maxTokens int) []int {
-	n := len(text)/2 + 8
+	n := len(text)/3 + 8
 	if maxTokens > 0 {
 		n = min(n, maxTokens+8)
 	}
