@@ -87,7 +87,7 @@ func newAnswerer(deps builder.Deps, p *params.Params, resend func(ctx context.Co
 func resendDecode(gw *gateway.Client) func(ctx context.Context, rc *request.Context, cont *body.Object) (*http.Response, error) {
 	return func(ctx context.Context, rc *request.Context, cont *body.Object) (*http.Response, error) {
 		return gw.Send(ctx, rc.Log, func() (gateway.Leg, error) {
-			leg := gateway.NewLeg(rc, gateway.ProfileDecode, rc.Path, cont)
+			leg := gateway.NewLeg(rc, gateway.ProfileDecode, rc.Path, cont).WithID("-resume")
 			leg.Stream = true
 			return leg, nil
 		})

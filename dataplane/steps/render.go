@@ -76,10 +76,11 @@ type renderStep struct {
 
 // renderCostPerByte is what an in-process render may hold at its peak per byte of its input: 4
 // (the template's tree and output, the pre-tokenizer's scratch) and, at one token a byte (a
-// token covers at least one byte), 16 for the ids and their JSON. It is reserved of the budget
-// before a render starts; after it, a request holds tokenCost per token until it ends.
+// token covers at least one byte), 24 for the ids, their JSON and the growth of the ids' slice.
+// It is reserved of the budget before a render starts; after it, a request holds tokenCost per
+// token until it ends.
 const (
-	renderCostPerByte = 20
+	renderCostPerByte = 28
 	tokenCost         = 12 // the id (8) and its JSON (up to 4 on average)
 )
 

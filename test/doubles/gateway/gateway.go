@@ -102,6 +102,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -281,8 +282,9 @@ type Leg struct {
 	Backend string
 	Method  string
 	Path    string
-	// RequestID is the request's x-request-id header.
-	RequestID string
+	// RequestID is the leg's x-request-id header, ClientRequestID the client request's id:
+	// x-coordinator-request-id, or x-request-id when the leg has none (a direct client).
+	RequestID, ClientRequestID string
 	// Revision is the request's RevisionHeader ("" when absent).
 	Revision string
 	// Status is the status answered to the client, or 0 while in flight.
@@ -533,11 +535,11 @@ func (g *Gateway) Picks(profile string) map[string]int {
 	return out
 }
 
-// SettledLegs returns the legs of requestID once none of them is in flight: a client may read
-// the end of an answer before the gateway has recorded how the leg ended. It gives up when ctx
-// ends and returns the legs as they are.
+// SettledLegs returns the legs of the client request requestID (ClientRequestID) once none of
+// them is in flight: a client may read the end of an answer before the gateway has recorded how
+// the leg ended. It gives up when ctx ends and returns the legs as they are.
 func (g *Gateway) SettledLegs(ctx context.Context, requestID string) []Leg {
-	return g.settled(ctx, func(l *Leg) bool { return l.RequestID == requestID })
+	return g.settled(ctx, func(l *Leg) bool { return l.ClientRequestID == requestID })
 }
 
 // Settled returns every recorded leg once none is in flight (see SettledLegs); a test calls it
@@ -595,13 +597,14 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	profile = normalize(profile)
 	leg := &Leg{
-		Profile:   profile,
-		Method:    r.Method,
-		Path:      r.URL.Path,
-		RequestID: r.Header.Get("X-Request-Id"),
-		Revision:  r.Header.Get(RevisionHeader),
-		Pin:       r.Header.Get(PinHeader),
-		Start:     time.Now(),
+		Profile:         profile,
+		Method:          r.Method,
+		Path:            r.URL.Path,
+		RequestID:       r.Header.Get("X-Request-Id"),
+		ClientRequestID: cmp.Or(r.Header.Get("X-Coordinator-Request-Id"), r.Header.Get("X-Request-Id")),
+		Revision:        r.Header.Get(RevisionHeader),
+		Pin:             r.Header.Get(PinHeader),
+		Start:           time.Now(),
 	}
 	g.mu.Lock()
 	g.legs = append(g.legs, leg)

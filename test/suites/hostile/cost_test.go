@@ -197,7 +197,7 @@ func costShapes(model, generic string, tokens func(string) int) []costShape {
 		{name: "responses, many small input items", class: "the Responses translation", steps: "{type: decode}", path: "/v1/responses",
 			body: func(n int) []byte { return responsesItems(n) }, perByte: 4, key: "4096"},
 		{name: "render, words", class: "in-process render (Qwen pattern, split by hand)", steps: render(model), path: "/v1/chat/completions",
-			body: func(n int) []byte { return chatText(words(n)) }, perByte: 4, perToken: 16, tokens: wordTokens,
+			body: func(n int) []byte { return chatText(words(n)) }, perByte: 4, perToken: 24, tokens: wordTokens,
 			limit: renderIn, limitKey: "max_input_size"},
 		{name: "render, one long pre-token of letters", class: "in-process render, one long pre-token", steps: render(model), path: "/v1/chat/completions",
 			body: func(n int) []byte { return chatText(strings.Repeat("a", n)) }, perByte: 4,
@@ -208,7 +208,7 @@ func costShapes(model, generic string, tokens func(string) int) []costShape {
 				return b
 			}, perByte: 4, key: "max_word_size", limit: renderIn, limitKey: "max_input_size"},
 		{name: "render, words, general regexp path", class: "render on the generic regexp2 pre-tokenizer path", steps: render(generic), path: "/v1/chat/completions",
-			body: func(n int) []byte { return chatText(words(n)) }, perByte: 4, perToken: 16, tokens: wordTokens,
+			body: func(n int) []byte { return chatText(words(n)) }, perByte: 4, perToken: 24, tokens: wordTokens,
 			limit: renderIn, limitKey: "max_input_size"},
 		{name: "render, tools of small values", class: "chat-template inputs (tools, enums)", steps: render(model), path: "/v1/chat/completions",
 			body: toolsOf, perByte: 4, key: "max_template_values", limit: renderIn, limitKey: "max_input_size"},
@@ -216,14 +216,14 @@ func costShapes(model, generic string, tokens func(string) int) []costShape {
 			body: func(n int) []byte {
 				b, _ := json.Marshal(map[string]any{"model": "sim-model", "max_tokens": 4, "prompt": words(n)})
 				return b
-			}, perByte: 4, perToken: 16, tokens: wordTokens, limit: renderIn, limitKey: "max_input_size"},
+			}, perByte: 4, perToken: 24, tokens: wordTokens, limit: renderIn, limitKey: "max_input_size"},
 		{name: "completions token-id prompt", class: "token ids, checked as integers of the vocabulary", steps: render(model), path: "/v1/completions",
 			body: tokenPrompt, perByte: 4},
 		{name: "count_tokens, render only", class: "/v1/messages/count_tokens (render, no worker)", steps: render(model), path: "/v1/messages/count_tokens",
 			body: func(n int) []byte {
 				b, _ := json.Marshal(map[string]any{"model": "sim-model", "messages": []any{map[string]any{"role": "user", "content": words(n)}}})
 				return b
-			}, perByte: 4, perToken: 16, tokens: wordTokens, limit: renderIn, limitKey: "max_input_size"},
+			}, perByte: 4, perToken: 24, tokens: wordTokens, limit: renderIn, limitKey: "max_input_size"},
 	}
 }
 

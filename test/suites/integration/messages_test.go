@@ -356,7 +356,7 @@ func TestMessagesDecodeFaults(t *testing.T) {
 		for _, err := range []error{err, st.err} {
 			var apiErr *anthropic.Error
 			if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable || apiErr.Type() != "overloaded_error" ||
-				apiErr.Message != "decode is unavailable: HTTP 503" || apiErr.Response.Header.Get("Retry-After") == "" {
+				apiErr.Message != "decode: no endpoint served the request (HTTP 503: the pool has no endpoint, or the one picked could not be reached)" || apiErr.Response.Header.Get("Retry-After") == "" {
 				t.Fatalf("got %v, want a 503 overloaded_error", err)
 			}
 		}
