@@ -43,6 +43,8 @@ type Shared struct {
 	// Folds counts the bytes force-streamed answers hold while they are folded (decode's
 	// force_stream_buffer_size).
 	Folds *budget.Bytes
+	// Resume counts the bytes streams keep to be resumed from (gateway.retry.max_resume_memory).
+	Resume *budget.Bytes
 	// Broker builds the async-broker step's Redis side (redisbroker.Runtime).
 	Broker broker.Runtime
 }

@@ -160,6 +160,15 @@ func PolicyOf(c config.Retry) retry.Policy {
 // MaxResponseBytes is gateway.max_response_size in bytes.
 func (c *Client) MaxResponseBytes() int64 { return c.cfg.MaxResponseBytes() }
 
+// MaxEventBytes is gateway.max_event_size in bytes.
+func (c *Client) MaxEventBytes() int64 { return c.cfg.MaxEventBytes() }
+
+// MaxResumeBytes are gateway.retry.max_resume_size and max_resume_memory in bytes: what one
+// stream, and all of them, keep to be resumed from.
+func (c *Client) MaxResumeBytes() (stream, process int64) {
+	return c.cfg.Retry.MaxResumeBytes(), c.cfg.Retry.MaxResumeMemoryBytes()
+}
+
 // Retrier is the client's retry policy and budget, for side services (render) that follow
 // gateway.retry.
 func (c *Client) Retrier() retry.Retrier { return c.retrier }
