@@ -116,7 +116,7 @@ func (s *Server) handleInference(c echo.Context) error {
 
 // limits are the bounds of cfg a client's request is parsed and answered within.
 func limits(cfg config.Config) wire.Limits {
-	return wire.Limits{MaxEvent: cfg.Gateway.MaxEventBytes()}
+	return wire.Limits{MaxContentBlocks: cfg.Server.ContentBlocks(), MaxEvent: cfg.Gateway.MaxEventBytes()}
 }
 
 // forwarded is the client header set every leg carries: gateway.Forwarded, or

@@ -19,13 +19,16 @@ type Client interface {
 	Route() string
 	// Format is the format the pipeline runs the API's requests in.
 	Format() Format
-	// Parse parses raw, a client body, once into the body the pipeline runs, checked, and answered within lim
-	// (every error a 400 naming the member at fault).
+	// Parse parses raw, a client body, once into the body the pipeline runs, checked within lim
+	// (every error a 400 naming the member at fault, or the limit).
 	Parse(raw []byte, lim Limits) (Request, error)
 }
 
 // Limits are the bounds of the configuration a client's request is parsed and answered within.
 type Limits struct {
+	// MaxContentBlocks bounds the content blocks of a Messages request (server.max_content_blocks;
+	// 0: no bound).
+	MaxContentBlocks int
 	// MaxEvent bounds one event of a streamed answer translated for the client, in bytes
 	// (gateway.max_event_size; 0: no bound).
 	MaxEvent int64

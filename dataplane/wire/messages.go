@@ -26,7 +26,7 @@ func (messages) Route() string  { return "messages" }
 func (messages) Format() Format { return Chat }
 
 func (messages) Parse(raw []byte, lim Limits) (Request, error) {
-	req, err := anthropic.Translate(raw, anthropic.Create)
+	req, err := anthropic.Translate(raw, anthropic.Create, lim.MaxContentBlocks)
 	if err != nil {
 		return Request{}, err
 	}
