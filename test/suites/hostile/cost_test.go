@@ -195,7 +195,7 @@ func costShapes(model, generic string, tokens func(string) int) []costShape {
 		{name: "chat, many small messages, no render", class: "the body parser over many values", steps: "{type: decode}", path: "/v1/chat/completions",
 			body: func(n int) []byte { return manyMessages(`{"role":"user","content":"x"}`, n) }, perByte: 4},
 		{name: "responses, many small input items", class: "the Responses translation", steps: "{type: decode}", path: "/v1/responses",
-			body: func(n int) []byte { return responsesItems(n) }, perByte: 4, key: "4096"},
+			body: responsesItems, perByte: 4, key: "4096"},
 		{name: "messages, many small blocks", class: "/v1/messages with many small content blocks", steps: "{type: decode}", path: "/v1/messages",
 			body: messagesBlocks, perByte: 4, key: "max_content_blocks"},
 		{name: "render, words", class: "in-process render (Qwen pattern, split by hand)", steps: render(model), path: "/v1/chat/completions",
