@@ -578,7 +578,11 @@ func TestPrefillDecodeLatePrefillDoesNotDelayTheAnswer(t *testing.T) {
 // reservation a worker would serve; the x-request-id of the reservation is its own.
 func TestPrefillDecodeWithoutTheReservePlugin(t *testing.T) {
 	g := newSGLangGateway(t)
+	var plugin atomic.Bool // the picker runs the reserve-endpoint plugin
 	g.reserve = func(w http.ResponseWriter) bool {
+		if plugin.Load() {
+			return false
+		}
 		okJSON(`{"id":"cmpl-1","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"length"}]}`)(w, captured{})
 		return true
 	}
@@ -598,7 +602,7 @@ func TestPrefillDecodeWithoutTheReservePlugin(t *testing.T) {
 	}
 	// Once the picker reserves again (a new rollout), the step uses it after pluginRecheck.
 	s.(*prefillDecode).unsupported.Store(time.Now().Add(-pluginRecheck).UnixNano())
-	g.reserve = nil
+	plugin.Store(true)
 	rc, _ := newRC(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, nil)
 	if err := s.Execute(context.Background(), rc); err != nil {
 		t.Fatalf("after the recheck: %v", err)
