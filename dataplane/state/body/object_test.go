@@ -112,7 +112,9 @@ func TestBuffersShareValues(t *testing.T) {
 			bufs, _ := o.Buffers()
 			_, _ = io.Copy(io.Discard, &bufs)
 		}
-	}).AllocedBytesPerOp(); n > 4096 {
+	}).AllocedBytesPerOp(); n > int64(len(big))/16 {
+		// A copy of the value is a MiB; what the runtime and the race detector allocate around a
+		// few iterations on a loaded machine is a few KiB.
 		t.Fatalf("Buffers copies the values: %d B/op", n)
 	}
 }
