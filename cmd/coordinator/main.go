@@ -87,10 +87,11 @@ func run(args []string) int {
 		retries *retry.Budget
 		tp      *sdktrace.TracerProvider
 		// What every pipeline shares, across reloads: the byte budgets and the async broker's runtime.
-		shared = builder.Shared{Media: &budget.Bytes{}, Folds: &budget.Bytes{}, Render: &budget.Bytes{}, Broker: redisbroker.Runtime(redisbroker.Options{})}
+		shared = builder.Shared{Media: &budget.Bytes{}, Folds: &budget.Bytes{}, Render: &budget.Bytes{}, Resume: &budget.Bytes{},
+			Broker: redisbroker.Runtime(redisbroker.Options{})}
 	)
 	reg.MustRegister(render.Collector(observe.Namespace), // the in-process renderer's caches
-		observe.MediaInFlight(shared.Media.Held), observe.RenderInFlight(shared.Render.Held))
+		observe.MediaInFlight(shared.Media.Held), observe.RenderInFlight(shared.Render.Held), observe.ResumeHeld(shared.Resume.Held))
 	defer func() {
 		if tp != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

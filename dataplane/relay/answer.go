@@ -53,8 +53,10 @@ func ClientOf(rc *request.Context) Target {
 type Answerer struct {
 	// MaxResumes is how many times one stream may be continued.
 	MaxResumes int
-	// MaxResponse bounds an answer read whole, and each event of a stream.
+	// MaxResponse bounds an answer read whole.
 	MaxResponse int64
+	// Limits bound each event of a stream and what it keeps to be resumed from.
+	Limits Limits
 	// Budget is the process's retry budget, which each continuation spends from.
 	Budget *retry.Budget
 	// Metrics counts resumes (nil: no metrics, and no answer statistics are read).
@@ -92,7 +94,7 @@ func (a Answerer) Respond(ctx context.Context, rc *request.Context, t Target, re
 
 // stream relays an event stream and resumes it when it breaks.
 func (a Answerer) stream(ctx context.Context, rc *request.Context, t Target, resp *http.Response, phase string) error {
-	st := New(t.W, rc.ID, wire.Of(rc.API), a.MaxResponse, rc.ForwardResponse)
+	st := New(t.W, rc.ID, wire.Of(rc.API), a.Limits, rc.ForwardResponse)
 	defer st.Release()
 	if a.Metrics != nil {
 		st.Watch(rc)

@@ -24,7 +24,7 @@ func BenchmarkStreamRelay(b *testing.B) {
 		relay func(w http.ResponseWriter, resp *http.Response) error
 	}{
 		{"relay.Stream", func(w http.ResponseWriter, resp *http.Response) error {
-			s := New(w, "rid", wire.Chat, 0, nil)
+			s := New(w, "rid", wire.Chat, Limits{}, nil)
 			defer s.Release()
 			return s.Relay(resp)
 		}},

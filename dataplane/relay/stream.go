@@ -39,7 +39,7 @@ type Stream struct {
 	numbered  int // numbered events written (the next sequence_number of a Responses stream)
 
 	// in cuts the worker's bytes into complete events: a partial one is held until it ends, at
-	// most the event limit.
+	// most the event limit (gateway.max_event_size).
 	in sse.Reader
 	// got is what the client got (wire.Got: chat and generate streams, the ones that are
 	// continued; nil for the others). The events are folded into it in batches of foldAt bytes
@@ -64,17 +64,31 @@ type Stream struct {
 // (an empty choices list next to the usage) is read but not relayed.
 func (s *Stream) Watch(rc *request.Context) { s.rc = rc }
 
-// New returns the stream of a response in format f written to w, whose events are at most
-// limit bytes each (0: unbounded), whose client gets the upstream headers
-// upstream.CopyResponseHeader lets through with named; Release it when the response is done.
-func New(w http.ResponseWriter, requestID string, f wire.Format, limit int64, named []string) *Stream {
-	fl, _ := w.(http.Flusher)
-	ev := f.Events()
-	return &Stream{w: w, flusher: fl, requestID: requestID, named: named, events: ev, got: ev.Got(), in: sse.Reader{Limit: int(min(limit, math.MaxInt32))}}
+// Limits bound what one stream holds.
+type Limits struct {
+	// MaxEvent bounds one event of a worker's stream, in bytes (gateway.max_event_size; 0: no
+	// bound): a longer one breaks the stream.
+	MaxEvent int64
+	// Keep bounds what the stream keeps to be resumed from.
+	Keep wire.Keep
 }
 
-// Release returns the stream's buffer to the pool; the stream is not used afterwards.
+// New returns the stream of a response in format f written to w, within lim, whose client gets
+// the upstream headers upstream.CopyResponseHeader lets through with named; Release it when the
+// response is done.
+func New(w http.ResponseWriter, requestID string, f wire.Format, lim Limits, named []string) *Stream {
+	fl, _ := w.(http.Flusher)
+	ev := f.Events()
+	return &Stream{w: w, flusher: fl, requestID: requestID, named: named, events: ev, got: ev.Got(lim.Keep),
+		in: sse.Reader{Limit: int(min(lim.MaxEvent, math.MaxInt32))}}
+}
+
+// Release returns the stream's buffer to the pool and lets go of what it kept to be resumed
+// from; the stream is not used afterwards.
 func (s *Stream) Release() {
+	if s.got != nil {
+		s.got.Release()
+	}
 	if s.batch != nil {
 		*s.batch = s.unfolded[:0]
 		batches.Put(s.batch)
@@ -89,7 +103,8 @@ func (s *Stream) Started() bool { return s.started }
 // forwarded; errors.Join(upstream.ErrNotStarted, err) when it broke before the client got
 // anything (nothing was written: the leg may simply be retried); upstream.ErrClientGone; or
 // ErrBroken when it ended or failed before its end after the client got part of it (an event
-// over the limit is such a failure: sse.ErrTooLarge).
+// over the limit is such a failure: an *apierror.Error naming gateway.max_event_size, wrapping
+// sse.ErrTooLarge).
 func (s *Stream) Relay(resp *http.Response) error {
 	defer resp.Body.Close()
 	bp := bufs.Get().(*[]byte)
@@ -105,7 +120,7 @@ func (s *Stream) Relay(resp *http.Response) error {
 				}
 			}
 			if ferr != nil {
-				rerr = ferr
+				rerr = eventTooLarge(s.in.Limit, ferr)
 			}
 		}
 		switch {
@@ -197,10 +212,25 @@ func (s *Stream) observe(complete []byte) ([]byte, int) {
 	return kept, tokens
 }
 
+// codeEventTooLarge is the error code of a worker's event over gateway.max_event_size.
+const codeEventTooLarge = "event_too_large"
+
+// eventTooLarge is the error of a worker's event over limit bytes: the worker's fault, told to
+// the client with the key that bounds it (a stream that had not started answers it: 502).
+func eventTooLarge(limit int, err error) error {
+	return &apierror.Error{Status: http.StatusBadGateway, Type: apierror.TypeAPI, Code: codeEventTooLarge, Cause: err,
+		Message: fmt.Sprintf("an event of the worker's stream is over gateway.max_event_size (%d bytes)", limit)}
+}
+
 // Fail ends the stream with an OpenAI error event (the response is then aborted by the caller:
 // no terminating chunk, so every client reports an error) and returns ErrResponseTruncated
-// with cause. A stream not yet started gets nothing: the caller answers the error itself.
+// with cause. A stream not yet started gets nothing: the caller answers the error itself. An
+// event over the limit in cause is named in the event.
 func (s *Stream) Fail(reason string, cause error) error {
+	var e *apierror.Error
+	if errors.As(cause, &e) && e.Code == codeEventTooLarge {
+		reason += " (" + e.Message + ")"
+	}
 	if s.started {
 		e := &apierror.Error{Type: apierror.TypeAPI, Code: "stream_interrupted",
 			Message: "the answer broke off and could not be resumed: " + reason}

@@ -62,7 +62,7 @@ func chatRC(t *testing.T, raw string) *request.Context {
 // original id, without a second role event, with usage that adds up.
 func TestChatResume(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := New(rec, "rid", wire.Chat, 0, nil)
+	s := New(rec, "rid", wire.Chat, Limits{}, nil)
 	err := s.Relay(eventStream(io.ErrUnexpectedEOF, role, chunk("c1", "Hello"), chunk("c1", " big"), `data: {"id":"c1","choi`))
 	if !errors.Is(err, ErrBroken) || !s.Started() {
 		t.Fatalf("err = %v, started %v; want a broken stream the client saw", err, s.Started())
@@ -101,7 +101,7 @@ func TestChatResume(t *testing.T) {
 
 func TestGenerateResume(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := New(rec, "rid", wire.Generate, 0, nil)
+	s := New(rec, "rid", wire.Generate, Limits{}, nil)
 	ev := func(ids string) string {
 		return `data: {"request_id":"g1","choices":[{"index":0,"token_ids":` + ids + `,"finish_reason":null}]}` + "\n\n"
 	}
@@ -147,7 +147,7 @@ func TestContinuationRefused(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			s := New(httptest.NewRecorder(), "rid", wire.Of(tc.api), 0, nil)
+			s := New(httptest.NewRecorder(), "rid", wire.Of(tc.api), Limits{}, nil)
 			_ = s.Relay(eventStream(io.ErrUnexpectedEOF, tc.events...))
 			rc := chatRC(t, tc.body)
 			rc.API = tc.api
@@ -157,7 +157,7 @@ func TestContinuationRefused(t *testing.T) {
 		})
 	}
 	// A plain text response_format is no constraint.
-	s := New(httptest.NewRecorder(), "rid", wire.Chat, 0, nil)
+	s := New(httptest.NewRecorder(), "rid", wire.Chat, Limits{}, nil)
 	_ = s.Relay(eventStream(io.ErrUnexpectedEOF, chunk("c", "a")))
 	rc := chatRC(t, `{"messages":[{"role":"user","content":"a"}],"response_format":{"type":"text"}}`)
 	if _, err := s.Continuation(rc, rc.Body); err != nil {
@@ -168,7 +168,7 @@ func TestContinuationRefused(t *testing.T) {
 // A stream that fails before its first complete event writes nothing: the leg is retried.
 func TestNotStarted(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := New(rec, "rid", wire.Chat, 0, nil)
+	s := New(rec, "rid", wire.Chat, Limits{}, nil)
 	err := s.Relay(eventStream(io.ErrUnexpectedEOF, `data: {"id":`))
 	if !errors.Is(err, upstream.ErrNotStarted) || s.Started() || rec.Body.Len() != 0 || len(rec.Header()) != 0 {
 		t.Fatalf("err = %v, started %v, wrote %q", err, s.Started(), rec.Body.String())
@@ -177,7 +177,7 @@ func TestNotStarted(t *testing.T) {
 
 // A clean end of the body without [DONE] is a break too: the answer is not complete.
 func TestEOFWithoutDone(t *testing.T) {
-	s := New(httptest.NewRecorder(), "rid", wire.Chat, 0, nil)
+	s := New(httptest.NewRecorder(), "rid", wire.Chat, Limits{}, nil)
 	if err := s.Relay(eventStream(io.EOF, chunk("c", "a"))); !errors.Is(err, ErrBroken) {
 		t.Fatalf("err = %v, want ErrBroken", err)
 	}
@@ -186,7 +186,7 @@ func TestEOFWithoutDone(t *testing.T) {
 // Fail sends an OpenAI error event and reports a truncated response, so the server aborts it.
 func TestFail(t *testing.T) {
 	rec := httptest.NewRecorder()
-	s := New(rec, "rid", wire.Chat, 0, nil)
+	s := New(rec, "rid", wire.Chat, Limits{}, nil)
 	_ = s.Relay(eventStream(io.ErrUnexpectedEOF, chunk("c", "a")))
 	err := s.Fail("n > 1", io.ErrUnexpectedEOF)
 	if !errors.Is(err, upstream.ErrResponseTruncated) || !errors.Is(err, io.ErrUnexpectedEOF) {
@@ -211,7 +211,7 @@ func TestFinish(t *testing.T) {
 		want bool
 	}{{`{"messages":[]}`, true}, {`{"messages":[],"stream_options":{"include_usage":true}}`, false}} {
 		rec := httptest.NewRecorder()
-		s := New(rec, "rid", wire.Chat, 0, nil)
+		s := New(rec, "rid", wire.Chat, Limits{}, nil)
 		_ = s.Relay(eventStream(io.ErrUnexpectedEOF, finished))
 		rc := chatRC(t, tc.body)
 		if got := s.Finish(rc, rc.Body); got != tc.want || tc.want != strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
@@ -229,7 +229,7 @@ func TestSplitEvents(t *testing.T) {
 			p = append(p, all[i:min(i+size, len(all))])
 		}
 		rec := httptest.NewRecorder()
-		if err := New(rec, "rid", wire.Chat, 0, nil).Relay(eventStream(io.EOF, p...)); err != nil {
+		if err := New(rec, "rid", wire.Chat, Limits{}, nil).Relay(eventStream(io.EOF, p...)); err != nil {
 			t.Fatalf("reads of %d: %v", size, err)
 		}
 		if !bytes.Equal(rec.Body.Bytes(), []byte(all)) {
@@ -259,7 +259,7 @@ func TestWatch(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			s := New(rec, "rid", wire.Chat, 0, nil)
+			s := New(rec, "rid", wire.Chat, Limits{}, nil)
 			rc := chatRC(t, `{"model":"m","messages":[],"stream":true}`)
 			rc.HideUsage = tc.hide
 			var writes []int
@@ -300,7 +300,7 @@ func TestFinishWithAskedUsage(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			s := New(rec, "rid", wire.Chat, 0, nil)
+			s := New(rec, "rid", wire.Chat, Limits{}, nil)
 			rc := chatRC(t, tc.body)
 			wire.Of(rc.API).AskUsage(rc)
 			s.Watch(rc)
@@ -333,7 +333,7 @@ func TestResponsesStream(t *testing.T) {
 	for _, final := range []string{"response.completed", "response.incomplete", "response.failed"} {
 		t.Run("ends with "+final, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			s := New(rec, "rid", wire.Responses, 0, nil)
+			s := New(rec, "rid", wire.Responses, Limits{}, nil)
 			end := strings.ReplaceAll(completed, "response.completed", final)
 			if err := s.Relay(eventStream(io.EOF, created, delta(1, "a"), delta(2, " b"), end)); err != nil {
 				t.Fatalf("a finished Responses stream: %v", err)
@@ -345,7 +345,7 @@ func TestResponsesStream(t *testing.T) {
 	}
 	t.Run("watched: deltas are the token events, usage from the response", func(t *testing.T) {
 		rec := httptest.NewRecorder()
-		s := New(rec, "rid", wire.Responses, 0, nil)
+		s := New(rec, "rid", wire.Responses, Limits{}, nil)
 		rc := &request.Context{API: request.APIResponses, Stream: true}
 		events := 0
 		rc.OnEvents = func(n int) { events += n }
@@ -359,7 +359,7 @@ func TestResponsesStream(t *testing.T) {
 	})
 	t.Run("a break is not resumed", func(t *testing.T) {
 		rec := httptest.NewRecorder()
-		s := New(rec, "rid", wire.Responses, 0, nil)
+		s := New(rec, "rid", wire.Responses, Limits{}, nil)
 		err := s.Relay(eventStream(io.EOF, created, delta(1, "a"), delta(2, " b")))
 		if !errors.Is(err, ErrBroken) {
 			t.Fatalf("a stream without its final event: %v, want ErrBroken", err)
@@ -389,7 +389,7 @@ func TestResponsesStream(t *testing.T) {
 // keeps nothing.
 func TestFoldInBatches(t *testing.T) {
 	data := func(s string) string { return "data: " + s + "\n\n" }
-	s := New(httptest.NewRecorder(), "rid", wire.Chat, 0, nil)
+	s := New(httptest.NewRecorder(), "rid", wire.Chat, Limits{}, nil)
 	for i := range 100 { // ~9 KiB: two batches folded as they fill, the rest when asked
 		ev := data(`{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"word` + fmt.Sprint(i%10) + ` "},"finish_reason":null}]}`)
 		if err := s.feed(&http.Response{StatusCode: http.StatusOK, Header: http.Header{}}, []byte(ev)); err != nil {
@@ -409,7 +409,7 @@ func TestFoldInBatches(t *testing.T) {
 		c.Messages[1].Content != strings.Repeat("word0 word1 word2 word3 word4 word5 word6 word7 word8 word9 ", 10) || c.Max != 400 {
 		t.Fatalf("continuation %s (%v)", cont.Bytes(), err)
 	}
-	cs := New(httptest.NewRecorder(), "rid", wire.Completions, 0, nil)
+	cs := New(httptest.NewRecorder(), "rid", wire.Completions, Limits{}, nil)
 	if err := cs.feed(&http.Response{StatusCode: http.StatusOK, Header: http.Header{}}, []byte(data(`{"id":"c","choices":[{"index":0,"text":"x"}]}`))); err != nil {
 		t.Fatal(err)
 	}

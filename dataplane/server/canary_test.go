@@ -40,7 +40,7 @@ func startCanary(t *testing.T, weight int, answer http.HandlerFunc, mutate func(
 	cs := &canaryStack{legs: map[string][]http.Header{}, reg: prometheus.NewRegistry()}
 	up := newUpstream(t, func(w http.ResponseWriter, r *http.Request) {
 		cs.mu.Lock()
-		id := r.Header.Get("X-Request-Id")
+		id := r.Header.Get("X-Coordinator-Request-Id") // the client request the leg is part of
 		cs.legs[id] = append(cs.legs[id], r.Header.Clone())
 		cs.mu.Unlock()
 		answer(w, r)

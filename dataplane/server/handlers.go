@@ -53,7 +53,7 @@ func (s *Server) handleInference(c echo.Context) error {
 	}
 	defer buf.Release()
 	x.reqBytes = len(buf.Bytes())
-	parsed, err := client.Parse(buf.Bytes())
+	parsed, err := client.Parse(buf.Bytes(), limits(held.Config()))
 	if err != nil {
 		return err
 	}
@@ -112,6 +112,11 @@ func (s *Server) handleInference(c echo.Context) error {
 		return &apierror.Error{Status: http.StatusBadGateway, Type: apierror.TypeAPI, Code: "no_response", Message: "the pipeline produced no response"}
 	}
 	return nil
+}
+
+// limits are the bounds of cfg a client's request is parsed and answered within.
+func limits(cfg config.Config) wire.Limits {
+	return wire.Limits{MaxContentBlocks: cfg.Server.ContentBlocks(), MaxEvent: cfg.Gateway.MaxEventBytes()}
 }
 
 // forwarded is the client header set every leg carries: gateway.Forwarded, or

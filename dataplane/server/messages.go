@@ -41,7 +41,7 @@ func (s *Server) handleCountTokens(c echo.Context) error {
 	}
 	defer buf.Release()
 	x.reqBytes = len(buf.Bytes())
-	tr, err := anthropic.Translate(buf.Bytes(), anthropic.CountTokens)
+	tr, err := anthropic.Translate(buf.Bytes(), anthropic.CountTokens, held.Config().Server.ContentBlocks())
 	if err != nil {
 		return err
 	}

@@ -138,7 +138,7 @@ func TestMessagesErrors(t *testing.T) {
 		"thinking":              {body: `{"model":"m","max_tokens":4,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"x"}]}`, status: 400, typ: "invalid_request_error", says: "thinking: extended thinking"},
 		"too large":             {body: big, status: 413, typ: "request_too_large", says: "too large"},
 		"the worker's 400":      {body: messagesBody, answer: "400", status: 400, typ: "invalid_request_error", says: "maximum context length is 8 tokens"},
-		"the pool's 503":        {body: messagesBody, answer: "503", status: 503, typ: "overloaded_error", says: "decode is unavailable"},
+		"the pool's 503":        {body: messagesBody, answer: "503", status: 503, typ: "overloaded_error", says: "decode: no endpoint served the request"},
 		"an untranslatable 200": {body: messagesBody, answer: "garbage", status: 502, typ: "api_error", says: "cannot be translated"},
 		"a remote image without a media guard": {body: `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"http://169.254.169.254/"}}]}]}`,
 			status: 400, typ: "invalid_request_error", says: "messages[0].content[0].source.url: remote URLs are refused"},

@@ -45,7 +45,7 @@ func newConditionalDecode(deps builder.Deps, p *params.Params) (pipeline.Step, e
 func (*conditionalDecode) Name() string { return ConditionalDecodeStep }
 
 func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) error {
-	leg := gateway.NewLeg(rc, gateway.ProfileDecode, rc.Path, wire.Of(rc.API).Conditional(rc))
+	leg := gateway.NewLeg(rc, gateway.ProfileDecode, rc.Path, wire.Of(rc.API).Conditional(rc)).WithID("-conditional")
 	leg.Prefer = gateway.PreferIfAvailable
 	leg.Phase = ConditionalDecodeStep
 	leg.Stream = rc.Stream

@@ -176,3 +176,42 @@ func TestDecodePlainTextError(t *testing.T) {
 		t.Fatalf("err = %v (%d), body %q", err, e.Status, rec.Body.String())
 	}
 }
+
+// The decode steps bound a worker's events by gateway.max_event_size and what a stream keeps to
+// be resumed from by gateway.retry.max_resume_size: an event over the first breaks the stream
+// (here not resumed: max_resumes 0) with an error event naming the key; an answer over the second
+// still streams whole.
+func TestDecodeStreamLimits(t *testing.T) {
+	long := strings.Fields(strings.Repeat("word ", 3000)) // ~15 KiB of content
+	tests := map[string]struct {
+		tune     func(*config.Gateway)
+		answer   func(w http.ResponseWriter)
+		errEvent string
+	}{
+		"an event over gateway.max_event_size": {tune: func(g *config.Gateway) { g.MaxEventSize = 1 },
+			answer: func(w http.ResponseWriter) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, `data: {"id":"c","choices":[{"index":0,"delta":{"content":"a"}}]}`+"\n\n"+"data: "+strings.Repeat("x", 4<<10))
+			}, errEvent: "over gateway.max_event_size (1024 bytes)"},
+		"an answer over gateway.retry.max_resume_size": {tune: func(g *config.Gateway) { g.Retry.MaxResumeSize = 4 },
+			answer: func(w http.ResponseWriter) { streamWords(w, long, 0, 0) }},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			gw := newFakeGateway(t, func(w http.ResponseWriter, _ captured) { tc.answer(w) })
+			gw.tune = tc.tune
+			s := newStep(t, DecodeStep, gw, map[string]any{"max_resumes": 0})
+			rc, rec := newRC(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}`, nil)
+			err := s.Execute(context.Background(), rc)
+			if tc.errEvent == "" {
+				if text, done := contentOf(t, rec.Body.String()); err != nil || text != strings.Join(long, " ") || done != 1 {
+					t.Fatalf("err %v, the client got %d bytes, %d [DONE]", err, len(text), done)
+				}
+				return
+			}
+			if !errors.Is(err, upstream.ErrResponseTruncated) || !strings.Contains(rec.Body.String(), tc.errEvent) {
+				t.Fatalf("err %v, the client got %q", err, rec.Body.String())
+			}
+		})
+	}
+}

@@ -79,7 +79,7 @@ func (s *encode) Execute(ctx context.Context, rc *request.Context) error {
 		phase := "encode[" + strconv.Itoa(i) + "]"
 		g.Go(func() error {
 			out, err := s.gw.Fetch(gctx, rc.Log, gateway.Hinted(rc, gateway.ProfileEncode, i, func() (gateway.Leg, error) {
-				return gateway.NewLeg(rc, gateway.ProfileEncode, path, obj), nil
+				return gateway.NewLeg(rc, gateway.ProfileEncode, path, obj).WithID("-encode-" + strconv.Itoa(i)), nil
 			}))
 			if up := (*apierror.UpstreamError)(nil); errors.As(err, &up) {
 				up.Phase = phase // metrics and spans say encode; the error names the item

@@ -67,12 +67,18 @@ func TestEncodeFanOut(t *testing.T) {
 	}
 	legs := gw.requests()
 	byHash := map[string]captured{}
+	ids := map[string]bool{} // the picker keys per-request state on x-request-id: one per leg
 	for _, l := range legs {
-		if l.Header.Get("EPP-Profile") != "encode" || l.Path != "/v1/chat/completions" || l.Header.Get("X-Request-Id") != "req-1" {
+		ids[l.Header.Get("X-Request-Id")] = true
+		if l.Header.Get("EPP-Profile") != "encode" || l.Path != "/v1/chat/completions" || !strings.HasPrefix(l.Header.Get("X-Request-Id"), "req-1-encode-") ||
+			l.Header.Get("X-Coordinator-Request-Id") != "req-1" {
 			t.Fatalf("leg %s %v", l.Path, l.Header)
 		}
 		tok := l.Body["tokens"].(map[string]any)
 		byHash[tok["features"].(map[string]any)["mm_hashes"].(map[string]any)["image"].([]any)[0].(string)] = l
+	}
+	if len(ids) != len(legs) {
+		t.Fatalf("%d encode legs share %d x-request-ids", len(legs), len(ids))
 	}
 	jsonEq(t, "encode leg for image 0", byHash["ha"].Body, `{"model":"m","messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"low"}}]}],
 		"tokens":{"token_ids":[1,32000,32000],"features":{"mm_hashes":{"image":["ha"]},"mm_placeholders":{"image":[{"offset":1,"length":2}]}}},"max_tokens":1,"stream":false}`)

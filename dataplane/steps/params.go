@@ -5,9 +5,11 @@
 package steps
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 
+	"github.com/epd-dev/coordinator/dataplane/base/budget"
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/dataplane/connectors/ec"
@@ -18,6 +20,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	"github.com/epd-dev/coordinator/dataplane/transport/gateway"
 	"github.com/epd-dev/coordinator/dataplane/transport/retry"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 // Param names shared by several steps: the pipeline-level settings each step inherits.
@@ -73,11 +76,15 @@ func onPoolFailure(deps builder.Deps, p *params.Params) retry.PoolPolicy {
 }
 
 // newAnswerer reads max_resumes: an answerer of the gateway's answers that resends a broken
-// stream's continuation with resend.
+// stream's continuation with resend, within the gateway's limits (what streams keep to be
+// resumed from counted on deps.Shared.Resume, or on a count of the step's own).
 func newAnswerer(deps builder.Deps, p *params.Params, resend func(ctx context.Context, rc *request.Context, cont *body.Object) (*http.Response, error)) relay.Answerer {
 	a := relay.Answerer{MaxResumes: p.Int("max_resumes", relay.DefaultMaxResumes, 0), Metrics: deps.Telemetry.Metrics, Resend: resend}
 	if gw := deps.Gateway; gw != nil {
 		a.MaxResponse, a.Budget = gw.MaxResponseBytes(), gw.Retrier().Budget
+		stream, process := gw.MaxResumeBytes()
+		a.Limits = relay.Limits{MaxEvent: gw.MaxEventBytes(),
+			Keep: wire.Keep{Max: stream, Held: cmp.Or(deps.Shared.Resume, &budget.Bytes{}), Limit: process}}
 	}
 	return a
 }
@@ -87,7 +94,7 @@ func newAnswerer(deps builder.Deps, p *params.Params, resend func(ctx context.Co
 func resendDecode(gw *gateway.Client) func(ctx context.Context, rc *request.Context, cont *body.Object) (*http.Response, error) {
 	return func(ctx context.Context, rc *request.Context, cont *body.Object) (*http.Response, error) {
 		return gw.Send(ctx, rc.Log, func() (gateway.Leg, error) {
-			leg := gateway.NewLeg(rc, gateway.ProfileDecode, rc.Path, cont)
+			leg := gateway.NewLeg(rc, gateway.ProfileDecode, rc.Path, cont).WithID("-resume")
 			leg.Stream = true
 			return leg, nil
 		})

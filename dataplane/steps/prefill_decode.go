@@ -62,7 +62,23 @@ type prefillDecode struct {
 	port int      // SGLang's bootstrap port (SGLANG_BOOTSTRAP_PORT)
 	legs *prefill // builds the prefill body (without kv_transfer_params)
 	ans  relay.Answerer
+	// unsupported is when a reservation last found that the picker has no reserve-endpoint
+	// plugin (unix nanoseconds, 0: never): for pluginRecheck after it, requests are refused
+	// without sending a reservation that a worker would serve as a prefill.
+	unsupported atomic.Int64
 }
+
+// pluginRecheck is how long the step trusts that the picker lacks the reserve-endpoint plugin
+// before it asks again (a new picker may have been rolled out meanwhile).
+const pluginRecheck = 30 * time.Second
+
+// errNoReservePlugin is a reservation the endpoint picker scheduled and a worker served as a
+// plain prefill: the picker runs no reserve-endpoint plugin. Every request of the step would
+// fail the same way (and cost a worker a prefill), so it says what to change.
+var errNoReservePlugin = &apierror.Error{Status: http.StatusNotImplemented, Type: apierror.TypeAPI, Code: "reserve_endpoint_unsupported",
+	Message: "prefill-decode needs the endpoint picker's reserve-endpoint plugin (llm-d-router's reserveendpoint, which answers Prefer: reserve-endpoint " +
+		"with 204 and x-llm-d-reserved-host-port), and the picker in front of this pool does not run it: the reservation was scheduled and served " +
+		"as a plain prefill. Configure the plugin in the EndpointPickerConfig, or run prefill and decode steps with a connector other than kv-sglang"}
 
 func newPrefillDecode(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, PrefillDecodeStep)
@@ -165,6 +181,9 @@ type pairLegs struct {
 func (s *prefillDecode) pair(ctx context.Context, rc *request.Context, legs pairLegs) (*http.Response, string, error) {
 	endpoint, err := netip.ParseAddrPort(legs.hint)
 	if legs.hint == "" || err != nil {
+		if at := s.unsupported.Load(); at != 0 && time.Since(time.Unix(0, at)) < pluginRecheck {
+			return nil, phaseReserve, errNoReservePlugin
+		}
 		if endpoint, err = s.reserve(ctx, rc, legs.prefillPath, legs.prefill); err != nil {
 			return nil, phaseReserve, err
 		}
@@ -223,7 +242,7 @@ func (s *prefillDecode) pair(ctx context.Context, rc *request.Context, legs pair
 // reserve asks the endpoint picker for a prefill endpoint (Prefer: reserve-endpoint) with the
 // prefill leg's body, so that it schedules as for the prefill itself.
 func (s *prefillDecode) reserve(ctx context.Context, rc *request.Context, path string, pre *body.Object) (netip.AddrPort, error) {
-	leg := gateway.NewLeg(rc, gateway.ProfilePrefill, path, pre)
+	leg := gateway.NewLeg(rc, gateway.ProfilePrefill, path, pre).WithID("-reserve")
 	leg.Prefer, leg.Phase = gateway.PreferReserveEndpoint, phaseReserve
 	resp, err := s.gw.Do(ctx, leg) //nolint:bodyclose // ErrorOf or Discard closes it
 	if err != nil {
@@ -232,7 +251,15 @@ func (s *prefillDecode) reserve(ctx context.Context, rc *request.Context, path s
 	if resp.StatusCode != http.StatusNoContent && resp.StatusCode != http.StatusOK {
 		return netip.AddrPort{}, upstream.ErrorOf(phaseReserve, resp)
 	}
-	upstream.Discard(resp)
+	served := upstream.Drain(resp) > 0
+	if resp.StatusCode == http.StatusOK && served && resp.Header.Get(gateway.LegacyReservedHeader) == "" && resp.Header.Get(gateway.ReservedHeader) == "" {
+		// A worker's answer: the picker scheduled the reservation as a prefill.
+		if s.unsupported.Swap(time.Now().UnixNano()) == 0 {
+			rc.Log.Error(errNoReservePlugin, "the endpoint picker has no reserve-endpoint plugin; prefill-decode requests are refused until it does (checked again every 30s)")
+		}
+		return netip.AddrPort{}, errNoReservePlugin
+	}
+	s.unsupported.Store(0)
 	return reservedEndpoint(resp, s.gw.AllowedHintNetworks())
 }
 

@@ -314,9 +314,9 @@ func TestPrefillDecodeCancelsTheOtherLeg(t *testing.T) {
 	}{
 		"prefill refuses":          {failPrefill: true, status: 400, want: 400, msg: "leg failed on purpose", pairs: 1},
 		"prefill fails":            {failPrefill: true, status: 500, want: 502, msg: "prefill failed", pairs: 1},
-		"prefill pin rejected 503": {failPrefill: true, status: 503, want: 503, msg: "prefill is unavailable", pairs: 3},
+		"prefill pin rejected 503": {failPrefill: true, status: 503, want: 503, msg: "prefill: no endpoint served the request", pairs: 3},
 		"decode refuses":           {status: 400, want: 400, msg: "leg failed on purpose", pairs: 1},
-		"decode unavailable":       {status: 503, want: 503, msg: "decode is unavailable", pairs: 3},
+		"decode unavailable":       {status: 503, want: 503, msg: "decode: no endpoint served the request", pairs: 3},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -569,5 +569,38 @@ func TestPrefillDecodeLatePrefillDoesNotDelayTheAnswer(t *testing.T) {
 	}
 	if !strings.Contains(rec.Body.String(), `"content":"a"`) || g.cancelled.Load() != 0 {
 		t.Fatalf("client got %q; %d legs cancelled", rec.Body.String(), g.cancelled.Load())
+	}
+}
+
+// TestPrefillDecodeWithoutTheReservePlugin: a picker without llm-d's reserve-endpoint plugin
+// schedules the reservation as a plain prefill and a worker answers it. The step says which
+// plugin is missing (501) and, for pluginRecheck, refuses the next requests without sending a
+// reservation a worker would serve; the x-request-id of the reservation is its own.
+func TestPrefillDecodeWithoutTheReservePlugin(t *testing.T) {
+	g := newSGLangGateway(t)
+	g.reserve = func(w http.ResponseWriter) bool {
+		okJSON(`{"id":"cmpl-1","choices":[{"index":0,"message":{"role":"assistant","content":"x"},"finish_reason":"length"}]}`)(w, captured{})
+		return true
+	}
+	s := newStep(t, PrefillDecodeStep, g.fakeGateway, sglangParams)
+	for i := range 3 {
+		rc, _ := newRC(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, nil)
+		e := apierror.From(s.Execute(context.Background(), rc))
+		if e.Status != http.StatusNotImplemented || !strings.Contains(e.Message, "reserve-endpoint plugin") || e.Code != "reserve_endpoint_unsupported" {
+			t.Fatalf("request %d: %d %s %q, want 501 naming the plugin", i, e.Status, e.Code, e.Message)
+		}
+	}
+	if g.count("reserve") != 1 || g.count("prefill") != 0 || g.count("decode") != 0 {
+		t.Fatalf("legs %v: want one reservation, for the first request only", g.legs)
+	}
+	if reqs := g.requests(); len(reqs) != 1 || reqs[0].Header.Get("X-Request-Id") != "req-1-reserve" || reqs[0].Header.Get("X-Coordinator-Request-Id") != "req-1" {
+		t.Fatalf("legs %v, want the reservation with its own x-request-id", reqs)
+	}
+	// Once the picker reserves again (a new rollout), the step uses it after pluginRecheck.
+	s.(*prefillDecode).unsupported.Store(time.Now().Add(-pluginRecheck).UnixNano())
+	g.reserve = nil
+	rc, _ := newRC(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, nil)
+	if err := s.Execute(context.Background(), rc); err != nil {
+		t.Fatalf("after the recheck: %v", err)
 	}
 }

@@ -102,7 +102,7 @@ func TestPrefillLegBodies(t *testing.T) {
 			}
 			jsonEq(t, "prefill body", got.Body, tc.want)
 			h := got.Header
-			if h.Get("EPP-Profile") != "prefill" || h.Get("X-Request-Id") != "req-1" || h.Get("Content-Type") != "application/json" ||
+			if h.Get("EPP-Profile") != "prefill" || h.Get("X-Request-Id") != "req-1-prefill" || h.Get("X-Coordinator-Request-Id") != "req-1" || h.Get("Content-Type") != "application/json" ||
 				h.Get("Authorization") != "Bearer k" || h.Get("Prefer") != "" || len(h.Values("X-Custom")) != 2 {
 				t.Fatalf("leg headers %v", h)
 			}

@@ -76,10 +76,11 @@ type renderStep struct {
 
 // renderCostPerByte is what an in-process render may hold at its peak per byte of its input: 4
 // (the template's tree and output, the pre-tokenizer's scratch) and, at one token a byte (a
-// token covers at least one byte), 16 for the ids and their JSON. It is reserved of the budget
-// before a render starts; after it, a request holds tokenCost per token until it ends.
+// token covers at least one byte), 24 for the ids, their JSON and the growth of the ids' slice.
+// It is reserved of the budget before a render starts; after it, a request holds tokenCost per
+// token until it ends.
 const (
-	renderCostPerByte = 20
+	renderCostPerByte = 28
 	tokenCost         = 12 // the id (8) and its JSON (up to 4 on average)
 )
 
@@ -300,7 +301,7 @@ func (s *renderStep) Prompt(ctx context.Context, rc *request.Context) error {
 			if err != nil {
 				return apierror.InvalidField("add_special_tokens", "%v", err)
 			}
-			if err := s.reserve(len(prompt)); err != nil {
+			if err := s.reserve(rc, len(prompt)); err != nil {
 				return err
 			}
 			ids, err = s.model.Prompt(nil, prompt, addSpecial || !present, s.limitsFor(ctx)) // vLLM's default: true
@@ -444,7 +445,7 @@ func (s *renderStep) chatLocal(ctx context.Context, rc *request.Context, msgs *b
 	for _, v := range req.Kwargs {
 		size += len(v)
 	}
-	if err := s.reserve(size); err != nil {
+	if err := s.reserve(rc, size); err != nil {
 		return err
 	}
 	ids, err := s.model.Chat(nil, req)
@@ -459,9 +460,14 @@ func (s *renderStep) chatLocal(ctx context.Context, rc *request.Context, msgs *b
 	return nil
 }
 
-// reserve holds the peak of an in-process render of size bytes of input, or refuses the request
-// with a 429 (nothing queues).
-func (s *renderStep) reserve(size int) error {
+// reserve holds the peak of an in-process render of size bytes of input, or refuses the request:
+// with a 400 over max_input_size (which no budget would hold), else with a 429 when the budget
+// cannot hold it now (nothing queues).
+func (s *renderStep) reserve(rc *request.Context, size int) error {
+	if size > s.limits.MaxInputBytes {
+		return s.renderErr(rc, &render.LimitError{Limit: "MaxInputBytes",
+			Message: fmt.Sprintf("input of %d bytes exceeds the limit of %d", size, s.limits.MaxInputBytes)})
+	}
 	if s.inFlight.Reserve(int64(size)*renderCostPerByte, s.maxInFlight) {
 		return nil
 	}

@@ -291,7 +291,7 @@ func TestRenderLocalLimits(t *testing.T) {
 // keeps only its ids' share after it, and gives that back when the request ends.
 func TestRenderBudget(t *testing.T) {
 	var b budget.Bytes
-	own := map[string]any{"tokenizer": localModel(t), "max_input_size": 1, "max_inflight_render_size": 20}
+	own := map[string]any{"tokenizer": localModel(t), "max_input_size": 1, "max_inflight_render_size": 28}
 	s, err := newLocalRender(t, own, builder.Deps{Shared: builder.Shared{Render: &b}})
 	if err != nil {
 		t.Fatal(err)
@@ -314,9 +314,9 @@ func TestRenderBudget(t *testing.T) {
 		runtime.Gosched() // context.AfterFunc runs on its own goroutine
 	}
 
-	// Other requests hold all but 1 MiB: a render of 300 kB (6 MB at its peak) is refused.
-	other := int64(19 << 20)
-	b.Reserve(other, 20<<20)
+	// Other requests hold all but 1 MiB: a render of 300 kB (8.4 MB at its peak) is refused.
+	other := int64(27 << 20)
+	b.Reserve(other, 28<<20)
 	rc, _ = newRC(t, "/v1/chat/completions", body, nil)
 	e := apierror.From(s.Execute(context.Background(), rc))
 	if e.Status != http.StatusTooManyRequests || e.RetryAfter <= 0 || !strings.Contains(e.Message, "params.max_inflight_render_size") {
@@ -327,7 +327,7 @@ func TestRenderBudget(t *testing.T) {
 	}
 
 	if _, err := newLocalRender(t, map[string]any{"tokenizer": localModel(t), "max_input_size": 8, "max_inflight_render_size": 100}, builder.Deps{}); err == nil ||
-		!strings.Contains(err.Error(), "params.max_inflight_render_size") || !strings.Contains(err.Error(), "160 MiB") {
-		t.Fatalf("err %v, want one naming max_inflight_render_size and the 160 MiB one render may hold", err)
+		!strings.Contains(err.Error(), "params.max_inflight_render_size") || !strings.Contains(err.Error(), "224 MiB") {
+		t.Fatalf("err %v, want one naming max_inflight_render_size and the 224 MiB one render may hold", err)
 	}
 }

@@ -19,9 +19,19 @@ type Client interface {
 	Route() string
 	// Format is the format the pipeline runs the API's requests in.
 	Format() Format
-	// Parse parses raw, a client body, once into the body the pipeline runs, checked (every
-	// error a 400 naming the member at fault).
-	Parse(raw []byte) (Request, error)
+	// Parse parses raw, a client body, once into the body the pipeline runs, checked within lim
+	// (every error a 400 naming the member at fault, or the limit).
+	Parse(raw []byte, lim Limits) (Request, error)
+}
+
+// Limits are the bounds of the configuration a client's request is parsed and answered within.
+type Limits struct {
+	// MaxContentBlocks bounds the content blocks of a Messages request (server.max_content_blocks;
+	// 0: no bound).
+	MaxContentBlocks int
+	// MaxEvent bounds one event of a streamed answer translated for the client, in bytes
+	// (gateway.max_event_size; 0: no bound).
+	MaxEvent int64
 }
 
 // Request is a client's request parsed for the pipeline.
@@ -81,7 +91,7 @@ func (n Native) Format() Format { return n.F }
 // Parse parses the body once and checks what every format relies on (model a string, stream a
 // boolean, the token limits integers, stream_options an object), then what the format does
 // (Format.Check), so that a wrong type is a clear 400 here rather than a worker's error later.
-func (n Native) Parse(raw []byte) (Request, error) {
+func (n Native) Parse(raw []byte, _ Limits) (Request, error) {
 	obj, err := body.Parse(raw)
 	switch {
 	case errors.Is(err, body.ErrInvalidJSON):

@@ -32,7 +32,7 @@ func FuzzParseBody(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte, apiSel uint8) {
 		api := []request.API{request.APIChat, request.APICompletions, request.APIGenerate}[int(apiSel)%3]
-		req, err := Native{F: Of(api)}.Parse(raw)
+		req, err := Native{F: Of(api)}.Parse(raw, Limits{})
 		var obj *body.Object
 		var model string
 		var stream bool

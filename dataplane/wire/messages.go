@@ -25,13 +25,14 @@ type messages struct{}
 func (messages) Route() string  { return "messages" }
 func (messages) Format() Format { return Chat }
 
-func (messages) Parse(raw []byte) (Request, error) {
-	req, err := anthropic.Translate(raw, anthropic.Create)
+func (messages) Parse(raw []byte, lim Limits) (Request, error) {
+	req, err := anthropic.Translate(raw, anthropic.Create, lim.MaxContentBlocks)
 	if err != nil {
 		return Request{}, err
 	}
 	return Request{Body: req.Chat, Model: req.Model, Stream: req.Stream, answer: func(w http.ResponseWriter, requestID string) Answer {
-		return anthropic.NewWriter(w, anthropic.Options{RequestID: requestID, Model: req.Model, StopSequences: req.StopSequences})
+		return anthropic.NewWriter(w, anthropic.Options{RequestID: requestID, Model: req.Model, StopSequences: req.StopSequences,
+			MaxEvent: lim.MaxEvent})
 	}}, nil
 }
 

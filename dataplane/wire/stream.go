@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
+	"github.com/epd-dev/coordinator/dataplane/base/budget"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/wire/sse"
 )
@@ -26,9 +27,9 @@ type Events interface {
 	// Broken is the event that ends a stream broken for good after n numbered events: e, in the
 	// format's own error shape (the server then aborts the body).
 	Broken(e *apierror.Error, requestID string, n int) []byte
-	// Got returns a record of what a client gets, from which a broken stream is continued; nil
-	// when the format's streams are not continued.
-	Got() *Got
+	// Got returns a record of what a client gets, from which a broken stream is continued, that
+	// keeps what keep allows; nil when the format's streams are not continued.
+	Got(keep Keep) *Got
 	// Fold returns a record that folds a stream into the unstreamed answer (force_stream); nil
 	// when the format's streams are not folded.
 	Fold() *Fold
@@ -72,11 +73,11 @@ func (openAI) Broken(e *apierror.Error, requestID string, _ int) []byte {
 	return sse.AppendEvent(nil, bytes.TrimSuffix(e.Body(requestID), []byte("\n")))
 }
 
-func (o openAI) Got() *Got {
+func (o openAI) Got(keep Keep) *Got {
 	if o.resume == nil {
 		return nil
 	}
-	return &Got{format: o.resume}
+	return &Got{format: o.resume, keep: keep}
 }
 
 func (o openAI) Fold() *Fold { return &Fold{answer: o.answer} }
@@ -110,8 +111,8 @@ func (responsesStream) Broken(e *apierror.Error, _ string, n int) []byte {
 	return sse.AppendNamed(nil, "error", ev)
 }
 
-func (responsesStream) Got() *Got   { return nil }
-func (responsesStream) Fold() *Fold { return nil }
+func (responsesStream) Got(Keep) *Got { return nil }
+func (responsesStream) Fold() *Fold   { return nil }
 
 // terminal reports whether d, a Responses stream event, ends the response: only an event that
 // names a terminal type anywhere is parsed to be sure it is its own.
@@ -134,9 +135,19 @@ func eventType(d []byte) string {
 	return t
 }
 
-// MaxTracked bounds the output a Got keeps to continue from; a longer answer still streams but
-// is no longer continued.
-const MaxTracked = 4 << 20
+// Keep bounds the output a Got keeps to continue from: a longer answer still streams but is no
+// longer continued, and what it kept is let go at once.
+type Keep struct {
+	// Max bounds the output of one stream, in bytes (gateway.retry.max_resume_size; 0: no bound).
+	Max int64
+	// Held counts the bytes every stream of the process keeps, within Limit
+	// (gateway.retry.max_resume_memory); nil: no process-wide bound.
+	Held  *budget.Bytes
+	Limit int64
+}
+
+// keepGrain is the step in which a Got reserves from the process's count.
+const keepGrain = 4 << 10
 
 // resumable is a format whose broken streams are continued: what its events carry and how the
 // rest of its answer is asked for.
@@ -173,12 +184,14 @@ type Got struct {
 	finished bool   // a finish_reason was sent
 	exotic   string // why the output cannot be continued exactly, when it cannot
 	err      error  // an event that could not be read: the stream is no longer continued
-	over     bool   // the output outgrew MaxTracked: the stream is no longer continued
+	over     string // why the output is no longer kept (too long, or released): not continued
+	keep     Keep
+	reserved int64 // bytes reserved of keep.Held
 }
 
 // Fold adds the data events of events, complete events the client got.
 func (g *Got) Fold(events []byte) {
-	if g.over || g.err != nil {
+	if g.over != "" || g.err != nil {
 		return
 	}
 	for d := range sse.Data(events) {
@@ -191,13 +204,44 @@ func (g *Got) Fold(events []byte) {
 		}
 		g.err = g.add(d)
 	}
-	if len(g.text)+8*len(g.ids) > MaxTracked {
-		g.over, g.text, g.ids = true, nil, nil
+	g.account()
+}
+
+// account checks the output kept against the stream's bound and reserves the memory it holds
+// from the process's count; over either, the output is let go and the stream is no longer
+// continued.
+func (g *Got) account() {
+	if size := int64(len(g.text) + 8*len(g.ids)); g.keep.Max > 0 && size > g.keep.Max {
+		g.drop(fmt.Sprintf("the answer is longer than the %d bytes kept to resume from (gateway.retry.max_resume_size)", g.keep.Max))
+		return
+	}
+	held := int64(cap(g.text) + 8*cap(g.ids))
+	if g.keep.Held == nil || held <= g.reserved {
+		return
+	}
+	need := (held - g.reserved + keepGrain - 1) / keepGrain * keepGrain
+	if !g.keep.Held.Reserve(need, g.keep.Limit) {
+		g.drop(fmt.Sprintf("the answer is longer than the %d bytes kept to resume from: the streams in flight hold "+
+			"gateway.retry.max_resume_memory (%d bytes)", g.reserved, g.keep.Limit))
+		return
+	}
+	g.reserved += need
+}
+
+// drop lets the output go: the stream is no longer continued, for why.
+func (g *Got) drop(why string) {
+	g.over, g.text, g.ids = why, nil, nil
+	if g.reserved > 0 {
+		g.keep.Held.Release(g.reserved)
+		g.reserved = 0
 	}
 }
 
+// Release lets go of what the record keeps, and gives its reservation back: the stream ended.
+func (g *Got) Release() { g.drop("the stream ended") }
+
 // Finished reports whether the answer's last choice finished (only its end can have been lost).
-func (g *Got) Finished() bool { return g.err == nil && !g.over && g.finished }
+func (g *Got) Finished() bool { return g.err == nil && g.over == "" && g.finished }
 
 // add folds in one event, d (valid JSON).
 func (g *Got) add(d []byte) error {
@@ -284,8 +328,8 @@ func (g *Got) Continue(base *body.Object) (*body.Object, *Splice, error) {
 		return nil, nil, errors.New(why)
 	}
 	switch {
-	case g.over:
-		return nil, nil, fmt.Errorf("the answer is longer than the %d bytes kept to resume from", MaxTracked)
+	case g.over != "":
+		return nil, nil, errors.New(g.over)
 	case g.err != nil:
 		return nil, nil, g.err
 	case g.exotic != "":

@@ -112,7 +112,8 @@ const (
 // From maps any pipeline error to the client-facing error: an *Error as is; a worker's
 // rejection (4xx) with its own status and its own message (Sanitize'd; it names the phase when
 // the worker gave none); a 429 or 503 that survived the retries with its status and
-// Retry-After; a 504 as 504; a cancelled request as 499 (nobody reads it); everything else as
+// Retry-After (their messages say what the llm-d endpoint picker means by them: 429, no ready
+// pod for the profile; 503, an empty pool; a worker's own message is kept); a 504 as 504; a cancelled request as 499 (nobody reads it); everything else as
 // 502.
 func From(err error) *Error {
 	var e *Error
@@ -124,13 +125,13 @@ func From(err error) *Error {
 	switch {
 	case isUp && up.Status == http.StatusTooManyRequests:
 		return &Error{Status: up.Status, Type: TypeRateLimit, Code: "rate_limit_exceeded", Cause: err, RetryAfter: up.RetryAfter,
-			Message: up.message(fmt.Sprintf("%s is over capacity: HTTP 429", up.Phase))}
+			Message: up.message(fmt.Sprintf("%s: no endpoint can take the request now (HTTP 429: the endpoint picker found no ready pod for the profile, or the pod is saturated)", up.Phase))}
 	case isUp && up.Status >= 400 && up.Status < 500:
 		return &Error{Status: up.Status, Type: TypeInvalidRequest, Code: "upstream_rejected", Cause: err, Param: up.param(),
 			Message: up.message(fmt.Sprintf("%s rejected the request: HTTP %d", up.Phase, up.Status))}
 	case isUp && up.Status == http.StatusServiceUnavailable:
 		return &Error{Status: up.Status, Type: TypeUnavailable, Code: "upstream_unavailable", Cause: err, RetryAfter: max(up.RetryAfter, time.Second),
-			Message: fmt.Sprintf("%s is unavailable: HTTP 503", up.Phase)}
+			Message: fmt.Sprintf("%s: no endpoint served the request (HTTP 503: the pool has no endpoint, or the one picked could not be reached)", up.Phase)}
 	case isUp && up.Status == http.StatusGatewayTimeout:
 		return &Error{Status: up.Status, Type: TypeTimeout, Code: "upstream_timeout", Cause: err,
 			Message: fmt.Sprintf("%s timed out: HTTP 504", up.Phase)}

@@ -36,14 +36,23 @@ const (
 	DefaultIdleTimeout         = 60 * time.Second
 	DefaultRequestTimeout      = 10 * time.Minute
 	DefaultMaxResponseMiB      = 16
-	DefaultMaxAttempts         = 3
-	DefaultMaxRetriesPerReq    = 4
-	DefaultInitialBackoff      = 25 * time.Millisecond
-	DefaultMaxBackoff          = time.Second
-	DefaultMaxRetryAfter       = 2 * time.Second
-	DefaultRetryBudgetRatio    = 0.2
-	DefaultRetryBudgetMinRate  = 5.0
-	DefaultOnPoolFailure       = OnPoolFailureAggregate
+	// DefaultMaxEventKiB is gateway.max_event_size: a streamed chat chunk with the logprobs of a
+	// long token is a few KiB.
+	DefaultMaxEventKiB = 1024
+	// DefaultMaxResumeKiB is gateway.retry.max_resume_size: the text of a 256K-token answer.
+	DefaultMaxResumeKiB = 1024
+	// DefaultMaxResumeMemoryMiB is gateway.retry.max_resume_memory.
+	DefaultMaxResumeMemoryMiB = 64
+	// DefaultMaxContentBlocks is server.max_content_blocks.
+	DefaultMaxContentBlocks   = 10000
+	DefaultMaxAttempts        = 3
+	DefaultMaxRetriesPerReq   = 4
+	DefaultInitialBackoff     = 25 * time.Millisecond
+	DefaultMaxBackoff         = time.Second
+	DefaultMaxRetryAfter      = 2 * time.Second
+	DefaultRetryBudgetRatio   = 0.2
+	DefaultRetryBudgetMinRate = 5.0
+	DefaultOnPoolFailure      = OnPoolFailureAggregate
 	// DisaggRevisionHeader is llm-d's cross-phase revision header, the default of
 	// pipeline.forward_response_headers.
 	DisaggRevisionHeader = "x-llm-d-disagg-revision"
@@ -164,6 +173,9 @@ type Server struct {
 	// series (empty: none). Its values come from clients: use a header the edge sets after
 	// authentication. At most observe.MaxTenants values become labels.
 	MetricsTenantHeader string `yaml:"metrics_tenant_header,omitempty" json:"metrics_tenant_header,omitempty"`
+	// MaxContentBlocks bounds the content blocks of one Messages API request (system, message
+	// and tool_result blocks together). 0 means the default.
+	MaxContentBlocks int `yaml:"max_content_blocks,omitempty" json:"max_content_blocks,omitempty"`
 }
 
 // Gateway configures the HTTP client of the Inference Gateway.
@@ -185,6 +197,9 @@ type Gateway struct {
 	// MaxResponseSize is the largest answer the coordinator reads itself (encode and prefill
 	// legs), in MiB. 0 means the default.
 	MaxResponseSize int `yaml:"max_response_size" json:"max_response_size"`
+	// MaxEventSize bounds one event of a worker's stream, in KiB: a longer one breaks the stream
+	// (a worker fault). 0 means the default.
+	MaxEventSize int `yaml:"max_event_size,omitempty" json:"max_event_size,omitempty"`
 	// Retry says when a failed leg is tried again.
 	Retry Retry `yaml:"retry" json:"retry"`
 	// ProfileHeaders are the request headers that carry a leg's EPP profile (all of them are
@@ -223,6 +238,12 @@ type Retry struct {
 	// BudgetMinPerSecond is the retry rate allowed whatever the ratio (a quiet process can
 	// still retry).
 	BudgetMinPerSecond float64 `yaml:"budget_min_per_second" json:"budget_min_per_second"`
+	// MaxResumeSize bounds the output one stream keeps to be resumed from, in KiB: a longer
+	// answer still streams but is not resumed. 0 means the default.
+	MaxResumeSize int `yaml:"max_resume_size,omitempty" json:"max_resume_size,omitempty"`
+	// MaxResumeMemory bounds what all the streams of the process keep to be resumed from, in
+	// MiB; a stream that finds it used up is not resumed. 0 means the default.
+	MaxResumeMemory int `yaml:"max_resume_memory,omitempty" json:"max_resume_memory,omitempty"`
 }
 
 // Degradation policies of pipeline.on_pool_failure.
@@ -344,6 +365,31 @@ func (g Gateway) MaxResponseBytes() int64 {
 	return int64(g.MaxResponseSize) * MiB
 }
 
+// ContentBlocks is the most content blocks one Messages request may hold.
+func (s Server) ContentBlocks() int { return orDefault(s.MaxContentBlocks, DefaultMaxContentBlocks) }
+
+// MaxEventBytes is the limit of one event of a worker's stream, in bytes.
+func (g Gateway) MaxEventBytes() int64 {
+	return int64(orDefault(g.MaxEventSize, DefaultMaxEventKiB)) << 10
+}
+
+// MaxResumeBytes is what one stream may keep to be resumed from, in bytes.
+func (r Retry) MaxResumeBytes() int64 {
+	return int64(orDefault(r.MaxResumeSize, DefaultMaxResumeKiB)) << 10
+}
+
+// MaxResumeMemoryBytes is what all the streams of the process may keep to be resumed from.
+func (r Retry) MaxResumeMemoryBytes() int64 {
+	return int64(orDefault(r.MaxResumeMemory, DefaultMaxResumeMemoryMiB)) * MiB
+}
+
+func orDefault(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
 // Revision is a short, stable fingerprint of the effective configuration. The operator stamps it
 // in the CoordinatorPipeline status and the coordinator reports it, so the two can be compared.
 func (c Config) Revision() string { return fingerprint(c) }
@@ -363,6 +409,13 @@ func fingerprint(v any) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8])
 }
+
+// maxEventKiB (1 GiB) bounds the KiB keys: an event or a resume state larger than that is no
+// answer's.
+const maxEventKiB = 1 << 20
+
+// maxContentBlocks bounds server.max_content_blocks.
+const maxContentBlocks = 1_000_000
 
 // maxBodyMiB keeps MaxRequestBodySize*MiB (+1 for the overflow probe) inside an int64.
 const maxBodyMiB = (math.MaxInt64 - 1) / MiB

@@ -35,6 +35,11 @@ func TestDefaults(t *testing.T) {
 	if cfg.Server.MaxRequestBodyBytes() != 64<<20 {
 		t.Fatalf("body limit = %d", cfg.Server.MaxRequestBodyBytes())
 	}
+	// The cost limits of schema 4 are 0 (not rendered) and mean their defaults.
+	if got := [...]int64{int64(cfg.Server.ContentBlocks()), cfg.Gateway.MaxEventBytes(), cfg.Gateway.Retry.MaxResumeBytes(),
+		cfg.Gateway.Retry.MaxResumeMemoryBytes()}; got != [...]int64{10000, 1 << 20, 1 << 20, 64 << 20} {
+		t.Fatalf("cost limits %v", got)
+	}
 }
 
 func TestFileValues(t *testing.T) {
@@ -128,10 +133,10 @@ func TestEveryKeyHasAnEnvName(t *testing.T) {
 	want := []string{"log_level", "server.listen_addr", "server.read_timeout", "server.write_timeout", "server.shutdown_timeout",
 		"server.max_request_body_size", "server.metrics_port", "server.metrics_host", "server.server_timing", "server.trusted_routing_headers",
 		"server.secure_serving", "server.cert_path", "server.tls_min_version", "server.tls_cipher_suites", "server.metrics_cert_dir", "server.metrics_tenant_header",
-		"gateway.address", "gateway.max_idle_conns_per_host", "gateway.idle_conn_timeout", "gateway.timeout",
-		"gateway.idle_timeout", "gateway.request_timeout", "gateway.max_response_size", "gateway.retry.max_attempts", "gateway.retry.max_retries_per_request", "gateway.retry.initial_backoff",
+		"server.max_content_blocks", "gateway.address", "gateway.max_idle_conns_per_host", "gateway.idle_conn_timeout", "gateway.timeout",
+		"gateway.idle_timeout", "gateway.request_timeout", "gateway.max_response_size", "gateway.max_event_size", "gateway.retry.max_attempts", "gateway.retry.max_retries_per_request", "gateway.retry.initial_backoff",
 		"gateway.retry.max_backoff", "gateway.retry.max_retry_after", "gateway.retry.budget_ratio", "gateway.retry.budget_min_per_second",
-		"gateway.profile_headers", "gateway.ca_file", "gateway.allowed_hint_networks", "pipeline.kv_connector", "pipeline.ec_connector", "pipeline.use_openai_format", "pipeline.forward_response_headers", "pipeline.on_pool_failure", "pipeline.steps",
+		"gateway.retry.max_resume_size", "gateway.retry.max_resume_memory", "gateway.profile_headers", "gateway.ca_file", "gateway.allowed_hint_networks", "pipeline.kv_connector", "pipeline.ec_connector", "pipeline.use_openai_format", "pipeline.forward_response_headers", "pipeline.on_pool_failure", "pipeline.steps",
 		"tracing.enabled", "tracing.endpoint", "tracing.sample_ratio", "tracing.service_name", "canary"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Fatalf("EnvKeys = %q", keys)
@@ -215,6 +220,14 @@ func TestInvalid(t *testing.T) {
 		"canary bad pool policy":      {yaml: minimal + "canary: {pipeline: {on_pool_failure: x, steps: [{type: decode}]}}", key: "canary.pipeline.on_pool_failure", msg: `"aggregate" or "fail"`},
 		"canary same as the pipeline": {yaml: minimal + "canary: {weight_percent: 5, pipeline: {steps: [{type: decode}]}}", key: "canary.pipeline", msg: "is the same as pipeline"},
 		"canary env not a mapping":    {yaml: minimal, env: map[string]string{"COORDINATOR_CANARY": "5"}, key: "canary", msg: "mapping"},
+		"negative content blocks":     {yaml: "server: {max_content_blocks: -1}\n" + minimal, key: "server.max_content_blocks", msg: "between 0"},
+		"too many content blocks":     {yaml: "server: {max_content_blocks: 1000001}\n" + minimal, key: "server.max_content_blocks", msg: "and 1000000"},
+		"negative event size":         {yaml: "gateway: {address: http://gw, max_event_size: -1}\npipeline: {steps: [{type: decode}]}", key: "gateway.max_event_size", msg: "between 0"},
+		"huge event size":             {yaml: "gateway: {address: http://gw, max_event_size: 1048577}\npipeline: {steps: [{type: decode}]}", key: "gateway.max_event_size", msg: "KiB"},
+		"negative resume size":        {yaml: "gateway: {address: http://gw, retry: {max_resume_size: -1}}\npipeline: {steps: [{type: decode}]}", key: "gateway.retry.max_resume_size", msg: "between 0"},
+		"negative resume memory":      {yaml: "gateway: {address: http://gw, retry: {max_resume_memory: -1}}\npipeline: {steps: [{type: decode}]}", key: "gateway.retry.max_resume_memory", msg: "between 0"},
+		"resume size over memory": {yaml: "gateway: {address: http://gw, retry: {max_resume_size: 4096, max_resume_memory: 2}}\npipeline: {steps: [{type: decode}]}",
+			key: "gateway.retry.max_resume_size", msg: "more than gateway.retry.max_resume_memory"},
 		"insecure cipher suite": {yaml: minimal, env: map[string]string{"COORDINATOR_SERVER_TLS_CIPHER_SUITES": "[TLS_RSA_WITH_RC4_128_SHA]"},
 			key: "server.tls_cipher_suites[0]", msg: "insecure"},
 	}

@@ -171,6 +171,9 @@ func (c Config) Validate() error {
 	if c.Server.MaxRequestBodySize > maxBodyMiB {
 		return fieldErr("server.max_request_body_size", "%d MiB overflows; at most %d", c.Server.MaxRequestBodySize, maxBodyMiB)
 	}
+	if n := c.Server.MaxContentBlocks; n < 0 || n > maxContentBlocks {
+		return fieldErr("server.max_content_blocks", "must be between 0 (the default, %d) and %d, got %d", DefaultMaxContentBlocks, maxContentBlocks, n)
+	}
 	if c.Server.MetricsPort < 0 || c.Server.MetricsPort > 65535 {
 		return fieldErr("server.metrics_port", "must be a port (1-65535) or 0 to disable, got %d", c.Server.MetricsPort)
 	}
@@ -285,7 +288,19 @@ func (g Gateway) validateLimits() error {
 	if g.MaxResponseSize < 0 || g.MaxResponseSize > maxBodyMiB {
 		return fieldErr("gateway.max_response_size", "must be between 0 (the default, %d) and %d MiB, got %d", DefaultMaxResponseMiB, maxBodyMiB, g.MaxResponseSize)
 	}
+	if g.MaxEventSize < 0 || g.MaxEventSize > maxEventKiB {
+		return fieldErr("gateway.max_event_size", "must be between 0 (the default, %d) and %d KiB, got %d", DefaultMaxEventKiB, maxEventKiB, g.MaxEventSize)
+	}
 	r := g.Retry
+	if r.MaxResumeSize < 0 || r.MaxResumeSize > maxEventKiB {
+		return fieldErr("gateway.retry.max_resume_size", "must be between 0 (the default, %d) and %d KiB, got %d", DefaultMaxResumeKiB, maxEventKiB, r.MaxResumeSize)
+	}
+	if r.MaxResumeMemory < 0 || r.MaxResumeMemory > maxBodyMiB {
+		return fieldErr("gateway.retry.max_resume_memory", "must be between 0 (the default, %d) and %d MiB, got %d", DefaultMaxResumeMemoryMiB, maxBodyMiB, r.MaxResumeMemory)
+	}
+	if r.MaxResumeBytes() > r.MaxResumeMemoryBytes() {
+		return fieldErr("gateway.retry.max_resume_size", "%d KiB is more than gateway.retry.max_resume_memory (%d MiB)", r.MaxResumeBytes()>>10, r.MaxResumeMemoryBytes()/MiB)
+	}
 	if r.MaxAttempts < 1 || r.MaxAttempts > 10 {
 		return fieldErr("gateway.retry.max_attempts", "must be between 1 (no retries) and 10, got %d", r.MaxAttempts)
 	}

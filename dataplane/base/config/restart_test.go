@@ -58,6 +58,10 @@ func TestRestartSettings(t *testing.T) {
 		"tracing.sample_ratio":                  {value: "0.5", wantRestart: "tracing"},
 		"tracing.service_name":                  {value: "coordinator-b", wantRestart: "tracing"},
 		"server.metrics_tenant_header":          {value: "x-tenant"},
+		"server.max_content_blocks":             {value: "7"},
+		"gateway.max_event_size":                {value: "7"},
+		"gateway.retry.max_resume_size":         {value: "7"},
+		"gateway.retry.max_resume_memory":       {value: "7"},
 		"canary":                                {value: "{weight_percent: 5, pipeline: {steps: [{type: prefill}, {type: decode}]}}"},
 	}
 	keys := slices.Sorted(maps.Keys(tests))

@@ -20,7 +20,8 @@ import "fmt"
 // Schema 1 is the first versioned one; schema 2 added canary and server.metrics_tenant_header;
 // schema 3 the modalities param of replace-media-urls (per-modality limits for audio and video);
 // schema 4 gateway.allowed_hint_networks (loopback and link-local networks the endpoint picker's
-// hints and reservations may name).
+// hints and reservations may name) and the cost limits server.max_content_blocks,
+// gateway.max_event_size, gateway.retry.max_resume_size and gateway.retry.max_resume_memory.
 const SchemaVersion = 4
 
 // NeededSchema is the oldest schema that reads c, and the key that needs it ("" for schema 1):
@@ -30,6 +31,9 @@ const SchemaVersion = 4
 func (c Config) NeededSchema() (version int, key string) {
 	if len(c.Gateway.AllowedHintNetworks) > 0 {
 		return 4, "gateway.allowed_hint_networks"
+	}
+	if key := costLimits(c); key != "" {
+		return 4, key
 	}
 	if key := mediaModalities(c.Pipeline, "pipeline"); key != "" {
 		return 3, key
@@ -46,6 +50,25 @@ func (c Config) NeededSchema() (version int, key string) {
 		return 2, "server.metrics_tenant_header"
 	}
 	return 1, ""
+}
+
+// costLimits returns the first schema-4 limit c sets, "" when none is set (0, the default, is
+// not rendered).
+func costLimits(c Config) string {
+	for _, k := range []struct {
+		key string
+		set bool
+	}{
+		{"server.max_content_blocks", c.Server.MaxContentBlocks != 0},
+		{"gateway.max_event_size", c.Gateway.MaxEventSize != 0},
+		{"gateway.retry.max_resume_size", c.Gateway.Retry.MaxResumeSize != 0},
+		{"gateway.retry.max_resume_memory", c.Gateway.Retry.MaxResumeMemory != 0},
+	} {
+		if k.set {
+			return k.key
+		}
+	}
+	return ""
 }
 
 // mediaModalities returns the key of the first replace-media-urls step of p (at key) that sets

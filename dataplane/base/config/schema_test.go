@@ -23,8 +23,9 @@ func TestImageLabelIsTheSchemaVersion(t *testing.T) {
 // Every key is readable by schema 1 but those NeededSchema names: a key added with a schema bump
 // must be added there (and here).
 func TestNeededSchema(t *testing.T) {
-	since := map[string]int{"canary": 2, "server.metrics_tenant_header": 2, "gateway.allowed_hint_networks": 4}
-	if len(EnvKeys()) != 44 {
+	since := map[string]int{"canary": 2, "server.metrics_tenant_header": 2, "gateway.allowed_hint_networks": 4, "server.max_content_blocks": 4,
+		"gateway.max_event_size": 4, "gateway.retry.max_resume_size": 4, "gateway.retry.max_resume_memory": 4}
+	if len(EnvKeys()) != 48 {
 		t.Fatalf("%d keys: a new key needs a decision here (and in NeededSchema when it bumps the schema)", len(EnvKeys()))
 	}
 	cfg, err := Parse([]byte(minimal), nil)
@@ -61,6 +62,23 @@ func TestNeededSchema(t *testing.T) {
 	cfg.Canary = nil
 	if v, key := cfg.NeededSchema(); v != 2 || key != "server.metrics_tenant_header" {
 		t.Fatalf("a replace-media-urls step without modalities needs schema %d (%s)", v, key)
+	}
+	// The cost limits of schema 4: absent (0, the default) they are not rendered.
+	for key, set := range map[string]func(*Config){
+		"server.max_content_blocks":       func(c *Config) { c.Server.MaxContentBlocks = 100 },
+		"gateway.max_event_size":          func(c *Config) { c.Gateway.MaxEventSize = 64 },
+		"gateway.retry.max_resume_size":   func(c *Config) { c.Gateway.Retry.MaxResumeSize = 64 },
+		"gateway.retry.max_resume_memory": func(c *Config) { c.Gateway.Retry.MaxResumeMemory = 8 },
+	} {
+		c := cfg
+		set(&c)
+		if v, got := c.NeededSchema(); v != since[key] || got != key {
+			t.Errorf("%s needs schema %d (%s), want %d", key, v, got, since[key])
+		}
+		out, err := Marshal(cfg)
+		if err != nil || strings.Contains(string(out), key[strings.LastIndexByte(key, '.')+1:]) {
+			t.Errorf("the default of %s is rendered (%v):\n%s", key, err, out)
+		}
 	}
 }
 

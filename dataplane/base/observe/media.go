@@ -22,6 +22,14 @@ func RenderInFlight(held func() int64) prometheus.Collector {
 		func() float64 { return float64(held()) })
 }
 
+// ResumeHeld is the gauge of the bytes streams in flight keep to be resumed from (the budget of
+// gateway.retry.max_resume_memory, whose count held reads).
+func ResumeHeld(held func() int64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: Namespace, Name: "resume_held_bytes",
+		Help: "Bytes streams in flight keep to be resumed from if their decode worker fails (gateway.retry.max_resume_memory)."},
+		func() float64 { return float64(held()) })
+}
+
 // Media modalities (coordinator_media_items_total's modality label, vLLM's feature keys).
 const (
 	ModalityImage = "image"

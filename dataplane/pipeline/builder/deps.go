@@ -46,6 +46,8 @@ type Shared struct {
 	// Render counts the bytes in-process renders hold for requests in flight (render's
 	// max_inflight_render_size).
 	Render *budget.Bytes
+	// Resume counts the bytes streams keep to be resumed from (gateway.retry.max_resume_memory).
+	Resume *budget.Bytes
 	// Broker builds the async-broker step's Redis side (redisbroker.Runtime).
 	Broker broker.Runtime
 }

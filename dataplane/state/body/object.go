@@ -264,12 +264,24 @@ func (o *Object) Buffers() (net.Buffers, int64) {
 
 // String returns the value of key when it is a JSON string.
 func (o *Object) String(key string) (s string, present bool, err error) {
-	raw, ok := o.Get(key)
-	if !ok || isNull(raw) {
+	raw, _ := o.Get(key)
+	s, present, err = StringOf(raw)
+	if errors.Is(err, errNotString) {
+		err = fmt.Errorf("%q must be a string", key)
+	}
+	return s, present, err
+}
+
+var errNotString = errors.New("must be a string")
+
+// StringOf returns raw, a value of a parsed body, when it is a JSON string (present is false
+// when raw is empty or null).
+func StringOf(raw []byte) (s string, present bool, err error) {
+	if len(raw) == 0 || isNull(raw) {
 		return "", false, nil
 	}
-	if len(raw) == 0 || raw[0] != '"' {
-		return "", true, fmt.Errorf("%q must be a string", key)
+	if raw[0] != '"' {
+		return "", true, errNotString
 	}
 	if bytes.IndexByte(raw, '\\') < 0 {
 		// No escapes: the string is the bytes between the quotes. It shares the body's memory
@@ -279,8 +291,9 @@ func (o *Object) String(key string) (s string, present bool, err error) {
 		}
 		return unsafe.String(&raw[1], len(raw)-2), true, nil
 	}
-	err = json.Unmarshal(raw, &s)
-	return s, true, err
+	var decoded string // on the heap only here
+	err = json.Unmarshal(raw, &decoded)
+	return decoded, true, err
 }
 
 // Bool returns the value of key when it is a JSON boolean.

@@ -171,6 +171,15 @@ func (c *Client) MaxResponseBytes() int64 { return c.cfg.MaxResponseBytes() }
 // link-local addresses the endpoint picker's hints and reservations may name (EndpointOf).
 func (c *Client) AllowedHintNetworks() []netip.Prefix { return c.hintNets }
 
+// MaxEventBytes is gateway.max_event_size in bytes.
+func (c *Client) MaxEventBytes() int64 { return c.cfg.MaxEventBytes() }
+
+// MaxResumeBytes are gateway.retry.max_resume_size and max_resume_memory in bytes: what one
+// stream, and all of them, keep to be resumed from.
+func (c *Client) MaxResumeBytes() (stream, process int64) {
+	return c.cfg.Retry.MaxResumeBytes(), c.cfg.Retry.MaxResumeMemoryBytes()
+}
+
 // Retrier is the client's retry policy and budget, for side services (render) that follow
 // gateway.retry.
 func (c *Client) Retrier() retry.Retrier { return c.retrier }

@@ -12,9 +12,24 @@ import (
 )
 
 // NewLeg is a leg of rc, obj posted to path for profile, whose phase is the profile (see
-// Outbound).
+// Outbound). Its x-request-id is its own, the request's id with the profile's suffix (-prefill,
+// -encode; a decode leg keeps the request's id, as llm-d's coordinator does), and
+// x-coordinator-request-id the request's: the endpoint picker keys per-request state on
+// x-request-id. Legs of one profile in flight together take their own suffixes (WithID).
 func NewLeg(rc *request.Context, profile, path string, obj *body.Object) Leg {
-	return Leg{Profile: profile, Request: Outbound(rc, profile, path, obj)}
+	r := Outbound(rc, profile, path, obj)
+	r.ParentID = rc.ID
+	if profile != ProfileDecode {
+		r.RequestID = rc.ID + "-" + profile
+	}
+	return Leg{Profile: profile, Request: r}
+}
+
+// WithID returns leg with the x-request-id of its request followed by suffix (e.g. -encode-2,
+// -reserve).
+func (leg Leg) WithID(suffix string) Leg {
+	leg.RequestID = leg.ParentID + suffix
+	return leg
 }
 
 // Outbound returns a POST of obj to path with rc's forwarded headers and id, named phase: the

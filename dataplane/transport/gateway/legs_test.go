@@ -21,7 +21,7 @@ func TestLegCarriesTheRequestAndHoldsItsBuffer(t *testing.T) {
 	buf := bodybuf.Of(raw)
 	rc := &request.Context{ID: "rid", Forwarded: http.Header{"X-Tenant": {"t"}}, Body: obj, Buffer: buf, Log: logr.Discard()}
 	leg := NewLeg(rc, "prefill", "/v1/chat/completions", obj)
-	if leg.Profile != "prefill" || leg.Phase != "prefill" || leg.Path != "/v1/chat/completions" || leg.RequestID != "rid" ||
+	if leg.Profile != "prefill" || leg.Phase != "prefill" || leg.Path != "/v1/chat/completions" || leg.RequestID != "rid-prefill" || leg.ParentID != "rid" ||
 		leg.Header.Get("X-Tenant") != "t" || leg.Size != int64(len(raw)) {
 		t.Fatalf("leg %+v", leg)
 	}

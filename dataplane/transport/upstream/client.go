@@ -76,6 +76,9 @@ type Request struct {
 	Header http.Header
 	// RequestID is stamped as x-request-id.
 	RequestID string
+	// ParentID, when set, is stamped as x-coordinator-request-id: the client request's id, on a
+	// leg whose RequestID is its own.
+	ParentID string
 	// Body and Size are the request body and its length (-1 when unknown).
 	Body io.Reader
 	Size int64
@@ -160,6 +163,9 @@ func (c *Client) Do(ctx context.Context, r Request, set ...Field) (*http.Respons
 	}
 	if r.RequestID != "" {
 		h.Set(RequestIDHeader, r.RequestID)
+	}
+	if r.ParentID != "" {
+		h.Set(CoordinatorRequestIDHeader, r.ParentID)
 	}
 	for _, f := range set {
 		if f.Value != "" {

@@ -11,6 +11,11 @@ import (
 // carries the request id on every outbound call and on every response.
 const RequestIDHeader = "X-Request-Id"
 
+// CoordinatorRequestIDHeader carries, on every leg, the id of the client request the leg is part
+// of (x-coordinator-request-id), while x-request-id is the leg's own: the endpoint picker keys
+// its per-request state on x-request-id, so legs in flight together must not share one.
+const CoordinatorRequestIDHeader = "X-Coordinator-Request-Id"
+
 // hopByHop are connection-level headers never forwarded (RFC 9110 section 7.6.1).
 var hopByHop = []string{
 	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
@@ -19,7 +24,7 @@ var hopByHop = []string{
 
 // coordinatorOwned are request headers the coordinator sets itself on every outbound call; a
 // client cannot spoof them.
-var coordinatorOwned = []string{"Host", "Content-Length", "Content-Type", "Accept-Encoding", RequestIDHeader}
+var coordinatorOwned = []string{"Host", "Content-Length", "Content-Type", "Accept-Encoding", RequestIDHeader, CoordinatorRequestIDHeader}
 
 // Forwarded returns the client headers an outbound call carries: all of them, with all their
 // values, except hop-by-hop headers, headers named in Connection, the ones every call sets itself

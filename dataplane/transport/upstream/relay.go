@@ -80,9 +80,13 @@ func IsEventStream(h http.Header) bool {
 }
 
 // Discard drains (up to a bound, so the connection can be reused) and closes a response.
-func Discard(resp *http.Response) {
-	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+func Discard(resp *http.Response) { Drain(resp) }
+
+// Drain is Discard that returns how many bytes of the body it read.
+func Drain(resp *http.Response) int64 {
+	n, _ := io.CopyN(io.Discard, resp.Body, 64<<10)
 	resp.Body.Close()
+	return n
 }
 
 // RelayWhole is Relay for an answer that is not streamed: the body is read to its end before

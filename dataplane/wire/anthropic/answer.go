@@ -19,6 +19,9 @@ type Options struct {
 	Model string
 	// StopSequences are the request's stop_sequences (see Request).
 	StopSequences []string
+	// MaxEvent bounds one event of a streamed chat answer, in bytes (gateway.max_event_size: the
+	// relay has held the worker's events to it already; 0: no bound).
+	MaxEvent int64
 }
 
 // chatUsage is OpenAI's usage object.

@@ -53,8 +53,9 @@ const inlineMax = 4 << 10
 var imageTypes = []string{"image/jpeg", "image/png", "image/gif", "image/webp"}
 
 // Translate parses raw, an Anthropic Messages request body, once and returns the chat completions
-// body it means. Every error is an *apierror.Error: a 400 that names the field at fault.
-func Translate(raw []byte, kind Kind) (*Request, error) {
+// body it means. Every error is an *apierror.Error: a 400 that names the field at fault, or,
+// past maxBlocks content blocks (server.max_content_blocks; 0: no bound), the first block over.
+func Translate(raw []byte, kind Kind, maxBlocks int) (*Request, error) {
 	obj, err := body.Parse(raw)
 	switch {
 	case errors.Is(err, body.ErrInvalidJSON):
@@ -62,7 +63,7 @@ func Translate(raw []byte, kind Kind) (*Request, error) {
 	case err != nil:
 		return nil, apierror.BadRequest("invalid_body", "request body must be a JSON object")
 	}
-	t := translator{kind: kind, req: &Request{}, out: &body.Object{}}
+	t := translator{kind: kind, req: &Request{}, out: &body.Object{}, maxBlocks: maxBlocks}
 	if err := t.top(obj); err != nil {
 		return nil, err
 	}
@@ -80,7 +81,8 @@ type translator struct {
 	// tool calls is continued (Anthropic's prefill).
 	lastRole    string
 	lastToolUse bool
-	toolCalls   int // tool_use blocks so far, for the ids of tool calls that have none
+	// blocks are the content blocks read so far, at most maxBlocks.
+	blocks, maxBlocks int
 }
 
 // fieldError is the 400 naming field.
@@ -305,23 +307,29 @@ func (t *translator) messages(system, messages []byte) error {
 	if !present(messages) {
 		return fieldError("messages", "is required")
 	}
-	items, err := array(messages, "messages")
-	if err != nil {
-		return err
+	if body.KindOf(messages) != body.KindArray {
+		return fieldError("messages", "must be an array")
 	}
-	if len(items) == 0 {
+	empty := true
+	for range body.Elements(messages) {
+		empty = false
+		break
+	}
+	if empty {
 		return fieldError("messages", "must not be empty")
 	}
-	t.m.glue = make([]byte, 0, 64*len(items)+256)
+	t.m.glue = make([]byte, 0, min(len(messages), 64<<10)+256)
 	t.m.add("[")
 	first := true
 	if err := t.system(system, &first); err != nil {
 		return err
 	}
-	for i, it := range items {
+	i := 0
+	for it := range body.Elements(messages) {
 		if err := t.message(it, i, &first); err != nil {
 			return err
 		}
+		i++
 	}
 	t.m.add("]")
 	return nil
@@ -333,6 +341,15 @@ func (t *translator) sep(first *bool) {
 		t.m.add(",")
 	}
 	*first = false
+}
+
+// count counts one more content block, at a, against server.max_content_blocks: the request is
+// refused at the first block over it, before any more is read.
+func (t *translator) count(a at) error {
+	if t.blocks++; t.maxBlocks > 0 && t.blocks > t.maxBlocks {
+		return fieldError(a.String(), "more than %d content blocks in the request (server.max_content_blocks)", t.maxBlocks)
+	}
+	return nil
 }
 
 func (t *translator) system(v []byte, first *bool) error {
@@ -349,48 +366,144 @@ func (t *translator) system(v []byte, first *bool) error {
 	default:
 		return fieldError("system", "must be a string or an array of text blocks")
 	}
-	items, _ := body.Array(v)
-	if len(items) == 0 {
-		return nil
-	}
-	t.sep(first)
-	t.m.add(`{"role":"system","content":[`)
-	for i, it := range items {
-		path := fmt.Sprintf("system[%d]", i)
-		o, err := object(it, path)
+	i := 0
+	for it := range body.Elements(v) {
+		a := at{top: "system", i: i, blk: -1, sub: -1}
+		if err := t.count(a); err != nil {
+			return err
+		}
+		f, err := fieldsOf(it, a)
 		if err != nil {
 			return err
 		}
-		typ, err := blockType(o, path)
+		typ, err := f.kind(a)
 		if err != nil {
 			return err
 		}
 		if typ != "text" {
-			return fieldError(path+".type", "system blocks must be text blocks, got %q", truncate(typ))
+			return fieldError(a.field("type"), "system blocks must be text blocks, got %q", truncate(typ))
 		}
-		text, err := textOf(o, path)
+		text, err := need(f.text, a, "text")
 		if err != nil {
 			return err
 		}
-		if i > 0 {
+		if i == 0 {
+			t.sep(first)
+			t.m.add(`{"role":"system","content":[`)
+		} else {
 			t.m.add(",")
 		}
 		t.textPart(text)
+		i++
 	}
-	t.m.add("]}")
+	if i > 0 {
+		t.m.add("]}")
+	}
 	return nil
 }
 
-// block is one content block of a message, reduced to what the chat message needs.
-type block struct {
-	kind     string // text, image, tool_use, tool_result
-	text     []byte // text: the raw JSON string
-	image    image
-	id, name []byte // tool_use, tool_result: raw JSON strings
-	input    []byte // tool_use: the raw input object
-	content  []byte // tool_result: the raw content (string or array), nil when absent
-	path     string // tool_result: the block's path, for its nested errors
+// at is where a value is in the request: top[i] (system, messages, tools), then .content[blk]
+// and, in a tool_result, .content[sub] (-1: none). It is spelled out only for an error, so that
+// a block costs no path.
+type at struct {
+	top         string
+	i, blk, sub int
 }
+
+func (a at) String() string {
+	b := fmt.Appendf(nil, "%s[%d]", a.top, a.i)
+	if a.blk >= 0 {
+		b = fmt.Appendf(b, ".content[%d]", a.blk)
+	}
+	if a.sub >= 0 {
+		b = fmt.Appendf(b, ".content[%d]", a.sub)
+	}
+	return string(b)
+}
+
+// field is the path of a's member key.
+func (a at) field(key string) string { return a.String() + "." + key }
+
+// fields are the members of a content block, or of an image's source, that the translation
+// reads: raw values, nil when absent (the last of duplicates, as body.Object keeps).
+type fields struct {
+	typ, text, source, id, name, input, content, isError, mediaType, data, url []byte
+}
+
+// members reads the members of raw, a content block (or a source) already checked.
+func members(raw []byte) fields {
+	var f fields
+	for k, v := range body.Members(raw) {
+		switch k {
+		case "type":
+			f.typ = v
+		case "text":
+			f.text = v
+		case "source":
+			f.source = v
+		case "id":
+			f.id = v
+		case "tool_use_id":
+			f.id = v
+		case "name":
+			f.name = v
+		case "input":
+			f.input = v
+		case "content":
+			f.content = v
+		case "is_error":
+			f.isError = v
+		case "media_type":
+			f.mediaType = v
+		case "data":
+			f.data = v
+		case "url":
+			f.url = v
+		}
+	}
+	return f
+}
+
+// fieldsOf reads the members of raw, the content block at a: an error when it is not an object.
+func fieldsOf(raw []byte, a at) (fields, error) {
+	if body.KindOf(raw) != body.KindObject {
+		return fields{}, fieldError(a.String(), "must be an object")
+	}
+	return members(raw), nil
+}
+
+// kind is the block's type (required, a string); it shares the body's memory.
+func (f *fields) kind(a at) (string, error) {
+	typ, ok, err := body.StringOf(f.typ)
+	switch {
+	case err != nil:
+		return "", fieldError(a.field("type"), "must be a string")
+	case !ok:
+		return "", fieldError(a.field("type"), "is required")
+	}
+	return typ, nil
+}
+
+// is reports a block of type typ (one already checked).
+func (f *fields) is(typ string) bool {
+	s, _, _ := body.StringOf(f.typ)
+	return s == typ
+}
+
+// need returns raw, the required member key of the value at a, as a raw JSON string.
+func need(raw []byte, a at, key string) ([]byte, error) {
+	switch body.KindOf(raw) {
+	case body.KindString:
+		return raw, nil
+	case body.KindNone, body.KindNull:
+		return nil, fieldError(a.field(key), "is required")
+	}
+	return nil, fieldError(a.field(key), "must be a string")
+}
+
+// tally is what a message's content blocks hold: text, tool_use and tool_result blocks, and the
+// parts of a user message (its text and image blocks, and the images its tool results hold).
+type tally struct{ texts, calls, results, parts int }
 
 // image is an image block's source: a base64 media type and data, or a URL.
 type image struct {
@@ -399,48 +512,63 @@ type image struct {
 	url       []byte // the raw JSON string of the URL
 }
 
+// Roles of the messages, as the chat messages carry them.
+const (
+	roleUser      = "user"
+	roleAssistant = "assistant"
+)
+
 func (t *translator) message(raw []byte, i int, first *bool) error {
-	path := fmt.Sprintf("messages[%d]", i)
-	o, err := object(raw, path)
-	if err != nil {
-		return err
+	a := at{top: "messages", i: i, blk: -1, sub: -1}
+	if body.KindOf(raw) != body.KindObject {
+		return fieldError(a.String(), "must be an object")
 	}
-	role, _, err := o.String("role")
+	var roleRaw, content []byte
+	for k, v := range body.Members(raw) {
+		switch k {
+		case "role":
+			roleRaw = v
+		case "content":
+			content = v
+		}
+	}
+	role, _, err := body.StringOf(roleRaw)
 	switch {
 	case err != nil:
-		return fieldError(path+".role", "must be a string")
-	case role != "user" && role != "assistant":
-		return fieldError(path+".role", "must be user or assistant, got %q", truncate(role))
+		return fieldError(a.field("role"), "must be a string")
+	case role == roleUser:
+		role = roleUser
+	case role == roleAssistant:
+		role = roleAssistant
+	default:
+		return fieldError(a.field("role"), "must be user or assistant, got %q", truncate(role))
 	}
-	content, _ := o.Get("content")
 	t.lastRole, t.lastToolUse = role, false
 	switch body.KindOf(content) {
 	case body.KindString:
 		t.sep(first)
-		t.m.add(`{"role":"` + role + `","content":`)
+		t.m.add(`{"role":"`)
+		t.m.add(role)
+		t.m.add(`","content":`)
 		t.m.ref(content)
 		t.m.add("}")
 		return nil
 	case body.KindArray:
 	case body.KindNone, body.KindNull:
-		return fieldError(path+".content", "is required")
+		return fieldError(a.field("content"), "is required")
 	default:
-		return fieldError(path+".content", "must be a string or an array of content blocks")
+		return fieldError(a.field("content"), "must be a string or an array of content blocks")
 	}
-	items, _ := body.Array(content)
-	blocks := make([]block, 0, len(items))
-	for j, it := range items {
-		b, err := t.block(it, role, fmt.Sprintf("%s.content[%d]", path, j))
-		if err != nil {
-			return err
-		}
-		blocks = append(blocks, b)
+	n, err := t.check(content, role, a)
+	if err != nil {
+		return err
 	}
-	if role == "assistant" {
-		t.assistant(blocks, first)
+	if role == roleAssistant {
+		t.assistant(content, n, first)
 		return nil
 	}
-	return t.user(blocks, first)
+	t.user(content, n, first)
+	return nil
 }
 
 // Content block types that are refused, and why.
@@ -461,74 +589,132 @@ var refusedBlocks = map[string]string{
 	"container_upload":                       "containers belong to Anthropic's code execution tool",
 }
 
-// block reads one content block of a message of role.
-func (t *translator) block(raw []byte, role, path string) (block, error) {
-	o, err := object(raw, path)
-	if err != nil {
-		return block{}, err
-	}
-	typ, err := blockType(o, path)
-	if err != nil {
-		return block{}, err
-	}
-	switch typ {
-	case "text":
-		text, err := textOf(o, path)
-		return block{kind: typ, text: text}, err
-	case "image":
-		if role != "user" {
-			return block{}, fieldError(path+".type", "images are only accepted in user messages")
+// check reads the content blocks of a message of role, at a, counting each against
+// server.max_content_blocks, and returns what they hold: the message is written (assistant,
+// user) only once all its blocks are known to be right.
+func (t *translator) check(content []byte, role string, a at) (tally, error) {
+	var n tally
+	j := 0
+	for it := range body.Elements(content) {
+		b := a
+		b.blk = j
+		j++
+		if err := t.count(b); err != nil {
+			return n, err
 		}
-		im, err := t.image(o, path)
-		return block{kind: typ, image: im}, err
-	case "tool_use":
-		if role != "assistant" {
-			return block{}, fieldError(path+".type", "tool_use blocks are only accepted in assistant messages")
-		}
-		return t.toolUse(o, path)
-	case "tool_result":
-		if role != "user" {
-			return block{}, fieldError(path+".type", "tool_result blocks are only accepted in user messages")
-		}
-		id, err := rawString(o, "tool_use_id", path)
+		f, err := fieldsOf(it, b)
 		if err != nil {
-			return block{}, err
+			return n, err
 		}
-		content, _ := o.Get("content")
-		if !present(content) {
-			content = nil
-		} else if k := body.KindOf(content); k != body.KindString && k != body.KindArray {
-			return block{}, fieldError(path+".content", "must be a string or an array of text and image blocks")
+		typ, err := f.kind(b)
+		if err != nil {
+			return n, err
 		}
-		if raw, _ := o.Get("is_error"); present(raw) && body.KindOf(raw) != body.KindBool {
-			return block{}, fieldError(path+".is_error", "must be a boolean")
+		switch typ {
+		case "text":
+			_, err = need(f.text, b, "text")
+			n.texts++
+			n.parts++
+		case "image":
+			if role != roleUser {
+				return n, fieldError(b.field("type"), "images are only accepted in user messages")
+			}
+			_, err = t.image(f.source, b)
+			n.parts++
+		case "tool_use":
+			if role != roleAssistant {
+				return n, fieldError(b.field("type"), "tool_use blocks are only accepted in assistant messages")
+			}
+			err = toolUse(&f, b)
+			n.calls++
+		case "tool_result":
+			if role != roleUser {
+				return n, fieldError(b.field("type"), "tool_result blocks are only accepted in user messages")
+			}
+			var images int
+			images, err = t.toolResultImages(&f, b)
+			n.results++
+			n.parts += images
+		default:
+			if why, ok := refusedBlocks[typ]; ok {
+				return n, fieldError(b.field("type"), "%s", why)
+			}
+			return n, fieldError(b.field("type"), "unknown content block type %q", truncate(typ))
 		}
-		return block{kind: typ, id: id, content: content, path: path}, nil
+		if err != nil {
+			return n, err
+		}
 	}
-	if why, ok := refusedBlocks[typ]; ok {
-		return block{}, fieldError(path+".type", "%s", why)
-	}
-	return block{}, fieldError(path+".type", "unknown content block type %q", truncate(typ))
+	return n, nil
 }
 
-func (t *translator) image(o *body.Object, path string) (image, error) {
-	src, ok := o.Get("source")
-	if !ok || !present(src) {
-		return image{}, fieldError(path+".source", "is required")
+// toolResultImages checks a tool_result block, at a, and its content blocks (counted), and
+// returns how many images it holds.
+func (t *translator) toolResultImages(f *fields, a at) (int, error) {
+	if _, err := need(f.id, a, "tool_use_id"); err != nil {
+		return 0, err
 	}
-	s, err := object(src, path+".source")
-	if err != nil {
-		return image{}, err
+	switch body.KindOf(f.content) {
+	case body.KindNone, body.KindNull, body.KindString, body.KindArray:
+	default:
+		return 0, fieldError(a.field("content"), "must be a string or an array of text and image blocks")
 	}
-	typ, _, err := s.String("type")
+	if present(f.isError) && body.KindOf(f.isError) != body.KindBool {
+		return 0, fieldError(a.field("is_error"), "must be a boolean")
+	}
+	images, k := 0, 0
+	for it := range body.Elements(f.content) {
+		s := a
+		s.sub = k
+		k++
+		if err := t.count(s); err != nil {
+			return 0, err
+		}
+		g, err := fieldsOf(it, s)
+		if err != nil {
+			return 0, err
+		}
+		typ, err := g.kind(s)
+		if err != nil {
+			return 0, err
+		}
+		switch typ {
+		case "text":
+			_, err = need(g.text, s, "text")
+		case "image":
+			_, err = t.image(g.source, s)
+			images++
+		default:
+			if why, ok := refusedBlocks[typ]; ok {
+				return 0, fieldError(s.field("type"), "%s", why)
+			}
+			return 0, fieldError(s.field("type"), "tool results hold text and image blocks, got %q", truncate(typ))
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return images, nil
+}
+
+// image reads the source of the image block at a.
+func (t *translator) image(src []byte, a at) (image, error) {
+	if !present(src) {
+		return image{}, fieldError(a.field("source"), "is required")
+	}
+	if body.KindOf(src) != body.KindObject {
+		return image{}, fieldError(a.field("source"), "must be an object")
+	}
+	s := members(src)
+	typ, _, err := body.StringOf(s.typ)
 	if err != nil {
-		return image{}, fieldError(path+".source.type", "must be a string")
+		return image{}, fieldError(a.field("source.type"), "must be a string")
 	}
 	switch typ {
 	case "base64":
-		mt, _, err := s.String("media_type")
+		mt, _, err := body.StringOf(s.mediaType)
 		if err != nil {
-			return image{}, fieldError(path+".source.media_type", "must be a string")
+			return image{}, fieldError(a.field("source.media_type"), "must be a string")
 		}
 		var known string
 		for _, it := range imageTypes {
@@ -537,212 +723,185 @@ func (t *translator) image(o *body.Object, path string) (image, error) {
 			}
 		}
 		if known == "" {
-			return image{}, fieldError(path+".source.media_type", "must be one of %s, got %q", strings.Join(imageTypes, ", "), truncate(mt))
+			return image{}, fieldError(a.field("source.media_type"), "must be one of %s, got %q", strings.Join(imageTypes, ", "), truncate(mt))
 		}
-		data, err := rawString(s, "data", path+".source")
+		data, err := need(s.data, a, "source.data")
 		if err != nil {
 			return image{}, err
 		}
 		if len(data) == 2 {
-			return image{}, fieldError(path+".source.data", "must not be empty")
+			return image{}, fieldError(a.field("source.data"), "must not be empty")
 		}
 		return image{mediaType: known, data: data}, nil
 	case "url":
-		u, err := rawString(s, "url", path+".source")
+		u, err := need(s.url, a, "source.url")
 		if err != nil {
 			return image{}, err
 		}
 		if len(u) == 2 {
-			return image{}, fieldError(path+".source.url", "must not be empty")
+			return image{}, fieldError(a.field("source.url"), "must not be empty")
 		}
 		if t.req.RemoteImage == "" {
-			t.req.RemoteImage = path + ".source.url"
+			t.req.RemoteImage = a.field("source.url")
 		}
 		return image{url: u}, nil
 	case "file":
-		return image{}, fieldError(path+".source.type", "file sources (the Files API) are not supported: send the image as base64 or a URL")
+		return image{}, fieldError(a.field("source.type"), "file sources (the Files API) are not supported: send the image as base64 or a URL")
 	}
-	return image{}, fieldError(path+".source.type", "must be base64 or url, got %q", truncate(typ))
+	return image{}, fieldError(a.field("source.type"), "must be base64 or url, got %q", truncate(typ))
 }
 
-func (t *translator) toolUse(o *body.Object, path string) (block, error) {
-	id, err := rawString(o, "id", path)
-	if err != nil {
-		return block{}, err
+// toolUse checks a tool_use block, at a.
+func toolUse(f *fields, a at) error {
+	if _, err := need(f.id, a, "id"); err != nil {
+		return err
 	}
-	name, err := rawString(o, "name", path)
-	if err != nil {
-		return block{}, err
+	if _, err := need(f.name, a, "name"); err != nil {
+		return err
 	}
-	input, _ := o.Get("input")
-	if body.KindOf(input) != body.KindObject {
-		return block{}, fieldError(path+".input", "must be an object")
+	if body.KindOf(f.input) != body.KindObject {
+		return fieldError(a.field("input"), "must be an object")
 	}
-	t.toolCalls++
-	return block{kind: "tool_use", id: id, name: name, input: input}, nil
+	return nil
 }
 
-// assistant writes an assistant message: its text blocks as the content (one block as a string),
-// its tool_use blocks as tool_calls.
-func (t *translator) assistant(blocks []block, first *bool) {
-	var texts, calls int
-	for _, b := range blocks {
-		switch b.kind {
-		case "text":
-			texts++
-		case "tool_use":
-			calls++
-		}
-	}
-	t.lastToolUse = calls > 0
+// assistant writes an assistant message of content, blocks n tallied: its text blocks as the
+// content (one block as a string), its tool_use blocks as tool_calls.
+func (t *translator) assistant(content []byte, n tally, first *bool) {
+	t.lastToolUse = n.calls > 0
 	t.sep(first)
 	t.m.add(`{"role":"assistant","content":`)
 	switch {
-	case texts == 0 && calls > 0:
+	case n.texts == 0 && n.calls > 0:
 		t.m.add("null")
-	case texts == 0:
+	case n.texts == 0:
 		t.m.add(`""`)
-	case texts == 1:
-		for _, b := range blocks {
-			if b.kind == "text" {
-				t.m.ref(b.text)
+	case n.texts == 1:
+		for it := range body.Elements(content) {
+			if f := members(it); f.is("text") {
+				t.m.ref(f.text)
 			}
 		}
 	default:
 		t.m.add("[")
-		n := 0
-		for _, b := range blocks {
-			if b.kind == "text" {
-				if n > 0 {
+		k := 0
+		for it := range body.Elements(content) {
+			if f := members(it); f.is("text") {
+				if k > 0 {
 					t.m.add(",")
 				}
-				t.textPart(b.text)
-				n++
+				t.textPart(f.text)
+				k++
 			}
 		}
 		t.m.add("]")
 	}
-	if calls > 0 {
+	if n.calls > 0 {
 		t.m.add(`,"tool_calls":[`)
-		n := 0
-		for _, b := range blocks {
-			if b.kind != "tool_use" {
+		k := 0
+		for it := range body.Elements(content) {
+			f := members(it)
+			if !f.is("tool_use") {
 				continue
 			}
-			if n > 0 {
+			if k > 0 {
 				t.m.add(",")
 			}
 			t.m.add(`{"id":`)
-			t.m.ref(b.id)
+			t.m.ref(f.id)
 			t.m.add(`,"type":"function","function":{"name":`)
-			t.m.ref(b.name)
+			t.m.ref(f.name)
 			t.m.add(`,"arguments":`)
-			t.m.quote(b.input)
+			t.m.quote(f.input)
 			t.m.add("}}")
-			n++
+			k++
 		}
 		t.m.add("]")
 	}
 	t.m.add("}")
 }
 
-// user writes a user message: its tool_result blocks first, as tool messages (which must follow
-// the assistant's tool calls), then one user message with the other blocks and the images the
-// tool results held (a tool message carries text only).
-func (t *translator) user(blocks []block, first *bool) error {
-	var rest []block
-	results := 0
-	for _, b := range blocks {
-		if b.kind != "tool_result" {
-			rest = append(rest, b)
-			continue
+// user writes a user message of content, blocks n tallied: its tool_result blocks first, as
+// tool messages (which must follow the assistant's tool calls), then one user message with the
+// other blocks and the images the tool results held (a tool message carries text only).
+func (t *translator) user(content []byte, n tally, first *bool) {
+	if n.results > 0 {
+		for it := range body.Elements(content) {
+			if f := members(it); f.is("tool_result") {
+				t.toolResult(&f, first)
+			}
 		}
-		results++
-		images, err := t.toolResult(b, first)
-		if err != nil {
-			return err
+		if n.parts == 0 {
+			return
 		}
-		rest = append(rest, images...)
-	}
-	if results > 0 && len(rest) == 0 {
-		return nil
 	}
 	t.sep(first)
 	t.m.add(`{"role":"user","content":[`)
-	for i, b := range rest {
-		if i > 0 {
+	k := 0
+	part := func() {
+		if k > 0 {
 			t.m.add(",")
 		}
-		if b.kind == "text" {
-			t.textPart(b.text)
-			continue
+		k++
+	}
+	for it := range body.Elements(content) {
+		f := members(it)
+		switch {
+		case f.is("text"):
+			part()
+			t.textPart(f.text)
+		case f.is("image"):
+			im, _ := t.image(f.source, at{}) // checked
+			part()
+			t.imagePart(im)
+		case f.is("tool_result") && body.KindOf(f.content) == body.KindArray:
+			for c := range body.Elements(f.content) {
+				if g := members(c); g.is("image") {
+					im, _ := t.image(g.source, at{})
+					part()
+					t.imagePart(im)
+				}
+			}
 		}
-		t.imagePart(b.image)
 	}
 	t.m.add("]}")
-	return nil
 }
 
-// toolResult writes one tool message and returns the image blocks of its content.
-func (t *translator) toolResult(b block, first *bool) ([]block, error) {
+// toolResult writes one tool message: the text of a tool_result block (its images go to the
+// user message).
+func (t *translator) toolResult(f *fields, first *bool) {
 	t.sep(first)
 	t.m.add(`{"role":"tool","tool_call_id":`)
-	t.m.ref(b.id)
+	t.m.ref(f.id)
 	t.m.add(`,"content":`)
-	switch body.KindOf(b.content) {
-	case body.KindNone:
+	switch body.KindOf(f.content) {
+	case body.KindNone, body.KindNull:
 		t.m.add(`""}`)
-		return nil, nil
+		return
 	case body.KindString:
-		t.m.ref(b.content)
+		t.m.ref(f.content)
 		t.m.add("}")
-		return nil, nil
+		return
 	}
-	items, _ := body.Array(b.content)
-	var texts, images []block
-	for k, it := range items {
-		path := fmt.Sprintf("%s.content[%d]", b.path, k)
-		o, err := object(it, path)
-		if err != nil {
-			return nil, err
+	k := 0
+	for c := range body.Elements(f.content) {
+		g := members(c)
+		if !g.is("text") {
+			continue
 		}
-		typ, err := blockType(o, path)
-		if err != nil {
-			return nil, err
-		}
-		switch typ {
-		case "text":
-			text, err := textOf(o, path)
-			if err != nil {
-				return nil, err
-			}
-			texts = append(texts, block{kind: typ, text: text})
-		case "image":
-			im, err := t.image(o, path)
-			if err != nil {
-				return nil, err
-			}
-			images = append(images, block{kind: typ, image: im})
-		default:
-			if why, ok := refusedBlocks[typ]; ok {
-				return nil, fieldError(path+".type", "%s", why)
-			}
-			return nil, fieldError(path+".type", "tool results hold text and image blocks, got %q", truncate(typ))
-		}
-	}
-	if len(texts) == 0 {
-		t.m.add(`""}`)
-		return images, nil
-	}
-	t.m.add("[")
-	for i, tb := range texts {
-		if i > 0 {
+		if k == 0 {
+			t.m.add("[")
+		} else {
 			t.m.add(",")
 		}
-		t.textPart(tb.text)
+		t.textPart(g.text)
+		k++
+	}
+	if k == 0 {
+		t.m.add(`""}`)
+		return
 	}
 	t.m.add("]}")
-	return images, nil
 }
 
 // textPart writes a chat text part of text, a raw JSON string.
@@ -780,57 +939,69 @@ func (t *translator) tools(v []byte) error {
 	if !present(v) {
 		return nil
 	}
-	items, err := array(v, "tools")
-	if err != nil {
-		return err
+	if body.KindOf(v) != body.KindArray {
+		return fieldError("tools", "must be an array")
 	}
-	if len(items) == 0 {
-		return nil
-	}
-	out := make([]byte, 0, len(v)+64*len(items))
+	out := make([]byte, 0, len(v)+64)
 	out = append(out, '[')
-	for i, it := range items {
-		path := fmt.Sprintf("tools[%d]", i)
-		o, err := object(it, path)
-		if err != nil {
-			return err
+	i := 0
+	for it := range body.Elements(v) {
+		a := at{top: "tools", i: i, blk: -1, sub: -1}
+		if body.KindOf(it) != body.KindObject {
+			return fieldError(a.String(), "must be an object")
 		}
-		typ, _, err := o.String("type")
+		var typRaw, name, schema, desc, strict []byte
+		for k, v := range body.Members(it) {
+			switch k {
+			case "type":
+				typRaw = v
+			case "name":
+				name = v
+			case "input_schema":
+				schema = v
+			case "description":
+				desc = v
+			case "strict":
+				strict = v
+			}
+		}
+		typ, _, err := body.StringOf(typRaw)
 		if err != nil {
-			return fieldError(path+".type", "must be a string")
+			return fieldError(a.field("type"), "must be a string")
 		}
 		if typ != "" && typ != "custom" {
-			return fieldError(path+".type", "server tools (%q) run on Anthropic's servers and are not supported; declare client tools with a name and an input_schema", truncate(typ))
+			return fieldError(a.field("type"), "server tools (%q) run on Anthropic's servers and are not supported; declare client tools with a name and an input_schema", truncate(typ))
 		}
-		name, err := rawString(o, "name", path)
-		if err != nil {
+		if name, err = need(name, a, "name"); err != nil {
 			return err
 		}
-		schema, _ := o.Get("input_schema")
 		if body.KindOf(schema) != body.KindObject {
-			return fieldError(path+".input_schema", "must be an object (a JSON Schema)")
+			return fieldError(a.field("input_schema"), "must be an object (a JSON Schema)")
 		}
 		if i > 0 {
 			out = append(out, ',')
 		}
+		i++
 		out = append(out, `{"type":"function","function":{"name":`...)
 		out = append(out, name...)
-		if d, _ := o.Get("description"); present(d) {
-			if body.KindOf(d) != body.KindString {
-				return fieldError(path+".description", "must be a string")
+		if present(desc) {
+			if body.KindOf(desc) != body.KindString {
+				return fieldError(a.field("description"), "must be a string")
 			}
-			out = append(append(out, `,"description":`...), d...)
+			out = append(append(out, `,"description":`...), desc...)
 		}
 		out = append(append(out, `,"parameters":`...), schema...)
-		if s, _ := o.Get("strict"); present(s) {
-			if body.KindOf(s) != body.KindBool {
-				return fieldError(path+".strict", "must be a boolean")
+		if present(strict) {
+			if body.KindOf(strict) != body.KindBool {
+				return fieldError(a.field("strict"), "must be a boolean")
 			}
-			out = append(append(out, `,"strict":`...), s...)
+			out = append(append(out, `,"strict":`...), strict...)
 		}
 		out = append(out, "}}"...)
 	}
-	t.out.Set("tools", append(out, ']'))
+	if i > 0 {
+		t.out.Set("tools", append(out, ']'))
+	}
 	return nil
 }
 
@@ -939,19 +1110,6 @@ func rawString(o *body.Object, key, path string) ([]byte, error) {
 	return nil, fieldError(path+"."+key, "must be a string")
 }
 
-func blockType(o *body.Object, path string) (string, error) {
-	typ, ok, err := o.String("type")
-	switch {
-	case err != nil:
-		return "", fieldError(path+".type", "must be a string")
-	case !ok:
-		return "", fieldError(path+".type", "is required")
-	}
-	return typ, nil
-}
-
-func textOf(o *body.Object, path string) ([]byte, error) { return rawString(o, "text", path) }
-
 // mustString is s as a JSON string.
 func mustString(s string) json.RawMessage {
 	b, _ := json.Marshal(s)
@@ -978,11 +1136,26 @@ type segments struct {
 	start int // where the glue not yet in out starts
 }
 
-func (s *segments) add(b string) { s.glue = append(s.glue, b...) }
+func (s *segments) add(b string) {
+	s.grow(len(b))
+	s.glue = append(s.glue, b...)
+}
+
+// grow makes room for n more bytes of glue, doubling it (append's growth of large slices,
+// a quarter at a time, would allocate five times the glue over its growth).
+func (s *segments) grow(n int) {
+	if len(s.glue)+n <= cap(s.glue) {
+		return
+	}
+	glue := make([]byte, len(s.glue), max(2*cap(s.glue), len(s.glue)+n))
+	copy(glue, s.glue)
+	s.glue = glue
+}
 
 // ref appends v: copied into the glue when small, referenced otherwise.
 func (s *segments) ref(v []byte) {
 	if len(v) <= inlineMax {
+		s.grow(len(v))
 		s.glue = append(s.glue, v...)
 		return
 	}

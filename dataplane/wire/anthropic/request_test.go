@@ -158,7 +158,7 @@ func TestTranslate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := Translate([]byte(tc.in), tc.kind)
+			req, err := Translate([]byte(tc.in), tc.kind, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,7 +178,7 @@ func TestTranslateReferencesLargeValues(t *testing.T) {
 	text := strings.Repeat("word ", 4096)
 	raw := []byte(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":"` + text +
 		`"},{"type":"image","source":{"type":"base64","media_type":"image/webp","data":"` + data + `"}}]}]}`)
-	req, err := Translate(raw, Create)
+	req, err := Translate(raw, Create, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestTranslateErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Translate([]byte(tc.in), tc.kind)
+			_, err := Translate([]byte(tc.in), tc.kind, 0)
 			var e *apierror.Error
 			if !errors.As(err, &e) {
 				t.Fatalf("error %v, want an *apierror.Error", err)
@@ -323,12 +323,70 @@ func TestTranslateErrors(t *testing.T) {
 	}
 }
 
+// TestContentBlockLimit: every content block counts against server.max_content_blocks (system
+// blocks, message blocks across messages, the blocks of a tool_result's content); the first one
+// over it is refused with a 400 naming it and the key. String contents are no blocks.
+func TestContentBlockLimit(t *testing.T) {
+	text := `{"type":"text","text":"x"}`
+	blocks := func(n int) string { return "[" + strings.TrimSuffix(strings.Repeat(text+",", n), ",") + "]" }
+	user := func(content string) string { return `{"role":"user","content":` + content + `}` }
+	req := func(system string, msgs ...string) string {
+		if system != "" {
+			system = `"system":` + system + `,`
+		}
+		return `{"model":"m","max_tokens":1,` + system + `"messages":[` + strings.Join(msgs, ",") + `]}`
+	}
+	result := `{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":` + blocks(3) + `}]}`
+	tests := []struct {
+		name, in string
+		limit    int
+		param    string // the block refused; "" when accepted
+	}{
+		{name: "at the limit", in: req("", user(blocks(4))), limit: 4},
+		{name: "over the limit", in: req("", user(blocks(5))), limit: 4, param: "messages[0].content[4]"},
+		{name: "no limit", in: req("", user(blocks(50))), limit: 0},
+		{name: "across messages, at", in: req("", user(blocks(2)), `{"role":"assistant","content":`+blocks(2)+`}`), limit: 4},
+		{name: "across messages, over", in: req("", user(blocks(2)), `{"role":"assistant","content":`+blocks(2)+`}`, user(blocks(1))), limit: 4,
+			param: "messages[2].content[0]"},
+		{name: "string contents are no blocks", in: req(`"s"`, user(`"a"`), user(blocks(4))), limit: 4},
+		{name: "system blocks count", in: req(blocks(3), user(blocks(2))), limit: 4, param: "messages[0].content[1]"},
+		{name: "system blocks alone", in: req(blocks(5), user(`"a"`)), limit: 4, param: "system[4]"},
+		{name: "a tool_result and its content, at", in: req("", result), limit: 4},
+		{name: "a tool_result and its content, over", in: req("", user(blocks(1)), result), limit: 4, param: "messages[1].content[0].content[2]"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Translate([]byte(tc.in), Create, tc.limit)
+			if tc.param == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var e *apierror.Error
+			if !errors.As(err, &e) || e.Status != http.StatusBadRequest || e.Param != tc.param ||
+				e.Message != fmt.Sprintf("%s: more than %d content blocks in the request (server.max_content_blocks)", tc.param, tc.limit) {
+				t.Fatalf("error %v (param %q), want a 400 naming %s and server.max_content_blocks", err, e.Param, tc.param)
+			}
+		})
+	}
+}
+
+// A request over the limit is refused when the count passes it: the blocks after it are not
+// read (they are not even valid here).
+func TestContentBlockLimitFailsFast(t *testing.T) {
+	in := `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":[` + strings.Repeat(`{"type":"text","text":"x"},`, 3) + `{"type":"bogus"}]}]}`
+	if _, err := Translate([]byte(in), Create, 2); err == nil || !strings.Contains(err.Error(), "server.max_content_blocks") {
+		t.Fatalf("error %v, want the block limit (the bogus block after it is never read)", err)
+	}
+}
+
 // TestTranslateHostile: deep nesting, huge arrays and every wrong type stay 400s or translate to
 // valid JSON.
 func TestTranslateHostile(t *testing.T) {
 	t.Run("deeply nested content", func(t *testing.T) {
 		deep := strings.Repeat("[", 5000) + strings.Repeat("]", 5000)
-		_, err := Translate([]byte(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":`+deep+`}]}`), Create)
+		_, err := Translate([]byte(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":`+deep+`}]}`), Create, 0)
 		var e *apierror.Error
 		if !errors.As(err, &e) || e.Param != "messages[0].content[0]" {
 			t.Fatalf("%v, want a 400 naming messages[0].content[0]", err)
@@ -336,7 +394,7 @@ func TestTranslateHostile(t *testing.T) {
 	})
 	t.Run("deeply nested tool input is passed as arguments", func(t *testing.T) {
 		deep := strings.Repeat(`{"a":`, 3000) + "1" + strings.Repeat("}", 3000)
-		req, err := Translate([]byte(`{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"i","name":"n","input":`+deep+`}]}]}`), Create)
+		req, err := Translate([]byte(`{"model":"m","max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"i","name":"n","input":`+deep+`}]}]}`), Create, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,7 +423,7 @@ func TestTranslateHostile(t *testing.T) {
 			fmt.Fprintf(&b, `{"type":"text","text":"t%d"}`, i)
 		}
 		b.WriteString(`]}]}`)
-		req, err := Translate([]byte(b.String()), Create)
+		req, err := Translate([]byte(b.String()), Create, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -406,7 +464,7 @@ func TestTranslateHostile(t *testing.T) {
 					fmt.Fprintf(&b, "%q:%s", k, bv)
 				}
 				b.WriteString("}")
-				req, err := Translate([]byte(b.String()), Create)
+				req, err := Translate([]byte(b.String()), Create, 0)
 				if err == nil {
 					if !json.Valid(req.Chat.Bytes()) {
 						t.Errorf("%s=%s: invalid chat body %s", key, v, req.Chat.Bytes())
@@ -433,7 +491,7 @@ func FuzzTranslate(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		for _, kind := range []Kind{Create, CountTokens} {
-			req, err := Translate(raw, kind)
+			req, err := Translate(raw, kind, 0)
 			if err != nil {
 				var e *apierror.Error
 				if !errors.As(err, &e) || e.Status != http.StatusBadRequest {

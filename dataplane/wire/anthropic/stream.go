@@ -5,27 +5,21 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"strconv"
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/wire/sse"
 )
 
-// MaxEventBytes bounds one event of the chat stream (its data, or a line of it); a longer one
-// ends the translated stream with an error event.
-const MaxEventBytes = 1 << 20
-
 // Errors Write returns once it ended the stream with an error event of its own: the chat stream
 // need not be read further.
 var (
-	// ErrEventTooLarge reports a chat stream event over MaxEventBytes.
+	// ErrEventTooLarge reports a chat stream event over Options.MaxEvent.
 	ErrEventTooLarge = errors.New("a chat stream event exceeds the translation's limit")
 	// ErrUntranslatable reports a chat stream event that cannot be translated.
 	ErrUntranslatable = errors.New("a chat stream event cannot be translated")
 )
-
-// tooLarge is the message of the error event that ends a stream with an event over MaxEventBytes.
-var tooLarge = "an event of the answer exceeds " + strconv.Itoa(MaxEventBytes) + " bytes"
 
 // errBroken is the message of the error event that ends a stream cut off before its end.
 const errBroken = "the answer broke off before its end"
@@ -49,7 +43,7 @@ type Stream struct {
 	w io.Writer
 	o Options
 
-	in   sse.Reader // cuts the chat stream into events, at most MaxEventBytes each
+	in   sse.Reader // cuts the chat stream into events, at most Options.MaxEvent each
 	data []byte     // the data of the event being read
 	out  []byte     // the events translated from one Write
 
@@ -66,7 +60,7 @@ type Stream struct {
 
 // NewStream returns the translation of a chat stream written to it into w.
 func NewStream(w io.Writer, o Options) *Stream {
-	return &Stream{w: w, o: o, maxTool: -1, in: sse.Reader{Limit: MaxEventBytes}}
+	return &Stream{w: w, o: o, maxTool: -1, in: sse.Reader{Limit: int(min(o.MaxEvent, math.MaxInt32))}}
 }
 
 // Done reports whether the translated stream has ended (message_stop or an error event).
@@ -83,7 +77,7 @@ func (s *Stream) Write(p []byte) (int, error) {
 			s.event(ev)
 		}
 		if err != nil && !s.done {
-			s.fail(tooLarge, ErrEventTooLarge)
+			s.fail("an event of the answer exceeds gateway.max_event_size ("+strconv.Itoa(s.in.Limit)+" bytes)", ErrEventTooLarge)
 		}
 	}
 	if err := s.flushOut(); err != nil {

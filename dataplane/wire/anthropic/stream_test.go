@@ -218,9 +218,10 @@ func TestStreamCut(t *testing.T) {
 	}
 }
 
-// TestStreamEventTooLarge: a line (or an event) over MaxEventBytes ends the stream with an error
-// event, and Write tells the relay to stop reading.
+// TestStreamEventTooLarge: a line (or an event) over Options.MaxEvent ends the stream with an
+// error event naming gateway.max_event_size, and Write tells the relay to stop reading.
 func TestStreamEventTooLarge(t *testing.T) {
+	const MaxEventBytes = 1 << 20
 	huge := textChunk(strings.Repeat("x", MaxEventBytes), "")
 	for name, in := range map[string]string{
 		"one line":                "data: " + huge + "\n\n",
@@ -229,7 +230,7 @@ func TestStreamEventTooLarge(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
-			s := NewStream(&out, Options{RequestID: "rid"})
+			s := NewStream(&out, Options{RequestID: "rid", MaxEvent: MaxEventBytes})
 			_, _ = s.Write([]byte(chatSSE(roleChunk)))
 			var err error
 			for in := in; len(in) > 0 && err == nil; {
@@ -242,7 +243,7 @@ func TestStreamEventTooLarge(t *testing.T) {
 			}
 			_ = s.Close(false)
 			evs := parseEvents(t, out.String())
-			if last := evs[len(evs)-1]; !strings.Contains(last.data, `"type":"error"`) || !strings.Contains(last.data, "exceeds 1048576 bytes") || len(evs) != 3 {
+			if last := evs[len(evs)-1]; !strings.Contains(last.data, `"type":"error"`) || !strings.Contains(last.data, "exceeds gateway.max_event_size (1048576 bytes)") || len(evs) != 3 {
 				t.Errorf("%d events, last %s", len(evs), last.data)
 			}
 			if out.Len() > 4096 {
@@ -260,7 +261,7 @@ func FuzzStream(f *testing.F) {
 	f.Add([]byte("data: {\"error\":{\"message\":\"x\"}}\n\n"), uint8(1))
 	f.Fuzz(func(t *testing.T, in []byte, step uint8) {
 		var out bytes.Buffer
-		s := NewStream(&out, Options{RequestID: "rid"})
+		s := NewStream(&out, Options{RequestID: "rid", MaxEvent: 1 << 20})
 		n := int(step)%64 + 1
 		for len(in) > 0 {
 			k := min(n, len(in))

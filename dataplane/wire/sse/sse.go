@@ -23,14 +23,14 @@ var ErrTooLarge = errors.New("an event of the stream is over its size limit")
 // Reader cuts a stream's bytes into complete events. Feed it what was read; it returns the
 // events each feed completes. Every byte is scanned for the end of its event a bounded number of
 // times, whatever the size of the reads, and a partial event is held only until it completes:
-// at most Limit bytes.
+// at most Limit bytes of it, however long the peer makes it (the bytes past the limit are never
+// copied).
 type Reader struct {
 	// Limit bounds one event, its blank line included (0: no bound).
 	Limit int
 
-	buf     []byte // held bytes: what the last Feed returned (buf[:start]), then a partial event
-	start   int
-	scanned int // buf[:scanned] has been searched for an event end
+	buf   []byte // held bytes: what the last Feed returned (buf[:start]), then a partial event
+	start int
 }
 
 // shrinkAbove is the capacity over which an emptied buffer is let go, so that one long event
@@ -44,33 +44,50 @@ const shrinkAbove = 64 << 10
 // stream cannot go on after that.
 func (r *Reader) Feed(p []byte) ([]byte, error) {
 	r.drop()
-	if len(r.buf) == 0 {
+	held := len(r.buf)
+	if held == 0 {
 		end := lastEnd(p, 0)
 		if end == len(p) {
 			return r.fit(p) // the common case: the peer wrote whole events
 		}
 		var events []byte
 		if end > 0 {
-			events, p = p[:end], p[end:]
+			events = p[:end]
 		}
-		r.buf = append(r.buf, p...)
-		r.scanned = len(r.buf)
-		if err := r.check(); err != nil {
+		tail := p[max(end, 0):]
+		if r.over(len(tail)) {
+			events, err := r.fit(events)
+			if err == nil {
+				err = r.tooLarge()
+			}
 			return events, err
 		}
+		r.hold(tail)
 		return r.fit(events)
 	}
-	r.buf = append(r.buf, p...)
-	end := lastEnd(r.buf, r.scanned)
-	r.scanned = len(r.buf)
-	if end < 0 {
-		return nil, r.check()
+	first := seamEnd(r.buf, p) // where the held event ends in p
+	switch {
+	case first < 0 && r.over(held+len(p)), first >= 0 && r.over(held+first):
+		r.Reset()
+		return nil, r.tooLarge()
+	case first < 0:
+		r.hold(p)
+		return nil, nil
 	}
-	r.start = end
-	if err := r.check(); err != nil {
-		return r.buf[:end], err
+	end := max(lastEnd(p, first), first)
+	if r.over(len(p) - end) {
+		// The events p completes are returned; the partial one after them is over the limit.
+		r.hold(p[:end])
+		r.start = len(r.buf)
+		events, err := r.fit(r.buf)
+		if err == nil {
+			err = r.tooLarge()
+		}
+		return events, err
 	}
-	return r.fit(r.buf[:end])
+	r.hold(p)
+	r.start = held + end
+	return r.fit(r.buf[:r.start])
 }
 
 // fit returns events, a run of complete events, when none is over the limit; otherwise the
@@ -84,19 +101,34 @@ func (r *Reader) fit(events []byte) ([]byte, error) {
 	for ev := range Events(events) {
 		if len(ev) > r.Limit {
 			r.Reset()
-			return events[:at], fmt.Errorf("%w (%d bytes)", ErrTooLarge, r.Limit)
+			return events[:at], r.tooLarge()
 		}
 		at += len(ev)
 	}
 	return events, nil
 }
 
+// hold appends b to the held bytes. Under a limit the buffer grows to the limit at most (plus
+// what one Feed completes), not to twice it.
+func (r *Reader) hold(b []byte) {
+	if need := len(r.buf) + len(b); r.Limit > 0 && need > cap(r.buf) {
+		c := min(max(2*cap(r.buf), need), max(r.Limit, need))
+		r.buf = append(make([]byte, 0, c), r.buf...)
+	}
+	r.buf = append(r.buf, b...)
+}
+
+// over reports whether n bytes of one event are over the limit.
+func (r *Reader) over(n int) bool { return r.Limit > 0 && n > r.Limit }
+
+func (r *Reader) tooLarge() error { return fmt.Errorf("%w (%d bytes)", ErrTooLarge, r.Limit) }
+
 // Pending is how many bytes of an unfinished event the reader holds.
 func (r *Reader) Pending() int { return len(r.buf) - r.start }
 
 // Reset drops what the reader holds (a dead peer's partial event is never sent on).
 func (r *Reader) Reset() {
-	r.buf, r.start, r.scanned = r.buf[:0], 0, 0
+	r.buf, r.start = r.buf[:0], 0
 	if cap(r.buf) > shrinkAbove {
 		r.buf = nil
 	}
@@ -108,19 +140,28 @@ func (r *Reader) drop() {
 		return
 	}
 	n := copy(r.buf, r.buf[r.start:])
-	r.buf, r.scanned, r.start = r.buf[:n], r.scanned-r.start, 0
+	r.buf, r.start = r.buf[:n], 0
 	if n == 0 && cap(r.buf) > shrinkAbove {
 		r.buf = nil
 	}
 }
 
-// check fails when the partial event held is over the limit.
-func (r *Reader) check() error {
-	if r.Limit > 0 && r.Pending() > r.Limit {
-		r.buf, r.scanned = r.buf[:r.start], r.start
-		return fmt.Errorf("%w (%d bytes)", ErrTooLarge, r.Limit)
+// seamEnd is the index in p just past the first event end that completes in p, held being the
+// bytes before p (an end split across the two is found: only held's last two bytes are looked
+// at), or -1 when there is none.
+func seamEnd(held, p []byte) int {
+	n := len(held)
+	switch {
+	case len(p) == 0:
+		return -1
+	case n >= 1 && held[n-1] == '\n' && p[0] == '\n':
+		return 1
+	case n >= 1 && held[n-1] == '\n' && len(p) >= 2 && p[0] == '\r' && p[1] == '\n':
+		return 2
+	case n >= 2 && held[n-2] == '\n' && held[n-1] == '\r' && p[0] == '\n':
+		return 1
 	}
-	return nil
+	return firstEnd(p)
 }
 
 // lastEnd is the index just past the last event end in b that ends after from-3 (an end split

@@ -55,6 +55,96 @@ func TestReader(t *testing.T) {
 	}
 }
 
+// The reader, fed a stream in any reads, returns what cutting the whole stream gives: its
+// complete events up to the first one over the limit, and ErrTooLarge when an event (or the
+// partial one at the end) is over it; it never holds more of a partial event than the limit.
+// Every stream of up to 8 bytes over "\n", "\r" and "a", in reads of 1, 2, 3 and all bytes, but
+// those with a blank line right after an event's end (a run of blank lines may be cut at any of
+// them: the empty events between are nothing).
+func TestReaderMatchesWholeStream(t *testing.T) {
+	blankRun := func(b []byte) bool {
+		for _, run := range []string{"\n\n\n", "\n\r\n\n", "\n\n\r\n", "\n\r\n\r\n"} {
+			if bytes.Contains(b, []byte(run)) {
+				return true
+			}
+		}
+		return false
+	}
+	want := func(stream []byte, limit int) (string, error) {
+		end := max(lastEnd(stream, 0), 0)
+		var out []byte
+		for ev := range Events(stream[:end]) {
+			if limit > 0 && len(ev) > limit {
+				return string(out), ErrTooLarge
+			}
+			out = append(out, ev...)
+		}
+		if limit > 0 && len(stream)-end > limit {
+			return string(out), ErrTooLarge
+		}
+		return string(out), nil
+	}
+	checked := 0
+	var walk func(b []byte)
+	walk = func(b []byte) {
+		for _, limit := range []int{0, 2, 3, 4, 6} {
+			if blankRun(b) {
+				break
+			}
+			wantOut, wantErr := want(b, limit)
+			for _, n := range []int{1, 2, 3, len(b) + 1} {
+				r := &Reader{Limit: limit}
+				var out []byte
+				var err error
+				for i := 0; i < len(b) && err == nil; i += n {
+					var events []byte
+					events, err = r.Feed(b[i:min(i+n, len(b))])
+					out = append(out, events...)
+					if limit > 0 && r.Pending() > limit {
+						t.Fatalf("%q, limit %d, reads of %d: %d bytes of a partial event held", b, limit, n, r.Pending())
+					}
+				}
+				if string(out) != wantOut || !errors.Is(err, wantErr) || (wantErr == nil) != (err == nil) {
+					t.Fatalf("%q, limit %d, reads of %d: %q, %v; want %q, %v", b, limit, n, out, err, wantOut, wantErr)
+				}
+				checked++
+			}
+		}
+		if len(b) < 8 {
+			for _, c := range []byte("\n\ra") {
+				walk(append(b[:len(b):len(b)], c))
+			}
+		}
+	}
+	walk(nil)
+	if checked < 50000 {
+		t.Fatalf("checked %d cases", checked)
+	}
+}
+
+// A 2 MiB event, with or without its blank line, fed in the relay's 2 KiB reads to a reader of
+// 1 MiB: it fails once the event passes the limit, having held at most the limit.
+func TestReaderStopsAtTheLimit(t *testing.T) {
+	const limit, read = 1 << 20, 2 << 10
+	for name, stream := range map[string]string{
+		"no blank line":   "data: " + strings.Repeat("x", 2<<20),
+		"with blank line": "data: " + strings.Repeat("x", 2<<20) + "\n\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := &Reader{Limit: limit}
+			fed, most := 0, 0
+			var err error
+			for ; fed < len(stream) && err == nil; fed += read {
+				_, err = r.Feed([]byte(stream[fed:min(fed+read, len(stream))]))
+				most = max(most, cap(r.buf))
+			}
+			if !errors.Is(err, ErrTooLarge) || fed > limit+read || most > limit {
+				t.Fatalf("err %v after %d bytes, buffer of %d; want ErrTooLarge within %d bytes, a buffer of at most %d", err, fed, most, limit+read, limit)
+			}
+		})
+	}
+}
+
 // The events a Feed returns stay valid until the next Feed, even when they were held.
 func TestReaderReturnsHeldEvents(t *testing.T) {
 	r := &Reader{}

@@ -46,6 +46,25 @@
 //     "Payload Too Large" (Envoy's buffer limit) without proxying them.
 //   - A profile without a pool gets 503 with a JSON error.
 //
+// # Prefix affinity and fallback endpoints
+//
+// With Config.PrefixAffinity the picker behaves as llm-d's EPP does with its
+// approx-prefix-cache-producer and prefix-cache-scorer (llm-d-router
+// ebab6879, run in test/suites/realepp): a request is routed to the backend
+// a request of the same prompt (simworker.RequestPromptKey) was picked for
+// before, and the pick is recorded before the request is forwarded, whatever
+// the backend then does. The EPP learns of a dead pod only when its
+// readiness flips (SetPool here): until then every retry of a prompt first
+// sent to a dead backend goes back to it, and Envoy's outlier detection does
+// not apply to a host the EPP names (ejection is off for such picks). A new
+// prompt takes the next backend round-robin. With Config.Fallbacks > 0 the
+// pick also names that many fallback endpoints, the next backends in pool
+// order (the picker's maxNumOfEndpoints), and a connection that fails before
+// response headers (refused, reset, closed) is tried on the next of them, as
+// Envoy's override_host load balancing with the route's retry policy
+// (retry_on: connect-failure,reset) does: the client sees the first answer
+// with headers, and the leg records every endpoint tried (Leg.Tried).
+//
 // # Conditional decode in the picker
 //
 // With Config.EPPConditionalDecode the picker, not the worker, decides a
@@ -102,6 +121,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -114,6 +134,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,6 +245,12 @@ type Config struct {
 	// Hints makes the picker's 412s list the backends of the other pools, best first
 	// (with EPPConditionalDecode; see the package documentation).
 	Hints bool
+	// PrefixAffinity routes a prompt to the backend it was first picked for, as llm-d's EPP
+	// does, until SetPool (see the package documentation).
+	PrefixAffinity bool
+	// Fallbacks is how many fallback endpoints a pick names after the primary; a connection
+	// that fails before response headers is tried on them in turn (Envoy's override_host).
+	Fallbacks int
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
@@ -281,8 +308,9 @@ type Leg struct {
 	Backend string
 	Method  string
 	Path    string
-	// RequestID is the request's x-request-id header.
-	RequestID string
+	// RequestID is the leg's x-request-id header, ClientRequestID the client request's id:
+	// x-coordinator-request-id, or x-request-id when the leg has none (a direct client).
+	RequestID, ClientRequestID string
 	// Revision is the request's RevisionHeader ("" when absent).
 	Revision string
 	// Status is the status answered to the client, or 0 while in flight.
@@ -303,6 +331,9 @@ type Leg struct {
 	// Hints maps a profile to the HintHeader value of the picker's 412 (Config.Hints;
 	// nil when none was sent).
 	Hints map[string]string
+	// Tried are the backends the leg was sent to before Backend, each of which failed before
+	// its response headers (Config.Fallbacks).
+	Tried []string
 }
 
 // backend is one endpoint of a pool and what the gateway knows of it.
@@ -336,6 +367,7 @@ type pool struct {
 	backends []*backend
 	next     uint64
 	inflight int
+	affinity map[string]*backend // prompt key -> the backend it was picked for (Config.PrefixAffinity)
 }
 
 // Gateway is the loopback inference gateway. It is an http.Handler; Start
@@ -366,6 +398,10 @@ type attempt struct {
 	key     string          // prompt key, recorded on the backend after a 2xx (EPPConditionalDecode)
 	strip   bool            // a conditional decode the picker decides: Prefer is removed upstream
 	pin     string          // PinHeader, "" when absent
+	// fallbacks are the pick's further endpoints (Config.Fallbacks), body the request's, which
+	// each try sends again.
+	fallbacks []*backend
+	body      []byte
 }
 
 // attemptKey carries the attempt through the request context.
@@ -436,7 +472,7 @@ func (g *Gateway) Close() error {
 // SetPool replaces the backends of profile, with fresh ejection and
 // prompt-key state; no backends removes the pool.
 func (g *Gateway) SetPool(profile string, backends []string) error {
-	p := &pool{}
+	p := &pool{affinity: map[string]*backend{}}
 	for _, b := range backends {
 		u, err := url.Parse(strings.TrimSpace(b))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -533,11 +569,11 @@ func (g *Gateway) Picks(profile string) map[string]int {
 	return out
 }
 
-// SettledLegs returns the legs of requestID once none of them is in flight: a client may read
-// the end of an answer before the gateway has recorded how the leg ended. It gives up when ctx
-// ends and returns the legs as they are.
+// SettledLegs returns the legs of the client request requestID (ClientRequestID) once none of
+// them is in flight: a client may read the end of an answer before the gateway has recorded how
+// the leg ended. It gives up when ctx ends and returns the legs as they are.
 func (g *Gateway) SettledLegs(ctx context.Context, requestID string) []Leg {
-	return g.settled(ctx, func(l *Leg) bool { return l.RequestID == requestID })
+	return g.settled(ctx, func(l *Leg) bool { return l.ClientRequestID == requestID })
 }
 
 // Settled returns every recorded leg once none is in flight (see SettledLegs); a test calls it
@@ -595,13 +631,14 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	}
 	profile = normalize(profile)
 	leg := &Leg{
-		Profile:   profile,
-		Method:    r.Method,
-		Path:      r.URL.Path,
-		RequestID: r.Header.Get("X-Request-Id"),
-		Revision:  r.Header.Get(RevisionHeader),
-		Pin:       r.Header.Get(PinHeader),
-		Start:     time.Now(),
+		Profile:         profile,
+		Method:          r.Method,
+		Path:            r.URL.Path,
+		RequestID:       r.Header.Get("X-Request-Id"),
+		ClientRequestID: cmp.Or(r.Header.Get("X-Coordinator-Request-Id"), r.Header.Get("X-Request-Id")),
+		Revision:        r.Header.Get(RevisionHeader),
+		Pin:             r.Header.Get(PinHeader),
+		Start:           time.Now(),
 	}
 	g.mu.Lock()
 	g.legs = append(g.legs, leg)
@@ -665,9 +702,10 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			})
 			return
 		}
-		if epp || hints {
+		if epp || hints || g.cfg.PrefixAffinity {
 			at.key, _ = simworker.RequestPromptKey(r.URL.Path, body)
 		}
+		at.body = body
 		at.strip = epp && simworker.PreferIfAvailable(r.Header)
 	}
 
@@ -826,9 +864,31 @@ func (g *Gateway) pickLocked(p *pool, at *attempt) (*backend, Failure) {
 	if pinned {
 		return live[0], FailureNone // the pin chose: the rotation does not move
 	}
+	if g.cfg.PrefixAffinity && !at.strip {
+		return g.affinePickLocked(p, at), FailureNone
+	}
 	n := p.next
 	p.next++
 	return live[n%uint64(len(live))], FailureNone
+}
+
+// affinePickLocked picks as llm-d's EPP with prefix affinity: the backend at's prompt was picked
+// for before, else the next one round-robin, recorded before the request is forwarded; the
+// fallbacks are the next Config.Fallbacks backends in pool order. Ejection does not apply.
+func (g *Gateway) affinePickLocked(p *pool, at *attempt) *backend {
+	b := p.affinity[at.key]
+	if b == nil || at.key == "" {
+		b = p.backends[p.next%uint64(len(p.backends))]
+		p.next++
+		if at.key != "" {
+			p.affinity[at.key] = b
+		}
+	}
+	i := slices.Index(p.backends, b)
+	for k := 1; k <= g.cfg.Fallbacks && k < len(p.backends); k++ {
+		at.fallbacks = append(at.fallbacks, p.backends[(i+k)%len(p.backends)])
+	}
+	return b
 }
 
 // shed answers a request over Config.MaxInFlight as the EPP does.
@@ -860,13 +920,27 @@ func (at *attempt) failed(f Failure) {
 		at.leg.Failure = f
 		b := at.backend
 		b.failures++
-		if g.cfg.EjectFor > 0 && b.failures >= g.cfg.EjectAfter && at.pool.mayEject(g.now(), g.cfg.MaxEjectionPercent) {
+		if g.cfg.EjectFor > 0 && !g.cfg.PrefixAffinity && b.failures >= g.cfg.EjectAfter && at.pool.mayEject(g.now(), g.cfg.MaxEjectionPercent) {
 			b.until, b.failures = g.now().Add(g.cfg.EjectFor), 0
 			clear(b.keys)
 			b.order = nil
 			at.leg.Ejected = true
 		}
 	})
+}
+
+// fallBack moves at to the pick's next endpoint, recording the one that failed on the leg; nil
+// when the pick names no further endpoint.
+func (at *attempt) fallBack() (next *backend) {
+	at.g.update(func() {
+		if len(at.fallbacks) == 0 {
+			return
+		}
+		at.leg.Tried = append(at.leg.Tried, at.backend.url.String())
+		at.backend, at.fallbacks = at.fallbacks[0], at.fallbacks[1:]
+		at.leg.Backend, next = at.backend.url.String(), at.backend
+	})
+	return next
 }
 
 // answeredHeaders records that at's backend answered with status.
@@ -937,6 +1011,17 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		f := FailureTermination
 		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
 			f = FailureConnect
+		}
+		if next := at.fallBack(); next != nil {
+			// Envoy's override_host: the retry goes to the pick's next endpoint.
+			out := req.Clone(req.Context())
+			out.URL.Host, out.Host = next.url.Host, next.url.Host
+			out.Header.Set(DestinationHeader, next.url.Host)
+			out.Body, out.ContentLength = http.NoBody, 0
+			if len(at.body) > 0 {
+				out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(at.body)), int64(len(at.body))
+			}
+			return u.RoundTrip(out)
 		}
 		at.failed(f)
 		return nil, &upstreamError{f, err}

@@ -1252,3 +1252,57 @@ func TestHintsOff(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefixAffinity: as llm-d's EPP, a prompt goes back to the backend it was picked for, dead
+// or not, until the pool changes (its readiness flips); with fallbacks, a connection that fails
+// before headers is tried on the pick's next endpoint, as Envoy's override_host does.
+func TestPrefixAffinity(t *testing.T) {
+	chat := func(prompt string) string {
+		return `{"model":"m","messages":[{"role":"user","content":"` + prompt + `"}]}`
+	}
+	for _, tc := range []struct {
+		name      string
+		fallbacks int
+		// want is the status each of three sends of a prompt first picked for the dead backend
+		// gets, and tried the endpoints each leg tried before the one that answered.
+		want  int
+		tried int
+	}{
+		{name: "without fallbacks: every retry goes to the dead backend", fallbacks: 0, want: http.StatusServiceUnavailable, tried: 0},
+		{name: "with a fallback: the next endpoint answers", fallbacks: 1, want: http.StatusOK, tried: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := echoBackend(t, "a"), echoBackend(t, "b")
+			g := startGatewayWith(t, Config{Pools: map[string][]string{"decode": {a.URL, b.URL}}, PrefixAffinity: true, Fallbacks: tc.fallbacks})
+			post := func(prompt string) (*http.Response, []byte) {
+				return send(t, g, http.MethodPost, "/v1/chat/completions", chat(prompt), "EPP-Profile", "decode")
+			}
+			// p1 is picked for a, p2 for b (round-robin), and each goes back to its backend.
+			for _, step := range []struct{ prompt, backend string }{{"p1", "a"}, {"p2", "b"}, {"p1", "a"}, {"p2", "b"}} {
+				if resp, body := post(step.prompt); resp.StatusCode != http.StatusOK || resp.Header.Get("X-Backend") != step.backend {
+					t.Fatalf("%s: %d from %q %s, want %s", step.prompt, resp.StatusCode, resp.Header.Get("X-Backend"), body, step.backend)
+				}
+			}
+			b.Close() // its process dies; its pod stays Ready
+			g.Reset()
+			for range 3 {
+				resp, body := post("p2")
+				if resp.StatusCode != tc.want {
+					t.Fatalf("p2 after b died: %d %s, want %d", resp.StatusCode, body, tc.want)
+				}
+			}
+			for _, l := range settled(t, g) {
+				if len(l.Tried) != tc.tried || l.Ejected || (tc.tried == 1 && (l.Tried[0] != b.URL || l.Backend != a.URL)) {
+					t.Fatalf("leg %+v: want %d endpoints tried before the answer and no ejection", l, tc.tried)
+				}
+			}
+			// Its readiness flips: the pool no longer has it, and p2 is picked afresh.
+			if err := g.SetPool("decode", []string{a.URL}); err != nil {
+				t.Fatal(err)
+			}
+			if resp, body := post("p2"); resp.StatusCode != http.StatusOK || resp.Header.Get("X-Backend") != "a" {
+				t.Fatalf("p2 after the pool changed: %d %s", resp.StatusCode, body)
+			}
+		})
+	}
+}

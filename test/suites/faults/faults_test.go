@@ -73,6 +73,50 @@ func killOneWorkerPerRole(t *testing.T, c *cluster, total int) {
 	}
 }
 
+// The real EPP's prefix affinity (the gateway double's PrefixAffinity): a prompt goes back to the
+// pod it was first picked for, and the picker learns of a dead process only when its pod's
+// readiness flips, so the coordinator's own retries of a leg sent to a killed decode process all
+// go to it again (the double's TestPrefixAffinity shows the 503s: about half of new prompts failed
+// through the real EPP, test/suites/realepp). What leaves the dead pod is the gateway's fallback
+// endpoint (the picker's maxNumOfEndpoints of 2, Envoy's override_host retried on
+// connect-failure and reset): with it, one decode process SIGKILLed under 16 clients while its
+// pod stays in the pool fails and cuts no answer; a cut stream is resumed, its continuation's
+// pick falling back the same way.
+func TestKillDecodeUnderPrefixAffinity(t *testing.T) {
+	c := startCluster(t, options{decode: 2, steps: "{type: decode}", gwConfig: gateway.Config{PrefixAffinity: true, Fallbacks: 1}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const clients, perClient = 16, 20
+	var killed atomic.Bool
+	killAt := make(chan struct{})
+	go func() {
+		<-killAt
+		c.awaitInFlight(t, c.pools["decode"][0].url)
+		c.pools["decode"][0].kill(t)
+		killed.Store(true)
+	}()
+	ta := c.load(ctx, clients, perClient, func(done int) {
+		if done == clients*perClient/4 {
+			close(killAt)
+		}
+	})
+	fellBack := 0
+	for _, l := range c.gw.Legs() {
+		fellBack += len(l.Tried)
+	}
+	t.Logf("kill a decode process under prefix affinity: %s; legs that fell back %d; streams resumed %v", ta, fellBack,
+		c.metric(t, "coordinator_stream_resumes_total", "outcome", "resumed"))
+	if !killed.Load() {
+		t.Fatal("the worker was not killed during the run")
+	}
+	if ta.failed != 0 || ta.truncated != 0 || ta.sent != clients*perClient {
+		t.Fatalf("clients saw faults: %s", ta)
+	}
+	if fellBack == 0 {
+		t.Fatal("no leg fell back: the kill landed on nothing")
+	}
+}
+
 // A decode worker that stops sending after its headers (and after a few tokens) costs the
 // client at most the idle timeout: the stream is resumed, the unstreamed answer retried.
 func TestHungWorkerCostsItsDeadline(t *testing.T) {

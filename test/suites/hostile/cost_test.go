@@ -195,9 +195,11 @@ func costShapes(model, generic string, tokens func(string) int) []costShape {
 		{name: "chat, many small messages, no render", class: "the body parser over many values", steps: "{type: decode}", path: "/v1/chat/completions",
 			body: func(n int) []byte { return manyMessages(`{"role":"user","content":"x"}`, n) }, perByte: 4},
 		{name: "responses, many small input items", class: "the Responses translation", steps: "{type: decode}", path: "/v1/responses",
-			body: func(n int) []byte { return responsesItems(n) }, perByte: 4, key: "4096"},
+			body: responsesItems, perByte: 4, key: "4096"},
+		{name: "messages, many small blocks", class: "/v1/messages with many small content blocks", steps: "{type: decode}", path: "/v1/messages",
+			body: messagesBlocks, perByte: 4, key: "max_content_blocks"},
 		{name: "render, words", class: "in-process render (Qwen pattern, split by hand)", steps: render(model), path: "/v1/chat/completions",
-			body: func(n int) []byte { return chatText(words(n)) }, perByte: 4, perToken: 16, tokens: wordTokens,
+			body: func(n int) []byte { return chatText(words(n)) }, perByte: 4, perToken: 24, tokens: wordTokens,
 			limit: renderIn, limitKey: "max_input_size"},
 		{name: "render, one long pre-token of letters", class: "in-process render, one long pre-token", steps: render(model), path: "/v1/chat/completions",
 			body: func(n int) []byte { return chatText(strings.Repeat("a", n)) }, perByte: 4,
@@ -208,7 +210,7 @@ func costShapes(model, generic string, tokens func(string) int) []costShape {
 				return b
 			}, perByte: 4, key: "max_word_size", limit: renderIn, limitKey: "max_input_size"},
 		{name: "render, words, general regexp path", class: "render on the generic regexp2 pre-tokenizer path", steps: render(generic), path: "/v1/chat/completions",
-			body: func(n int) []byte { return chatText(words(n)) }, perByte: 4, perToken: 16, tokens: wordTokens,
+			body: func(n int) []byte { return chatText(words(n)) }, perByte: 4, perToken: 24, tokens: wordTokens,
 			limit: renderIn, limitKey: "max_input_size"},
 		{name: "render, tools of small values", class: "chat-template inputs (tools, enums)", steps: render(model), path: "/v1/chat/completions",
 			body: toolsOf, perByte: 4, key: "max_template_values", limit: renderIn, limitKey: "max_input_size"},
@@ -216,14 +218,14 @@ func costShapes(model, generic string, tokens func(string) int) []costShape {
 			body: func(n int) []byte {
 				b, _ := json.Marshal(map[string]any{"model": "sim-model", "max_tokens": 4, "prompt": words(n)})
 				return b
-			}, perByte: 4, perToken: 16, tokens: wordTokens, limit: renderIn, limitKey: "max_input_size"},
+			}, perByte: 4, perToken: 24, tokens: wordTokens, limit: renderIn, limitKey: "max_input_size"},
 		{name: "completions token-id prompt", class: "token ids, checked as integers of the vocabulary", steps: render(model), path: "/v1/completions",
 			body: tokenPrompt, perByte: 4},
 		{name: "count_tokens, render only", class: "/v1/messages/count_tokens (render, no worker)", steps: render(model), path: "/v1/messages/count_tokens",
 			body: func(n int) []byte {
 				b, _ := json.Marshal(map[string]any{"model": "sim-model", "messages": []any{map[string]any{"role": "user", "content": words(n)}}})
 				return b
-			}, perByte: 4, perToken: 16, tokens: wordTokens, limit: renderIn, limitKey: "max_input_size"},
+			}, perByte: 4, perToken: 24, tokens: wordTokens, limit: renderIn, limitKey: "max_input_size"},
 	}
 }
 
@@ -246,33 +248,13 @@ type procCost struct {
 	cpu  time.Duration // user + system
 }
 
-// cpuTime is the process's user+system CPU so far.
-func (c *coordinator) cpuTime(t *testing.T) time.Duration {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.Cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
-	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("/proc stat: %q", data)
-	}
-	const ticks = 100 // USER_HZ
-	return time.Duration(ut+st) * time.Second / ticks
-}
-
 // measure resets the process's peak resident set and returns what send costs it.
 func (c *coordinator) measure(t *testing.T, send func()) procCost {
 	t.Helper()
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", c.Cmd.Process.Pid), []byte("5"), 0); err != nil {
-		t.Fatalf("resetting the peak RSS: %v", err)
-	}
-	before, cpu := c.memory(t, "VmRSS"), c.cpuTime(t)
+	c.resetPeak(t)
+	before, cpu := c.memory(t, "VmRSS"), c.procCPU(t)
 	send()
-	return procCost{peak: c.memory(t, "VmHWM") - before, cpu: c.cpuTime(t) - cpu}
+	return procCost{peak: c.memory(t, "VmHWM") - before, cpu: c.procCPU(t) - cpu}
 }
 
 // TestCost runs every shape's ladder.
@@ -415,10 +397,10 @@ func TestCostClientLeaves(t *testing.T) {
 				conn.Close()
 				// The CPU spent until the whole render would have ended, and the request ended
 				// (logged 499), whichever is later.
-				left, end := co.cpuTime(t), time.Now().Add(wall*3/4)
+				left, end := co.procCPU(t), time.Now().Add(wall*3/4)
 				defer func() {
 					time.Sleep(time.Until(end))
-					gone = co.cpuTime(t) - left
+					gone = co.procCPU(t) - left
 				}()
 				for deadline := time.Now().Add(20 * time.Second); requestsIn(t, co, tc.route, "499") == served; {
 					if time.Now().After(deadline) {

@@ -47,12 +47,13 @@ type rankLeg struct {
 	kv    map[string]any
 }
 
-// legOf returns the one inference leg w recorded for request id.
+// legOf returns the one inference leg w recorded for the client request id (its legs carry it in
+// x-coordinator-request-id).
 func legOf(t *testing.T, w *simworker.Worker, id string) rankLeg {
 	t.Helper()
 	var legs []rankLeg
 	for _, r := range w.Requests() {
-		if r.Method != http.MethodPost || r.Header.Get("X-Request-Id") != id {
+		if r.Method != http.MethodPost || r.Header.Get("X-Coordinator-Request-Id") != id {
 			continue
 		}
 		var b struct {

@@ -356,7 +356,7 @@ func TestMessagesDecodeFaults(t *testing.T) {
 		for _, err := range []error{err, st.err} {
 			var apiErr *anthropic.Error
 			if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusServiceUnavailable || apiErr.Type() != "overloaded_error" ||
-				apiErr.Message != "decode is unavailable: HTTP 503" || apiErr.Response.Header.Get("Retry-After") == "" {
+				apiErr.Message != "decode: no endpoint served the request (HTTP 503: the pool has no endpoint, or the one picked could not be reached)" || apiErr.Response.Header.Get("Retry-After") == "" {
 				t.Fatalf("got %v, want a 503 overloaded_error", err)
 			}
 		}
@@ -425,5 +425,39 @@ func TestMessagesMetrics(t *testing.T) {
 	prompt := counter(t, reg, "coordinator_tokens_total", labels("kind", observe.TokensPrompt))
 	if want := msg.Usage.InputTokens + st.msg.Usage.InputTokens + st.msg.Usage.CacheReadInputTokens; prompt != float64(want) {
 		t.Fatalf("%v prompt tokens, the answers say %d", prompt, want)
+	}
+}
+
+// TestMessagesContentBlocks: a Messages request's content blocks (system and message blocks
+// together) are bounded by server.max_content_blocks: at the limit it is served, one over it an
+// Anthropic client gets a 400 invalid_request_error naming the block and the key, and no worker
+// is called.
+func TestMessagesContentBlocks(t *testing.T) {
+	s := startWith(t, stack.Options{}, "kv-nixl", "ec-nixl", true, steps("decode"), func(c *config.Config) { c.Server.MaxContentBlocks = 8 })
+	c := anthropicFor(s.coord.URL())
+	blocks := func(n int) []anthropic.ContentBlockParamUnion {
+		out := make([]anthropic.ContentBlockParamUnion, n)
+		for i := range out {
+			out[i] = anthropic.NewTextBlock(fmt.Sprint("part ", i))
+		}
+		return out
+	}
+	params := func(n int) anthropic.MessageNewParams {
+		return anthropic.MessageNewParams{Model: "sim-model", MaxTokens: 2,
+			System:   []anthropic.TextBlockParam{{Text: "be brief"}, {Text: "be kind"}},
+			Messages: []anthropic.MessageParam{anthropic.NewUserMessage(blocks(n)...)}}
+	}
+	if _, err := c.Messages.New(context.Background(), params(6)); err != nil {
+		t.Fatalf("8 blocks, the limit: %v", err)
+	}
+	served := len(s.stack.Decode[0].Requests())
+	_, err := c.Messages.New(context.Background(), params(7))
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadRequest || apiErr.Type() != "invalid_request_error" ||
+		apiErr.Message != "messages[0].content[6]: more than 8 content blocks in the request (server.max_content_blocks)" {
+		t.Fatalf("9 blocks: %v, want a 400 naming the ninth block and server.max_content_blocks", err)
+	}
+	if n := len(s.stack.Decode[0].Requests()); n != served {
+		t.Fatalf("%d decode requests for a refused request", n-served)
 	}
 }

@@ -206,7 +206,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 
 	if failed.Load() != 0 {
 		for _, l := range st.Gateway.Legs() {
-			if e, ok := firstErr.Load().(error); ok && strings.HasPrefix(e.Error(), l.RequestID+":") || strings.HasPrefix(fmt.Sprint(firstErr.Load()), l.RequestID+" ") {
+			if e, ok := firstErr.Load().(error); ok && strings.HasPrefix(e.Error(), l.ClientRequestID+":") || strings.HasPrefix(fmt.Sprint(firstErr.Load()), l.ClientRequestID+" ") {
 				t.Logf("leg of the first failure: %+v", l)
 			}
 		}
@@ -227,7 +227,7 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	})
 	legs := map[string][]string{}
 	for _, l := range st.Gateway.Legs() {
-		legs[l.RequestID] = append(legs[l.RequestID], fmt.Sprintf("%s:%d", l.Profile, l.Status))
+		legs[l.ClientRequestID] = append(legs[l.ClientRequestID], fmt.Sprintf("%s:%d", l.Profile, l.Status))
 	}
 	for _, id := range ids {
 		if got := strings.Join(legs[id], ","); !validLegs[got] {
