@@ -187,7 +187,10 @@ type Attempt struct {
 
 // Record is what the stand-in did with one request.
 type Record struct {
+	// RequestID is the request's x-request-id (generated when it had none).
 	RequestID string
+	// Header is the request's headers as the stand-in received them.
+	Header http.Header
 	// Profile is the request's EPP-Profile (or x-llm-d-epp-profile) header.
 	Profile string
 	Path    string
@@ -339,7 +342,7 @@ func (g *Gateway) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if profile == "" {
 		profile = r.Header.Get("X-Llm-D-Epp-Profile")
 	}
-	rec := &Record{RequestID: r.Header.Get("X-Request-Id"), Profile: profile, Path: r.URL.Path}
+	rec := &Record{RequestID: r.Header.Get("X-Request-Id"), Header: r.Header.Clone(), Profile: profile, Path: r.URL.Path}
 	g.update(func() { g.records = append(g.records, rec) })
 	sw := loopback.NewStatusWriter(rw)
 	defer func() {

@@ -382,7 +382,7 @@ func TestGateway(t *testing.T) {
 				t.Fatalf("%d records", len(recs))
 			}
 			rec := recs[0]
-			if rec.RequestID != "req-1" || rec.Profile != "decode" || rec.Path != "/v1/chat/completions" || rec.Status != tc.status || rec.Immediate != tc.answered {
+			if rec.RequestID != "req-1" || rec.Header.Get("X-Drop-Me") != "1" || rec.Profile != "decode" || rec.Path != "/v1/chat/completions" || rec.Status != tc.status || rec.Immediate != tc.answered {
 				t.Errorf("record %+v", rec)
 			}
 			if tc.answered == 0 && (strings.Join(rec.Picks, ",") != f.pick || string(rec.Body) != `{"model":"m","messages":[]}`) {
@@ -483,7 +483,7 @@ func TestBrokenAfterHeaders(t *testing.T) {
 	if err == nil || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("got %v %q %v, want an unexpected EOF", resp, body, err)
 	}
-	if resp.StatusCode != 200 || len(body) > len("partial") || string(body) != "partial"[:len(body)] {
+	if resp.StatusCode != http.StatusOK || len(body) > len("partial") || string(body) != "partial"[:len(body)] {
 		t.Errorf("got %d %q before the reset", resp.StatusCode, body)
 	}
 	rec := gw.Settled(t.Context())[0]
