@@ -172,7 +172,8 @@ test: verify-generated lint envtest-assets ## Run every test (what CI runs).
 	hack/renderref.sh >/dev/null
 	@# -bench . -benchtime 1x: every benchmark runs once as a test, so none rots.
 	$(GO) test -race -count=1 -bench . -benchtime 1x $(RACE_PKGS)
-	@# The rest, envtest-backed (internal/controller, test/packaging/chart, test/packaging/installer) and packaging (test/packaging/bundle,
+	@# The rest, envtest-backed (internal/controller, test/packaging/chart, test/packaging/installer, and
+	@# test/suites/realepp: llm-d's EPP and simulator from ../shared/peers or LLMD_EPP_BIN/LLMD_SIM_BIN) and packaging (test/packaging/bundle,
 	@# test/packaging/images: builds both binaries as the Dockerfiles do, minutes on a cold cache).
 	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 -bench . -benchtime 1x -timeout 20m $$($(GO) list ./... | grep -vxF "$$($(GO) list $(RACE_PKGS))")
 	@# test/packaging/monitoring, a module of its own (keeps Prometheus's PromQL parser out of go.mod): the
