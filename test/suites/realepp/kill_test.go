@@ -188,15 +188,14 @@ func TestKillDecodeWorker(t *testing.T) {
 		if f.failed[beforeKill] != 0 || f.failed[afterFlip] != 0 {
 			t.Errorf("failures outside the window: %v", f.failed)
 		}
-		// TODO(realepp): today's figures, asserted as measured so the suite stays green. The
-		// acceptance is 0 failures here too; what makes it 0 is the fallback list and the
-		// gateway's retry (the next subtest), or an EPP that forgets a pick the gateway could
-		// not reach (the protocol's x-gateway-destination-endpoint-served only reports the
-		// endpoint that answered). The coordinator cannot name the dead endpoint on its retry:
-		// Envoy's 503 does not say which endpoint failed, and this EPP has no header that
-		// excludes one (only pins: x-llm-d-pin-host-port).
-		// About half of the window's requests fail (the picker alternates the two pods for new
-		// prompts); at least a quarter is asserted.
+		// Why a deployment needs the fallback list and the gateway's retry (the next subtest):
+		// without them the coordinator's retries cannot leave the dead pod. It cannot name the
+		// dead endpoint on its retry (Envoy's 503 does not say which endpoint failed, and this
+		// EPP has no header that excludes one, only pins: x-llm-d-pin-host-port), and the EPP
+		// keeps the pick the gateway could not reach (x-gateway-destination-endpoint-served only
+		// reports the endpoint that answered). About half of the window's requests fail (the
+		// picker alternates the two pods for new prompts); at least a quarter is asserted, so
+		// that a change of the mechanism shows here.
 		if f.failed[inWindow]*4 < f.requests[inWindow] || f.deadFirst == 0 {
 			t.Fatalf("%d of %d requests failed while the dead pod was Ready (%d first sent to it): the mechanism changed, "+
 				"make this subtest assert 0 failures", f.failed[inWindow], f.requests[inWindow], f.deadFirst)

@@ -423,9 +423,6 @@ func TestRoleNotReady(t *testing.T) {
 // prefill pod answers it as a prefill (200 with a completion). The coordinator recognises a
 // worker's answer, fails the request with 501 reserve_endpoint_unsupported naming the plugin, and
 // for 30 s refuses prefill-decode requests without sending reservations (no more prefills wasted).
-//
-// CURRENT BEHAVIOUR, asserted as it is today; the coordinator's handling of an EPP without the
-// reservation plugin is being changed: flip this test with it.
 func TestSGLangReservationWithoutPlugin(t *testing.T) {
 	st := startStack(t, stackOptions{prefill: 1, decode: 1, steps: "{type: prefill-decode}", kv: "kv-sglang"})
 	const message = "prefill-decode needs the endpoint picker's reserve-endpoint plugin (llm-d-router's reserveendpoint, which answers " +
@@ -438,7 +435,7 @@ func TestSGLangReservationWithoutPlugin(t *testing.T) {
 		var apiErr *openai.Error
 		if !errors.As(a.err, &apiErr) || apiErr.StatusCode != http.StatusNotImplemented || apiErr.Code != "reserve_endpoint_unsupported" ||
 			apiErr.Message != message+" (request_id: "+id+")" {
-			t.Fatalf("request %d: got %q %v (%s), want today's 501 reserve_endpoint_unsupported", i, a.text, a.err, rawError(a.err))
+			t.Fatalf("request %d: got %q %v (%s), want 501 reserve_endpoint_unsupported naming the plugin", i, a.text, a.err, rawError(a.err))
 		}
 		// The first request's reservation reached the prefill pod as a prefill (compute spent on
 		// an answer nobody reads); the next one sends nothing.
