@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -25,6 +26,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -425,7 +427,9 @@ func (c *Coordinator) Stop(timeout time.Duration) error {
 
 // StandInPod plays kubelet for a coordinator process: it creates a Ready Pod pod with IP
 // 127.0.0.1 from the template of Deployment namespace/deployment, its metrics port the admin port
-// of co (nil: a port nothing listens on), so that the operator's rollout probe asks co.
+// of co (nil: a port nothing listens on), so that the operator's rollout probe asks co. As the
+// Deployment controller would (envtest runs none), the pod is controlled by a ReplicaSet the
+// Deployment controls, one per generation of its template: the probe asks only such pods.
 func (c *Cluster) StandInPod(ctx context.Context, namespace, deployment, pod string, co *Coordinator) error {
 	var dep appsv1.Deployment
 	if err := c.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: deployment}, &dep); err != nil {
@@ -449,9 +453,14 @@ func (c *Cluster) StandInPod(ctx context.Context, namespace, deployment, pod str
 		}
 		container.Ports = append(container.Ports, p)
 	}
+	rs, err := c.replicaSetOf(ctx, &dep)
+	if err != nil {
+		return err
+	}
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: pod, Labels: dep.Spec.Template.Labels},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{container}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: pod, Labels: rs.Spec.Template.Labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{container}},
 	}
 	if err := c.Client.Create(ctx, p); err != nil {
 		return err
@@ -463,6 +472,26 @@ func (c *Cluster) StandInPod(ctx context.Context, namespace, deployment, pod str
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}},
 	}
 	return c.Client.Status().Update(ctx, p)
+}
+
+// replicaSetOf returns the ReplicaSet dep controls for its template's generation, creating it
+// the first time, as the Deployment controller does (named after the template's generation, where
+// the controller hashes the template).
+func (c *Cluster) replicaSetOf(ctx context.Context, dep *appsv1.Deployment) (*appsv1.ReplicaSet, error) {
+	hash := strconv.FormatInt(dep.Generation, 10)
+	labels := maps.Clone(dep.Spec.Template.Labels)
+	labels[appsv1.DefaultDeploymentUniqueLabelKey] = hash
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: dep.Namespace, Name: dep.Name + "-" + hash, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(dep, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
+		Spec: appsv1.ReplicaSetSpec{Replicas: dep.Spec.Replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: dep.Spec.Template.Spec}},
+	}
+	err := c.Client.Create(ctx, rs)
+	if apierrors.IsAlreadyExists(err) {
+		err = c.Client.Get(ctx, client.ObjectKeyFromObject(rs), rs)
+	}
+	return rs, err
 }
 
 // DeploymentReady plays the Deployment controller (envtest runs none): every desired replica of

@@ -130,7 +130,7 @@ func (r *legRecorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	_ = json.Unmarshal(body, &leg) // a body without the member (or not JSON) records nil
 	r.mu.Lock()
-	id := req.Header.Get("X-Request-Id")
+	id := req.Header.Get("X-Coordinator-Request-Id") // the client request the leg is part of
 	r.legs[id] = append(r.legs[id], recordedLeg{profile: req.Header.Get(gateway.ProfileHeaderName), kv: leg.KV,
 		revision: req.Header.Get(gateway.PipelineRevisionHeader)})
 	r.mu.Unlock()
