@@ -27,7 +27,7 @@ import (
 // its cost is the process's peak resident set over what it held before the request (VmHWM, reset
 // through clear_refs) and the CPU seconds it spent (utime+stime). A rung fails when its memory
 // is over the shape's ceiling per input byte (plus costBase), or when the CPU of a rung grows
-// faster than linearly from the rung four times smaller (over 5×, plus the clock's resolution).
+// faster than linearly from the rung four times smaller (over 5×, plus costCPUSlack).
 // Inputs over a limit must be refused with the status and key the shape names, at the cost of
 // reading them.
 
@@ -35,8 +35,9 @@ import (
 // heap growth.
 const costBase = 24 * mib
 
-// costCPUSlack absorbs the CPU clock's resolution (10 ms ticks) and a GC cycle.
-const costCPUSlack = 150 * time.Millisecond
+// costCPUSlack absorbs the CPU clock's resolution (10 ms ticks) and the collector's pace, which
+// make a 1 MiB rung's 50-100 ms vary by half: a quadratic cost still shows (16× for 4× the input).
+const costCPUSlack = 300 * time.Millisecond
 
 // rungs are the sizes of the ladder.
 var rungs = []int{1 * mib, 4 * mib, 16 * mib}
