@@ -14,107 +14,108 @@ import (
 // holds the two to each other.
 func (t *Tokenizer) encodeCL100K(dst []int, s string, three bool, st *state) []int {
 	cache := &t.words
-	check := checkEvery // where the limits are checked next
+	// The text is walked in stretches of checkEvery bytes, the limits checked between them: the
+	// hot loop's bound is the stretch's end instead of the text's, so the checks cost it nothing.
+	// A pre-token that crosses a stretch's end is split as in the whole text (j is found in s).
 	for i := 0; i < len(s); {
-		if i >= check {
-			if st.check(len(dst)) {
-				return dst
-			}
-			check = i + checkEvery
-		}
-		// The end j of the pre-token at i; l is where its letters start when it is a word.
-		c0 := s[i]
-		l := i
-		switch {
-		case byteClass[c0]&clsL != 0:
-			l = i + 1
-		case wordPrefix[c0] && i+1 < len(s) && byteClass[s[i+1]]&clsL != 0:
-			l = i + 2
-		}
-		var j int
-		switch {
-		case c0-'0' < 10:
-			// \p{N}, or \p{N}{1,3} with three.
-			j = i + 1
-			if three {
-				for j < len(s) && j < i+3 && s[j]-'0' < 10 {
-					j++
-				}
-				if j < len(s) && j < i+3 && s[j] >= utf8.RuneSelf {
-					j = cl100kNext(s, i, three) // maybe a number that is not ASCII
-				}
-			}
-		case l == i:
-			// ` ?[^\s\p{L}\p{N}]+[\r\n]*` on ASCII punctuation, inline; cl100kNext for the rest
-			// and where it must look further (an apostrophe may start a contraction, a character
-			// that is not ASCII may go on with the punctuation).
-			p := i
-			if c0 == ' ' && i+1 < len(s) {
-				p = i + 1
-			}
-			if byteClass[s[p]] != 0 || c0 == '\'' {
-				j = cl100kNext(s, i, three)
-				break
-			}
-			for p++; p < len(s) && byteClass[s[p]] == 0; p++ {
-			}
-			if p < len(s) && s[p] >= utf8.RuneSelf {
-				j = cl100kNext(s, i, three)
-				break
-			}
-			for p < len(s) && (s[p] == '\r' || s[p] == '\n') {
-				p++
-			}
-			j = p
-		case l+8 <= len(s):
-			if x := asciiLetters(le64s(s[l:])); x != 0x8080808080808080 {
-				j = l + bits.TrailingZeros64(^x&0x8080808080808080)>>3
-				if s[j] >= utf8.RuneSelf {
-					j = runEnd(s, j, clsL)
-				}
-			} else {
-				j = letterRunEnd(s, l+8)
-			}
-		default:
-			j = runEnd(s, l, clsL)
-		}
-
-		n := j - i
-		if n == 1 {
-			dst = append(dst, int(t.merges.byteID[c0]))
-			i = j
-			continue
-		}
-		if n <= maxShortWord && i+16 <= len(s) {
-			// wordCache.getShort, inlined.
-			x := s[i : i+16]
-			k0, k1 := le64s(x[:8])&keyMask[n][0], le64s(x[8:])&keyMask[n][1]
-			set := cache.set(k0, k1, n)
-			a, b := &set[0], &set[1]
-			ma, mb := a.meta.Load(), b.meta.Load()
-			want := uint64(n) << 24
-			da := (ma&(busy|31<<24) ^ want) | (a.k0.Load() ^ k0) | (a.k1.Load() ^ k1)
-			db := (mb&(busy|31<<24) ^ want) | (b.k0.Load() ^ k0) | (b.k1.Load() ^ k1)
-			w := 0
-			if db == 0 {
-				w = 1
-			}
-			if min(da, db) == 0 {
-				sel := -uint64(w)
-				m := ma&^sel | mb&sel
-				ids := set[w].ids.Load()
-				if set[w].meta.Load() == m {
-					dst = appendShort(dst, m, ids)
-					i = j
-					continue
-				}
-			}
-		}
-		dst = t.word(dst, s, i, j, st)
-		if st.err != nil {
+		if i > 0 && st.check(len(dst)) {
 			return dst
 		}
-		i = j
+		for end := min(len(s), i+checkEvery); i < end; {
+			// The end j of the pre-token at i; l is where its letters start when it is a word.
+			c0 := s[i]
+			l := i
+			switch {
+			case byteClass[c0]&clsL != 0:
+				l = i + 1
+			case wordPrefix[c0] && i+1 < len(s) && byteClass[s[i+1]]&clsL != 0:
+				l = i + 2
+			}
+			var j int
+			switch {
+			case c0-'0' < 10:
+				// \p{N}, or \p{N}{1,3} with three.
+				j = i + 1
+				if three {
+					for j < len(s) && j < i+3 && s[j]-'0' < 10 {
+						j++
+					}
+					if j < len(s) && j < i+3 && s[j] >= utf8.RuneSelf {
+						j = cl100kNext(s, i, three) // maybe a number that is not ASCII
+					}
+				}
+			case l == i:
+				// ` ?[^\s\p{L}\p{N}]+[\r\n]*` on ASCII punctuation, inline; cl100kNext for the rest
+				// and where it must look further (an apostrophe may start a contraction, a character
+				// that is not ASCII may go on with the punctuation).
+				p := i
+				if c0 == ' ' && i+1 < len(s) {
+					p = i + 1
+				}
+				if byteClass[s[p]] != 0 || c0 == '\'' {
+					j = cl100kNext(s, i, three)
+					break
+				}
+				for p++; p < len(s) && byteClass[s[p]] == 0; p++ {
+				}
+				if p < len(s) && s[p] >= utf8.RuneSelf {
+					j = cl100kNext(s, i, three)
+					break
+				}
+				for p < len(s) && (s[p] == '\r' || s[p] == '\n') {
+					p++
+				}
+				j = p
+			case l+8 <= len(s):
+				if x := asciiLetters(le64s(s[l:])); x != 0x8080808080808080 {
+					j = l + bits.TrailingZeros64(^x&0x8080808080808080)>>3
+					if s[j] >= utf8.RuneSelf {
+						j = runEnd(s, j, clsL)
+					}
+				} else {
+					j = letterRunEnd(s, l+8)
+				}
+			default:
+				j = runEnd(s, l, clsL)
+			}
+
+			n := j - i
+			if n == 1 {
+				dst = append(dst, int(t.merges.byteID[c0]))
+				i = j
+				continue
+			}
+			if n <= maxShortWord && i+16 <= len(s) {
+				// wordCache.getShort, inlined.
+				x := s[i : i+16]
+				k0, k1 := le64s(x[:8])&keyMask[n][0], le64s(x[8:])&keyMask[n][1]
+				set := cache.set(k0, k1, n)
+				a, b := &set[0], &set[1]
+				ma, mb := a.meta.Load(), b.meta.Load()
+				want := uint64(n) << 24
+				da := (ma&(busy|31<<24) ^ want) | (a.k0.Load() ^ k0) | (a.k1.Load() ^ k1)
+				db := (mb&(busy|31<<24) ^ want) | (b.k0.Load() ^ k0) | (b.k1.Load() ^ k1)
+				w := 0
+				if db == 0 {
+					w = 1
+				}
+				if min(da, db) == 0 {
+					sel := -uint64(w)
+					m := ma&^sel | mb&sel
+					ids := set[w].ids.Load()
+					if set[w].meta.Load() == m {
+						dst = appendShort(dst, m, ids)
+						i = j
+						continue
+					}
+				}
+			}
+			dst = t.word(dst, s, i, j, st)
+			if st.err != nil {
+				return dst
+			}
+			i = j
+		}
 	}
 	return dst
 }
