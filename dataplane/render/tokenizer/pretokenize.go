@@ -438,15 +438,6 @@ func translateClass(p string, i int) (string, int, error) {
 	return "", 0, fmt.Errorf("unterminated character class at index %d", i)
 }
 
-// split returns the pieces of s after this step (each's).
-func (p *preStep) split(dst []span, s string, st *state) []span {
-	p.each(s, st, func(x span) bool {
-		dst = append(dst, x)
-		return true
-	})
-	return dst
-}
-
 // each calls emit with the pieces of s after this step, in order, following the Rust library's
 // Split semantics: matches and the gaps between them, the matches flipped by invert, then merged
 // or removed by the behaviour; empty pieces are dropped. It holds at most one piece back (a
@@ -525,15 +516,6 @@ func (p *preStep) each(s string, st *state, emit func(span) bool) {
 	if has {
 		out(pend)
 	}
-}
-
-// matches appends the non-overlapping matches of the step's pattern in s.
-func (p *preStep) matches(dst []span, s string) []span {
-	p.eachMatch(s, new(state), func(m span) bool {
-		dst = append(dst, m)
-		return true
-	})
-	return dst
 }
 
 // eachMatch calls yield with the non-overlapping matches of the step's pattern in s, in order,

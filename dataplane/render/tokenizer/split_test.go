@@ -138,3 +138,21 @@ func TestTranslateRegex(t *testing.T) {
 		}
 	}
 }
+
+// split returns the pieces of s after this step (each's), collected.
+func (p *preStep) split(dst []span, s string, st *state) []span {
+	p.each(s, st, func(x span) bool {
+		dst = append(dst, x)
+		return true
+	})
+	return dst
+}
+
+// matches appends the non-overlapping matches of the step's pattern in s.
+func (p *preStep) matches(dst []span, s string) []span {
+	p.eachMatch(s, new(state), func(m span) bool {
+		dst = append(dst, m)
+		return true
+	})
+	return dst
+}

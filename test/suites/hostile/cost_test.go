@@ -126,60 +126,42 @@ func toolsOf(n int) []byte {
 	return b
 }
 
-// messagesBlocks is a /v1/messages request whose one message has n bytes of tiny text blocks.
-func messagesBlocks(n int) []byte {
+// repeated is open, then the items item(0), item(1), ... joined by commas until there are at
+// least n bytes, then closing: a body of n bytes of small JSON values.
+func repeated(open string, item func(i int) string, closing string, n int) []byte {
 	var b bytes.Buffer
-	b.WriteString(`{"model":"sim-model","max_tokens":4,"messages":[{"role":"user","content":[`)
+	b.WriteString(open)
 	for i := 0; b.Len() < n; i++ {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(`{"type":"text","text":"x"}`)
+		b.WriteString(item(i))
 	}
-	b.WriteString(`]}]}`)
+	b.WriteString(closing)
 	return b.Bytes()
+}
+
+// always is an item that is the same every time.
+func always(s string) func(int) string { return func(int) string { return s } }
+
+// messagesBlocks is a /v1/messages request whose one message has n bytes of tiny text blocks.
+func messagesBlocks(n int) []byte {
+	return repeated(`{"model":"sim-model","max_tokens":4,"messages":[{"role":"user","content":[`, always(`{"type":"text","text":"x"}`), `]}]}`, n)
 }
 
 // manyMessages is a chat request of n bytes of copies of msg.
 func manyMessages(msg string, n int) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"model":"sim-model","max_tokens":4,"messages":[`)
-	for i := 0; b.Len() < n; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(msg)
-	}
-	b.WriteString(`]}`)
-	return b.Bytes()
+	return repeated(`{"model":"sim-model","max_tokens":4,"messages":[`, always(msg), `]}`, n)
 }
 
 // responsesItems is a Responses request of n bytes of small input items.
 func responsesItems(n int) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"model":"sim-model","max_output_tokens":4,"input":[`)
-	for i := 0; b.Len() < n; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`{"role":"user","content":"x"}`)
-	}
-	b.WriteString(`]}`)
-	return b.Bytes()
+	return repeated(`{"model":"sim-model","max_output_tokens":4,"input":[`, always(`{"role":"user","content":"x"}`), `]}`, n)
 }
 
 // tokenPrompt is a completions request whose prompt is n bytes of token ids.
 func tokenPrompt(n int) []byte {
-	var b bytes.Buffer
-	b.WriteString(`{"model":"sim-model","max_tokens":4,"prompt":[`)
-	for i := 0; b.Len() < n; i++ {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(100 + i%800))
-	}
-	b.WriteString(`]}`)
-	return b.Bytes()
+	return repeated(`{"model":"sim-model","max_tokens":4,"prompt":[`, func(i int) string { return strconv.Itoa(100 + i%800) }, `]}`, n)
 }
 
 // costShapes are the client-controlled shapes; model is the Qwen-pattern model directory,
