@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/epd-dev/coordinator/test/harness/stack"
 )
@@ -132,9 +133,14 @@ func TestPickerAddresses(t *testing.T) {
 		if legs := p.taken(); len(legs) != 1 || profileOf(legs[0]) != "reserve" {
 			t.Fatalf("%d legs: %v", len(legs), legs)
 		}
+		// The request's error is logged once its answer is written: the client may read the answer
+		// first.
 		want := "names " + metadata + ":8000 in x-llm-d-reserved-host-port, a link-local address"
-		if !strings.Contains(co.logs.String(), want) {
-			t.Errorf("the log does not say %q:\n%s", want, co.logs.Tail(2000))
+		for deadline := time.Now().Add(5 * time.Second); !strings.Contains(co.logs.String(), want); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the log does not say %q:\n%s", want, co.logs.Tail(2000))
+			}
+			time.Sleep(10 * time.Millisecond) // polling another process's log: there is no event to wait on
 		}
 	})
 
