@@ -149,12 +149,12 @@ func startCluster(t *testing.T, o options) *cluster {
 	cfg.Pools = map[string][]string{}
 	var env []string
 	var bootstrapPort string
+	var prefillIPs []string
 	if o.sglang {
-		free, err := loopback.FreeAddr()
-		if err != nil {
-			t.Fatal(err)
+		for range o.prefill {
+			prefillIPs = append(prefillIPs, fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254)))
 		}
-		_, bootstrapPort, _ = net.SplitHostPort(free)
+		bootstrapPort = sharedPort(t, prefillIPs)
 		env = append(env, kv.SGLangBootstrapPortEnv+"="+bootstrapPort)
 	}
 	for _, r := range roles {
@@ -163,7 +163,7 @@ func startCluster(t *testing.T, o options) *cluster {
 			if o.sglang {
 				extra = append(extra, "--kv-connector", "kv-sglang")
 				if r.role == simworker.RolePrefill {
-					ip := fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(254), rand.IntN(256), 1+rand.IntN(254))
+					ip := prefillIPs[i]
 					extra = append(extra, "--addr", ip+":0", "--bootstrap-addr", net.JoinHostPort(ip, bootstrapPort))
 				}
 			}
@@ -389,4 +389,29 @@ func (c *cluster) awaitInFlight(t *testing.T, backend string) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatalf("no leg in flight on %s", backend)
+}
+
+// sharedPort returns a port every one of ips can listen on, below the ephemeral range (Linux's
+// default starts at 32768), so that no connection of another test takes it as its source port
+// between now and the workers' listening on it (a port from 127.0.0.1:0 could be:
+// "bind: address already in use").
+func sharedPort(t *testing.T, ips []string) string {
+	t.Helper()
+	for range 100 {
+		port := strconv.Itoa(20000 + rand.IntN(12000))
+		free := true
+		for _, ip := range ips {
+			l, err := net.Listen("tcp", net.JoinHostPort(ip, port))
+			if err != nil {
+				free = false
+				break
+			}
+			l.Close()
+		}
+		if free {
+			return port
+		}
+	}
+	t.Fatal("no port below the ephemeral range is free on every prefill address")
+	return ""
 }
