@@ -16,6 +16,10 @@ import (
 var benchFamilies = []struct{ name, real, fixture string }{
 	{"qwen3", "qwen3", "qwen-like"},
 	{"llama3", "llama3_1", "llama-like"},
+	{"deepseek_v3", "deepseek_v3", "qwen-like"},
+	{"gptoss", "gptoss", "qwen-like"},
+	{"gemma3", "gemma3", "sp-gemma-like"},
+	{"llama2", "llama2", "sp-llama-like"},
 }
 
 func benchTokenizer(b *testing.B, family, fixture string) *Tokenizer {

@@ -29,7 +29,8 @@ type vocabEnt struct{ off, n uint32 }
 const absent = ^uint32(0)
 
 // build indexes the vocabulary, then the added tokens over it (an added token's content wins).
-func (v *vocabIndex) build(vocab map[string]int, added map[string]int) error {
+// Entries are stored by the bytes a spells them with.
+func (v *vocabIndex) build(vocab map[string]int, added map[string]int, a alphabet) error {
 	v.seed = maphash.MakeSeed()
 	v.other = map[string]int{}
 	top := -1
@@ -55,20 +56,20 @@ func (v *vocabIndex) build(vocab map[string]int, added map[string]int) error {
 	}
 	arena := make([]byte, 0, size)
 	for tok, id := range vocab {
-		raw, ok := fromByteLevel(tok)
+		raw, ok := a.decode(tok)
 		if !ok {
 			v.other[tok] = id
 			continue
 		}
 		if e := v.byID[id]; e.n != absent {
-			return errAt("model.vocab", "%q and %q share id %d", tok, toByteLevel(string(arena[e.off:e.off+e.n])), id)
+			return errAt("model.vocab", "%q and %q share id %d", tok, a.encode(string(arena[e.off:e.off+e.n])), id)
 		}
 		v.byID[id] = vocabEnt{off: uint32(len(arena)), n: uint32(len(raw))}
 		arena = append(arena, raw...)
 	}
 	byRaw := make(map[string]int, len(added))
 	for tok, id := range added {
-		if raw, ok := fromByteLevel(tok); ok {
+		if raw, ok := a.decode(tok); ok {
 			byRaw[raw] = id
 		}
 	}
@@ -77,7 +78,7 @@ func (v *vocabIndex) build(vocab map[string]int, added map[string]int) error {
 			v.byID[id] = vocabEnt{off: uint32(len(arena)), n: uint32(len(raw))}
 			arena = append(arena, raw...)
 		} else if string(arena[e.off:e.off+e.n]) != raw {
-			return errAt("added_tokens", "%q and vocabulary entry %q share id %d", toByteLevel(raw), toByteLevel(string(arena[e.off:e.off+e.n])), id)
+			return errAt("added_tokens", "%q and vocabulary entry %q share id %d", a.encode(raw), a.encode(string(arena[e.off:e.off+e.n])), id)
 		}
 	}
 	v.arena = string(arena)
@@ -155,7 +156,7 @@ const (
 	noRank   = ^uint32(0)
 )
 
-func (m *mergeTable) build(merges [][]byte, v *vocabIndex) error {
+func (m *mergeTable) build(merges [][]byte, v *vocabIndex, alpha alphabet) error {
 	size := nextPow2(len(merges) + len(merges)/2 + 1)
 	m.slots = make([]mergeSlot, size)
 	for i := range m.slots {
@@ -172,10 +173,10 @@ func (m *mergeTable) build(merges [][]byte, v *vocabIndex) error {
 		}
 		var ids [3]int
 		for k, tok := range [3]string{a, b, a + b} {
-			rb, ok := fromByteLevel(tok)
+			rb, ok := alpha.decode(tok)
 			id, found := v.lookup(rb)
 			if !ok || !found {
-				return errAt(fmt.Sprintf("model.merges[%d]", i), "%q is not in the byte-level vocabulary", tok)
+				return errAt(fmt.Sprintf("model.merges[%d]", i), "%q is not in the vocabulary", tok)
 			}
 			ids[k] = id
 		}
@@ -244,6 +245,9 @@ const smallWord = 48
 
 // merge returns the ids of the word w (at least 2 bytes), in the state's scratch space.
 func (t *Tokenizer) merge(w string, st *state) []int32 {
+	if t.sp != nil {
+		return t.sp.merge(t, w, st)
+	}
 	if t.ignoreMrg {
 		if id, ok := t.vocab.lookup(w); ok {
 			st.ids = append(st.ids[:0], int32(id))
@@ -259,11 +263,16 @@ func (t *Tokenizer) merge(w string, st *state) []int32 {
 // mergeSmall merges by scanning all pairs for the lowest rank each round: O(n²), fastest for
 // the short words that make up nearly all text.
 func (t *Tokenizer) mergeSmall(w string, st *state) []int32 {
-	m := &t.merges
 	ids := st.ids[:0]
 	for i := 0; i < len(w); i++ {
-		ids = append(ids, m.byteID[w[i]])
+		ids = append(ids, t.merges.byteID[w[i]])
 	}
+	return t.mergeSmallIDs(ids, st)
+}
+
+// mergeSmallIDs merges the symbols ids (st.ids's storage) in place.
+func (t *Tokenizer) mergeSmallIDs(ids []int32, st *state) []int32 {
+	m := &t.merges
 	ranks, mer := st.ranks[:0], st.mer[:0]
 	for i := 0; i+1 < len(ids); i++ {
 		r, id := m.get(ids[i], ids[i+1])
@@ -297,11 +306,20 @@ func (t *Tokenizer) mergeSmall(w string, st *state) []int32 {
 // mergeHeap merges with a min-heap of (rank, position) over a linked list of symbols:
 // O(n log n), for long words such as runs of 100k spaces.
 func (t *Tokenizer) mergeHeap(w string, st *state) []int32 {
+	sym := grow(st.sym, len(w))
+	for i := 0; i < len(w); i++ {
+		sym[i] = t.merges.byteID[w[i]]
+	}
+	return t.mergeHeapIDs(sym, st)
+}
+
+// mergeHeapIDs merges the symbols sym (st.sym's storage, at least 2) into st.ids.
+func (t *Tokenizer) mergeHeapIDs(sym []int32, st *state) []int32 {
 	m := &t.merges
-	n := len(w)
-	sym, next, prev := grow(st.sym, n), grow(st.next, n), grow(st.prev, n)
+	n := len(sym)
+	next, prev := grow(st.next, n), grow(st.prev, n)
 	for i := 0; i < n; i++ {
-		sym[i], next[i], prev[i] = m.byteID[w[i]], int32(i+1), int32(i-1)
+		next[i], prev[i] = int32(i+1), int32(i-1)
 	}
 	next[n-1] = -1
 	h := st.heap[:0]

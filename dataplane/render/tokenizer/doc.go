@@ -1,5 +1,6 @@
 // Package tokenizer encodes text into the ids of a Hugging Face tokenizer.json, in process and in
-// pure Go, for byte-level BPE families (Qwen, Llama 3, GPT-2/GPT-4 style).
+// pure Go, for byte-level BPE families (Qwen, Llama 3, DeepSeek-V3, gpt-oss, GPT-2/GPT-4 style)
+// and SentencePiece-style BPE with byte fallback (Llama 2, Mistral, Gemma 3).
 //
 // # Exactness
 //
@@ -10,10 +11,14 @@
 //
 //   - normalizers: NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace (String pattern), Strip,
 //     Sequence, null;
-//   - pre-tokenizers: Split (Regex or String pattern, every behaviour, invert), Digits, Sequence,
-//     then one final ByteLevel (add_prefix_space, use_regex);
-//   - model: BPE over the byte-level alphabet (every byte and every merge result in the
-//     vocabulary), ignore_merges, no dropout, byte_fallback, subword prefix or suffix;
+//   - pre-tokenizers: Split (Regex or String pattern, every behaviour, invert), Digits, Metaspace
+//     (replacement, prepend_scheme; split is ignored, as by the reference), Sequence, then one
+//     final ByteLevel (add_prefix_space, use_regex), or none;
+//   - model: BPE, no dropout, subword prefix or suffix, ignore_merges. With a ByteLevel step the
+//     vocabulary is in the byte-level alphabet (every byte and every merge result in it).
+//     Without one it is spelled in text, SentencePiece style (sentencepiece.go): BPE merges
+//     characters; a character no entry spells becomes its UTF-8 bytes' "<0xXX>" entries
+//     (byte_fallback), else unk_token (once for a run with fuse_unk), else nothing;
 //   - post-processors: ByteLevel, TemplateProcessing (single), Bert/RobertaProcessing, Sequence;
 //   - added tokens (special or not), matched before normalization (normalized: false) or after
 //     it (normalized: true), the longest at each position from the left, lstrip/rstrip.
@@ -44,8 +49,9 @@
 //
 // # Speed
 //
-// The known pre-tokenizer patterns (cl100k-style with \p{N} or \p{N}{1,3}, GPT-2's) are split by
-// hand (split_fast.go), held to the regexp2 general path by a differential test and FuzzSplit
+// The known pre-tokenizer patterns (cl100k-style with \p{N} or \p{N}{1,3}, GPT-2's, o200k's and
+// DeepSeek-V3's three) are split by hand (split_fast.go, split_more.go), held to the regexp2
+// general path by a differential test and FuzzSplit
 // (run it with -fuzzminimizetime 100x: minimizing new inputs for the default 60s stalls the fuzzer).
 // For the cl100k family followed by a plain ByteLevel (Qwen, Llama 3), one loop splits and looks
 // each pre-token up in the word cache with the common cases inlined (encode_cl100k.go). The
@@ -56,5 +62,8 @@
 // copied; added tokens are found with IndexByte when they share their first byte. Merges live in
 // an open-addressing table keyed by the packed id pair; the vocabulary in one string arena with a
 // hash index; scratch buffers in a sync.Pool, so a warmed Encode allocates nothing. Long words
-// (100k spaces) merge with a heap in O(n log n).
+// (100k spaces) merge with a heap in O(n log n). A SentencePiece vocabulary has no pre-tokenizer
+// to make words (Llama 2's and Gemma 3's sections are one pre-token each): the text is cut before
+// each "▁" that follows a character no entry joins to a "▁" (Gemma has one such entry, ">▁</"),
+// which no merge can cross, so that the pieces are words for the cache and merging stays local.
 package tokenizer

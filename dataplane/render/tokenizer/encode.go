@@ -16,6 +16,8 @@ type state struct {
 	secs   []span // sections between added tokens (raw text)
 	subs   []span // sections between added tokens (normalized text)
 	runes  []rune // the general pre-tokenizer path's text
+	meta   []byte // Metaspace's rewritten text
+	first  bool   // the text being encoded is the first section (Metaspace's prepend_scheme "first")
 	ids    []int32
 	ranks  []uint32
 	mer    []int32
@@ -68,11 +70,12 @@ func (t *Tokenizer) EncodeLimited(dst []int, text string, addSpecial bool, c *Se
 	}
 	secs := t.added.sections(st.secs[:0], text, &t.added.raw)
 	st.secs = secs
-	for _, sec := range secs {
+	for i, sec := range secs {
 		s := text[sec.start:sec.end]
 		if s == "" {
 			continue
 		}
+		st.first = i == 0
 		if st.check(len(dst)) {
 			return dst, st.err
 		}
@@ -80,7 +83,7 @@ func (t *Tokenizer) EncodeLimited(dst []int, text string, addSpecial bool, c *Se
 			dst = append(dst, info.id)
 			continue
 		}
-		if c != nil && len(s) >= c.minSegment {
+		if c != nil && len(s) >= c.minSegment && !(st.first && t.firstDiffers) {
 			if ids, ok := c.get(t.serial, s); ok {
 				for _, id := range ids {
 					dst = append(dst, int(id))
@@ -171,24 +174,30 @@ func (t *Tokenizer) encodeSegment(dst []int, s string, normal bool, st *state) [
 // preLevel runs pre-tokenizer step level over s and encodes each piece.
 func (t *Tokenizer) preLevel(dst []int, s string, level int, st *state) []int {
 	if level == len(t.pre) {
+		if t.sp != nil {
+			return t.sp.encode(t, dst, s, st)
+		}
 		return t.byteLevelEncode(dst, s, st)
 	}
 	p := &t.pre[level]
+	if p.meta != nil {
+		return t.preLevel(dst, p.meta.apply(&st.meta, s, st.first), level+1, st)
+	}
 	if p.fast != 0 && p.behavior == isolated && !p.invert {
-		if level+1 == len(t.pre) && !t.byteLvl.addPrefixSpace && !t.byteLvl.useRegex {
+		if level+1 == len(t.pre) && t.byteLvl != nil && !t.byteLvl.addPrefixSpace && !t.byteLvl.useRegex {
 			// The common configuration (Qwen, Llama 3): each match is a word.
 			if p.fast == fastQwen || p.fast == fastLlama {
 				return t.encodeCL100K(dst, s, p.fast == fastLlama, st)
 			}
 			for i := 0; i < len(s) && st.err == nil; {
-				end := p.fast.next(s, i)
+				end := p.fast.next(s, i, p.ext)
 				dst = t.word(dst, s, i, end, st)
 				i = end
 			}
 			return dst
 		}
 		for i := 0; i < len(s) && st.err == nil; {
-			end := p.fast.next(s, i)
+			end := p.fast.next(s, i, p.ext)
 			dst = t.preLevel(dst, s[i:end], level+1, st)
 			i = end
 		}
@@ -211,7 +220,7 @@ func (t *Tokenizer) byteLevelEncode(dst []int, s string, st *state) []int {
 		return t.word(dst, s, 0, len(s), st)
 	}
 	for i := 0; i < len(s) && st.err == nil; {
-		end := fastGPT2JS.next(s, i)
+		end := fastGPT2JS.next(s, i, nil)
 		dst = t.word(dst, s, i, end, st) // the whole text, so that a word's key is read in place
 		i = end
 	}

@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 )
 
-// Tokenizer encodes text into the ids of one Hugging Face tokenizer.json (byte-level BPE).
+// Tokenizer encodes text into the ids of one Hugging Face tokenizer.json: byte-level BPE (GPT-2,
+// Llama 3, Qwen, DeepSeek, gpt-oss) or BPE over characters with byte fallback, SentencePiece
+// style (Llama 2, Mistral, Gemma).
 // It is immutable after Load/New and safe for concurrent use.
 type Tokenizer struct {
 	vocab     vocabIndex
@@ -23,9 +25,12 @@ type Tokenizer struct {
 	norm    []normStep
 	form    *unicodeNorm // the normalizer when it is one Unicode form (NFC for Qwen), else nil
 	pre     []preStep
-	byteLvl byteLevel
+	byteLvl *byteLevel     // the final ByteLevel step; nil for a literal vocabulary (sp)
+	alpha   alphabet       // how the vocabulary spells bytes
+	sp      *sentencePiece // the model of a literal vocabulary, else nil
 
 	prefix, suffix []int  // the post-processor's ids around the encoded text
+	firstDiffers   bool   // a text's first section encodes differently (Metaspace "first")
 	serial         uint64 // tells apart tokenizers sharing a SegmentCache
 
 	scratch sync.Pool // *state
@@ -68,6 +73,8 @@ type rawModel struct {
 	ContinuingSubwordPrefix *string         `json:"continuing_subword_prefix"`
 	EndOfWordSuffix         *string         `json:"end_of_word_suffix"`
 	ByteFallback            bool            `json:"byte_fallback"`
+	UnkToken                *string         `json:"unk_token"`
+	FuseUnk                 bool            `json:"fuse_unk"`
 	IgnoreMerges            bool            `json:"ignore_merges"`
 	Vocab                   json.RawMessage `json:"vocab"`
 	Merges                  json.RawMessage `json:"merges"`
@@ -124,6 +131,12 @@ func New(tokenizerJSON []byte) (*Tokenizer, error) {
 	if t.pre, t.byteLvl, err = parsePreTokenizer(raw.PreTokenizer); err != nil {
 		return nil, err
 	}
+	if t.byteLvl == nil {
+		t.alpha = literalAlphabet
+	}
+	for _, p := range t.pre {
+		t.firstDiffers = t.firstDiffers || p.meta != nil && p.meta.first
+	}
 	if raw.Model == nil {
 		return nil, errAt("model", "missing")
 	}
@@ -149,8 +162,8 @@ func (t *Tokenizer) parseModel(m *rawModel, added []rawAddedToken) error {
 	if m.Dropout != nil && *m.Dropout != 0 {
 		return errAt("model.dropout", "%v is not supported (null only)", *m.Dropout)
 	}
-	if m.ByteFallback {
-		return errAt("model.byte_fallback", "true is not supported (byte-level BPE only)")
+	if m.ByteFallback && t.alpha == byteLevelAlphabet {
+		return errAt("model.byte_fallback", "true is not supported with a ByteLevel pre-tokenizer (byte-level vocabularies spell every byte)")
 	}
 	if m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "" {
 		return errAt("model.continuing_subword_prefix", "%q is not supported (empty or null only)", *m.ContinuingSubwordPrefix)
@@ -180,17 +193,23 @@ func (t *Tokenizer) parseModel(m *rawModel, added []rawAddedToken) error {
 		}
 		addedIDs[a.Content] = *a.ID
 	}
-	if err := t.vocab.build(vocab, addedIDs); err != nil {
+	if err := t.vocab.build(vocab, addedIDs, t.alpha); err != nil {
 		return err
 	}
-	for b := 0; b < 256; b++ {
-		id, ok := t.vocab.lookup(string([]byte{byte(b)}))
-		if !ok {
-			return errAt("model.vocab", "byte 0x%02X (%q) is missing: not a byte-level vocabulary", b, string(byteToRune[b]))
+	if t.alpha == literalAlphabet {
+		if t.sp, err = newSentencePiece(vocab, m, addedIDs); err != nil {
+			return err
 		}
-		t.merges.byteID[b] = int32(id)
+	} else {
+		for b := 0; b < 256; b++ {
+			id, ok := t.vocab.lookup(string([]byte{byte(b)}))
+			if !ok {
+				return errAt("model.vocab", "byte 0x%02X (%q) is missing: not a byte-level vocabulary", b, string(byteToRune[b]))
+			}
+			t.merges.byteID[b] = int32(id)
+		}
 	}
-	if err := t.merges.build(merges, &t.vocab); err != nil {
+	if err := t.merges.build(merges, &t.vocab, t.alpha); err != nil {
 		return err
 	}
 	return t.added.build(added, t.norm)
@@ -321,7 +340,7 @@ func (t *Tokenizer) TokenID(token string) (int, bool) {
 	if id, ok := t.added.byContent[token]; ok {
 		return id, true
 	}
-	if raw, ok := fromByteLevel(token); ok {
+	if raw, ok := t.alpha.decode(token); ok {
 		return t.vocab.lookup(raw)
 	}
 	id, ok := t.vocab.other[token]

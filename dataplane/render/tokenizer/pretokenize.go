@@ -30,11 +30,13 @@ var behaviors = map[string]behavior{
 	"MergedWithNext": mergedWithNext, "Contiguous": contiguous,
 }
 
-// preStep is one pre-tokenizer step before the final ByteLevel one: a Split or Digits.
+// preStep is one pre-tokenizer step before the final ByteLevel one: a Split, Digits or Metaspace.
 type preStep struct {
-	fast     fastKind        // a known pattern, split by hand (exactly as re would)
-	re       *regexp2.Regexp // the general path for Regex patterns
-	lit      string          // a String pattern
+	meta     *metaspace         // Metaspace: the text rewritten, one piece
+	fast     fastKind           // a known pattern, split by hand (exactly as re would)
+	ext      *[classLimit]uint8 // extClass(), for the kinds that need it
+	re       *regexp2.Regexp    // the general path for Regex patterns
+	lit      string             // a String pattern
 	behavior behavior
 	invert   bool
 	digits   bool // Digits: ASCII digits (JS \d) apart from the rest
@@ -54,9 +56,12 @@ const (
 	patternGPT2  = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 )
 
-var knownPatterns = map[string]fastKind{patternQwen: fastQwen, patternLlama: fastLlama, patternGPT2: fastGPT2}
+var knownPatterns = map[string]fastKind{patternQwen: fastQwen, patternLlama: fastLlama, patternGPT2: fastGPT2,
+	patternDigits3: fastDigits3, patternCJK: fastCJK, patternDeepSeek: fastDeepSeek, patternO200K: fastO200K}
 
-func parsePreTokenizer(raw json.RawMessage) ([]preStep, byteLevel, error) {
+// parsePreTokenizer returns the steps before the final ByteLevel step, and that step (nil when
+// there is none: the vocabulary is then spelled in text, SentencePiece style).
+func parsePreTokenizer(raw json.RawMessage) ([]preStep, *byteLevel, error) {
 	var steps []preStep
 	var bl *byteLevel
 	var walk func(path string, raw json.RawMessage) error
@@ -99,6 +104,38 @@ func parsePreTokenizer(raw json.RawMessage) ([]preStep, byteLevel, error) {
 			}
 			bl = &byteLevel{addPrefixSpace: *v.AddPrefixSpace, useRegex: v.UseRegex == nil || *v.UseRegex}
 			return nil
+		case "Metaspace":
+			var v struct {
+				Replacement    *string `json:"replacement"`
+				StrRep         string  `json:"str_rep"`
+				PrependScheme  *string `json:"prepend_scheme"`
+				AddPrefixSpace *bool   `json:"add_prefix_space"`
+			}
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return errAt(path, "%v", err)
+			}
+			m := &metaspace{replacement: "▁"}
+			if v.Replacement != nil {
+				m.replacement = *v.Replacement
+			}
+			if v.StrRep != "" && v.StrRep != m.replacement {
+				return errAt(path+".str_rep", "%q differs from the replacement %q: not supported", v.StrRep, m.replacement)
+			}
+			scheme := "always"
+			if v.PrependScheme != nil {
+				scheme = *v.PrependScheme
+			}
+			switch scheme {
+			case "always":
+			case "first":
+				m.first = true
+			case "never":
+				m.never = true
+			default:
+				return errAt(path+".prepend_scheme", "%q is not one of always, first, never", scheme)
+			}
+			steps = append(steps, preStep{meta: m})
+			return nil
 		case "Digits":
 			var v struct {
 				Individual bool `json:"individual_digits"`
@@ -116,16 +153,13 @@ func parsePreTokenizer(raw json.RawMessage) ([]preStep, byteLevel, error) {
 			steps = append(steps, s)
 			return nil
 		default:
-			return errAt(path+".type", "%q is not supported (Split, ByteLevel, Digits, Sequence only)", typ)
+			return errAt(path+".type", "%q is not supported (Split, ByteLevel, Digits, Metaspace, Sequence only)", typ)
 		}
 	}
 	if err := walk("pre_tokenizer", raw); err != nil {
-		return nil, byteLevel{}, err
+		return nil, nil, err
 	}
-	if bl == nil {
-		return nil, byteLevel{}, errAt("pre_tokenizer", "no ByteLevel step: only byte-level BPE is supported")
-	}
-	return steps, *bl, nil
+	return steps, bl, nil
 }
 
 func parseSplit(path string, raw json.RawMessage) (preStep, error) {
@@ -154,6 +188,12 @@ func parseSplit(path string, raw json.RawMessage) (preStep, error) {
 	case v.Pattern.Regex != nil:
 		p := *v.Pattern.Regex
 		s.fast = knownPatterns[p]
+		if s.fast.gaps() && (b != isolated || v.Invert) {
+			s.fast = 0 // its splitter makes Isolated pieces, not matches
+		}
+		if s.fast >= fastDigits3 {
+			s.ext = extClass()
+		}
 		re, err := compileRegex(p)
 		if err != nil {
 			return preStep{}, errAt(path+".pattern.Regex", "%v", err)
@@ -525,7 +565,7 @@ func (p *preStep) eachMatch(s string, st *state, yield func(span) bool) {
 	switch {
 	case p.fast != 0:
 		for i := 0; i < len(s); {
-			end := p.fast.next(s, i)
+			end := p.fast.next(s, i, p.ext)
 			if !yield(span{i, end}) {
 				return
 			}

