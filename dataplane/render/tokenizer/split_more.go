@@ -91,6 +91,13 @@ func classes(s string, i int, ext *[classLimit]uint8) (k, x uint8, w int) {
 // classes) or wantX (more classes).
 func runEndX(s string, i int, want, wantX uint8, ext *[classLimit]uint8) int {
 	for i < len(s) {
+		if c := s[i]; c < utf8.RuneSelf {
+			if byteClass[c]&want == 0 && ext[c]&wantX == 0 {
+				return i
+			}
+			i++
+			continue
+		}
 		k, x, w := classes(s, i, ext)
 		if k&want == 0 && x&wantX == 0 {
 			return i
@@ -127,6 +134,12 @@ func cjkNext(s string, i int, ext *[classLimit]uint8) int {
 	_, x, w := classes(s, i, ext)
 	in := x&xCJK != 0
 	for i += w; i < len(s); i += w {
+		if s[i] < utf8.RuneSelf { // ASCII: never in the ranges
+			if w = 1; in {
+				return i
+			}
+			continue
+		}
 		if _, x, w = classes(s, i, ext); (x&xCJK != 0) != in {
 			return i
 		}
