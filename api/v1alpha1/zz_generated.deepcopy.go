@@ -13,7 +13,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -630,6 +630,11 @@ func (in *ServerSpec) DeepCopyInto(out *ServerSpec) {
 	}
 	if in.ShutdownTimeout != nil {
 		in, out := &in.ShutdownTimeout, &out.ShutdownTimeout
+		*out = new(v1.Duration)
+		**out = **in
+	}
+	if in.DrainDelay != nil {
+		in, out := &in.DrainDelay, &out.DrainDelay
 		*out = new(v1.Duration)
 		**out = **in
 	}
