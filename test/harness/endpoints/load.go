@@ -112,17 +112,24 @@ func (l *Load) Result() Result {
 
 // WaitServed waits until at least n requests succeeded in all, or ctx ends.
 func (l *Load) WaitServed(ctx context.Context, n int) error {
+	return l.WaitFor(ctx, func(r Result) bool { return r.Served >= n })
+}
+
+// WaitFor waits until done holds for what the load saw, checked after every request that ends,
+// or ctx ends.
+func (l *Load) WaitFor(ctx context.Context, done func(Result) bool) error {
 	for {
 		l.mu.Lock()
-		served, progress := l.served, l.progress
+		progress := l.progress
 		l.mu.Unlock()
-		if served >= n {
+		r := l.Result()
+		if done(r) {
 			return nil
 		}
 		select {
 		case <-progress:
 		case <-ctx.Done():
-			return fmt.Errorf("%d requests served, want %d: %w", served, n, ctx.Err())
+			return fmt.Errorf("%d requests served, %d failed: %w", r.Served, r.Failed, ctx.Err())
 		}
 	}
 }
