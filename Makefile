@@ -22,7 +22,7 @@ all: build
 
 .PHONY: build
 build: ## Build every binary into ./bin.
-	$(GO) build $(GOFLAGS_BUILD) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/... ./test/doubles/simworker/cmd/simworker ./test/doubles/gateway/cmd/gateway ./test/doubles/asyncworker/cmd/asyncworker
+	$(GO) build $(GOFLAGS_BUILD) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/... ./test/doubles/simworker/cmd/simworker ./test/doubles/gateway/cmd/gateway ./test/doubles/asyncworker/cmd/asyncworker ./test/harness/endpoints/cmd/steadyload
 
 ##@ Development
 
