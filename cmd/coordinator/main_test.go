@@ -340,7 +340,8 @@ func idleConn(t *testing.T, addr string) net.Conn {
 // drain delay ends (not before), a exits 0 within drain_delay + shutdown_timeout, and no request
 // of the load fails.
 func TestGracefulTermination(t *testing.T) {
-	const drainDelay, shutdownTimeout = 2 * time.Second, 10 * time.Second
+	// The delay leaves the Service model ample time to drop a (about 200ms) on a loaded machine.
+	const drainDelay, shutdownTimeout = 3 * time.Second, 10 * time.Second
 	w, err := simworker.Start(simworker.Config{Role: simworker.RoleDecode, ITL: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -366,7 +367,7 @@ func TestGracefulTermination(t *testing.T) {
 	if err := load.WaitServed(ctx, 40); err != nil {
 		t.Fatal(err)
 	}
-	stream, started := streamWords(aURL, 150) // ~3s of tokens: past the drain delay
+	stream, started := streamWords(aURL, 200) // ~4s of tokens: past the drain delay
 	<-started
 	idle := idleConn(t, aAddr)
 
@@ -416,8 +417,8 @@ func TestGracefulTermination(t *testing.T) {
 		t.Fatalf("idle connection closed %s after SIGTERM, before the drain delay (%s) ended", closedAfter, drainDelay)
 	}
 
-	if got := <-stream; got != [2]int{150 + 2, 1} { // role chunk, 150 words, finish chunk; then [DONE]
-		t.Fatalf("the stream in flight got %d events, done=%d; want 152 and [DONE]", got[0], got[1])
+	if got := <-stream; got != [2]int{200 + 2, 1} { // role chunk, 200 words, finish chunk; then [DONE]
+		t.Fatalf("the stream in flight got %d events, done=%d; want 202 and [DONE]", got[0], got[1])
 	}
 	if err := <-exited; err != nil {
 		t.Fatalf("exit after a clean drain: %v\n%s", err, aLogs)
