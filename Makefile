@@ -22,7 +22,7 @@ all: build
 
 .PHONY: build
 build: ## Build every binary into ./bin.
-	$(GO) build $(GOFLAGS_BUILD) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/... ./test/doubles/simworker/cmd/simworker ./test/doubles/gateway/cmd/gateway ./test/doubles/asyncworker/cmd/asyncworker
+	$(GO) build $(GOFLAGS_BUILD) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/... ./test/doubles/simworker/cmd/simworker ./test/doubles/gateway/cmd/gateway ./test/doubles/asyncworker/cmd/asyncworker ./test/harness/endpoints/cmd/steadyload
 
 ##@ Development
 
@@ -88,6 +88,10 @@ uninstall: ## Remove the CRD (and every CoordinatorPipeline) from the cluster.
 
 # Where build-installer writes the single-file install.
 INSTALLER ?= dist/install.yaml
+# The manager container's imagePullPolicy in the install (IfNotPresent, as in config/manager and the
+# chart: an IMG tagged latest would otherwise default to Always, which fails for an image imported
+# into the node, e.g. with kind load or ctr images import).
+IMG_PULL_POLICY ?= IfNotPresent
 # OLM channels of the bundle, and the bundle image.
 BUNDLE_CHANNELS ?= candidate
 BUNDLE_DEFAULT_CHANNEL ?= candidate
@@ -98,7 +102,7 @@ PLATFORMS ?= linux/amd64,linux/arm64
 IMAGE_BUILD_ARGS = --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 .PHONY: build-installer
-build-installer: ## Render the whole operator install (CRD, namespace, RBAC, manager, metrics Service) with IMG and COORDINATOR_IMG into $(INSTALLER).
+build-installer: ## Render the whole operator install (CRD, namespace, RBAC, manager, metrics Service) with IMG, IMG_PULL_POLICY and COORDINATOR_IMG into $(INSTALLER).
 	@mkdir -p $(dir $(INSTALLER))
 	@# kustomize edit works on the current directory: edit a copy of config/ (inside the module, so
 	@# that `go tool` finds go.mod) instead of the tracked files.
@@ -106,9 +110,9 @@ build-installer: ## Render the whole operator install (CRD, namespace, RBAC, man
 	cd "$$tmp/config/manager" && \
 	$(KUSTOMIZE) edit set image controller=$(IMG) && \
 	$(KUSTOMIZE) edit add patch --kind Deployment --name controller-manager \
-	  --patch '{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "controller-manager", "namespace": "system"}, "spec": {"template": {"spec": {"containers": [{"name": "manager", "env": [{"name": "RELATED_IMAGE_COORDINATOR", "value": "$(COORDINATOR_IMG)"}]}]}}}}' && \
+	  --patch '{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "controller-manager", "namespace": "system"}, "spec": {"template": {"spec": {"containers": [{"name": "manager", "imagePullPolicy": "$(IMG_PULL_POLICY)", "env": [{"name": "RELATED_IMAGE_COORDINATOR", "value": "$(COORDINATOR_IMG)"}]}]}}}}' && \
 	cd - >/dev/null && $(KUSTOMIZE) build "$$tmp/config/default" > $(INSTALLER)
-	@echo "wrote $(INSTALLER) (operator $(IMG), coordinator $(COORDINATOR_IMG))"
+	@echo "wrote $(INSTALLER) (operator $(IMG), pull policy $(IMG_PULL_POLICY), coordinator $(COORDINATOR_IMG))"
 
 .PHONY: deploy
 deploy: build-installer ## Deploy the operator (IMG) to the cluster of the current kubeconfig.

@@ -507,7 +507,7 @@ type PipelineRevisionStatus struct {
 
 // ServerSpec configures the coordinator's inbound HTTP server. A running coordinator cannot
 // change its listener's timeouts: changing readTimeout or writeTimeout rolls the Deployment, and
-// so does shutdownTimeout (the pods' terminationGracePeriodSeconds follows it), and so does
+// so do shutdownTimeout and drainDelay (the pods' terminationGracePeriodSeconds follows them), and so does
 // setting or removing tls. maxRequestBodySizeMiB is reloaded in place.
 type ServerSpec struct {
 	// readTimeout bounds reading a whole request, body included (server.read_timeout).
@@ -526,13 +526,28 @@ type ServerSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	WriteTimeout *metav1.Duration `json:"writeTimeout,omitempty"`
 
-	// shutdownTimeout bounds the drain of in-flight requests on SIGTERM
-	// (server.shutdown_timeout). The pods' terminationGracePeriodSeconds is set 5s above it, so
-	// changing it rolls the Deployment. Defaults to the data plane's default (25s).
+	// shutdownTimeout bounds the drain of in-flight requests and streams on SIGTERM, after
+	// drainDelay (server.shutdown_timeout): the longest an in-flight request may still run once
+	// the coordinator stops accepting; what runs longer is cut. The pods'
+	// terminationGracePeriodSeconds is drainDelay + shutdownTimeout + 5s, so changing it rolls
+	// the Deployment. Defaults to the data plane's default (25s).
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	ShutdownTimeout *metav1.Duration `json:"shutdownTimeout,omitempty"`
+
+	// drainDelay is how long a terminating coordinator keeps accepting and serving new
+	// connections after SIGTERM (server.drain_delay), its readiness failing and every answer
+	// closing its connection, while the Service's endpoints, kube-proxy and load balancers stop
+	// sending it new ones; then it stops accepting and drains (shutdownTimeout). "0s" disables
+	// it. At most 5m. Defaults to the data plane's default (5s). The pods'
+	// terminationGracePeriodSeconds is drainDelay + shutdownTimeout + 5s, so changing it rolls
+	// the Deployment. Setting it needs a coordinator image of configuration schema 5.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('5m')",message="drainDelay must be at most 5m: every terminating coordinator pod waits that long before it drains"
+	DrainDelay *metav1.Duration `json:"drainDelay,omitempty"`
 
 	// maxRequestBodySizeMiB is the largest accepted request body in MiB
 	// (server.max_request_body_size); larger requests get 413. Defaults to the data plane's
@@ -936,20 +951,24 @@ type CoordinatorPipelineStatus struct {
 	GatewayAddress string `json:"gatewayAddress,omitempty"`
 
 	// replicas is the number of coordinator pods, from the Deployment (the scale subresource's
-	// status path).
+	// status path). Like the other counts it is written as 0 rather than left out, so that the
+	// printed columns show 0.
 	// +optional
-	Replicas int32 `json:"replicas,omitempty"`
+	// +kubebuilder:default=0
+	Replicas int32 `json:"replicas"`
 
 	// updatedReplicas is the number of ready coordinator pods that report (GET /debug/pipeline
 	// on their admin port) serving configRevision, with no setting of it waiting for a restart.
 	// The coordinators reload their configuration in place, so the Deployment cannot tell this;
 	// a pod that cannot be asked is not counted.
 	// +optional
-	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+	// +kubebuilder:default=0
+	UpdatedReplicas int32 `json:"updatedReplicas"`
 
 	// readyReplicas is the number of ready coordinator pods, from the Deployment.
 	// +optional
-	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// +kubebuilder:default=0
+	ReadyReplicas int32 `json:"readyReplicas"`
 
 	// readyFraction is readyReplicas over the desired replicas (spec.replicas), e.g. "2/2".
 	// +optional

@@ -633,6 +633,11 @@ func (in *ServerSpec) DeepCopyInto(out *ServerSpec) {
 		*out = new(v1.Duration)
 		**out = **in
 	}
+	if in.DrainDelay != nil {
+		in, out := &in.DrainDelay, &out.DrainDelay
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.MaxRequestBodySizeMiB != nil {
 		in, out := &in.MaxRequestBodySizeMiB, &out.MaxRequestBodySizeMiB
 		*out = new(int32)

@@ -197,7 +197,7 @@ func run(args []string) int {
 	}
 	log.V(logging.Info).Info("serving", "addr", l.Addr().String(), "revision", p.Revision(), "steps", len(p.Steps()), "watch", *watch,
 		"tracing", cfg.Tracing.Enabled, "tls", opts.TLS != nil, "cert_path", cfg.Server.CertPath)
-	return serve(ctx, srv, l, &holder, log)
+	return serve(ctx, stop, srv, l, &holder, log)
 }
 
 // loaded is a config file as startup read it and the pipeline built from it.
@@ -261,10 +261,15 @@ func checkConfig(path string, applyVerbosity func(*config.Config)) int {
 	return 0
 }
 
-// serve runs until ctx ends (SIGINT/SIGTERM), then drains in-flight requests within the serving
-// configuration's shutdown_timeout. It returns the process exit code: 0 after a clean drain, 1
-// when the drain timed out or serving failed.
-func serve(ctx context.Context, srv *server.Server, l net.Listener, holder *pipeline.Holder, log logr.Logger) int {
+// serve runs until ctx ends (SIGINT/SIGTERM), then shuts down the way a pod behind a Service or
+// a load balancer must (docs/upgrades.md): stop (the signal context's) is called first, so that a
+// second signal ends the process at once; then the server drains for the serving
+// configuration's drain_delay, failing readiness but accepting and serving new connections (each
+// answer closing its connection) while the endpoints stop sending them; then it stops accepting,
+// closes the idle connections and finishes in-flight requests and streams within
+// shutdown_timeout. It returns the process exit code: 0 after a clean drain, 1 when the drain
+// timed out or serving failed.
+func serve(ctx context.Context, stop context.CancelFunc, srv *server.Server, l net.Listener, holder *pipeline.Holder, log logr.Logger) int {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	select {
@@ -276,8 +281,26 @@ func serve(ctx context.Context, srv *server.Server, l net.Listener, holder *pipe
 		return 0
 	case <-ctx.Done():
 	}
-	timeout := holder.Load().Config().Server.ShutdownTimeout.Std()
-	log.V(logging.Info).Info("shutting down: draining in-flight requests", "timeout", timeout.String())
+	stop()
+	settings := holder.Load().Config().Server
+	delay, timeout := settings.Drain(), settings.ShutdownTimeout.Std()
+	srv.Drain()
+	log.V(logging.Info).Info("draining: readiness fails, new connections are still served until the drain delay ends; a second signal exits at once",
+		"drain_delay", delay.String(), "shutdown_timeout", timeout.String())
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case err := <-errc: // the listener failed: nothing left to wait for
+			t.Stop()
+			if err != nil {
+				log.Error(err, "server stopped")
+				return 1
+			}
+			return 0
+		}
+	}
+	log.V(logging.Info).Info("shutting down: no longer accepting; finishing in-flight requests", "timeout", timeout.String())
 	dctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := srv.Shutdown(dctx); err != nil {

@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -12,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +22,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/test/doubles/simworker"
+	"github.com/epd-dev/coordinator/test/harness/endpoints"
 )
 
 var binary string
@@ -244,24 +248,20 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// startBinary runs the coordinator binary on a free port against gateway and waits until ready.
-func startBinary(t *testing.T, gateway string, shutdown time.Duration) (*exec.Cmd, string, *bytes.Buffer) {
+// startBinary runs the coordinator binary on a free port against gateway, with server (YAML
+// flow items added to the server section, e.g. "shutdown_timeout: 5s"), and waits until ready.
+func startBinary(t *testing.T, gateway, server string) (*exec.Cmd, string, *syncBuffer) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	path := writeConfig(t, fmt.Sprintf("server: {listen_addr: %q, shutdown_timeout: %s}\ngateway: {address: %s}\npipeline: {steps: [{type: decode}]}", addr, shutdown, gateway))
+	addr := freeAddr(t)
+	path := writeConfig(t, fmt.Sprintf("server: {listen_addr: %q, metrics_port: 0, %s}\ngateway: {address: %s}\npipeline: {steps: [{type: decode}]}", addr, server, gateway))
 	cmd := exec.Command(binary, "--config", path)
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -271,21 +271,21 @@ func startBinary(t *testing.T, gateway string, shutdown time.Duration) (*exec.Cm
 		if time.Now().After(deadline) {
 			t.Fatalf("coordinator not ready: %s", logs.String())
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	return cmd, "http://" + addr, &logs
+	return cmd, "http://" + addr, logs
 }
 
 // streamWords starts a streamed chat and returns a channel with the number of content chunks read
-// and whether the stream ended with [DONE].
-func streamWords(t *testing.T, url string, words int) (<-chan [2]int, <-chan struct{}) {
+// and whether the stream ended with [DONE], and one closed when the first chunk arrived.
+func streamWords(url string, words int) (<-chan [2]int, <-chan struct{}) {
 	res := make(chan [2]int, 1)
 	started := make(chan struct{})
 	go func() {
+		var once sync.Once
+		defer once.Do(func() { close(started) })
 		body := fmt.Sprintf(`{"model":"sim-model","messages":[{"role":"user","content":"drain"}],"max_tokens":%d,"stream":true}`, words)
 		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
 		if err != nil {
-			close(started)
 			res <- [2]int{0, 0}
 			return
 		}
@@ -295,9 +295,7 @@ func streamWords(t *testing.T, url string, words int) (<-chan [2]int, <-chan str
 		for sc.Scan() {
 			line := sc.Text()
 			if strings.HasPrefix(line, "data: ") {
-				if n == 0 {
-					close(started)
-				}
+				once.Do(func() { close(started) })
 				n++
 				if line == "data: [DONE]" {
 					done = 1
@@ -309,6 +307,141 @@ func streamWords(t *testing.T, url string, words int) (<-chan [2]int, <-chan str
 	return res, started
 }
 
+// idleConn is a kept-alive connection to addr that served one request and is left idle.
+func idleConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: coordinator\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("healthz %d, close %v: want a kept-alive 200", resp.StatusCode, resp.Close)
+	}
+	return c
+}
+
+// TestGracefulTermination is a rolling update's termination of one coordinator, as a pod behind
+// a Service sees it (docs/upgrades.md#graceful-termination): two coordinators a and b behind the
+// loopback Service model of package endpoints (new connections balanced over the ready ones, a
+// backend dropped after two failed readiness probes 100ms apart, kept-alive connections pinned),
+// a steady client load through the Service, and SIGTERM to a. Then a's readiness fails at once,
+// a still accepts and serves new connections during the drain delay (each answer closing its
+// connection), a stream in flight completes, a's idle kept-alive connections are closed when the
+// drain delay ends (not before), a exits 0 within drain_delay + shutdown_timeout, and no request
+// of the load fails.
+func TestGracefulTermination(t *testing.T) {
+	// The delay leaves the Service model ample time to drop a (about 200ms) on a loaded machine.
+	const drainDelay, shutdownTimeout = 3 * time.Second, 10 * time.Second
+	w, err := simworker.Start(simworker.Config{Role: simworker.RoleDecode, ITL: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	settings := fmt.Sprintf("drain_delay: %s, shutdown_timeout: %s", drainDelay, shutdownTimeout)
+	a, aURL, aLogs := startBinary(t, w.URL(), settings)
+	_, bURL, _ := startBinary(t, w.URL(), settings)
+	aAddr, bAddr := strings.TrimPrefix(aURL, "http://"), strings.TrimPrefix(bURL, "http://")
+
+	svc, err := endpoints.NewService(endpoints.Probe{Path: "/readyz", Period: 100 * time.Millisecond, FailureThreshold: 2}, aAddr, bAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := svc.WaitEndpoints(ctx, aAddr, bAddr); err != nil {
+		t.Fatal(err)
+	}
+	load := endpoints.StartLoad(svc.URL(), 4, endpoints.Chat(simworker.DefaultModelName, 3)) // ~40ms a request
+	defer load.Stop()
+	if err := load.WaitServed(ctx, 40); err != nil {
+		t.Fatal(err)
+	}
+	stream, started := streamWords(aURL, 200) // ~4s of tokens: past the drain delay
+	<-started
+	idle := idleConn(t, aAddr)
+
+	signalled := time.Now()
+	if err := a.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- a.Wait() }()
+
+	// Readiness fails at once (the probe's own connection is accepted: the listener is open).
+	for {
+		resp, err := http.Get(aURL + "/readyz")
+		if err != nil {
+			t.Fatalf("readyz refused while draining: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable && string(b) == "draining" {
+			break
+		}
+		if time.Since(signalled) > time.Second {
+			t.Fatalf("readyz still %d %q 1s after SIGTERM", resp.StatusCode, b)
+		}
+	}
+	// A new connection during the drain delay is served, and told to close.
+	resp, err := http.Post(aURL+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"model":"sim-model","max_tokens":2,"messages":[{"role":"user","content":"late"}]}`))
+	if err != nil {
+		t.Fatalf("a new connection during the drain delay: %v", err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if servedIn := time.Since(signalled); resp.StatusCode != http.StatusOK || !resp.Close || servedIn >= drainDelay {
+		t.Fatalf("during the drain delay: HTTP %d, close %v, %s after SIGTERM (delay %s)", resp.StatusCode, resp.Close, servedIn, drainDelay)
+	}
+	if err := svc.WaitEndpoints(ctx, bAddr); err != nil {
+		t.Fatal(err)
+	}
+
+	// The idle kept-alive connection is closed when the drain delay ends, not before.
+	_ = idle.SetReadDeadline(time.Now().Add(drainDelay + shutdownTimeout))
+	if n, err := idle.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
+		t.Fatalf("idle connection: read %d bytes, %v; want EOF", n, err)
+	}
+	if closedAfter := time.Since(signalled); closedAfter < drainDelay {
+		t.Fatalf("idle connection closed %s after SIGTERM, before the drain delay (%s) ended", closedAfter, drainDelay)
+	}
+
+	if got := <-stream; got != [2]int{200 + 2, 1} { // role chunk, 200 words, finish chunk; then [DONE]
+		t.Fatalf("the stream in flight got %d events, done=%d; want 202 and [DONE]", got[0], got[1])
+	}
+	if err := <-exited; err != nil {
+		t.Fatalf("exit after a clean drain: %v\n%s", err, aLogs)
+	}
+	if took := time.Since(signalled); took > drainDelay+shutdownTimeout {
+		t.Fatalf("exited %s after SIGTERM, beyond drain_delay + shutdown_timeout", took)
+	}
+	if !strings.Contains(aLogs.String(), "drained; bye") {
+		t.Fatalf("no clean drain in the log:\n%s", aLogs)
+	}
+
+	// The load goes on through b alone, then counts its failures across the whole termination.
+	if err := load.WaitServed(ctx, load.Result().Served+40); err != nil {
+		t.Fatal(err)
+	}
+	res := load.Stop()
+	if res.Failed != 0 || svc.Refused() != 0 {
+		t.Fatalf("%d of %d requests failed (%d connections found no endpoint):\n%s", res.Failed, res.Failed+res.Served, svc.Refused(),
+			strings.Join(res.Failures, "\n"))
+	}
+	t.Logf("%d requests served through the termination, none failed", res.Served)
+}
+
 func TestGracefulShutdown(t *testing.T) {
 	w, err := simworker.Start(simworker.Config{Role: simworker.RoleDecode, ITL: 20 * time.Millisecond})
 	if err != nil {
@@ -316,30 +449,30 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	defer w.Close()
 
-	t.Run("drains in-flight streams", func(t *testing.T) {
-		cmd, url, logs := startBinary(t, w.URL(), 5*time.Second)
-		res, started := streamWords(t, url, 40) // ~0.8s of tokens
+	t.Run("without a drain delay the listener closes at once", func(t *testing.T) {
+		cmd, url, logs := startBinary(t, w.URL(), "drain_delay: 0s, shutdown_timeout: 5s")
+		res, started := streamWords(url, 40) // ~0.8s of tokens
 		<-started
+		exited := make(chan error, 1)
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(100 * time.Millisecond)
-		if resp, err := http.Get(url + "/readyz"); err == nil {
-			resp.Body.Close()
-			t.Fatalf("new connections accepted while draining (readyz %d)", resp.StatusCode)
-		}
-		got := <-res
-		if err := cmd.Wait(); err != nil {
+		go func() { exited <- cmd.Wait() }()
+		got := <-res // the stream ends before the process exits: the listener closed meanwhile
+		if err := <-exited; err != nil {
 			t.Fatalf("exit after a clean drain: %v\n%s", err, logs)
 		}
-		if got[1] != 1 || got[0] != 40+2 {
+		if got != [2]int{40 + 2, 1} {
 			t.Fatalf("stream cut: %d events, done=%d", got[0], got[1])
+		}
+		if !strings.Contains(logs.String(), `"drain_delay":"0s"`) {
+			t.Fatalf("the drain did not log its delay of 0s:\n%s", logs)
 		}
 	})
 
 	t.Run("drain timeout cuts streams and exits 1", func(t *testing.T) {
-		cmd, url, _ := startBinary(t, w.URL(), 200*time.Millisecond)
-		res, started := streamWords(t, url, 200) // ~4s of tokens
+		cmd, url, _ := startBinary(t, w.URL(), "drain_delay: 0s, shutdown_timeout: 200ms")
+		res, started := streamWords(url, 200) // ~4s of tokens
 		<-started
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		got := <-res
@@ -349,6 +482,30 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 		if got[1] != 0 {
 			t.Fatal("the stream finished although the drain timed out")
+		}
+	})
+
+	t.Run("a second signal ends the drain delay at once", func(t *testing.T) {
+		cmd, url, logs := startBinary(t, w.URL(), "drain_delay: 1h")
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		for { // the first signal was handled: the server drains
+			resp, err := http.Get(url + "/readyz")
+			if err != nil {
+				t.Fatalf("readyz while draining: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				break
+			}
+		}
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		var exit *exec.ExitError
+		if err := cmd.Wait(); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+			t.Fatalf("after a second SIGTERM: %v, want killed by the signal\n%s", err, logs)
 		}
 	})
 }

@@ -98,10 +98,21 @@ func (s *Server) Serve(l net.Listener) error {
 	return conn.Serve(s.http, l, s.tls, s.log)
 }
 
-// Shutdown marks the server as draining (readiness fails), stops accepting connections and waits
-// for in-flight requests, streams included, until ctx ends.
+// Drain starts the drain that precedes Shutdown: from now on /readyz fails ("draining") and
+// every answer closes its connection (Connection: close), so that a client on a kept-alive
+// connection opens a new one, which the endpoints send elsewhere once they drop this server. New
+// connections are still accepted and served until Shutdown: on SIGTERM the endpoints keep
+// sending some for a while (kube-proxy, load balancers).
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// Draining reports whether Drain or Shutdown was called.
+func (s *Server) Draining() bool { return s.draining.Load() }
+
+// Shutdown drains (see Drain), stops accepting connections, closes the idle ones and waits for
+// in-flight requests, streams included, closing each connection when its request ends, until
+// ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.draining.Store(true)
+	s.Drain()
 	return s.http.Shutdown(ctx)
 }
 
@@ -133,6 +144,11 @@ func (s *Server) serve(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		c.Set(ctxExchange, x)
 		c.Response().Header().Set(upstream.RequestIDHeader, x.id)
+		if s.draining.Load() {
+			// net/http closes the connection after this answer: the client's next request opens
+			// a new one, which the endpoints route to a server that is not draining.
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+		}
 		x.settle(c, s.recovered(c, x, next))
 		s.report(c, x)
 		if c.Response().Committed && errors.Is(x.cause, upstream.ErrResponseTruncated) {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"io"
@@ -308,6 +309,67 @@ func TestReadiness(t *testing.T) {
 	h = start(t, jsonAnswer, nil)
 	if resp, b := do(t, "GET", h.url+"/readyz", "", nil); resp.StatusCode != http.StatusOK || string(b) != "ok" {
 		t.Fatalf("readyz %d %s", resp.StatusCode, b)
+	}
+}
+
+// Drain fails readiness at once and keeps serving, every answer closing its connection (the
+// kept-alive ones included), while liveness stays up; Shutdown then refuses new connections.
+func TestDrain(t *testing.T) {
+	h := start(t, jsonAnswer, nil)
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	get := func(path string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, h.url+path, nil)
+		if strings.HasPrefix(path, "/v1/") {
+			req, err = http.NewRequest(http.MethodPost, h.url+path, strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	if resp, _ := get("/v1/chat/completions"); resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("before the drain: %d, close %v", resp.StatusCode, resp.Close)
+	}
+	h.srv.Drain()
+	if !h.srv.Draining() {
+		t.Fatal("Draining() is false after Drain")
+	}
+	tests := []struct {
+		path   string
+		status int
+		body   string
+	}{
+		{path: "/readyz", status: http.StatusServiceUnavailable, body: "draining"},
+		{path: "/healthz", status: http.StatusOK, body: "ok"},
+		{path: "/v1/chat/completions", status: http.StatusOK, body: `{"id":"ok"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.path, func(t *testing.T) {
+			resp, body := get(tc.path)
+			if resp.StatusCode != tc.status || body != tc.body {
+				t.Fatalf("%d %q, want %d %q", resp.StatusCode, body, tc.status, tc.body)
+			}
+			if !resp.Close { // Go's client reads Connection: close into Close (and drops the header)
+				t.Fatalf("answered without Connection: close while draining (%v)", resp.Header)
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.Dial("tcp", h.addr); err == nil {
+		c.Close()
+		t.Fatal("a new connection was accepted after Shutdown")
 	}
 }
 

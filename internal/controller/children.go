@@ -3,6 +3,7 @@ package controller
 import (
 	"maps"
 	"math"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -57,7 +58,8 @@ const (
 	// secretFileMode makes the mounted TLS files readable by the coordinator's group only
 	// (fsGroup nonRootUID).
 	secretFileMode int32 = 0o440
-	// drainMarginSeconds is added to server.shutdown_timeout for terminationGracePeriodSeconds.
+	// drainMarginSeconds is added to server.drain_delay and server.shutdown_timeout for
+	// terminationGracePeriodSeconds.
 	drainMarginSeconds = 5
 	nonRootUID         = 65532
 )
@@ -267,10 +269,13 @@ func containerPorts(cfg config.Config) []corev1.ContainerPort {
 	return ports
 }
 
-// terminationGracePeriodSeconds leaves the coordinator its whole drain (server.shutdown_timeout)
-// plus a margin before the kubelet kills it.
+// terminationGracePeriodSeconds leaves the coordinator its whole termination before the kubelet
+// kills it: the drain delay (server.drain_delay, during which it still accepts new connections),
+// then the drain of in-flight requests and streams (server.shutdown_timeout, the longest one may
+// still run), each rounded up to a second, plus a margin for the exit.
 func terminationGracePeriodSeconds(cfg config.Config) int64 {
-	return int64(math.Ceil(cfg.Server.ShutdownTimeout.Std().Seconds())) + drainMarginSeconds
+	ceil := func(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
+	return ceil(cfg.Server.Drain()) + ceil(cfg.Server.ShutdownTimeout.Std()) + drainMarginSeconds
 }
 
 // spreadConstraints copies the spec's topology spread constraints, giving the ones without a

@@ -136,15 +136,30 @@ func TestDesiredDeployment(t *testing.T) {
 				g.Expect(sc.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
 			},
 		},
-		"termination grace exceeds the default shutdown timeout": {
+		"termination grace covers the default drain delay and shutdown timeout": {
 			check: func(g Gomega, d *appsv1.Deployment) {
-				g.Expect(d.Spec.Template.Spec.TerminationGracePeriodSeconds).To(Equal(ptr.To[int64](25 + 5)))
+				g.Expect(d.Spec.Template.Spec.TerminationGracePeriodSeconds).To(Equal(ptr.To[int64](5 + 25 + 5)))
+				g.Expect(d.Spec.Template.Spec.Containers[0].Lifecycle).To(BeNil(), "the coordinator drains itself: no preStop")
 			},
 		},
 		"termination grace follows shutdownTimeout, rounded up": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.ShutdownTimeout = duration("90.5s") },
 			check: func(g Gomega, d *appsv1.Deployment) {
-				g.Expect(d.Spec.Template.Spec.TerminationGracePeriodSeconds).To(Equal(ptr.To[int64](91 + 5)))
+				g.Expect(d.Spec.Template.Spec.TerminationGracePeriodSeconds).To(Equal(ptr.To[int64](5 + 91 + 5)))
+			},
+		},
+		"termination grace follows drainDelay, rounded up": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Server.DrainDelay, cp.Spec.Server.ShutdownTimeout = duration("12.2s"), duration("1m")
+			},
+			check: func(g Gomega, d *appsv1.Deployment) {
+				g.Expect(d.Spec.Template.Spec.TerminationGracePeriodSeconds).To(Equal(ptr.To[int64](13 + 60 + 5)))
+			},
+		},
+		"no drain delay": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.DrainDelay = duration("0s") },
+			check: func(g Gomega, d *appsv1.Deployment) {
+				g.Expect(d.Spec.Template.Spec.TerminationGracePeriodSeconds).To(Equal(ptr.To[int64](0 + 25 + 5)))
 			},
 		},
 		"operator default image": {
@@ -237,6 +252,11 @@ func TestPodTemplateChangesOnlyForRestartSettings(t *testing.T) {
 		"write timeout": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.WriteTimeout = duration("1h") }, wantRoll: true},
 		// terminationGracePeriodSeconds follows the drain timeout.
 		"shutdown timeout": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.ShutdownTimeout = duration("1m") }, wantRoll: true},
+		"drain delay":      {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.DrainDelay = duration("10s") }, wantRoll: true},
+		// The default, spelled out: the same pod template.
+		"drain delay at its default": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.DrainDelay = duration("5s") }},
+		// The scale subresource's field: more pods of the same template.
+		"replicas": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Replicas = ptr.To[int32](3) }},
 		// TLS: new listeners, and new volumes to mount.
 		"TLS": {mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 			cp.Spec.Server.TLS = &coordinatorv1alpha1.ServerTLSSpec{SecretName: "tls"}

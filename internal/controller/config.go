@@ -50,6 +50,11 @@ func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress st
 	setDuration(&cfg.Server.ReadTimeout, spec.Server.ReadTimeout)
 	setDuration(&cfg.Server.WriteTimeout, spec.Server.WriteTimeout)
 	setDuration(&cfg.Server.ShutdownTimeout, spec.Server.ShutdownTimeout)
+	if d := spec.Server.DrainDelay; d != nil {
+		// Rendered only when set (server.drain_delay needs schema 5): unset, the coordinator
+		// drains for its default.
+		cfg.Server.DrainDelay = ptr.To(config.Duration(d.Duration))
+	}
 	if v := spec.Server.MaxRequestBodySizeMiB; v != nil {
 		cfg.Server.MaxRequestBodySize = int(*v)
 	}

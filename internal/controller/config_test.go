@@ -45,6 +45,10 @@ func TestRenderConfig(t *testing.T) {
 				c.Server.MaxRequestBodySize = 128
 			},
 		},
+		"drain delay": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.DrainDelay = duration("0s") },
+			want:   func(c *config.Config) { c.Server.DrainDelay = ptr.To(config.Duration(0)) },
+		},
 		"tenant header": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.MetricsTenantHeader = "x-team" },
 			want:   func(c *config.Config) { c.Server.MetricsTenantHeader = "x-team" },

@@ -24,11 +24,14 @@ const (
 
 // Defaults of the schema; docs/configuration.md lists them with their environment names.
 const (
-	DefaultLogLevel            = 2
-	DefaultListenAddr          = ":8080"
-	DefaultReadTimeout         = 30 * time.Second
-	DefaultWriteTimeout        = 120 * time.Second
-	DefaultShutdownTimeout     = 25 * time.Second
+	DefaultLogLevel        = 2
+	DefaultListenAddr      = ":8080"
+	DefaultReadTimeout     = 30 * time.Second
+	DefaultWriteTimeout    = 120 * time.Second
+	DefaultShutdownTimeout = 25 * time.Second
+	// DefaultDrainDelay is server.drain_delay: long enough for kube-proxy and load balancers to
+	// stop sending new connections to a terminating pod (about a second on a single node).
+	DefaultDrainDelay          = 5 * time.Second
 	DefaultMaxRequestBodyMiB   = 64
 	DefaultMaxIdleConnsPerHost = 100
 	DefaultIdleConnTimeout     = 90 * time.Second
@@ -142,8 +145,13 @@ type Server struct {
 	ReadTimeout Duration `yaml:"read_timeout" json:"read_timeout"`
 	// WriteTimeout bounds writing a non-streaming response. Streaming responses are exempt.
 	WriteTimeout Duration `yaml:"write_timeout" json:"write_timeout"`
-	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM.
+	// ShutdownTimeout bounds the drain of in-flight requests on SIGTERM, after DrainDelay.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout" json:"shutdown_timeout"`
+	// DrainDelay is how long the coordinator keeps accepting and serving new connections after
+	// SIGTERM, readiness failing and every answer closing its connection, before it stops
+	// accepting and drains (ShutdownTimeout): the time endpoints take to stop sending it new
+	// connections. Nil means DefaultDrainDelay (and is not rendered: schema 5); 0 disables it.
+	DrainDelay *Duration `yaml:"drain_delay,omitempty" json:"drain_delay,omitempty"`
 	// MaxRequestBodySize is the largest accepted request body, in MiB. 0 means the default.
 	MaxRequestBodySize int `yaml:"max_request_body_size" json:"max_request_body_size"`
 	// MetricsPort is the admin listener's port (/metrics, /debug/pipeline). 0 disables it.
@@ -363,6 +371,14 @@ func (g Gateway) MaxResponseBytes() int64 {
 		return DefaultMaxResponseMiB * MiB
 	}
 	return int64(g.MaxResponseSize) * MiB
+}
+
+// Drain is the drain delay: DrainDelay, or DefaultDrainDelay when unset.
+func (s Server) Drain() time.Duration {
+	if s.DrainDelay == nil {
+		return DefaultDrainDelay
+	}
+	return s.DrainDelay.Std()
 }
 
 // ContentBlocks is the most content blocks one Messages request may hold.

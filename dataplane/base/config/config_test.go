@@ -130,7 +130,7 @@ func TestEnvOverrides(t *testing.T) {
 
 func TestEveryKeyHasAnEnvName(t *testing.T) {
 	keys := EnvKeys()
-	want := []string{"log_level", "server.listen_addr", "server.read_timeout", "server.write_timeout", "server.shutdown_timeout",
+	want := []string{"log_level", "server.listen_addr", "server.read_timeout", "server.write_timeout", "server.shutdown_timeout", "server.drain_delay",
 		"server.max_request_body_size", "server.metrics_port", "server.metrics_host", "server.server_timing", "server.trusted_routing_headers",
 		"server.secure_serving", "server.cert_path", "server.tls_min_version", "server.tls_cipher_suites", "server.metrics_cert_dir", "server.metrics_tenant_header",
 		"server.max_content_blocks", "gateway.address", "gateway.max_idle_conns_per_host", "gateway.idle_conn_timeout", "gateway.timeout",
@@ -221,6 +221,8 @@ func TestInvalid(t *testing.T) {
 		"canary same as the pipeline": {yaml: minimal + "canary: {weight_percent: 5, pipeline: {steps: [{type: decode}]}}", key: "canary.pipeline", msg: "is the same as pipeline"},
 		"canary env not a mapping":    {yaml: minimal, env: map[string]string{"COORDINATOR_CANARY": "5"}, key: "canary", msg: "mapping"},
 		"negative content blocks":     {yaml: "server: {max_content_blocks: -1}\n" + minimal, key: "server.max_content_blocks", msg: "between 0"},
+		"negative drain delay":        {yaml: "server: {drain_delay: -1s}\n" + minimal, key: "server.drain_delay", msg: "must not be negative"},
+		"drain delay without unit":    {yaml: "server: {drain_delay: 5}\n" + minimal, key: "server.drain_delay", msg: "with a unit"},
 		"too many content blocks":     {yaml: "server: {max_content_blocks: 1000001}\n" + minimal, key: "server.max_content_blocks", msg: "and 1000000"},
 		"negative event size":         {yaml: "gateway: {address: http://gw, max_event_size: -1}\npipeline: {steps: [{type: decode}]}", key: "gateway.max_event_size", msg: "between 0"},
 		"huge event size":             {yaml: "gateway: {address: http://gw, max_event_size: 1048577}\npipeline: {steps: [{type: decode}]}", key: "gateway.max_event_size", msg: "KiB"},

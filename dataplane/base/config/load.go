@@ -165,6 +165,9 @@ func (c Config) Validate() error {
 			return fieldErr(d.key, "must not be negative, got %s", d.v)
 		}
 	}
+	if d := c.Server.DrainDelay; d != nil && *d < 0 {
+		return fieldErr("server.drain_delay", "must not be negative, got %s", *d)
+	}
 	if c.Server.MaxRequestBodySize < 0 {
 		return fieldErr("server.max_request_body_size", "must not be negative, got %d", c.Server.MaxRequestBodySize)
 	}

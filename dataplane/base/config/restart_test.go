@@ -20,6 +20,7 @@ func TestRestartSettings(t *testing.T) {
 		"server.read_timeout":                   {value: "7s", wantRestart: "server.read_timeout"},
 		"server.write_timeout":                  {value: "7s", wantRestart: "server.write_timeout"},
 		"server.shutdown_timeout":               {value: "7s"},
+		"server.drain_delay":                    {value: "7s"},
 		"server.max_request_body_size":          {value: "7"},
 		"server.metrics_port":                   {value: "9191", wantRestart: "server.metrics_port"},
 		"server.server_timing":                  {value: "true"},

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The coordinator image declares the schema this tree reads.
@@ -24,8 +25,8 @@ func TestImageLabelIsTheSchemaVersion(t *testing.T) {
 // must be added there (and here).
 func TestNeededSchema(t *testing.T) {
 	since := map[string]int{"canary": 2, "server.metrics_tenant_header": 2, "gateway.allowed_hint_networks": 4, "server.max_content_blocks": 4,
-		"gateway.max_event_size": 4, "gateway.retry.max_resume_size": 4, "gateway.retry.max_resume_memory": 4}
-	if len(EnvKeys()) != 48 {
+		"gateway.max_event_size": 4, "gateway.retry.max_resume_size": 4, "gateway.retry.max_resume_memory": 4, "server.drain_delay": 5}
+	if len(EnvKeys()) != 49 {
 		t.Fatalf("%d keys: a new key needs a decision here (and in NeededSchema when it bumps the schema)", len(EnvKeys()))
 	}
 	cfg, err := Parse([]byte(minimal), nil)
@@ -79,6 +80,50 @@ func TestNeededSchema(t *testing.T) {
 		if err != nil || strings.Contains(string(out), key[strings.LastIndexByte(key, '.')+1:]) {
 			t.Errorf("the default of %s is rendered (%v):\n%s", key, err, out)
 		}
+	}
+}
+
+// server.drain_delay is rendered only when set: unset, the coordinator drains for
+// DefaultDrainDelay and the configuration reads on a coordinator of schema 4; set, 0 included
+// (no delay), it is rendered, reads back the same and needs schema 5.
+func TestDrainDelay(t *testing.T) {
+	zero, seven := Duration(0), Duration(7*time.Second)
+	tests := map[string]struct {
+		set      *Duration
+		want     time.Duration
+		rendered string // the rendered line, "" when the key is not rendered
+		needs    int
+		needsKey string
+	}{
+		"unset: the default": {set: nil, want: DefaultDrainDelay, needs: 1},
+		"0s: no delay":       {set: &zero, want: 0, rendered: "drain_delay: 0s", needs: 5, needsKey: "server.drain_delay"},
+		"7s":                 {set: &seven, want: 7 * time.Second, rendered: "drain_delay: 7s", needs: 5, needsKey: "server.drain_delay"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := Parse([]byte(minimal), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.Server.DrainDelay = tc.set
+			if got := cfg.Server.Drain(); got != tc.want {
+				t.Errorf("Drain() = %s, want %s", got, tc.want)
+			}
+			if v, key := cfg.NeededSchema(); v != tc.needs || key != tc.needsKey {
+				t.Errorf("NeededSchema() = %d (%q), want %d (%q)", v, key, tc.needs, tc.needsKey)
+			}
+			out, err := Marshal(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(string(out), "drain_delay"); got != (tc.rendered != "") || tc.rendered != "" && !strings.Contains(string(out), tc.rendered) {
+				t.Fatalf("rendered (want %q):\n%s", tc.rendered, out)
+			}
+			back, err := Parse(out, nil)
+			if err != nil || back.Server.Drain() != tc.want || back.Revision() != cfg.Revision() {
+				t.Fatalf("read back drain %s, revision %s (want %s): %v", back.Server.Drain(), back.Revision(), cfg.Revision(), err)
+			}
+		})
 	}
 }
 

@@ -291,7 +291,8 @@ func lastLines(path string, n int) string {
 
 // CoordinatorConfig is the coordinator config of a benchmark target: listening on listen, with
 // gateway.address the worker itself (one hop, like the raw proxy), warn-level logs and the
-// decode-only or prefill+decode (kv-nixl) pipeline.
+// decode-only or prefill+decode (kv-nixl) pipeline. No Service fronts it: it stops without a
+// drain delay.
 func CoordinatorConfig(listen, worker, target string) string {
 	steps := "[{type: decode}]"
 	if target == TargetPrefillDecode {
@@ -301,6 +302,7 @@ func CoordinatorConfig(listen, worker, target string) string {
 log_level: 1
 server:
   listen_addr: %q
+  drain_delay: 0s
 gateway:
   address: %q
 pipeline:

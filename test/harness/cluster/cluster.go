@@ -381,7 +381,9 @@ func StartCoordinator(ctx context.Context, bin, config, addr string, env []strin
 	// override, so that the operator-rendered file and its revision stay as they are).
 	c.cmd.Env = append(append(os.Environ(), "COORDINATOR_SERVER_LISTEN_ADDR="+addr,
 		"COORDINATOR_SERVER_METRICS_HOST=127.0.0.1", "COORDINATOR_SERVER_METRICS_PORT="+adminPort,
-		"COORDINATOR_GATEWAY_ALLOWED_HINT_NETWORKS=[127.0.0.0/8]"), env...)
+		"COORDINATOR_GATEWAY_ALLOWED_HINT_NETWORKS=[127.0.0.0/8]",
+		// No endpoints to converge on loopback: Stop drains at once.
+		"COORDINATOR_SERVER_DRAIN_DELAY=0s"), env...)
 	c.cmd.Stdout = io.MultiWriter(c.out, orDiscard(logs))
 	c.cmd.Stderr = c.cmd.Stdout
 	if err := c.cmd.Start(); err != nil {
