@@ -230,6 +230,9 @@ func wsMatch(s string, i int) int {
 //	|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
 //	|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
 func o200kNext(s string, i int, ext *[classLimit]uint8) int {
+	if end := o200kASCII(s, i); end > 0 {
+		return end
+	}
 	c0 := s[i]
 	k, _, w := classes(s, i, ext)
 	prefix := c0 != '\r' && c0 != '\n' && k&(clsL|clsN) == 0 && i+w < len(s)
@@ -367,4 +370,29 @@ func (t *Tokenizer) encodeDeepSeek(dst []int, s string, ext *[classLimit]uint8, 
 // isDeepSeek reports whether steps are DeepSeek-V3's three Split steps, by hand and Isolated.
 func isDeepSeek(steps []preStep) bool {
 	return len(steps) == 3 && steps[0].fast == fastDigits3 && steps[1].fast == fastCJK && steps[2].fast == fastDeepSeek
+}
+
+// o200kASCII is o200kNext for a word of ASCII letters (after an optional ASCII prefix
+// character) that ends at an ASCII byte: uppercase then lowercase letters (U*W+), or uppercase
+// only (U+). It returns 0 when the general path must decide.
+func o200kASCII(s string, i int) int {
+	j := i
+	if c := s[i]; !asciiLetter(c) {
+		if c >= utf8.RuneSelf || c == '\r' || c == '\n' || c >= '0' && c <= '9' || i+1 == len(s) || !asciiLetter(s[i+1]) {
+			return 0
+		}
+		j++
+	}
+	u := j
+	for u < len(s) && s[u] >= 'A' && s[u] <= 'Z' {
+		u++
+	}
+	w := u
+	for w < len(s) && s[w] >= 'a' && s[w] <= 'z' {
+		w++
+	}
+	if w < len(s) && s[w] >= utf8.RuneSelf {
+		return 0 // the word may go on
+	}
+	return withContraction(s, w)
 }
