@@ -1,8 +1,9 @@
 // Package chattemplate renders a model's chat template exactly as Hugging Face transformers'
 // apply_chat_template does (Jinja2 with trim_blocks and lstrip_blocks, HF's tojson,
 // raise_exception and strftime_now), so that the coordinator can tokenize chat requests in
-// process. test/suites/renderref checks it, with dataplane/render/tokenizer, against transformers.js on a
-// corpus; Load fails on any template construct the engine cannot run (see probe.go).
+// process. test/suites/renderref checks its text against Python's Jinja2 (as transformers runs it)
+// on a corpus, over the templates of six model families; Load fails on any template construct
+// the engine cannot run (see probe.go).
 //
 // # Engine
 //
@@ -30,9 +31,13 @@
 //     Jinja2's whitespace control and Python's unescaping itself and hands the engine literals.
 //   - Unknown filters, tests and methods fail only when a render reaches them: Load renders
 //     probe conversations.
+//   - It never fails on operand types where Python raises a TypeError: strict.go makes a printed
+//     concatenation's operands and the right side of "in" pass Python's checks.
 //
 // Known differences from Python that remain: the engine's string methods without arguments
 // follow Go at the edges (lstrip() and rstrip() strip only space, tab, CR and LF; strip() and
 // split() miss U+001C..U+001F); printing None gives "" (Python: "None"); integers beyond int64
-// become floats; dict() and namespace() keyword arguments lose their order.
+// become floats; dict() and namespace() keyword arguments lose their order; operators other than a
+// printed concatenation's '+' and "in" keep the engine's lenient typing ("a" + 1 in a {% set %}
+// gives "a1" where Python raises).
 package chattemplate

@@ -23,6 +23,8 @@ import (
 //     copied by every '+' after it.
 //   - Filter overrides: the engine resolves filters among its built-ins first and has no API to
 //     replace one, so "| tojson" and "| trim" are renamed to variables holding HF's versions.
+//   - Python's operand types where templates rely on them: a printed concatenation's operands
+//     must be strings and the right side of "in" a container (strict.go).
 //
 // Tags are delimited as the engine does (quotes hide a closer; braces are not balanced), so what
 // it parses is what was whitespace-processed here.
@@ -42,14 +44,20 @@ func prepare(src string) string {
 				emit = `{{ "` + quoteEscaper.Replace(s.text) + `" }}`
 			}
 		case segVar:
-			expr := rewriteTag(s.text)
+			expr := strictIn(rewriteTag(s.text), false)
 			if parts := splitConcat(expr); parts != nil {
+				for i, p := range parts[1:] {
+					if p[0] != '"' || literalEnd(p, 0) != len(p)-1 {
+						parts[i+1] = "__hf_cat(" + p + ")" // strict.go
+					}
+				}
 				emit = "{{ " + strings.Join(parts, " }}{{ ") + " }}"
 			} else {
 				emit = "{{ " + expr + " }}"
 			}
 		case segBlock:
-			emit = "{% " + rewriteTag(s.text) + " %}"
+			fields := strings.Fields(s.text)
+			emit = "{% " + strictIn(rewriteTag(s.text), len(fields) > 0 && fields[0] == "for") + " %}"
 		}
 		out.WriteString(emit)
 		// Keep the engine's line numbers (in its errors) those of the original source.

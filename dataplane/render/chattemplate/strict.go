@@ -1,0 +1,186 @@
+package chattemplate
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ardanlabs/jinja"
+)
+
+// The engine never fails on operand types: "x" + {...} prints the dict, and "x" in None is false.
+// Jinja2 raises a TypeError for both, so Hugging Face refuses the conversation (DeepSeek-V3's
+// template concatenates a tool call's arguments, which must then be a string; gpt-oss's and
+// Qwen3's test "..." in message.content, which fails on a null content). prepare makes the
+// engine check as Python does where templates rely on it:
+//
+//   - Printed concatenations that splitConcat splits ({{ "lit" + a + b }}): every operand after
+//     the literal must be a string, as Python's str + requires; each is passed through __hf_cat.
+//   - The right operand of "in" and "not in" must be a container (a string, a list or a dict)
+//     or undefined (Jinja2's Undefined iterates as empty): it is passed through __hf_in. The
+//     "in" of a for tag is the loop's, not the operator.
+//
+// Other operators keep the engine's lenient typing. A failed check is a *typeError: the
+// conversation's shape, which Load's probes accept as they accept a raise_exception.
+
+// typeError is the TypeError Jinja2 raises on these operands.
+type typeError struct{ msg string }
+
+func (e *typeError) Error() string { return "TypeError: " + e.msg }
+
+// strictHelpers are the variables prepare's rewrites call, bound by Render.
+var strictHelpers = map[string]jinja.Value{
+	"__hf_cat": jinja.NewCallable("__hf_cat", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 1 || !args[0].IsString() {
+			return jinja.Undefined(), &typeError{fmt.Sprintf("can only concatenate str (not %q) to str", pyTypeName(args))}
+		}
+		return args[0], nil
+	}),
+	"__hf_in": jinja.NewCallable("__hf_in", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 1 || !(args[0].IsString() || args[0].IsList() || args[0].IsDict() || args[0].IsUndefined()) {
+			return jinja.Undefined(), &typeError{fmt.Sprintf("argument of type %q is not iterable (operator in)", pyTypeName(args))}
+		}
+		return args[0], nil
+	}),
+}
+
+// pyTypeName is Python's name of the type of the single argument.
+func pyTypeName(args []jinja.Value) string {
+	if len(args) != 1 {
+		return "arguments"
+	}
+	switch v := args[0]; {
+	case v.IsUndefined():
+		return "Undefined"
+	case v.IsNone():
+		return "NoneType"
+	case v.IsBool():
+		return "bool"
+	case v.IsInt():
+		return "int"
+	case v.IsFloat():
+		return "float"
+	case v.IsString():
+		return "str"
+	case v.IsList():
+		return "list"
+	case v.IsDict():
+		return "dict"
+	}
+	return "object"
+}
+
+// strictIn wraps the right operand of every "in" / "not in" operator of a tag's expression
+// (rewriteTag's output: double-quoted literals) in __hf_in(...). forTag says the tag is a for
+// tag, whose first "in" is the loop's. An operand it cannot delimit is left as it is.
+func strictIn(expr string, forTag bool) string {
+	var out strings.Builder
+	skipFirst := forTag
+	for i := 0; i < len(expr); i++ {
+		c := expr[i]
+		switch {
+		case c == '"':
+			j := literalEnd(expr, i)
+			if j < 0 {
+				out.WriteString(expr[i:])
+				return out.String()
+			}
+			out.WriteString(expr[i : j+1])
+			i = j
+		case isIdent(c):
+			j := i
+			for j < len(expr) && isIdent(expr[j]) {
+				j++
+			}
+			word, attr := expr[i:j], i > 0 && expr[i-1] == '.'
+			out.WriteString(word)
+			i = j - 1
+			if word != "in" || attr {
+				continue
+			}
+			if skipFirst {
+				skipFirst = false
+				continue
+			}
+			k := j
+			for k < len(expr) && (expr[k] == ' ' || expr[k] == '\t' || expr[k] == '\n') {
+				k++
+			}
+			end := operandEnd(expr, k)
+			if end <= k {
+				continue
+			}
+			out.WriteString(expr[j:k])
+			out.WriteString("__hf_in(")
+			out.WriteString(strictIn(expr[k:end], false))
+			out.WriteString(")")
+			i = end - 1
+		default:
+			out.WriteByte(c)
+		}
+	}
+	return out.String()
+}
+
+// operandEnd is the end of the postfix expression starting at s[i]: a name or a parenthesized
+// group, then any .name, [...] and (...) after it; i when there is none there (a literal, say).
+func operandEnd(s string, i int) int {
+	j := i
+	switch {
+	case j < len(s) && s[j] == '(':
+		if j = groupEnd(s, j); j < 0 {
+			return i
+		}
+	case j < len(s) && isIdent(s[j]) && !(s[j] >= '0' && s[j] <= '9'):
+		for j < len(s) && isIdent(s[j]) {
+			j++
+		}
+		if w := s[i:j]; w == "not" || w == "none" || w == "None" || w == "true" || w == "false" || w == "True" || w == "False" {
+			return i
+		}
+	default:
+		return i
+	}
+	for j < len(s) {
+		switch s[j] {
+		case '.':
+			k := j + 1
+			for k < len(s) && isIdent(s[k]) {
+				k++
+			}
+			if k == j+1 {
+				return j
+			}
+			j = k
+		case '[', '(':
+			k := groupEnd(s, j)
+			if k < 0 {
+				return i
+			}
+			j = k
+		default:
+			return j
+		}
+	}
+	return j
+}
+
+// groupEnd is the index after the bracket closing the one at s[i], or -1.
+func groupEnd(s string, i int) int {
+	depth := 0
+	for j := i; j < len(s); j++ {
+		switch s[j] {
+		case '"':
+			if j = literalEnd(s, j); j < 0 {
+				return -1
+			}
+		case '(', '[', '{':
+			depth++
+		case ')', ']', '}':
+			depth--
+			if depth == 0 {
+				return j + 1
+			}
+		}
+	}
+	return -1
+}

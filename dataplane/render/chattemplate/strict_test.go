@@ -1,0 +1,62 @@
+package chattemplate
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestStrictIn(t *testing.T) {
+	for _, tc := range []struct {
+		expr  string
+		isFor bool
+		want  string
+	}{
+		{`"x" in message.content`, false, `"x" in __hf_in(message.content)`},
+		{`"a" in m["k"].v[0] or b not in (c or [])`, false, `"a" in __hf_in(m["k"].v[0]) or b not in __hf_in((c or []))`},
+		{`for m in messages if "x" in m`, true, `for m in messages if "x" in __hf_in(m)`},
+		{`x in [1, 2]`, false, `x in [1, 2]`}, // a literal list is a container
+		{`"in" + x.in`, false, `"in" + x.in`}, // inside a literal, an attribute
+		{`x in "abc"`, false, `x in "abc"`},
+	} {
+		if got := strictIn(tc.expr, tc.isFor); got != tc.want {
+			t.Errorf("strictIn(%q, %t) = %q, want %q", tc.expr, tc.isFor, got, tc.want)
+		}
+	}
+}
+
+// TestStrictTypes renders what Jinja2 refuses with a TypeError: the engine must fail too (not
+// with a TemplateError: the template did not raise), and accept what Jinja2 accepts.
+func TestStrictTypes(t *testing.T) {
+	for _, tc := range []struct {
+		name, template, messages string
+		want                     string // "" for an error naming wantErr
+		wantErr                  string
+	}{
+		{"concat dict", `{{ "a" + (messages[0].args if messages[0].args is defined else "") + "b" }}`, `[{"args": {"k": 1}}]`, "", `can only concatenate str (not "dict") to str`},
+		{"concat none", `{{ "a" + messages[0].content }}`, `[{"content": null}]`, "", `not "NoneType"`},
+		{"concat strings", `{{ "a" + messages[0].content + "b" }}`, `[{"content": "x"}]`, "axb", ""},
+		{"in none", `{% if "x" in messages[0].content %}y{% endif %}`, `[{"content": null}]`, "", `argument of type "NoneType" is not iterable`},
+		{"not in int", `{% if "x" not in messages[0].n %}y{% endif %}`, `[{"n": 3}]`, "", `argument of type "int" is not iterable`},
+		{"in string", `{% if "x" in messages[0].content %}y{% endif %}`, `[{"content": "axb"}]`, "y", ""},
+		{"in dict", `{{ "content" in messages[0] }}`, `[{"content": null}]`, "True", ""},
+		{"in undefined", `{{ "x" in messages[0].missing }}`, `[{"content": ""}]`, "False", ""},
+		{"for loop", `{% for m in messages %}{{ m.content }}{% endfor %}`, `[{"content": "a"}, {"content": "b"}]`, "ab", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := loadInline(t, tc.template).Render(json.RawMessage(tc.messages), Options{})
+			var te *TemplateError
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("Render: %v", err)
+			case tc.wantErr == "" && got != tc.want:
+				t.Fatalf("Render = %q, want %q", got, tc.want)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("Render = %q, %v; want an error containing %q", got, err, tc.wantErr)
+			case errors.As(err, &te):
+				t.Fatalf("Render: %v is a TemplateError (a raise_exception), want a render error", err)
+			}
+		})
+	}
+}
