@@ -21,7 +21,7 @@ import (
 // Categories every case is tagged with; exact_test.go requires each of its family's.
 var (
 	textCategories = []string{"unicode", "cjk", "emoji", "code", "whitespace", "contractions", "numbers", "special_lookalike"}
-	chatOnly       = []string{"system", "multiturn", "tools", "reasoning", "empty", "long"}
+	chatOnly       = []string{"system", "multiturn", "tools", "toolcalls", "reasoning", "kwargs", "empty", "long"}
 	promptOnly     = []string{"empty", "long"}
 )
 
@@ -99,12 +99,38 @@ type chatCase struct {
 }
 
 type message struct {
-	Role             string     `json:"role"`
-	Content          string     `json:"content"`
-	ReasoningContent *string    `json:"reasoning_content,omitempty"`
-	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
-	ToolCallID       string     `json:"tool_call_id,omitempty"`
-	Name             string     `json:"name,omitempty"`
+	Role        string
+	Content     string
+	NullContent bool    // content is JSON null (an assistant turn that only calls tools)
+	Reasoning   *string // reasoning_content (Qwen3's field; vLLM's)
+	Thinking    *string // thinking (gpt-oss's field)
+	ToolCalls   []toolCall
+	ToolCallID  string
+	Name        string
+}
+
+// MarshalJSON writes the message in Hugging Face's chat format, fields in a fixed order.
+func (m message) MarshalJSON() ([]byte, error) {
+	o := obj{{"role", m.Role}, {"content", m.Content}}
+	if m.NullContent {
+		o[1].v = nil
+	}
+	if m.Reasoning != nil {
+		o = append(o, kv{"reasoning_content", *m.Reasoning})
+	}
+	if m.Thinking != nil {
+		o = append(o, kv{"thinking", *m.Thinking})
+	}
+	if len(m.ToolCalls) > 0 {
+		o = append(o, kv{"tool_calls", m.ToolCalls})
+	}
+	if m.ToolCallID != "" {
+		o = append(o, kv{"tool_call_id", m.ToolCallID})
+	}
+	if m.Name != "" {
+		o = append(o, kv{"name", m.Name})
+	}
+	return o.MarshalJSON()
 }
 
 type toolCall struct {
@@ -207,6 +233,9 @@ var pools = map[string][]string{
 		"<|eot_id", "|>", "<||>", "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
 		"<|reserved_special_token_5|>", "<|finetune_right_pad_id|>", "<|vision_start|>", "<｜end▁of▁sentence｜>",
 		"[INST]", "<s>", "</s>", "<|IM_START|>", "<|im_start|><|im_start|>", "<<|im_end|>>", "<|python_tag|>", "<|eom_id|>",
+		"<|start|>assistant<|channel|>final<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|channel|>commentary",
+		"<start_of_turn>user\n", "<end_of_turn>", "<bos>", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
+		"<｜User｜>", "<｜Assistant｜>", "<｜tool▁calls▁begin｜>", "<｜begin▁of▁sentence｜>",
 	},
 }
 
@@ -392,6 +421,13 @@ func (g *gen) chatCase(cat string, i int) chatCase {
 		}
 	case "tools":
 		c.Messages, c.Tools = g.toolConversation(textCat)
+	case "toolcalls":
+		c.Messages, c.Tools = g.toolCallConversation(textCat)
+		if c.Messages[len(c.Messages)-1].Role == "assistant" {
+			c.AddGenerationPrompt = false
+		}
+	case "kwargs":
+		c.Messages, c.Tools, c.Kwargs = g.kwargsConversation(textCat)
 	case "reasoning":
 		c.Messages = g.reasoningConversation(textCat)
 		if c.Messages[len(c.Messages)-1].Role == "assistant" {
@@ -425,9 +461,9 @@ func (g *gen) chatCase(cat string, i int) chatCase {
 		m.Content = chatSafe(m.Content)
 		if m.Role == "assistant" {
 			m.Content = thinkSafe(m.Content)
-			if m.ReasoningContent != nil {
-				r := thinkSafe(*m.ReasoningContent)
-				m.ReasoningContent = &r
+			if m.Reasoning != nil {
+				r := thinkSafe(*m.Reasoning)
+				m.Reasoning = &r
 			}
 		}
 	}
@@ -447,14 +483,16 @@ func chatTags(cat string, c chatCase) []string {
 	for _, m := range c.Messages {
 		add("system", m.Role == "system")
 		add("tools", len(m.ToolCalls) > 0 || m.Role == "tool")
-		add("reasoning", m.ReasoningContent != nil || strings.Contains(m.Content, "</think>"))
-		add("empty", m.Content == "")
+		add("reasoning", m.Reasoning != nil || m.Thinking != nil || strings.Contains(m.Content, "</think>"))
+		add("toolcalls", len(m.ToolCalls) > 0)
+		add("empty", m.Content == "" && !m.NullContent)
 		add("long", len(m.Content) >= 15000)
 		if m.Role == "user" {
 			users++
 		}
 	}
 	add("tools", len(c.Tools) > 0)
+	add("kwargs", len(c.Kwargs) > 0)
 	add("multiturn", users >= 4)
 	return tags
 }
@@ -502,7 +540,26 @@ func (g *gen) toolDefs() []obj {
 		}}, {"required", []string{"language", "code"}}}},
 	}}}
 	noArgs := obj{{"type", "function"}, {"function", obj{{"name", "get_time"}, {"description", "现在几点？ 🕐"}, {"parameters", obj{{"type", "object"}, {"properties", obj{}}}}}}}
-	all := []obj{weather, search, code, noArgs}
+	// plan exercises gpt-oss's TypeScript rendering of schemas: arrays by item type, nullable,
+	// a list of types, oneOf, enum with a default, nested objects.
+	plan := obj{{"type", "function"}, {"function", obj{
+		{"name", "plan_trip"},
+		{"description", "Plan a trip with stops"},
+		{"parameters", obj{{"type", "object"}, {"properties", obj{
+			{"stops", obj{{"type", "array"}, {"items", obj{{"type", "string"}}}, {"description", "Cities, in order"}}},
+			{"budgets", obj{{"type", "array"}, {"items", obj{{"type", "number"}}}, {"nullable", true}}},
+			{"legs", obj{{"type", "array"}, {"items", obj{{"type", "object"}, {"properties", obj{
+				{"from", obj{{"type", "string"}}}, {"to", obj{{"type", "string"}}}, {"nights", obj{{"type", "integer"}}}}},
+				{"required", []string{"from"}}}}}},
+			{"mode", obj{{"type", "string"}, {"enum", []string{"train", "plane", "car"}}, {"default", "train"}}},
+			{"note", obj{{"type", []string{"string", "null"}}}},
+			{"when", obj{{"oneOf", []obj{{{"type", "string"}, {"description", "ISO date"}}, {{"type", "integer"}}}}, {"default", "soon"}}},
+			{"flexible", obj{{"type", "boolean"}, {"default", false}}},
+			{"tags", obj{{"type", "array"}}},
+			{"extra", obj{{"type", "object"}}},
+		}}, {"required", []string{"stops", "mode"}}}},
+	}}}
+	all := []obj{weather, search, code, noArgs, plan}
 	g.r.Shuffle(len(all), func(a, b int) { all[a], all[b] = all[b], all[a] })
 	return all[:1+g.r.IntN(len(all))]
 }
@@ -558,13 +615,13 @@ func (g *gen) toolConversation(textCat string) ([]message, []obj) {
 		}
 		if g.chance(0.3) {
 			r := "I should call a tool.\n"
-			call.ReasoningContent = &r
+			call.Reasoning = &r
 		}
 		n := 1 + g.r.IntN(3)
 		for k := range n {
-			tc := toolCall{ID: fmt.Sprintf("call_%d_%d", round, k), Type: "function"}
+			tc := toolCall{ID: callID(round, k), Type: "function"}
 			tc.Function.Name = toolName(tools[g.r.IntN(len(tools))])
-			if g.chance(0.2) {
+			if g.chance(0.06) {
 				tc.Function.Arguments = string(mustJSON(g.toolArgs(textCat))) // already a JSON string
 			} else {
 				tc.Function.Arguments = g.toolArgs(textCat)
@@ -574,7 +631,7 @@ func (g *gen) toolConversation(textCat string) ([]message, []obj) {
 		msgs = append(msgs, call)
 		for k := range n {
 			content := g.pick([]string{`{"temp": 21.5, "unit": "celsius"}`, "No results.", g.text(textCat), "<tool_response>nested</tool_response>"})
-			msgs = append(msgs, message{Role: "tool", Content: content, ToolCallID: fmt.Sprintf("call_%d_%d", round, k), Name: "tool"})
+			msgs = append(msgs, message{Role: "tool", Content: content, ToolCallID: callID(round, k), Name: "tool"})
 		}
 		if g.chance(0.4) {
 			msgs = append(msgs, message{Role: "user", Content: "<tool_response>\n" + g.text(textCat) + "\n</tool_response>"})
@@ -595,7 +652,11 @@ func (g *gen) reasoningConversation(textCat string) []message {
 	for range 1 + g.r.IntN(3) {
 		switch g.r.IntN(3) {
 		case 0:
-			msgs = append(msgs, message{Role: "assistant", Content: g.text(textCat), ReasoningContent: reason()})
+			m := message{Role: "assistant", Content: g.text(textCat), Reasoning: reason()}
+			if g.chance(0.5) {
+				m.Thinking = m.Reasoning // gpt-oss reads "thinking"
+			}
+			msgs = append(msgs, m)
 		case 1:
 			msgs = append(msgs, message{Role: "assistant", Content: "<think>\n" + g.text(textCat) + "\n</think>\n\n" + g.text(textCat)})
 		default:
@@ -606,9 +667,90 @@ func (g *gen) reasoningConversation(textCat string) []message {
 		}
 	}
 	if msgs[len(msgs)-1].Role == "user" && g.chance(0.3) {
-		msgs = append(msgs, message{Role: "assistant", Content: g.text(textCat), ReasoningContent: reason()})
+		r := reason()
+		msgs = append(msgs, message{Role: "assistant", Content: g.text(textCat), Reasoning: r, Thinking: r})
 	}
 	return msgs
+}
+
+// callID is a tool call's id: nine characters, as Mistral's template requires.
+func callID(round, k int) string { return fmt.Sprintf("call%02dx%02d", round, k) }
+
+// toolCallConversation is a conversation of tool calls one at a time, in each shape the templates
+// tell apart: content null (DeepSeek-V3 renders its tool-call block only then, and wants the
+// arguments as a JSON string), empty or text (gpt-oss renders it as the analysis), thinking
+// beside it or not, the tool's answers, and a final answer or not.
+func (g *gen) toolCallConversation(textCat string) ([]message, []obj) {
+	tools := g.toolDefs()
+	var msgs []message
+	if g.chance(0.5) {
+		msgs = append(msgs, message{Role: g.pick([]string{"system", "system", "developer"}), Content: g.text(textCat)})
+	}
+	msgs = append(msgs, message{Role: "user", Content: g.text(textCat)})
+	for round := range 1 + g.r.IntN(3) {
+		call := message{Role: "assistant"}
+		switch g.r.IntN(4) {
+		case 0, 1:
+			call.NullContent = true
+		case 2:
+			call.Content = g.text(textCat)
+		}
+		if g.chance(0.3) {
+			r := "Need the tool: " + g.text(textCat)
+			call.Thinking = &r
+		}
+		tc := toolCall{ID: callID(round, 0), Type: "function"}
+		tc.Function.Name = toolName(tools[g.r.IntN(len(tools))])
+		tc.Function.Arguments = g.toolArgs(textCat)
+		if call.NullContent && g.chance(0.3) {
+			tc.Function.Arguments = string(mustJSON(g.toolArgs(textCat)))
+		}
+		call.ToolCalls = []toolCall{tc}
+		msgs = append(msgs, call, message{Role: "tool", Content: g.pick([]string{`{"temp": 21.5}`, "No results.", g.text(textCat)}), ToolCallID: tc.ID})
+	}
+	if g.chance(0.6) {
+		msgs = append(msgs, message{Role: "assistant", Content: g.text(textCat)})
+		if g.chance(0.5) {
+			msgs = append(msgs, message{Role: "user", Content: g.text(textCat)})
+		}
+	}
+	return msgs, tools
+}
+
+// kwargsConversation is a short conversation rendered with chat-template kwargs the families'
+// templates read: enable_thinking (Qwen3), reasoning_effort, builtin_tools and model_identity
+// (gpt-oss), thinking (DeepSeek's later templates).
+func (g *gen) kwargsConversation(textCat string) ([]message, []obj, map[string]any) {
+	var msgs []message
+	if g.chance(0.4) {
+		msgs = append(msgs, message{Role: "system", Content: g.text(textCat)})
+	}
+	msgs = append(msgs, message{Role: "user", Content: g.text(textCat)})
+	if g.chance(0.5) {
+		r := g.text(textCat)
+		msgs = append(msgs, message{Role: "assistant", Content: g.text(textCat), Reasoning: &r, Thinking: &r},
+			message{Role: "user", Content: g.text(textCat)})
+	}
+	var tools []obj
+	if g.chance(0.3) {
+		tools = g.toolDefs()
+	}
+	kw := map[string]any{}
+	for range 1 + g.r.IntN(3) {
+		switch g.r.IntN(5) {
+		case 0:
+			kw["reasoning_effort"] = g.pick([]string{"low", "medium", "high"})
+		case 1:
+			kw["builtin_tools"] = [][]string{{"browser"}, {"python"}, {"browser", "python"}, {}}[g.r.IntN(4)]
+		case 2:
+			kw["model_identity"] = g.pick([]string{"You are a helpful assistant.", "Tu es Claude, un modèle 🤖.", "你是一个助手。"})
+		case 3:
+			kw["enable_thinking"] = g.chance(0.5)
+		default:
+			kw["thinking"] = g.chance(0.5)
+		}
+	}
+	return msgs, tools, kw
 }
 
 func (g *gen) emptyConversation() []message {
@@ -622,7 +764,7 @@ func (g *gen) emptyConversation() []message {
 		return []message{{Role: "user", Content: g.text("mixed")}, {Role: "assistant", Content: ""}, {Role: "user", Content: empty()}}
 	case 3:
 		r := ""
-		return []message{{Role: "user", Content: empty()}, {Role: "assistant", Content: "", ReasoningContent: &r}, {Role: "user", Content: ""}}
+		return []message{{Role: "user", Content: empty()}, {Role: "assistant", Content: "", Reasoning: &r}, {Role: "user", Content: ""}}
 	default:
 		return []message{{Role: "system", Content: empty()}, {Role: "user", Content: ""}}
 	}
