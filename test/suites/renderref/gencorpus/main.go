@@ -14,7 +14,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -338,54 +337,6 @@ func (g *gen) long(cat string) string {
 	return b.String()
 }
 
-// edgeUnsafe are characters whose stripping differs between Python's str.strip (HF), JavaScript's
-// String.trim (transformers.js) and Go; Llama's template trims every message, so chat content
-// neither starts nor ends with one (the unit tests cover Python's behaviour).
-func edgeUnsafe(r rune) bool { return r == 0xfeff || r == 0x85 || r >= 0x1c && r <= 0x1f }
-
-func chatSafe(s string) string {
-	if r, _ := utf8.DecodeRuneInString(s); edgeUnsafe(r) {
-		s = "~" + s
-	}
-	if r, _ := utf8.DecodeLastRuneInString(s); edgeUnsafe(r) {
-		s += "~"
-	}
-	return s
-}
-
-// thinkSafe keeps transformers.js's template engine (@huggingface/jinja 0.5.11) out of a bug:
-// its str.strip/lstrip/rstrip ignore their chars argument and strip all whitespace, so Qwen3's
-// .lstrip('\n') / .rstrip('\n') / .strip('\n') on assistant content and reasoning would also eat
-// a space, tab or '\r' that Python (and chattemplate) keep. In each piece between <think> and
-// </think> markers, a "~" separates such whitespace from the newlines at the piece's edges.
-func thinkSafe(s string) string {
-	var b strings.Builder
-	for len(s) > 0 {
-		piece, marker := s, ""
-		if i := strings.Index(s, "<think>"); i >= 0 {
-			piece, marker = s[:i], "<think>"
-		}
-		if i := strings.Index(s, "</think>"); i >= 0 && i < len(piece) {
-			piece, marker = s[:i], "</think>"
-		}
-		s = s[len(piece)+len(marker):]
-		lead := len(piece) - len(strings.TrimLeft(piece, "\n"))
-		if r, _ := utf8.DecodeRuneInString(piece[lead:]); lead < len(piece) && jsSpace(r) {
-			piece = piece[:lead] + "~" + piece[lead:]
-		}
-		body := strings.TrimRight(piece, "\n")
-		if r, _ := utf8.DecodeLastRuneInString(body); body != "" && jsSpace(r) {
-			piece = body + "~" + piece[len(body):]
-		}
-		b.WriteString(piece)
-		b.WriteString(marker)
-	}
-	return b.String()
-}
-
-// jsSpace is JavaScript's String.prototype.trim whitespace.
-func jsSpace(r rune) bool { return unicode.IsSpace(r) && r != 0x85 || r == 0xfeff }
-
 // --- chat cases ---
 
 func (g *gen) chatCase(cat string, i int) chatCase {
@@ -454,17 +405,6 @@ func (g *gen) chatCase(cat string, i int) chatCase {
 		}
 		if g.chance(0.3) {
 			c.Messages = append([]message{{Role: "system", Content: g.text(cat)}}, c.Messages...)
-		}
-	}
-	for j := range c.Messages {
-		m := &c.Messages[j]
-		m.Content = chatSafe(m.Content)
-		if m.Role == "assistant" {
-			m.Content = thinkSafe(m.Content)
-			if m.Reasoning != nil {
-				r := thinkSafe(*m.Reasoning)
-				m.Reasoning = &r
-			}
 		}
 	}
 	c.Tags = chatTags(cat, c)
