@@ -31,13 +31,16 @@
 //     Jinja2's whitespace control and Python's unescaping itself and hands the engine literals.
 //   - Unknown filters, tests and methods fail only when a render reaches them: Load renders
 //     probe conversations.
-//   - It never fails on operand types where Python raises a TypeError: strict.go makes a printed
-//     concatenation's operands and the right side of "in" pass Python's checks.
+//   - It never fails on operand types where Python raises a TypeError: strict.go gives '+'
+//     chains that are a whole printed or assigned expression, and the right side of "in",
+//     Python's checks.
 //
 // Known differences from Python that remain: the engine's string methods without arguments
 // follow Go at the edges (lstrip() and rstrip() strip only space, tab, CR and LF; strip() and
 // split() miss U+001C..U+001F); printing None gives "" (Python: "None"); integers beyond int64
-// become floats; dict() and namespace() keyword arguments lose their order; operators other than a
-// printed concatenation's '+' and "in" keep the engine's lenient typing ("a" + 1 in a {% set %}
-// gives "a1" where Python raises).
+// become floats; dict() and namespace() keyword arguments lose their order; other operators, and a
+// '+' inside a larger expression, keep the engine's lenient typing ({% if "a" + 1 == "a1" %} is
+// true where Python raises); an attribute or item of an undefined value is undefined where Jinja2
+// raises UndefinedError (messages[0].role on an empty conversation renders where Hugging Face
+// refuses it).
 package chattemplate

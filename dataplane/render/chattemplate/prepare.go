@@ -53,11 +53,17 @@ func prepare(src string) string {
 				}
 				emit = "{{ " + strings.Join(parts, " }}{{ ") + " }}"
 			} else {
-				emit = "{{ " + expr + " }}"
+				emit = "{{ " + strictAdd(expr) + " }}"
 			}
 		case segBlock:
 			fields := strings.Fields(s.text)
-			emit = "{% " + strictIn(rewriteTag(s.text), len(fields) > 0 && fields[0] == "for") + " %}"
+			tag := strictIn(rewriteTag(s.text), len(fields) > 0 && fields[0] == "for")
+			if len(fields) > 0 && fields[0] == "set" {
+				if i := assignAt(tag); i > 0 {
+					tag = tag[:i+1] + " " + strictAdd(strings.TrimSpace(tag[i+1:]))
+				}
+			}
+			emit = "{% " + tag + " %}"
 		}
 		out.WriteString(emit)
 		// Keep the engine's line numbers (in its errors) those of the original source.
@@ -274,6 +280,20 @@ func rewriteTag(tag string) string {
 // both forms, and a failing one fails the render in both. expr is rewriteTag's output: its string
 // literals are double-quoted, with only \\ and \" escaped.
 func splitConcat(expr string) []string {
+	parts := addChain(expr)
+	if parts == nil {
+		return nil
+	}
+	if first := parts[0]; first[0] != '"' || literalEnd(first, 0) != len(first)-1 {
+		return nil
+	}
+	return parts
+}
+
+// addChain returns the operands of expr when it is a chain of '+' with no other operator at its
+// top level (so the chain is the whole expression: every other binary operator binds less
+// tightly than '+', or as tightly, as '-' and '~' do), or nil.
+func addChain(expr string) []string {
 	var parts []string
 	depth, start := 0, 0
 	for i := 0; i < len(expr); i++ {
@@ -313,9 +333,6 @@ func splitConcat(expr string) []string {
 		return nil
 	}
 	parts = append(parts, strings.TrimSpace(expr[start:]))
-	if first := parts[0]; first == "" || first[0] != '"' || literalEnd(first, 0) != len(first)-1 {
-		return nil
-	}
 	if slices.Contains(parts, "") {
 		return nil // a unary '+'
 	}

@@ -15,6 +15,9 @@ import (
 //
 //   - Printed concatenations that splitConcat splits ({{ "lit" + a + b }}): every operand after
 //     the literal must be a string, as Python's str + requires; each is passed through __hf_cat.
+//   - Other '+' chains that are a whole printed or assigned expression ({{ a + b }},
+//     {% set x = a + b %}): each '+' is __hf_add, Python's + (strings, numbers, lists; a TypeError
+//     otherwise).
 //   - The right operand of "in" and "not in" must be a container (a string, a list or a dict)
 //     or undefined (Jinja2's Undefined iterates as empty): it is passed through __hf_in. The
 //     "in" of a for tag is the loop's, not the operator.
@@ -34,6 +37,12 @@ var strictHelpers = map[string]jinja.Value{
 			return jinja.Undefined(), &typeError{fmt.Sprintf("can only concatenate str (not %q) to str", pyTypeName(args))}
 		}
 		return args[0], nil
+	}),
+	"__hf_add": jinja.NewCallable("__hf_add", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 2 {
+			return jinja.Undefined(), &typeError{"__hf_add takes two operands"}
+		}
+		return pyAdd(args[0], args[1])
 	}),
 	"__hf_in": jinja.NewCallable("__hf_in", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		if len(args) != 1 || !(args[0].IsString() || args[0].IsList() || args[0].IsDict() || args[0].IsUndefined()) {
@@ -180,6 +189,72 @@ func groupEnd(s string, i int) int {
 			if depth == 0 {
 				return j + 1
 			}
+		}
+	}
+	return -1
+}
+
+// pyAdd is Python's a + b on template values: strings, numbers (bool counts as int) and lists;
+// a TypeError otherwise, an undefined operand included (Jinja2's UndefinedError).
+func pyAdd(a, b jinja.Value) (jinja.Value, error) {
+	num := func(v jinja.Value) bool { return v.IsInt() || v.IsFloat() || v.IsBool() }
+	switch {
+	case a.IsString() && b.IsString():
+		return jinja.NewString(a.AsString() + b.AsString()), nil
+	case a.IsList() && b.IsList():
+		items := make([]jinja.Value, 0, a.AsList().Len()+b.AsList().Len())
+		items = append(append(items, a.AsList().Items...), b.AsList().Items...)
+		return jinja.NewList(items), nil
+	case num(a) && num(b) && (a.IsFloat() || b.IsFloat()):
+		return jinja.NewFloat(pyFloat(a) + pyFloat(b)), nil
+	case num(a) && num(b):
+		return jinja.NewInt(pyInt(a) + pyInt(b)), nil
+	case a.IsString():
+		return jinja.Undefined(), &typeError{fmt.Sprintf("can only concatenate str (not %q) to str", pyTypeName([]jinja.Value{b}))}
+	}
+	return jinja.Undefined(), &typeError{fmt.Sprintf("unsupported operand type(s) for +: %q and %q", pyTypeName([]jinja.Value{a}), pyTypeName([]jinja.Value{b}))}
+}
+
+func pyInt(v jinja.Value) int64 {
+	if v.IsBool() {
+		if v.AsBool() {
+			return 1
+		}
+		return 0
+	}
+	return v.AsInt()
+}
+
+func pyFloat(v jinja.Value) float64 {
+	if v.IsFloat() {
+		return v.AsFloat()
+	}
+	return float64(pyInt(v))
+}
+
+// strictAdd rewrites expr, when it is a chain of '+' (addChain), to nested __hf_add calls.
+func strictAdd(expr string) string {
+	parts := addChain(expr)
+	if parts == nil {
+		return expr
+	}
+	out := parts[0]
+	for _, p := range parts[1:] {
+		out = "__hf_add(" + out + ", " + p + ")"
+	}
+	return out
+}
+
+// assignAt is the index of the '=' of a set tag's assignment ("set x = ..."), or -1 (a block set).
+func assignAt(tag string) int {
+	for i := 0; i < len(tag); i++ {
+		switch c := tag[i]; {
+		case c == '"':
+			if i = literalEnd(tag, i); i < 0 {
+				return -1
+			}
+		case c == '=' && (i+1 >= len(tag) || tag[i+1] != '=') && (i == 0 || strings.IndexByte("=!<>", tag[i-1]) < 0):
+			return i
 		}
 	}
 	return -1

@@ -26,6 +26,29 @@ func TestStrictIn(t *testing.T) {
 	}
 }
 
+func TestStrictAdd(t *testing.T) {
+	for _, tc := range []struct{ expr, want string }{
+		{`a + b + "c"`, `__hf_add(__hf_add(a, b), "c")`},
+		{`a + (b - c)`, `__hf_add(a, (b - c))`},
+		{`a - b + c`, `a - b + c`},   // not a '+' chain: the engine's typing
+		{`a + b == c`, `a + b == c`}, // ditto
+		{`x[i + 1]`, `x[i + 1]`},     // inside brackets
+		{`a | tojson + b`, `__hf_add(a | tojson, b)`},
+	} {
+		if got := strictAdd(tc.expr); got != tc.want {
+			t.Errorf("strictAdd(%q) = %q, want %q", tc.expr, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		tag  string
+		want int
+	}{{`set x = 1`, 6}, {`set ns.a = b == c`, 9}, {`set x`, -1}, {`set x = "=" + y`, 6}} {
+		if got := assignAt(tc.tag); got != tc.want {
+			t.Errorf("assignAt(%q) = %d, want %d", tc.tag, got, tc.want)
+		}
+	}
+}
+
 // TestStrictTypes renders what Jinja2 refuses with a TypeError: the engine must fail too (not
 // with a TemplateError: the template did not raise), and accept what Jinja2 accepts.
 func TestStrictTypes(t *testing.T) {
@@ -43,6 +66,11 @@ func TestStrictTypes(t *testing.T) {
 		{"in dict", `{{ "content" in messages[0] }}`, `[{"content": null}]`, "True", ""},
 		{"in undefined", `{{ "x" in messages[0].missing }}`, `[{"content": ""}]`, "False", ""},
 		{"for loop", `{% for m in messages %}{{ m.content }}{% endfor %}`, `[{"content": "a"}, {"content": "b"}]`, "ab", ""},
+		{"add strings", `{% set s = messages[0].content + "!" %}{{ s }}`, `[{"content": "a"}]`, "a!", ""},
+		{"add numbers", `{% if messages[0].n is defined %}{{ messages[0].n + 1 }} {{ messages[0].n + 0.5 }} {{ messages[0].b + 1 }}{% endif %}`, `[{"n": 2, "b": true}]`, "3 2.5 2", ""},
+		{"add lists", `{{ (messages[0].l + [3]) | length }}`, `[{"l": [1, 2]}]`, "3", ""},
+		{"add none to string", `{% set s = messages[0].content + "!" %}{{ s }}`, `[{"content": null}]`, "", `unsupported operand type(s) for +: "NoneType" and "str"`},
+		{"add number to string", `{% if messages[0].n is defined %}{{ messages[0].content + messages[0].n }}{% endif %}`, `[{"content": "a", "n": 1}]`, "", `can only concatenate str (not "int") to str`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := loadInline(t, tc.template).Render(json.RawMessage(tc.messages), Options{})
