@@ -94,8 +94,12 @@ func TestPipelineRendersExactly(t *testing.T) {
 				}
 				rep.idsOK++
 			}
-			skipped := 0
+			skipped, edge := 0, 0
 			for _, cs := range corpus["chat"] {
+				if slices.Contains(cs.Tags, "edge") {
+					edge++ // Hugging Face shapes an OpenAI request cannot carry: TestExactChat's
+					continue
+				}
 				if hasStringArguments(cs.Messages) || hasNullContent(cs.Messages) {
 					// vLLM decodes an OpenAI tool call's arguments (a JSON string) and makes a
 					// null content "" before the template sees them, so a case whose Hugging Face
@@ -132,8 +136,8 @@ func TestPipelineRendersExactly(t *testing.T) {
 			if skipped > len(corpus["chat"])/10 {
 				t.Errorf("%d chat cases have string tool-call arguments or a null content and were not sent: keep them under 10%% of the corpus", skipped)
 			}
-			rep.finish(t, fmt.Sprintf("%s through the pipeline (%d chat cases with string arguments or a null content left to TestExactChat)", m.name, skipped),
-				len(corpus["chat"])+len(corpus["prompt"])-skipped)
+			rep.finish(t, fmt.Sprintf("%s through the pipeline (%d chat cases with string arguments or a null content and %d edge cases left to TestExactChat)", m.name, skipped, edge),
+				len(corpus["chat"])+len(corpus["prompt"])-skipped-edge)
 		})
 	}
 }

@@ -49,6 +49,7 @@ func main() {
 			chat = append(chat, mustJSON(g.chatCase(cat, i)))
 		}
 	}
+	chat = append(chat, edgeCases()...)
 	for _, cat := range append(slices.Clone(textCategories), promptOnly...) {
 		for i := range count("prompt", cat) {
 			prompt = append(prompt, mustJSON(g.promptCase(cat, i)))
@@ -726,4 +727,74 @@ func (g *gen) promptCase(cat string, i int) promptCase {
 		}
 	}
 	return p
+}
+
+// edgeCases are conversations in shapes Hugging Face's format allows and an OpenAI client cannot
+// send (the pipeline test leaves them to TestExactChat): content as a list of parts, null, a
+// number or an object; tool_calls null; kwargs of other types than the templates expect; numbers
+// in tool arguments whose JSON forms differ between languages. Each is rendered, or refused, as
+// Jinja2 does it.
+func edgeCases() []json.RawMessage {
+	tools := `[{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {` +
+		`"a": {"type": "number", "default": 1.5}, "n": {"type": "integer", "enum": [1, 2], "default": 1}, "ключ": {"type": "string", "description": "𝔘"},` +
+		`"k2": {"type": ["string", "null"]}, "k3": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}}}}}}]`
+	call := `{"role": "assistant", "content": "", "tool_calls": [{"id": "abcdefghi", "type": "function", "function": {"name": "f", "arguments": ` +
+		`{"a": 1.0, "b": 1e20, "c": -0.0, "d": 1e-7, "e": 123456789012345678, "f": 0.1, "g": true, "h": null, "i": "é\u2028<>&'"}}}]}`
+	result := `{"role": "tool", "tool_call_id": "abcdefghi", "content": "r"}`
+	cases := []struct{ name, messages, tools, kwargs string }{
+		{"parts", `[{"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": " there"}]}]`, "", ""},
+		{"parts-system", `[{"role": "system", "content": [{"type": "text", "text": "sys"}]}, {"role": "user", "content": [{"type": "text", "text": "a"}]}]`, "", ""},
+		{"null-system", `[{"role": "system", "content": null}, {"role": "user", "content": "x"}]`, "", ""},
+		{"null-user", `[{"role": "user", "content": null}]`, "", ""},
+		{"number-content", `[{"role": "user", "content": 42}]`, "", ""},
+		{"object-content", `[{"role": "user", "content": {"content": "inner"}}]`, "", ""},
+		{"tool-object-content", `[{"role": "user", "content": "x"}, ` + call + `, {"role": "tool", "tool_call_id": "abcdefghi", "content": {"content": "inner"}}]`, tools, ""},
+		{"number-arguments", `[{"role": "user", "content": "x"}, ` + call + `, ` + result + `]`, tools, ""},
+		{"tool-without-description", `[{"role": "user", "content": "x"}]`, `[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]`, ""},
+		{"tool-calls-null", `[{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "tool_calls": null}, {"role": "user", "content": "z"}]`, "", ""},
+		{"two-string-calls", `[{"role": "user", "content": "x"}, {"role": "assistant", "content": null, "tool_calls": [` +
+			`{"id": "abcdefghi", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}},` +
+			`{"id": "abcdefghj", "type": "function", "function": {"name": "g", "arguments": "[]"}}]},` +
+			`{"role": "tool", "tool_call_id": "abcdefghi", "content": "r1"}, {"role": "tool", "tool_call_id": "abcdefghj", "content": "r2"}, {"role": "assistant", "content": "done"}]`, "", ""},
+		{"tool-first", `[{"role": "tool", "content": "r", "tool_call_id": "abcdefghi"}, {"role": "user", "content": "x"}]`, "", ""},
+		{"assistant-first", `[{"role": "assistant", "content": "a"}, {"role": "user", "content": "x"}]`, "", ""},
+		{"developer", `[{"role": "developer", "content": "dev"}, {"role": "user", "content": "x"}]`, "", ""},
+		{"reasoning-last", `[{"role": "user", "content": "x"}, {"role": "assistant", "content": "a", "reasoning_content": "  think  \n", "thinking": "t"}]`, "", ""},
+		{"think-edges", `[{"role": "user", "content": "x"}, {"role": "assistant", "content": "<think>\n \t r \n</think>\n\n \tanswer \t"}, {"role": "user", "content": "y"}]`, "", ""},
+		{"effort-number", `[{"role": "user", "content": "x"}]`, "", `{"reasoning_effort": 1}`},
+		{"builtin-tools-string", `[{"role": "user", "content": "x"}]`, "", `{"builtin_tools": "browser"}`},
+		{"builtin-tools-object", `[{"role": "user", "content": "x"}]`, "", `{"builtin_tools": {"python": 1}}`},
+		{"identity-null", `[{"role": "user", "content": "x"}]`, "", `{"model_identity": null}`},
+		{"enable-thinking-string", `[{"role": "user", "content": "x"}]`, "", `{"enable_thinking": "no"}`},
+	}
+	out := make([]json.RawMessage, len(cases))
+	for i, c := range cases {
+		var b strings.Builder
+		fmt.Fprintf(&b, `{"name":"chat/edge/%s","tags":["edge"`, c.name)
+		if c.tools != "" {
+			b.WriteString(`,"tools"`)
+		}
+		if c.kwargs != "" {
+			b.WriteString(`,"kwargs"`)
+		}
+		fmt.Fprintf(&b, `],"messages":%s`, c.messages)
+		if c.tools != "" {
+			fmt.Fprintf(&b, `,"tools":%s`, c.tools)
+		}
+		b.WriteString(`,"add_generation_prompt":true`)
+		if c.kwargs != "" {
+			fmt.Fprintf(&b, `,"kwargs":%s`, c.kwargs)
+		}
+		b.WriteString("}")
+		var v any
+		if err := json.Unmarshal([]byte(b.String()), &v); err != nil {
+			log.Fatalf("edge case %s: %v", c.name, err)
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, []byte(b.String())); err != nil {
+			log.Fatal(err)
+		}
+		out[i] = compact.Bytes()
+	}
+	return out
 }
