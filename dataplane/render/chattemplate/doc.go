@@ -31,8 +31,9 @@
 //     Jinja2's whitespace control and Python's unescaping itself and hands the engine literals.
 //   - Unknown filters, tests and methods fail only when a render reaches them: Load renders
 //     probe conversations.
-//   - It never fails on operand types where Python raises a TypeError: strict.go gives '+'
-//     chains that are a whole printed or assigned expression, and the right side of "in",
+//   - It never fails where Python raises: on operand types (a TypeError) or on an attribute or
+//     item of an undefined value (UndefinedError). strict.go gives '+' chains that are a whole
+//     printed or assigned expression, the right side of "in", and the accesses of named objects
 //     Python's checks.
 //
 // Known differences from Python that remain: the engine's string methods without arguments
@@ -40,7 +41,6 @@
 // split() miss U+001C..U+001F); printing None gives "" (Python: "None"); integers beyond int64
 // become floats; dict() and namespace() keyword arguments lose their order; other operators, and a
 // '+' inside a larger expression, keep the engine's lenient typing ({% if "a" + 1 == "a1" %} is
-// true where Python raises); an attribute or item of an undefined value is undefined where Jinja2
-// raises UndefinedError (messages[0].role on an empty conversation renders where Hugging Face
-// refuses it).
+// true where Python raises); an access on a parenthesized or literal object, (a or b).c, is not
+// checked for an undefined object.
 package chattemplate

@@ -23,8 +23,8 @@ import (
 //     copied by every '+' after it.
 //   - Filter overrides: the engine resolves filters among its built-ins first and has no API to
 //     replace one, so "| tojson" and "| trim" are renamed to variables holding HF's versions.
-//   - Python's operand types where templates rely on them: a printed concatenation's operands
-//     must be strings and the right side of "in" a container (strict.go).
+//   - Python's strictness where templates rely on it: operand types of '+' and "in", and no
+//     attribute or item of an undefined value (strict.go).
 //
 // Tags are delimited as the engine does (quotes hide a closer; braces are not balanced), so what
 // it parses is what was whitespace-processed here.
@@ -44,7 +44,7 @@ func prepare(src string) string {
 				emit = `{{ "` + quoteEscaper.Replace(s.text) + `" }}`
 			}
 		case segVar:
-			expr := strictIn(rewriteTag(s.text), false)
+			expr := strictIn(strictAccess(rewriteTag(s.text)), false)
 			if parts := splitConcat(expr); parts != nil {
 				for i, p := range parts[1:] {
 					if p[0] != '"' || literalEnd(p, 0) != len(p)-1 {
@@ -57,11 +57,14 @@ func prepare(src string) string {
 			}
 		case segBlock:
 			fields := strings.Fields(s.text)
-			tag := strictIn(rewriteTag(s.text), len(fields) > 0 && fields[0] == "for")
-			if len(fields) > 0 && fields[0] == "set" {
+			tag := rewriteTag(s.text)
+			switch {
+			case len(fields) > 0 && fields[0] == "set": // the target is not an access: only the value
 				if i := assignAt(tag); i > 0 {
-					tag = tag[:i+1] + " " + strictAdd(strings.TrimSpace(tag[i+1:]))
+					tag = tag[:i+1] + " " + strictAdd(strictIn(strictAccess(strings.TrimSpace(tag[i+1:])), false))
 				}
+			default:
+				tag = strictIn(strictAccess(tag), len(fields) > 0 && fields[0] == "for")
 			}
 			emit = "{% " + tag + " %}"
 		}

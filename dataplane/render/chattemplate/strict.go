@@ -22,6 +22,9 @@ import (
 //     or undefined (Jinja2's Undefined iterates as empty): it is passed through __hf_in. The
 //     "in" of a for tag is the loop's, not the operator.
 //
+//   - An attribute or item of an undefined value: Jinja2's Undefined raises (messages[0].role on
+//     an empty list); strictAccess passes each named object through __hf_def first.
+//
 // Other operators keep the engine's lenient typing. A failed check is a *typeError: the
 // conversation's shape, which Load's probes accept as they accept a raise_exception.
 
@@ -43,6 +46,12 @@ var strictHelpers = map[string]jinja.Value{
 			return jinja.Undefined(), &typeError{"__hf_add takes two operands"}
 		}
 		return pyAdd(args[0], args[1])
+	}),
+	"__hf_def": jinja.NewCallable("__hf_def", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 1 || args[0].IsUndefined() {
+			return jinja.Undefined(), &typeError{"an attribute or item of an undefined value (jinja2.exceptions.UndefinedError)"}
+		}
+		return args[0], nil
 	}),
 	"__hf_in": jinja.NewCallable("__hf_in", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		if len(args) != 1 || !(args[0].IsString() || args[0].IsList() || args[0].IsDict() || args[0].IsUndefined()) {
@@ -258,4 +267,108 @@ func assignAt(tag string) int {
 		}
 	}
 	return -1
+}
+
+// strictAccess makes every attribute or item access whose object is named (name.a, name[0].b,
+// f(x).c) check first that the object is defined: Jinja2's Undefined raises on any attribute or
+// item (messages[0].role on an empty list), where the engine gives undefined again. The object is
+// passed through __hf_def before each .attr and [item]; a call is not (x.items() stays a method
+// call). Literals, filter and test names, and names without an access are left as they are.
+func strictAccess(expr string) string {
+	var out strings.Builder
+	prevWord, prevSig := "", byte(0) // the last word and the last non-space character written
+	for i := 0; i < len(expr); {
+		c := expr[i]
+		switch {
+		case c == '"':
+			j := literalEnd(expr, i)
+			if j < 0 {
+				out.WriteString(expr[i:])
+				return out.String()
+			}
+			out.WriteString(expr[i : j+1])
+			prevSig, prevWord, i = '"', "", j+1
+		case isIdent(c) && !(c >= '0' && c <= '9') && prevSig != '.':
+			j := i
+			for j < len(expr) && isIdent(expr[j]) {
+				j++
+			}
+			word := expr[i:j]
+			if prevSig == '|' || prevWord == "is" || prevWord == "not" && strings.HasSuffix(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(out.String()), "not")), "is") {
+				out.WriteString(word) // a filter's or a test's name
+				prevSig, prevWord, i = 'a', word, j
+				continue
+			}
+			end := chainEnd(expr, j)
+			out.WriteString(rewriteChain(word, expr[j:end]))
+			prevSig, prevWord, i = 'a', word, end
+		case isIdent(c):
+			j := i
+			for j < len(expr) && isIdent(expr[j]) {
+				j++
+			}
+			out.WriteString(expr[i:j])
+			prevSig, prevWord, i = 'a', expr[i:j], j
+		default:
+			out.WriteByte(c)
+			if c != ' ' && c != '\t' && c != '\n' {
+				prevSig, prevWord = c, ""
+			}
+			i++
+		}
+	}
+	return out.String()
+}
+
+// chainEnd is the end of the accessors (.name, [...], (...)) that follow a name ending at s[i].
+func chainEnd(s string, i int) int {
+	for i < len(s) {
+		switch s[i] {
+		case '.':
+			k := i + 1
+			for k < len(s) && isIdent(s[k]) {
+				k++
+			}
+			if k == i+1 {
+				return i
+			}
+			i = k
+		case '[', '(':
+			k := groupEnd(s, i)
+			if k < 0 {
+				return i
+			}
+			i = k
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// rewriteChain rewrites name and its accessors (chainEnd's), the bracketed ones' contents
+// rewritten too.
+func rewriteChain(name, accessors string) string {
+	cur := name
+	for i := 0; i < len(accessors); {
+		switch accessors[i] {
+		case '.':
+			k := i + 1
+			for k < len(accessors) && isIdent(accessors[k]) {
+				k++
+			}
+			cur = "__hf_def(" + cur + ")" + accessors[i:k]
+			i = k
+		default: // '[' or '('
+			k := groupEnd(accessors, i)
+			group := accessors[i:i+1] + strictAccess(accessors[i+1:k-1]) + accessors[k-1:k]
+			if accessors[i] == '[' {
+				cur = "__hf_def(" + cur + ")" + group
+			} else {
+				cur += group
+			}
+			i = k
+		}
+	}
+	return cur
 }

@@ -26,6 +26,25 @@ func TestStrictIn(t *testing.T) {
 	}
 }
 
+func TestStrictAccess(t *testing.T) {
+	for _, tc := range []struct{ expr, want string }{
+		{`messages[0].role == "system"`, `__hf_def(__hf_def(messages)[0]).role == "system"`},
+		{`x.items()`, `__hf_def(x).items()`}, // a method call is not wrapped
+		{`tool.parameters.properties.items()`, `__hf_def(__hf_def(__hf_def(tool).parameters).properties).items()`},
+		{`m is defined and m.c is not none`, `m is defined and __hf_def(m).c is not none`},
+		{`a | map(attribute="b") | join(", ")`, `a | map(attribute="b") | join(", ")`}, // filter names, kwargs
+		{`x is not string`, `x is not string`},                                         // a test's name
+		{`"x".join(y.z)`, `"x".join(__hf_def(y).z)`},
+		{`namespace(found=false)`, `namespace(found=false)`},
+		{`loop_messages[loop.index:]`, `__hf_def(loop_messages)[__hf_def(loop).index:]`},
+		{`f(a.b).c[d.e]`, `__hf_def(__hf_def(f(__hf_def(a).b)).c)[__hf_def(d).e]`},
+	} {
+		if got := strictAccess(tc.expr); got != tc.want {
+			t.Errorf("strictAccess(%q) = %q, want %q", tc.expr, got, tc.want)
+		}
+	}
+}
+
 func TestStrictAdd(t *testing.T) {
 	for _, tc := range []struct{ expr, want string }{
 		{`a + b + "c"`, `__hf_add(__hf_add(a, b), "c")`},
@@ -66,6 +85,10 @@ func TestStrictTypes(t *testing.T) {
 		{"in dict", `{{ "content" in messages[0] }}`, `[{"content": null}]`, "True", ""},
 		{"in undefined", `{{ "x" in messages[0].missing }}`, `[{"content": ""}]`, "False", ""},
 		{"for loop", `{% for m in messages %}{{ m.content }}{% endfor %}`, `[{"content": "a"}, {"content": "b"}]`, "ab", ""},
+		{"item of an empty list", `{% if messages[0].role == "system" %}s{% endif %}`, `[]`, "", "an attribute or item of an undefined value"},
+		{"missing key's attribute", `{% if messages[0].role == "user" %}{{ messages[0].q.r }}{% endif %}`, `[{"role": "user"}]`, "", "an attribute or item of an undefined value"},
+		{"undefined alone is fine", `{{ messages[1] is defined }}{{ messages[0].q is defined }}`, `[{"role": "user"}]`, "FalseFalse", ""},
+		{"attribute of none is undefined", `{{ messages[0].content.x is defined }}`, `[{"content": null}]`, "False", ""},
 		{"add strings", `{% set s = messages[0].content + "!" %}{{ s }}`, `[{"content": "a"}]`, "a!", ""},
 		{"add numbers", `{% if messages[0].n is defined %}{{ messages[0].n + 1 }} {{ messages[0].n + 0.5 }} {{ messages[0].b + 1 }}{% endif %}`, `[{"n": 2, "b": true}]`, "3 2.5 2", ""},
 		{"add lists", `{{ (messages[0].l + [3]) | length }}`, `[{"l": [1, 2]}]`, "3", ""},

@@ -742,6 +742,8 @@ func edgeCases() []json.RawMessage {
 		`{"a": 1.0, "b": 1e20, "c": -0.0, "d": 1e-7, "e": 123456789012345678, "f": 0.1, "g": true, "h": null, "i": "é\u2028<>&'"}}}]}`
 	result := `{"role": "tool", "tool_call_id": "abcdefghi", "content": "r"}`
 	cases := []struct{ name, messages, tools, kwargs string }{
+		{"no-messages", `[]`, "", ""},
+		{"no-messages-tools", `[]`, tools, ""},
 		{"parts", `[{"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": " there"}]}]`, "", ""},
 		{"parts-system", `[{"role": "system", "content": [{"type": "text", "text": "sys"}]}, {"role": "user", "content": [{"type": "text", "text": "a"}]}]`, "", ""},
 		{"null-system", `[{"role": "system", "content": null}, {"role": "user", "content": "x"}]`, "", ""},
