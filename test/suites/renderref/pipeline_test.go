@@ -64,6 +64,7 @@ func TestPipelineRendersExactly(t *testing.T) {
 					// The template refuses the conversation, or the prompt has no tokens (vLLM, and
 					// the worker double, refuse an empty prompt): a 400 either way.
 					if asAPIError(err, &apiErr) && apiErr.StatusCode == http.StatusBadRequest {
+						rep.refused++
 						rep.textOK++
 						rep.idsOK++
 					} else {
