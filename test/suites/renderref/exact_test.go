@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -157,7 +158,7 @@ var (
 )
 
 // runReferences runs reference.py over the chat corpus, then reference.mjs over its texts and the
-// prompt corpus (two node processes, each over half the families).
+// prompt corpus (node processes in parallel, each over some of the families).
 func runReferences(corpus map[string][]corpusCase, dirs []string) (map[string]map[string]map[string]refRow, error) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		return nil, errors.New("python3 not found: install Python 3 with Jinja2 (Debian: apt-get install python3 python3-jinja2); the chat text reference is Jinja2's rendering")
@@ -195,13 +196,18 @@ func runReferences(corpus map[string][]corpusCase, dirs []string) (map[string]ma
 		return nil, err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	halves := [][]string{dirs[:len(dirs)/2], dirs[len(dirs)/2:]}
-	results := make([][]refRow, len(halves))
-	errs := make([]error, len(halves))
+	// One node process per CPU (at least two), the families dealt round-robin: each process
+	// loads only its families' tokenizers.
+	groups := make([][]string, min(len(dirs), max(2, runtime.NumCPU())))
+	for i, d := range dirs {
+		groups[i%len(groups)] = append(groups[i%len(groups)], d)
+	}
+	results := make([][]refRow, len(groups))
+	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
-	for h, half := range halves {
+	for h, group := range groups {
 		part := map[string][]encodeCase{}
-		for _, d := range half {
+		for _, d := range group {
 			part[d] = work[d]
 		}
 		data, err := json.Marshal(part)
