@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,7 +73,20 @@ type renderStep struct {
 	// it (max_inflight_render_size).
 	inFlight    *budget.Bytes
 	maxInFlight int64
+	// kwargs are the chat_template_kwargs a request may pass to the template (the step's
+	// chat_template_kwargs param); others are dropped.
+	kwargs map[string]bool
 }
+
+// defaultTemplateKwargs are the chat_template_kwargs passed to the template by default: the ones
+// the served families' templates read (enable_thinking: Qwen3; thinking: DeepSeek-V3.1 and later;
+// reasoning_effort, builtin_tools, model_identity: gpt-oss).
+var defaultTemplateKwargs = []string{"enable_thinking", "thinking", "reasoning_effort", "builtin_tools", "model_identity"}
+
+// reservedTemplateKwargs are names a chat_template_kwargs key may not have: the variables the
+// renderer sets from the request itself (or, for chat_template and tokenize, vLLM's refusal).
+var reservedTemplateKwargs = []string{"messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
+	"chat_template", "tokenize", "raise_exception", "strftime_now"}
 
 // renderCostPerByte is what an in-process render may hold at its peak per byte of its input: 4
 // (the template's tree and output, the pre-tokenizer's scratch) and, at one token a byte (a
@@ -113,6 +127,17 @@ func newRender(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	s.limits = render.Limits{MaxInputBytes: p.Int("max_input_size", defaultRenderMaxInputMiB, 1) * config.MiB,
 		MaxValues: p.Int("max_template_values", defaultRenderMaxTemplValue, 1),
 		Encode:    tokenizer.Limits{MaxWordBytes: p.Int("max_word_size", defaultRenderMaxWordKiB, 1) * 1024, MaxTokens: s.maxTokens}}
+	allowed := defaultTemplateKwargs
+	if p.Has("chat_template_kwargs") {
+		allowed = p.StringList("chat_template_kwargs")
+	}
+	s.kwargs = map[string]bool{}
+	for _, k := range allowed {
+		if slices.Contains(reservedTemplateKwargs, k) || strings.HasPrefix(k, "__") {
+			p.Fail("chat_template_kwargs", "%q cannot be a kwarg: the renderer sets it from the request itself", k)
+		}
+		s.kwargs[k] = true
+	}
 	s.inFlight = cmp.Or(deps.Shared.Render, &budget.Bytes{})
 	s.maxInFlight = int64(p.Int("max_inflight_render_size", defaultRenderMaxInFlightMiB, 1)) * config.MiB
 	if need := int64(s.limits.MaxInputBytes) * renderCostPerByte; s.maxInFlight < need {
@@ -437,7 +462,13 @@ func (s *renderStep) chatLocal(ctx context.Context, rc *request.Context, msgs *b
 		}
 		req.Kwargs = map[string]json.RawMessage{}
 		for k, v := range body.Members(kw) {
-			req.Kwargs[k] = v
+			switch {
+			case slices.Contains(reservedTemplateKwargs, k) || strings.HasPrefix(k, "__"):
+				return apierror.InvalidField("chat_template_kwargs", "%q cannot be set in chat_template_kwargs: the renderer sets it from the request itself", k)
+			case s.kwargs[k]:
+				req.Kwargs[k] = v
+			}
+			// Others are dropped, as vLLM drops the kwargs its template does not read.
 		}
 	}
 	req.Limits = s.limitsFor(ctx)
