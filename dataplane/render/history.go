@@ -1,0 +1,293 @@
+package render
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
+)
+
+// The rendered-history cache. A multi-turn client sends the whole conversation with every turn;
+// its template renders the history as it did the turn before, and the tokenizer would encode it
+// again. The cache keeps the conversations rendered lately: each one's rendered text, its ids,
+// and the id count at each of its cuts (tokenizer.Cuts: the offsets c where Encode(text) ==
+// Encode(text[:c]) ++ Encode(text[c:])). A new rendering takes the ids of the longest stretch
+// up to one of its own cuts that a cached rendering shares byte for byte, and encodes only the
+// rest.
+//
+// Why it is exact: if c is a cut of the new text t and of a cached text p, and t[:c] == p[:c],
+// then the ids p had before c are Encode(p[:c]) == Encode(t[:c]), and the ids of t are those
+// followed by Encode(t[c:]). Nothing is assumed of the template: one that renders the earlier
+// turns differently once a new turn follows (Qwen3 drops the reasoning of answers before the
+// last user message) shares a shorter stretch, or none. Nothing is assumed of the key either: a
+// key finds a candidate, and its bytes are compared before any id is taken.
+//
+// The key is a hash of the rendered text up to a cut (seeded per process, and by what else the
+// ids depend on: the encoding's word limit), computed in one pass over the new rendering at its
+// cuts, longest first: never a name or field the client chooses. An entry is found only under
+// its last cuts (maxHistoryKeys of them, in the second half of its text), so that it answers a
+// rendering that shares all of it but its last messages: a request is given the ids of a
+// conversation only if it renders that conversation's history, byte for byte, itself; a shared
+// system prompt or a first message alone does not find another conversation.
+
+// minHistoryEntry is the shortest rendering worth keeping: a shorter one encodes in about as
+// long as its lookup takes.
+const minHistoryEntry = 256
+
+// historyOverhead approximates an entry's bookkeeping (entry, slice headers, list links).
+const historyOverhead = 160
+
+// historyKeyCost is what a key costs (its map slot).
+const historyKeyCost = 32
+
+// historyCache is a bounded, concurrency-safe cache of rendered conversations. It evicts the
+// least recently used entries past its byte budget.
+type historyCache struct {
+	maxBytes int64
+	seed     maphash.Seed
+
+	mu    sync.Mutex
+	keys  map[uint64]*historyEntry
+	lru   historyEntry // sentinel: lru.next is the most recently used
+	bytes int64
+
+	hits, misses, tokens atomic.Uint64
+}
+
+// historyEntry is one rendered conversation. text, ids and cuts are never modified once stored
+// (they are read without the lock); keys, size and the links are guarded by the cache's mu.
+type historyEntry struct {
+	text string       // the rendering up to its last cut
+	ids  []int32      // the ids of text
+	cuts []historyCut // the cuts of text, increasing; the last is len(text)
+	held int64        // bytes of the rendering text keeps alive (it is a slice of it)
+
+	keys       []uint64
+	size       int64
+	prev, next *historyEntry
+}
+
+// historyCut is a cut of an entry's text: its byte offset and the number of ids before it.
+type historyCut struct{ at, ids int32 }
+
+func newHistoryCache(maxBytes int64) *historyCache {
+	c := &historyCache{maxBytes: maxBytes, seed: maphash.MakeSeed(), keys: map[uint64]*historyEntry{}}
+	c.lru.next, c.lru.prev = &c.lru, &c.lru
+	return c
+}
+
+// stats returns the lookups that found a usable stretch and that did not, the tokens reused, and
+// the bytes held.
+func (c *historyCache) stats() (hits, misses, tokens uint64, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hits.Load(), c.misses.Load(), c.tokens.Load(), c.bytes
+}
+
+// maxHistoryKeys is how many of an entry's last cuts find it.
+const maxHistoryKeys = 16
+
+// keysOf returns the cuts of text and the key of text up to each, under the encoding's word limit
+// (a history encoded under one limit does not answer a request under another).
+func (c *historyCache) keysOf(tok *tokenizer.Tokenizer, text string, wordLimit int) (cuts []int, keys []uint64) {
+	cuts = tok.Cuts(nil, text)
+	keys = make([]uint64, len(cuts))
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	var seed [8]byte
+	binary.LittleEndian.PutUint64(seed[:], uint64(wordLimit))
+	h.Write(seed[:])
+	at := 0
+	for i, cut := range cuts {
+		h.WriteString(text[at:cut])
+		keys[i] = h.Sum64()
+		at = cut
+	}
+	return cuts, keys
+}
+
+// lookup returns the entry that shares the longest stretch of text up to one of its cuts, and
+// that stretch's index in the entry's cuts and in cuts (-1, -1: none). cuts and keys are text's
+// (keysOf).
+func (c *historyCache) lookup(text string, cuts []int, keys []uint64) (*historyEntry, int, int) {
+	for j := len(keys) - 1; j >= 0; j-- {
+		var e *historyEntry
+		c.mu.Lock()
+		for ; j >= 0 && e == nil; j-- {
+			e = c.keys[keys[j]]
+		}
+		j++
+		if e != nil {
+			c.unlink(e)
+			c.pushFront(e)
+		}
+		c.mu.Unlock()
+		if e == nil {
+			break
+		}
+		at := cuts[j]
+		k, found := slices.BinarySearchFunc(e.cuts, at, func(x historyCut, at int) int { return int(x.at) - at })
+		if found && e.text[:at] == text[:at] { // else a collision: a key's bytes are always compared
+			c.hits.Add(1)
+			c.tokens.Add(uint64(e.cuts[k].ids))
+			return e, k, j
+		}
+	}
+	c.misses.Add(1)
+	return nil, -1, -1
+}
+
+// store keeps e under keys (its last cuts'). When e extends old (the entry it was answered
+// from: old's whole text is e's too), old is dropped: a conversation holds one entry, whatever
+// its number of turns.
+func (c *historyCache) store(keys []uint64, e, old *historyEntry) {
+	e.keys = keys
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	extends := old != nil && old.next != nil && len(old.text) <= len(e.text) && e.text[:len(old.text)] == old.text
+	e.size = e.held + 4*int64(len(e.ids)) + 8*int64(len(e.cuts)) + historyKeyCost*int64(len(e.keys)) + historyOverhead
+	if e.size > c.maxBytes/maxHistoryShare {
+		return // one conversation would evict all the others
+	}
+	if extends {
+		c.remove(old)
+	}
+	for _, k := range e.keys {
+		if prev := c.keys[k]; prev != nil {
+			c.dropKey(prev, k)
+		}
+		c.keys[k] = e
+	}
+	c.pushFront(e)
+	c.bytes += e.size
+	for c.bytes > c.maxBytes {
+		c.remove(c.lru.prev)
+	}
+}
+
+// maxHistoryShare is the least number of entries the cache has room for: a conversation over
+// maxBytes/maxHistoryShare is not kept.
+const maxHistoryShare = 8
+
+// dropKey takes key off e (another entry takes it), and e out when it has no key left.
+func (c *historyCache) dropKey(e *historyEntry, key uint64) {
+	i := slices.Index(e.keys, key)
+	if i < 0 {
+		return
+	}
+	e.keys = slices.Delete(e.keys, i, i+1)
+	c.bytes -= historyKeyCost
+	e.size -= historyKeyCost
+	delete(c.keys, key)
+	if len(e.keys) == 0 {
+		c.remove(e)
+	}
+}
+
+// remove takes e and its keys out.
+func (c *historyCache) remove(e *historyEntry) {
+	for _, k := range e.keys {
+		if c.keys[k] == e {
+			delete(c.keys, k)
+		}
+	}
+	c.unlink(e)
+	e.prev, e.next = nil, nil
+	c.bytes -= e.size
+}
+
+func (c *historyCache) unlink(e *historyEntry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+}
+
+func (c *historyCache) pushFront(e *historyEntry) {
+	e.prev, e.next = &c.lru, c.lru.next
+	c.lru.next.prev = e
+	c.lru.next = e
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	const chunk = 4096
+	i := 0
+	for i+chunk <= n && a[i:i+chunk] == b[i:i+chunk] {
+		i += chunk
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// chatHistory encodes text, a chat rendering, with the history cache: the ids of the longest
+// stretch a cached rendering shares are copied, the rest is encoded (cut by cut, to know the ids
+// at each) and the rendering is kept for the next turn. The result, errors included, is
+// encode's.
+func (m *Model) chatHistory(dst []int, text string, l Limits) ([]int, error) {
+	if (l.MaxInputBytes > 0 && len(text) > l.MaxInputBytes) || len(text) > math.MaxInt32 {
+		return m.encode(dst, text, false, l) // the limit's error
+	}
+	h := m.history
+	cuts, keys := h.keysOf(m.tok, text, l.Encode.MaxWordBytes)
+	old, k, j := h.lookup(text, cuts, keys)
+	n0 := len(dst)
+	at := 0
+	var ecuts []historyCut
+	if old != nil {
+		cut := old.cuts[k]
+		at = int(cut.at)
+		dst = slices.Grow(dst, int(cut.ids)+(len(text)-at)/3+8)
+		for _, id := range old.ids[:cut.ids] {
+			dst = append(dst, int(id))
+		}
+		ecuts = append(make([]historyCut, 0, k+1+len(cuts)-j), old.cuts[:k+1]...)
+	} else {
+		dst = growFor(dst, text, l.Encode.MaxTokens)
+		ecuts = make([]historyCut, 0, len(cuts))
+	}
+	var err error
+	for _, c := range cuts[j+1:] {
+		if dst, err = m.encodePiece(dst, text[at:c], l); err != nil {
+			return dst, err
+		}
+		at = c
+		ecuts = append(ecuts, historyCut{at: int32(c), ids: int32(len(dst) - n0)})
+	}
+	if at < len(text) || l.Encode.MaxTokens > 0 || l.Encode.Context != nil { // text after a stripping token; the last checks
+		if dst, err = m.encodePiece(dst, text[at:], l); err != nil {
+			return dst, err
+		}
+	}
+	if len(ecuts) == 0 || int(ecuts[len(ecuts)-1].at) < minHistoryEntry {
+		return dst, nil
+	}
+	last := ecuts[len(ecuts)-1]
+	e := &historyEntry{text: text[:last.at], ids: make([]int32, last.ids), cuts: ecuts, held: int64(len(text))}
+	for i, id := range dst[n0 : n0+int(last.ids)] {
+		e.ids[i] = int32(id)
+	}
+	// The keys of its last cuts in the second half of its text (cuts and keys are text's, whose
+	// cuts up to last.at are e's).
+	n := len(cuts)
+	for n > 0 && cuts[n-1] > int(last.at) {
+		n--
+	}
+	first := n
+	for first > 0 && n-first < maxHistoryKeys && cuts[first-1] >= int(last.at)/2 {
+		first--
+	}
+	h.store(slices.Clone(keys[first:n]), e, old)
+	return dst, nil
+}
+
+// encodePiece encodes s, a piece of a rendering between two cuts, after dst (the ids before it:
+// the token limit counts them) under l.
+func (m *Model) encodePiece(dst []int, s string, l Limits) ([]int, error) {
+	ids, err := m.tok.EncodeLimited(dst, s, false, m.cache, l.Encode)
+	return ids, encodeErr(err)
+}
