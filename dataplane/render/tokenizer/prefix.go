@@ -41,26 +41,6 @@ func (t *Tokenizer) Cuts(dst []int, text string) []int {
 	return dst
 }
 
-// CutHolds reports whether c, a cut of some text p (one of Cuts(p)), is still a cut of text,
-// given that text[:c] == p[:c]: whether no added token that text matches could start before c
-// and end after it. (Matching is the same in both texts up to c but for such a token: the
-// longest match at a position is the same unless one extends past c. With none, text's scan
-// ends the same token at c, with the same neighbours before it.) c == len(text) always holds.
-func (t *Tokenizer) CutHolds(text string, c int) bool {
-	if c < 0 || c > len(text) {
-		return false
-	}
-	if c == len(text) {
-		return true
-	}
-	for i := max(0, c-t.added.maxKey+1); i < c; i++ {
-		if t.added.raw.first[text[i]] && t.added.raw.longest(text, i) > c {
-			return false
-		}
-	}
-	return true
-}
-
 // endsInSpace reports whether s ends in the whitespace an lstrip token trims (isJSSpace).
 func endsInSpace(s string) bool {
 	r, n := utf8.DecodeLastRuneInString(s)

@@ -10,7 +10,7 @@ import (
 
 // stretchedTokenizer is the GPT-2-like fixture (lstrip <mask>, rstrip <pad>, a normalized
 // "Hello World") plus the added tokens "<s>x" (which extends "<s>") and " <sp> " (which ends in
-// a space): the cases Cuts and CutHolds exist for.
+// a space): the cases Cuts exists for.
 func stretchedTokenizer(t *testing.T) *Tokenizer {
 	t.Helper()
 	raw, err := os.ReadFile("testdata/gpt2-like/tokenizer.json")
@@ -98,45 +98,5 @@ func TestCutsExcludeStrips(t *testing.T) {
 				t.Fatalf("%q: %d is a cut", tc.text, tc.at)
 			}
 		})
-	}
-}
-
-// TestCutHolds: a cut of one text is a cut of another with the same bytes before it unless an
-// added token of the other straddles it.
-func TestCutHolds(t *testing.T) {
-	tok := stretchedTokenizer(t)
-	for _, tc := range []struct {
-		name, prefix, text string
-		cut                int
-		holds              bool
-	}{
-		{"same text", "a<s>b", "a<s>b", 4, true},
-		{"longer text", "a<s>b", "a<s>c and more</s>", 4, true},
-		{"a longer token straddles", "a<s>b", "a<s>xb", 4, false},
-		{"the end of the text", "a<s>", "a<s>", 4, true},
-		{"out of range", "a<s>", "a<", 4, false},
-		{"at the start", "<s>", "<s>x", 0, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.cut > 0 && !slices.Contains(tok.Cuts(nil, tc.prefix), tc.cut) {
-				t.Fatalf("%d is not a cut of %q", tc.cut, tc.prefix)
-			}
-			if got := tok.CutHolds(tc.text, tc.cut); got != tc.holds {
-				t.Fatalf("CutHolds(%q, %d) = %v, want %v", tc.text, tc.cut, got, tc.holds)
-			}
-			if !tc.holds || tc.cut > len(tc.text) {
-				return
-			}
-			whole := tok.Encode(nil, tc.text, false)
-			head := tok.Encode(nil, tc.prefix[:tc.cut], false)
-			if parts := tok.Encode(head, tc.text[tc.cut:], false); !slices.Equal(parts, whole) {
-				t.Fatalf("ids(prefix[:%d]) ++ ids(text[%d:]) = %v, want %v", tc.cut, tc.cut, parts, whole)
-			}
-		})
-	}
-	// The straddled case really splits differently: what CutHolds guards against.
-	text := "a<s>xb"
-	if parts, whole := tok.Encode(tok.Encode(nil, "a<s>", false), text[4:], false), tok.Encode(nil, text, false); slices.Equal(parts, whole) {
-		t.Fatalf("%q: parts at 4 encode as the whole: the straddle check would not be needed", text)
 	}
 }
