@@ -169,6 +169,11 @@ func (c *historyCache) store(keys []uint64, e, old *historyEntry) {
 	}
 }
 
+// fits reports whether an entry of size bytes (text and ids) may be kept.
+func (c *historyCache) fits(size int64) bool {
+	return size+historyOverhead <= c.maxBytes/maxHistoryShare
+}
+
 // maxHistoryShare is the least number of entries the cache has room for: a conversation over
 // maxBytes/maxHistoryShare is not kept.
 const maxHistoryShare = 8
@@ -267,6 +272,9 @@ func (m *Model) chatHistory(dst []int, text string, l Limits) ([]int, error) {
 		return dst, nil
 	}
 	last := ecuts[len(ecuts)-1]
+	if !h.fits(int64(len(text)) + 4*int64(last.ids)) {
+		return dst, nil // not even copied: a conversation too large to keep costs nothing more
+	}
 	e := &historyEntry{text: text[:last.at], ids: make([]int32, last.ids), cuts: ecuts, held: int64(len(text))}
 	for i, id := range dst[n0 : n0+int(last.ids)] {
 		e.ids[i] = int32(id)
