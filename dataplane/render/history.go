@@ -65,6 +65,8 @@ type historyEntry struct {
 	ids  []int32      // the ids of text
 	cuts []historyCut // the cuts of text, increasing; the last is len(text)
 	held int64        // bytes of the rendering text keeps alive (it is a slice of it)
+	// extended is set by the first entry that appends to ids in place (historyIDs).
+	extended atomic.Bool
 
 	keys       []uint64
 	size       int64
@@ -149,7 +151,7 @@ func (c *historyCache) store(keys []uint64, e, old *historyEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	extends := old != nil && old.next != nil && len(old.text) <= len(e.text) && e.text[:len(old.text)] == old.text
-	e.size = e.held + 4*int64(len(e.ids)) + 8*int64(len(e.cuts)) + historyKeyCost*int64(len(e.keys)) + historyOverhead
+	e.size = e.held + 4*int64(cap(e.ids)) + 8*int64(len(e.cuts)) + historyKeyCost*int64(len(e.keys)) + historyOverhead
 	if e.size > c.maxBytes/maxHistoryShare {
 		return // one conversation would evict all the others
 	}
@@ -272,13 +274,11 @@ func (m *Model) chatHistory(dst []int, text string, l Limits) ([]int, error) {
 		return dst, nil
 	}
 	last := ecuts[len(ecuts)-1]
-	if !h.fits(int64(len(text)) + 4*int64(last.ids)) {
+	if !h.fits(int64(len(text)) + 5*int64(last.ids)) { // ids: 4 B each, and room for a quarter more
 		return dst, nil // not even copied: a conversation too large to keep costs nothing more
 	}
-	e := &historyEntry{text: text[:last.at], ids: make([]int32, last.ids), cuts: ecuts, held: int64(len(text))}
-	for i, id := range dst[n0 : n0+int(last.ids)] {
-		e.ids[i] = int32(id)
-	}
+	e := &historyEntry{text: text[:last.at], cuts: ecuts, held: int64(len(text))}
+	e.ids = historyIDs(old, k, dst[n0:n0+int(last.ids)])
 	// The keys of its last cuts in the second half of its text (cuts and keys are text's, whose
 	// cuts up to last.at are e's).
 	n := len(cuts)
@@ -291,6 +291,30 @@ func (m *Model) chatHistory(dst []int, text string, l Limits) ([]int, error) {
 	}
 	h.store(slices.Clone(keys[first:n]), e, old)
 	return dst, nil
+}
+
+// historyIDs are the ids of a new entry as int32s: ids, the first of which (up to cut k) are
+// old's. The conversation's next turn usually reuses all of old's ids: then they are appended to
+// in place, in old's array, by the first turn that extends it (extended); old's readers never
+// read past its own length, and the array grows by a quarter more than it needs, so that a
+// conversation's ids are copied a few times over its life rather than every turn.
+func historyIDs(old *historyEntry, k int, ids []int) []int32 {
+	var out []int32
+	if old != nil && k == len(old.cuts)-1 && int(old.cuts[k].ids) == len(old.ids) && old.extended.CompareAndSwap(false, true) {
+		out = old.ids
+		if need := len(ids); cap(out) < need {
+			out = append(make([]int32, 0, need+need/4), out...)
+		}
+	} else {
+		out = make([]int32, 0, len(ids)+len(ids)/4)
+		if old != nil && k >= 0 {
+			out = append(out, old.ids[:old.cuts[k].ids]...)
+		}
+	}
+	for _, id := range ids[len(out):] {
+		out = append(out, int32(id))
+	}
+	return out
 }
 
 // encodePiece encodes s, a piece of a rendering between two cuts, after dst (the ids before it:
