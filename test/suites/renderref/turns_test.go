@@ -68,16 +68,16 @@ func benchText(tok *tokenizer.Tokenizer, r *rand.Rand, n int) string {
 	return text.String()
 }
 
-// turnConversation is a conversation of a system prompt, a history of about history tokens (a
-// user message and its answer, when not 0) and turns user and assistant messages of about
-// perMessage tokens each (the last assistant message is the answer to the last turn, never
-// sent).
-func turnConversation(tok *tokenizer.Tokenizer, seed uint64, history, turns, perMessage int) []map[string]string {
+// turnConversation is a conversation of a system prompt, a history of about history tokens in
+// user messages and answers of about perHistory tokens each (none when history is 0), and turns
+// user and assistant messages of about perMessage tokens each (the last assistant message is the
+// answer to the last turn, never sent).
+func turnConversation(tok *tokenizer.Tokenizer, seed uint64, history, perHistory, turns, perMessage int) []map[string]string {
 	r := rand.New(rand.NewPCG(seed, 11))
 	msgs := []map[string]string{{"role": "system", "content": "You are a careful assistant."}}
-	if history > 0 {
-		msgs = append(msgs, map[string]string{"role": "user", "content": "Read this:\n" + benchText(tok, r, history-200)},
-			map[string]string{"role": "assistant", "content": benchText(tok, r, 200)})
+	for n := 0; n < history; n += 2 * perHistory {
+		msgs = append(msgs, map[string]string{"role": "user", "content": benchText(tok, r, perHistory)},
+			map[string]string{"role": "assistant", "content": benchText(tok, r, perHistory)})
 	}
 	for range turns {
 		msgs = append(msgs, map[string]string{"role": "user", "content": benchText(tok, r, perMessage)},
@@ -109,9 +109,11 @@ func turnBodies(msgs []map[string]string, salt int) []*body.Object {
 // BenchmarkRenderTurns measures the render step over the turns of conversations, each new (no
 // message of one was seen before: every content is marked with the iteration), for each family
 // (benchFamilies), in two shapes: grow, 10 turns of a conversation that grows to about 32k tokens
-// (each turn adds the previous answer and a user message, about 1.6k tokens each), and long, 10
-// turns after a 32k-token history (each adding an answer and a user message of about 300 tokens,
-// as a chat over a long document goes). Four ways: nocache (every turn encodes the whole
+// (each turn adds the previous answer and a user message, about 1.6k tokens each); long, 10
+// turns after a 32k-token history of one long exchange (each adding an answer and a user message
+// of about 300 tokens, as a chat over a long document goes); and chatty, 10 turns after a
+// 32k-token history of short messages (about 48 tokens each, under the segment cache's 256-byte
+// minimum, as an agent's many small steps). Four ways: nocache (every turn encodes the whole
 // conversation), segments (the segment cache alone, the default before the history cache:
 // messages are found by content), history (the segment and history caches, the default) and
 // historyonly (the history cache alone). The template renders the whole conversation every turn
@@ -124,11 +126,12 @@ func BenchmarkRenderTurns(b *testing.B) {
 			dir := benchFamilyDir(b, fam.pkg)
 			tok := benchFamilyLoad(b, fam.name, dir)
 			shapes := []struct {
-				name                string
-				history, perMessage int // tokens
+				name                            string
+				history, perHistory, perMessage int // tokens
 			}{
-				{"grow", 0, (32 << 10) / turns / 2},
-				{"long", 32 << 10, 300},
+				{"grow", 0, 0, (32 << 10) / turns / 2},
+				{"long", 32 << 10, 32 << 10, 300},
+				{"chatty", 32 << 10, 48, 48},
 			}
 			ways := []struct {
 				name string
@@ -140,7 +143,7 @@ func BenchmarkRenderTurns(b *testing.B) {
 				{"historyonly", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 256}},
 			}
 			for _, sh := range shapes {
-				msgs := turnConversation(tok, 1, sh.history, turns, sh.perMessage)
+				msgs := turnConversation(tok, 1, sh.history, sh.perHistory, turns, sh.perMessage)
 				b.Run(sh.name, func(b *testing.B) {
 					for _, w := range ways {
 						b.Run(w.name, func(b *testing.B) {
