@@ -5,19 +5,18 @@ import (
 	"hash/maphash"
 	"math"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
-
-	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
 )
 
 // The rendered-history cache. A multi-turn client sends the whole conversation with every turn;
 // its template renders the history as it did the turn before, and the tokenizer would encode it
 // again. The cache keeps the conversations rendered lately: each one's rendered text, its ids,
 // and the id count at each of its cuts (tokenizer.Cuts: the offsets c where Encode(text) ==
-// Encode(text[:c]) ++ Encode(text[c:])). A new rendering takes the ids of the longest stretch
-// up to one of its own cuts that a cached rendering shares byte for byte, and encodes only the
-// rest.
+// Encode(text[:c]) ++ Encode(text[c:])). A new rendering takes the ids of the longest stretch,
+// up to a cut of both, that it shares byte for byte with the conversation it continues, and
+// encodes only the rest.
 //
 // Why it is exact: if c is a cut of the new text t and of a cached text p, and t[:c] == p[:c],
 // then the ids p had before c are Encode(p[:c]) == Encode(t[:c]), and the ids of t are those
@@ -26,13 +25,13 @@ import (
 // last user message) shares a shorter stretch, or none. Nothing is assumed of the key either: a
 // key finds a candidate, and its bytes are compared before any id is taken.
 //
-// The key is a hash of the rendered text up to a cut (seeded per process, and by what else the
-// ids depend on: the encoding's word limit), computed in one pass over the new rendering at its
-// cuts, longest first: never a name or field the client chooses. An entry is found only under
-// its last cuts (maxHistoryKeys of them, in the second half of its text), so that it answers a
-// rendering that shares all of it but its last messages: a request is given the ids of a
-// conversation only if it renders that conversation's history, byte for byte, itself; a shared
-// system prompt or a first message alone does not find another conversation.
+// The key is a hash (seeded per process) of the request's messages, their bytes as the client
+// sent them, with what else the rendering and the ids depend on (tools, kwargs, the switches,
+// the encoding's word limit): never a name or field the client chooses. An entry is kept under
+// the key of its request's whole message list (and of the turns it continues), and a request
+// looks up the keys of its messages[0..j), longest first: it is answered from a conversation
+// only if it sends all of that conversation's messages, byte for byte, itself. A shared system
+// prompt or first message alone does not find another conversation.
 
 // minHistoryEntry is the shortest rendering worth keeping: a shorter one encodes in about as
 // long as its lookup takes.
@@ -90,67 +89,120 @@ func (c *historyCache) stats() (hits, misses, tokens uint64, bytes int64) {
 	return c.hits.Load(), c.misses.Load(), c.tokens.Load(), c.bytes
 }
 
-// maxHistoryKeys is how many of an entry's last cuts find it.
-const maxHistoryKeys = 16
-
-// keysOf returns the cuts of text and the key of text up to each, under the encoding's word limit
-// (a history encoded under one limit does not answer a request under another).
-func (c *historyCache) keysOf(tok *tokenizer.Tokenizer, text string, wordLimit int) (cuts []int, keys []uint64) {
-	cuts = tok.Cuts(nil, text)
-	keys = make([]uint64, len(cuts))
-	var h maphash.Hash
-	h.SetSeed(c.seed)
-	var seed [8]byte
-	binary.LittleEndian.PutUint64(seed[:], uint64(wordLimit))
-	h.Write(seed[:])
-	at := 0
-	for i, cut := range cuts {
-		h.WriteString(text[at:cut])
-		keys[i] = h.Sum64()
-		at = cut
-	}
-	return cuts, keys
+// historyKeys are the keys of a request's message prefixes, hashed as the messages are read.
+type historyKeys struct {
+	h    maphash.Hash
+	keys []uint64
 }
 
-// lookup returns the entry that shares the longest stretch of text up to one of its cuts, and
-// that stretch's index in the entry's cuts and in cuts (-1, -1: none). cuts and keys are text's
-// (keysOf).
-func (c *historyCache) lookup(text string, cuts []int, keys []uint64) (*historyEntry, int, int) {
-	for j := len(keys) - 1; j >= 0; j-- {
-		var e *historyEntry
-		c.mu.Lock()
-		for ; j >= 0 && e == nil; j-- {
-			e = c.keys[keys[j]]
-		}
-		j++
-		if e != nil {
-			c.unlink(e)
-			c.pushFront(e)
-		}
-		c.mu.Unlock()
-		if e == nil {
-			break
-		}
-		at := cuts[j]
-		k, found := slices.BinarySearchFunc(e.cuts, at, func(x historyCut, at int) int { return int(x.at) - at })
-		if found && e.text[:at] == text[:at] { // else a collision: a key's bytes are always compared
-			c.hits.Add(1)
-			c.tokens.Add(uint64(e.cuts[k].ids))
-			return e, k, j
+// newKeys starts the keys of r's message prefixes: the hash covers what else the rendering and
+// the ids depend on.
+func (c *historyCache) newKeys(r *ChatRequest) *historyKeys {
+	k := &historyKeys{}
+	k.h.SetSeed(c.seed)
+	var flags [16]byte
+	flags[0] = boolByte(r.AddGenerationPrompt) | boolByte(r.ContinueFinalMessage)<<1 | boolByte(r.AddSpecialTokens)<<2
+	binary.LittleEndian.PutUint64(flags[8:], uint64(r.Limits.Encode.MaxWordBytes))
+	k.h.Write(flags[:])
+	writeLenBytes(&k.h, r.Tools)
+	names := make([]string, 0, len(r.Kwargs))
+	for name := range r.Kwargs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		writeLenBytes(&k.h, []byte(name))
+		writeLenBytes(&k.h, r.Kwargs[name])
+	}
+	return k
+}
+
+// add hashes the next message (its bytes as the client sent them) and keeps the key of the
+// messages so far.
+func (k *historyKeys) add(msg []byte) {
+	writeLenBytes(&k.h, msg)
+	k.keys = append(k.keys, k.h.Sum64())
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// writeLenBytes writes b's length and b (so that no two sequences of values write the same
+// bytes).
+func writeLenBytes(h *maphash.Hash, b []byte) {
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+	h.Write(n[:])
+	h.Write(b)
+}
+
+// lookup returns the entry of the longest message prefix kept (keys are the request's, one per
+// message prefix: keys[j] of messages[0..j+1)), and the stretch of text it answers: the index in
+// the entry's cuts and in cuts (text's cuts) of the longest cut of both within the bytes the
+// entry's text and text share (-1, -1: none).
+func (c *historyCache) lookup(text string, cuts []int, keys []uint64) (e *historyEntry, k, j int) {
+	c.mu.Lock()
+	for j := len(keys) - 1; j >= 0 && e == nil; j-- {
+		e = c.keys[keys[j]]
+	}
+	if e != nil {
+		c.unlink(e)
+		c.pushFront(e)
+	}
+	c.mu.Unlock()
+	if e != nil {
+		shared := commonPrefix(e.text, text)
+		j = sort.SearchInts(cuts, shared+1) - 1 // the last cut of text within the shared bytes
+		for k = len(e.cuts) - 1; j >= 0 && k >= 0; {
+			switch at := int(e.cuts[k].at); {
+			case at > cuts[j]:
+				k--
+			case at < cuts[j]:
+				j--
+			default:
+				c.hits.Add(1)
+				c.tokens.Add(uint64(e.cuts[k].ids))
+				return e, k, j
+			}
 		}
 	}
 	c.misses.Add(1)
 	return nil, -1, -1
 }
 
-// store keeps e under keys (its last cuts'). When e extends old (the entry it was answered
-// from: old's whole text is e's too), old is dropped: a conversation holds one entry, whatever
-// its number of turns.
-func (c *historyCache) store(keys []uint64, e, old *historyEntry) {
-	e.keys = keys
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	const chunk = 4096
+	i := 0
+	for i+chunk <= n && a[i:i+chunk] == b[i:i+chunk] {
+		i += chunk
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// store keeps e under key (its request's message list). When e continues old (its request's
+// messages start with all of old's), e takes old's keys too and old is dropped: a conversation
+// holds one entry, whatever its number of turns, and each of its turns' message lists finds it.
+func (c *historyCache) store(key uint64, e, old *historyEntry) {
+	e.keys = []uint64{key}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	extends := old != nil && old.next != nil && len(old.text) <= len(e.text) && e.text[:len(old.text)] == old.text
+	extends := old != nil && old.next != nil // old is still kept
+	if extends {
+		for _, k := range old.keys {
+			if k != key {
+				e.keys = append(e.keys, k)
+			}
+		}
+	}
 	e.size = e.held + 4*int64(cap(e.ids)) + 8*int64(len(e.cuts)) + historyKeyCost*int64(len(e.keys)) + historyOverhead
 	if e.size > c.maxBytes/maxHistoryShare {
 		return // one conversation would evict all the others
@@ -217,30 +269,17 @@ func (c *historyCache) pushFront(e *historyEntry) {
 	c.lru.next = e
 }
 
-// commonPrefix is the length of the longest common prefix of a and b.
-func commonPrefix(a, b string) int {
-	n := min(len(a), len(b))
-	const chunk = 4096
-	i := 0
-	for i+chunk <= n && a[i:i+chunk] == b[i:i+chunk] {
-		i += chunk
-	}
-	for i < n && a[i] == b[i] {
-		i++
-	}
-	return i
-}
-
-// chatHistory encodes text, a chat rendering, with the history cache: the ids of the longest
-// stretch a cached rendering shares are copied, the rest is encoded (cut by cut, to know the ids
+// chatHistory encodes text, a chat rendering whose request's message prefixes have keys
+// (historyKeys), with the history cache: the ids of the longest stretch the conversation it
+// continues shares are copied, the rest is encoded (cut by cut, to know the ids
 // at each) and the rendering is kept for the next turn. The result, errors included, is
 // encode's.
-func (m *Model) chatHistory(dst []int, text string, l Limits) ([]int, error) {
+func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]int, error) {
 	if (l.MaxInputBytes > 0 && len(text) > l.MaxInputBytes) || len(text) > math.MaxInt32 {
 		return m.encode(dst, text, false, l) // the limit's error
 	}
 	h := m.history
-	cuts, keys := h.keysOf(m.tok, text, l.Encode.MaxWordBytes)
+	cuts := m.tok.Cuts(nil, text)
 	old, k, j := h.lookup(text, cuts, keys)
 	n0 := len(dst)
 	at := 0
@@ -279,17 +318,9 @@ func (m *Model) chatHistory(dst []int, text string, l Limits) ([]int, error) {
 	}
 	e := &historyEntry{text: text[:last.at], cuts: ecuts, held: int64(len(text))}
 	e.ids = historyIDs(old, k, dst[n0:n0+int(last.ids)])
-	// The keys of its last cuts in the second half of its text (cuts and keys are text's, whose
-	// cuts up to last.at are e's).
-	n := len(cuts)
-	for n > 0 && cuts[n-1] > int(last.at) {
-		n--
+	if len(keys) > 0 {
+		h.store(keys[len(keys)-1], e, old)
 	}
-	first := n
-	for first > 0 && n-first < maxHistoryKeys && cuts[first-1] >= int(last.at)/2 {
-		first--
-	}
-	h.store(slices.Clone(keys[first:n]), e, old)
 	return dst, nil
 }
 

@@ -227,7 +227,13 @@ type ChatRequest struct {
 // (*LimitError, or a *chattemplate.InputError), or the context's.
 func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
 	l := r.Limits
-	msgs, err := templateMessages(r.Messages, m.contentFormat)
+	var keys *historyKeys
+	var each func([]byte)
+	if m.history != nil && !r.AddSpecialTokens {
+		keys = m.history.newKeys(&r)
+		each = keys.add
+	}
+	msgs, err := convertMessages(r.Messages, m.contentFormat, each)
 	if err != nil {
 		return dst, err
 	}
@@ -249,8 +255,8 @@ func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
 	if ctx := l.Encode.Context; ctx != nil && ctx.Err() != nil {
 		return dst, ctx.Err()
 	}
-	if m.history != nil && !r.AddSpecialTokens {
-		return m.chatHistory(dst, text, l)
+	if keys != nil {
+		return m.chatHistory(dst, text, keys.keys, l)
 	}
 	return m.encode(dst, text, r.AddSpecialTokens, l)
 }

@@ -130,7 +130,7 @@ func BenchmarkRenderTurns(b *testing.B) {
 				history, perHistory, perMessage int // tokens
 			}{
 				{"grow", 0, 0, (32 << 10) / turns / 2},
-				{"long", 32 << 10, 32 << 10, 300},
+				{"long", 32 << 10, 16 << 10, 300},
 				{"chatty", 32 << 10, 48, 48},
 			}
 			ways := []struct {
