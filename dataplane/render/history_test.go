@@ -206,6 +206,12 @@ func TestHistoryTenants(t *testing.T) {
 		check(req(b, k), k > 1) // b never finds a's entry: only its own, from its second turn
 	}
 	check(req(a, 4), true) // the same content again (a retry, by anyone) is found
+	// A one-turn conversation stays kept as it is; another with its system prompt and its
+	// message lengths does not find it.
+	c := append([]map[string]any{system}, conversation("tenant-c", 1)...)
+	d := append([]map[string]any{system}, conversation("tenant-d", 1)...)
+	check(req(c, 1), false)
+	check(req(d, 1), false)
 }
 
 // TestHistoryBound: the cache never holds more than its bound, evicting the least recently used
