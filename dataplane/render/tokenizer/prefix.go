@@ -15,6 +15,12 @@ import "unicode/utf8"
 // is encoded alone) and its content does not end in whitespace (which a following lstrip token
 // would trim off it, leaving text): on both sides of it, encoding the parts alone makes the
 // pieces encoding the whole makes.
+//
+// This holds as long as no step of the encoding depends on where a piece stands in the whole
+// text. A step that does (a SentencePiece Metaspace with prepend_scheme "first" prefixes only
+// the text's first piece) must make Cuts return no cut for such a tokenizer, or the parts must
+// be encoded as not first: test/suites/renderref TestHistoryTurnByTurn and the render package's
+// history tests compare the cut encoding with the whole one on every family they load.
 
 // Cuts appends to dst the cuts of text (at most one per added token matched, and len(text)
 // when text is not empty), in increasing order. It scans text for added tokens, as Encode
