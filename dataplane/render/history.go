@@ -60,16 +60,41 @@ type historyCache struct {
 // historyEntry is one rendered conversation. text, ids and cuts are never modified once stored
 // (they are read without the lock); keys, size and the links are guarded by the cache's mu.
 type historyEntry struct {
-	text string       // the rendering up to its last cut
-	ids  []int32      // the ids of text
-	cuts []historyCut // the cuts of text, increasing; the last is len(text)
-	held int64        // bytes of the rendering text keeps alive (it is a slice of it)
-	// extended is set by the first entry that appends to ids in place (historyIDs).
-	extended atomic.Bool
+	text   string       // the rendering up to its last cut
+	chunks [][]int32    // the ids of text, in order: the earlier turns' chunks are shared with the entries they came from
+	cuts   []historyCut // the cuts of text, increasing; the last is len(text)
+	held   int64        // bytes of the rendering text keeps alive (it is a slice of it)
 
 	keys       []uint64
 	size       int64
 	prev, next *historyEntry
+}
+
+// appendIDs appends the first n ids of e to dst.
+func (e *historyEntry) appendIDs(dst []int, n int) []int {
+	for _, ch := range e.chunks {
+		if n <= 0 {
+			break
+		}
+		for _, id := range ch[:min(n, len(ch))] {
+			dst = append(dst, int(id))
+		}
+		n -= len(ch)
+	}
+	return dst
+}
+
+// firstChunks are the chunks of e's first n ids (shared, the last one sliced: nothing copied).
+func (e *historyEntry) firstChunks(n int) [][]int32 {
+	var out [][]int32
+	for _, ch := range e.chunks {
+		if n <= 0 {
+			break
+		}
+		out = append(out, ch[:min(n, len(ch)):min(n, len(ch))])
+		n -= len(ch)
+	}
+	return out
 }
 
 // historyCut is a cut of an entry's text: its byte offset and the number of ids before it.
@@ -89,39 +114,46 @@ func (c *historyCache) stats() (hits, misses, tokens uint64, bytes int64) {
 	return c.hits.Load(), c.misses.Load(), c.tokens.Load(), c.bytes
 }
 
-// historyKeys are the keys of a request's message prefixes, hashed as the messages are read.
+// historyKeys are the keys of a request's message prefixes, hashed as the messages are read:
+// each key is the hash of the key before it and of the message's own hash.
 type historyKeys struct {
-	h    maphash.Hash
+	seed maphash.Seed
+	last uint64
 	keys []uint64
 }
 
 // newKeys starts the keys of r's message prefixes: the hash covers what else the rendering and
 // the ids depend on.
 func (c *historyCache) newKeys(r *ChatRequest) *historyKeys {
-	k := &historyKeys{}
-	k.h.SetSeed(c.seed)
+	var h maphash.Hash
+	h.SetSeed(c.seed)
 	var flags [16]byte
 	flags[0] = boolByte(r.AddGenerationPrompt) | boolByte(r.ContinueFinalMessage)<<1 | boolByte(r.AddSpecialTokens)<<2
 	binary.LittleEndian.PutUint64(flags[8:], uint64(r.Limits.Encode.MaxWordBytes))
-	k.h.Write(flags[:])
-	writeLenBytes(&k.h, r.Tools)
+	h.Write(flags[:])
+	writeLenBytes(&h, r.Tools)
 	names := make([]string, 0, len(r.Kwargs))
 	for name := range r.Kwargs {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		writeLenBytes(&k.h, []byte(name))
-		writeLenBytes(&k.h, r.Kwargs[name])
+		writeLenBytes(&h, []byte(name))
+		writeLenBytes(&h, r.Kwargs[name])
 	}
-	return k
+	return &historyKeys{seed: c.seed, last: h.Sum64()}
 }
 
 // add hashes the next message (its bytes as the client sent them) and keeps the key of the
-// messages so far.
+// messages so far. (maphash.Bytes hashes a long message at memory speed; a Hash written to
+// in one call goes 128 bytes at a time, several times slower.)
 func (k *historyKeys) add(msg []byte) {
-	writeLenBytes(&k.h, msg)
-	k.keys = append(k.keys, k.h.Sum64())
+	var b [24]byte
+	binary.LittleEndian.PutUint64(b[:], k.last)
+	binary.LittleEndian.PutUint64(b[8:], uint64(len(msg)))
+	binary.LittleEndian.PutUint64(b[16:], maphash.Bytes(k.seed, msg))
+	k.last = maphash.Bytes(k.seed, b[:])
+	k.keys = append(k.keys, k.last)
 }
 
 func boolByte(b bool) byte {
@@ -203,7 +235,7 @@ func (c *historyCache) store(key uint64, e, old *historyEntry) {
 			}
 		}
 	}
-	e.size = e.held + 4*int64(cap(e.ids)) + 8*int64(len(e.cuts)) + historyKeyCost*int64(len(e.keys)) + historyOverhead
+	e.size = e.held + 4*int64(e.cuts[len(e.cuts)-1].ids) + 24*int64(len(e.chunks)) + 8*int64(len(e.cuts)) + historyKeyCost*int64(len(e.keys)) + historyOverhead
 	if e.size > c.maxBytes/maxHistoryShare {
 		return // one conversation would evict all the others
 	}
@@ -288,9 +320,7 @@ func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]
 		cut := old.cuts[k]
 		at = int(cut.at)
 		dst = slices.Grow(dst, int(cut.ids)+(len(text)-at)/3+8)
-		for _, id := range old.ids[:cut.ids] {
-			dst = append(dst, int(id))
-		}
+		dst = old.appendIDs(dst, int(cut.ids))
 		ecuts = append(make([]historyCut, 0, k+1+len(cuts)-j), old.cuts[:k+1]...)
 	} else {
 		dst = growFor(dst, text, l.Encode.MaxTokens)
@@ -313,39 +343,24 @@ func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]
 		return dst, nil
 	}
 	last := ecuts[len(ecuts)-1]
-	if !h.fits(int64(len(text)) + 5*int64(last.ids)) { // ids: 4 B each, and room for a quarter more
+	if !h.fits(int64(len(text)) + 4*int64(last.ids)) {
 		return dst, nil // not even copied: a conversation too large to keep costs nothing more
 	}
 	e := &historyEntry{text: text[:last.at], cuts: ecuts, held: int64(len(text))}
-	e.ids = historyIDs(old, k, dst[n0:n0+int(last.ids)])
+	from := 0
+	if old != nil {
+		from = int(old.cuts[k].ids)
+		e.chunks = old.firstChunks(from)
+	}
+	chunk := make([]int32, int(last.ids)-from)
+	for i, id := range dst[n0+from : n0+int(last.ids)] {
+		chunk[i] = int32(id)
+	}
+	e.chunks = append(e.chunks, chunk)
 	if len(keys) > 0 {
 		h.store(keys[len(keys)-1], e, old)
 	}
 	return dst, nil
-}
-
-// historyIDs are the ids of a new entry as int32s: ids, the first of which (up to cut k) are
-// old's. The conversation's next turn usually reuses all of old's ids: then they are appended to
-// in place, in old's array, by the first turn that extends it (extended); old's readers never
-// read past its own length, and the array grows by a quarter more than it needs, so that a
-// conversation's ids are copied a few times over its life rather than every turn.
-func historyIDs(old *historyEntry, k int, ids []int) []int32 {
-	var out []int32
-	if old != nil && k == len(old.cuts)-1 && int(old.cuts[k].ids) == len(old.ids) && old.extended.CompareAndSwap(false, true) {
-		out = old.ids
-		if need := len(ids); cap(out) < need {
-			out = append(make([]int32, 0, need+need/4), out...)
-		}
-	} else {
-		out = make([]int32, 0, len(ids)+len(ids)/4)
-		if old != nil && k >= 0 {
-			out = append(out, old.ids[:old.cuts[k].ids]...)
-		}
-	}
-	for _, id := range ids[len(out):] {
-		out = append(out, int32(id))
-	}
-	return out
 }
 
 // encodePiece encodes s, a piece of a rendering between two cuts, after dst (the ids before it:
