@@ -109,6 +109,10 @@ const (
 // defaultRenderCacheMiB is the default size of the in-process renderer's cache of encoded text.
 const defaultRenderCacheMiB = 64
 
+// defaultRenderHistoryMiB is the default size of the in-process renderer's rendered-history
+// cache (the rendered text and ids of the conversations rendered lately).
+const defaultRenderHistoryMiB = 64
+
 func newRender(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	addr := p.String("address", "")
 	dir := p.String("tokenizer", "")
@@ -118,6 +122,7 @@ func newRender(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	// loading the new files. A fingerprint (sha256:...) is checked against the files.
 	revision := p.String("tokenizer_revision", "")
 	cacheMiB := p.Int("cache_size", defaultRenderCacheMiB, 0)
+	historyMiB := p.Int("history_cache_size", defaultRenderHistoryMiB, 0)
 	timeout := p.Duration("timeout", 30*time.Second)
 	idle := p.Int("max_idle_conns_per_host", 100, 0)
 	idleTimeout := p.Duration("idle_conn_timeout", 90*time.Second)
@@ -152,8 +157,8 @@ func newRender(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	case addr == "" && dir == "":
 		p.Fail("address", "is required unless tokenizer is set: the base URL of the render service, e.g. http://render:8000")
 		return s, nil
-	case dir == "" && (templateName != "" || p.Has("cache_size") || p.Has("tokenizer_revision")):
-		p.Fail("tokenizer", "is required by chat_template, cache_size and tokenizer_revision: the directory of the model's tokenizer.json and tokenizer_config.json")
+	case dir == "" && (templateName != "" || p.Has("cache_size") || p.Has("history_cache_size") || p.Has("tokenizer_revision")):
+		p.Fail("tokenizer", "is required by chat_template, cache_size, history_cache_size and tokenizer_revision: the directory of the model's tokenizer.json and tokenizer_config.json")
 		return s, nil
 	case dir != "" && (!filepath.IsAbs(dir) || filepath.Clean(dir) != dir):
 		p.Fail("tokenizer", "must be an absolute, clean directory path, got %q", dir)
@@ -194,7 +199,8 @@ func newRender(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 					Reason: fmt.Sprintf("the files in %s are revision %s, not %s: waiting for them to be updated", dir, got, revision)}
 			}
 		}
-		m, err := render.Open(local, render.Options{ChatTemplate: templateName, CacheBytes: int64(cacheMiB) * config.MiB})
+		m, err := render.Open(local, render.Options{ChatTemplate: templateName, CacheBytes: int64(cacheMiB) * config.MiB,
+			HistoryBytes: int64(historyMiB) * config.MiB})
 		if err != nil {
 			p.Fail("tokenizer", "%v", err)
 			return s, nil
