@@ -17,15 +17,22 @@ import "unicode/utf8"
 // pieces encoding the whole makes.
 //
 // This holds as long as no step of the encoding depends on where a piece stands in the whole
-// text. A step that does (a SentencePiece Metaspace with prepend_scheme "first" prefixes only
-// the text's first piece) must make Cuts return no cut for such a tokenizer, or the parts must
-// be encoded as not first: test/suites/renderref TestHistoryTurnByTurn and the render package's
-// history tests compare the cut encoding with the whole one on every family they load.
+// text. One does: a SentencePiece Metaspace with prepend_scheme "first" prefixes only the
+// text's first piece, so such a tokenizer has no cut but the end (TestCutsFirstScheme).
+// test/suites/renderref TestHistoryTurnByTurn and the render package's history tests compare
+// the cut encoding with the whole one on every family they load.
 
 // Cuts appends to dst the cuts of text (at most one per added token matched, and len(text)
 // when text is not empty), in increasing order. It scans text for added tokens, as Encode
-// does first: far cheaper than encoding it.
+// does first: far cheaper than encoding it. A tokenizer whose first piece encodes apart
+// (Metaspace's prepend_scheme "first") has no cut but the end.
 func (t *Tokenizer) Cuts(dst []int, text string) []int {
+	if t.firstDiffers {
+		if len(text) > 0 {
+			dst = append(dst, len(text))
+		}
+		return dst
+	}
 	st := t.scratch.Get().(*state)
 	defer t.release(st)
 	secs := t.added.sections(st.secs[:0], text, &t.added.raw)

@@ -100,3 +100,17 @@ func TestCutsExcludeStrips(t *testing.T) {
 		})
 	}
 }
+
+// TestCutsFirstScheme: where Metaspace prefixes only a text's first piece, the end of an added
+// token is no cut (encoding the rest alone would prefix it), so there is none but the end.
+func TestCutsFirstScheme(t *testing.T) {
+	tok, _ := loadNamed(t, "sp-mistral-like")
+	const text = "<s>hi there</s> and more"
+	if got := tok.Cuts(nil, text); !slices.Equal(got, []int{len(text)}) {
+		t.Fatalf("Cuts = %v, want only the end %d", got, len(text))
+	}
+	whole := tok.Encode(nil, text, false)
+	if parts := tok.Encode(tok.Encode(nil, text[:3], false), text[3:], false); slices.Equal(parts, whole) {
+		t.Fatalf("the end of <s> encodes apart the same (%v): the test shows nothing", whole)
+	}
+}
