@@ -73,7 +73,7 @@ func cpuTime() time.Duration {
 }
 
 // BenchmarkRender measures the render step on one-message chats of about 1k, 32k and 128k
-// tokens, for each family (benchFamilies: a family whose tokenizer or template does not load
+// tokens, for each family (models: a family whose tokenizer or template does not load
 // fails its own sub-benchmarks, naming why), three ways: inprocess (no cache: every request new),
 // warm (in process, the conversation sent before: the segment and history caches answer it, as
 // they do a retry or a regenerated answer) and hop, the HTTP render service: the simworker's
@@ -87,9 +87,10 @@ func BenchmarkRender(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = svc.Close() })
-	for _, fam := range benchFamilies {
+	dirs := modelDirs(b)
+	for i, fam := range models {
 		b.Run(fam.name, func(b *testing.B) {
-			dir := benchFamilyDir(b, fam.pkg)
+			dir := dirs[i]
 			tok := benchFamilyLoad(b, fam.name, dir)
 			ways := []struct {
 				name string

