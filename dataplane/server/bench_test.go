@@ -1,10 +1,12 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -188,5 +190,74 @@ func BenchmarkRequestPathObserved(b *testing.B) {
 			b.ReportAllocs()
 			serveChats(b, h, raw)
 		})
+	}
+}
+
+// BenchmarkServed is one request through the coordinator as it runs: its listener and net/http
+// server on loopback TCP, a closed loop of 16 keep-alive clients writing whole requests (the
+// load harness's shape), and the worker's legs on loopback HTTP. Unlike BenchmarkRequestPath
+// (the handler called directly) it pays the connection layer, the request body read from a
+// socket and the legs written to one, where large-body costs live. B/op and allocs/op cover the
+// coordinator, the in-process worker and the clients (the last two fixed per body).
+func BenchmarkServed(b *testing.B) {
+	worker := httptest.NewServer(http.HandlerFunc(instantWorker))
+	defer worker.Close()
+	bodies := benchBodies()
+	for _, pname := range []string{"decode-only", "prefill-decode"} {
+		steps := []config.Step{{Type: "decode"}}
+		if pname == "prefill-decode" {
+			steps = []config.Step{{Type: "prefill", Params: map[string]any{"kv_connector": "kv-nixl"}}, {Type: "decode"}}
+		}
+		cfg := config.Default()
+		cfg.Gateway.Address = worker.URL
+		cfg.Pipeline.Steps = steps
+		p, err := builder.Build(cfg, builder.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		holder := &pipeline.Holder{}
+		holder.Swap(p)
+		srv := server.New(server.Options{Server: cfg.Server, Pipelines: holder, Log: logr.Discard()})
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() { _ = srv.Serve(l) }()
+		for _, bname := range []string{"200B", "256KiB-text", "1MiB-image"} {
+			raw := bodies[bname]
+			req := append([]byte(fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: coordinator\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(raw))), raw...)
+			b.Run(pname+"/"+bname, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(raw)))
+				b.SetParallelism(8) // 16 clients on 2 CPUs
+				b.RunParallel(func(pb *testing.PB) {
+					c, err := net.Dial("tcp", l.Addr().String())
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					defer c.Close()
+					br := bufio.NewReader(c)
+					for pb.Next() {
+						if _, err := c.Write(req); err != nil {
+							b.Error(err)
+							return
+						}
+						resp, err := http.ReadResponse(br, nil)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						_ = resp.Body.Close()
+						if resp.StatusCode != http.StatusOK {
+							b.Errorf("status %d", resp.StatusCode)
+							return
+						}
+					}
+				})
+			})
+		}
+		_ = srv.Close()
 	}
 }
