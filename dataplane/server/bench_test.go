@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,11 +37,19 @@ func benchBodies() map[string][]byte {
 var discardBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // instantWorker answers every leg at once, like a worker with a warm cache: prefill legs get NIXL
-// params, decode legs a small completion. It reads each body fully, as a worker must.
+// params listing a KV block id per 16 tokens, as vLLM's NIXL connector and the simworker answer
+// (~6 bytes a token of text: ~2,700 ids for 256 KiB; an image is a few blocks), decode legs a
+// small completion. It reads each body fully, as a worker must.
 func instantWorker(w http.ResponseWriter, r *http.Request) {
 	bp := discardBufs.Get().(*[]byte)
-	_, _ = io.CopyBuffer(io.Discard, r.Body, *bp)
+	first, _ := io.ReadFull(r.Body, (*bp)[:4096])
+	image := bytes.Contains((*bp)[:first], []byte(`"image_url"`))
+	rest, _ := io.CopyBuffer(io.Discard, r.Body, *bp)
 	discardBufs.Put(bp)
+	blocks := (first + int(rest)) / 96
+	if image {
+		blocks = 5
+	}
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case r.URL.Path == "/v1/chat/completions/render":
@@ -52,10 +61,31 @@ func instantWorker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Header.Get("EPP-Profile") == "prefill" {
-		_, _ = io.WriteString(w, `{"id":"p","choices":[],"kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[1,2,3]],"remote_engine_id":"e","remote_host":"10.0.0.1","remote_port":5600}}`)
+		_, _ = w.Write(prefillAnswer(blocks))
 		return
 	}
 	_, _ = io.WriteString(w, `{"id":"d","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
+}
+
+// prefillAnswers are the prefill answers by block count (built once each).
+var prefillAnswers sync.Map
+
+// prefillAnswer is a NIXL prefill answer listing blocks KV block ids (at least one).
+func prefillAnswer(blocks int) []byte {
+	blocks = max(blocks, 1)
+	if a, ok := prefillAnswers.Load(blocks); ok {
+		return a.([]byte)
+	}
+	b := []byte(`{"id":"p","choices":[],"kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[`)
+	for i := range blocks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(11108605+i), 10)
+	}
+	b = append(b, `]],"remote_engine_id":"e","remote_host":"10.0.0.1","remote_port":5600}}`...)
+	prefillAnswers.Store(blocks, b)
+	return b
 }
 
 var renderAnswer = func() string {
