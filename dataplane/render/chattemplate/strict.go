@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/ardanlabs/jinja"
@@ -35,30 +36,29 @@ func (e *typeError) Error() string { return "TypeError: " + e.msg }
 
 // strictHelpers are the variables prepare's rewrites call, bound by Render.
 var strictHelpers = map[string]jinja.Value{
-	"__hf_cat": jinja.NewCallable("__hf_cat", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		if len(args) != 1 || !args[0].IsString() {
-			return jinja.Undefined(), &typeError{fmt.Sprintf("can only concatenate str (not %q) to str", pyTypeName(args))}
-		}
-		return args[0], nil
-	}),
+	"__hf_cat": operandCheck("__hf_cat", jinja.Value.IsString, "can only concatenate str (not {type}) to str"),
 	"__hf_add": jinja.NewCallable("__hf_add", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		if len(args) != 2 {
 			return jinja.Undefined(), &typeError{"__hf_add takes two operands"}
 		}
 		return pyAdd(args[0], args[1])
 	}),
-	"__hf_def": jinja.NewCallable("__hf_def", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		if len(args) != 1 || args[0].IsUndefined() {
-			return jinja.Undefined(), &typeError{"an attribute or item of an undefined value (jinja2.exceptions.UndefinedError)"}
+	"__hf_def": operandCheck("__hf_def", func(v jinja.Value) bool { return !v.IsUndefined() },
+		"an attribute or item of an undefined value (jinja2.exceptions.UndefinedError)"),
+	"__hf_in": operandCheck("__hf_in", func(v jinja.Value) bool {
+		return v.IsString() || v.IsList() || v.IsDict() || v.IsUndefined()
+	}, "argument of type {type} is not iterable (operator in)"),
+}
+
+// operandCheck is a helper of one operand, passed through when ok holds; otherwise it raises the
+// TypeError msg, "{type}" in it replaced by the operand's Python type name, quoted.
+func operandCheck(name string, ok func(jinja.Value) bool, msg string) jinja.Value {
+	return jinja.NewCallable(name, func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		if len(args) != 1 || !ok(args[0]) {
+			return jinja.Undefined(), &typeError{strings.ReplaceAll(msg, "{type}", strconv.Quote(pyTypeName(args)))}
 		}
 		return args[0], nil
-	}),
-	"__hf_in": jinja.NewCallable("__hf_in", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		if len(args) != 1 || !(args[0].IsString() || args[0].IsList() || args[0].IsDict() || args[0].IsUndefined()) {
-			return jinja.Undefined(), &typeError{fmt.Sprintf("argument of type %q is not iterable (operator in)", pyTypeName(args))}
-		}
-		return args[0], nil
-	}),
+	})
 }
 
 // pyTypeName is Python's name of the type of the single argument.
@@ -105,10 +105,7 @@ func strictIn(expr string, forTag bool) string {
 			out.WriteString(expr[i : j+1])
 			i = j
 		case isIdent(c):
-			j := i
-			for j < len(expr) && isIdent(expr[j]) {
-				j++
-			}
+			j := identEnd(expr, i)
 			word, attr := expr[i:j], i > 0 && expr[i-1] == '.'
 			out.WriteString(word)
 			i = j - 1
@@ -149,37 +146,18 @@ func operandEnd(s string, i int) int {
 			return i
 		}
 	case j < len(s) && isIdent(s[j]) && !(s[j] >= '0' && s[j] <= '9'):
-		for j < len(s) && isIdent(s[j]) {
-			j++
-		}
+		j = identEnd(s, j)
 		if w := s[i:j]; w == "not" || w == "none" || w == "None" || w == "true" || w == "false" || w == "True" || w == "False" {
 			return i
 		}
 	default:
 		return i
 	}
-	for j < len(s) {
-		switch s[j] {
-		case '.':
-			k := j + 1
-			for k < len(s) && isIdent(s[k]) {
-				k++
-			}
-			if k == j+1 {
-				return j
-			}
-			j = k
-		case '[', '(':
-			k := groupEnd(s, j)
-			if k < 0 {
-				return i
-			}
-			j = k
-		default:
-			return j
-		}
+	end, closed := accessorsEnd(s, j)
+	if !closed {
+		return i
 	}
-	return j
+	return end
 }
 
 // groupEnd is the index after the bracket closing the one at s[i], or -1.
@@ -289,10 +267,7 @@ func strictAccess(expr string) string {
 			out.WriteString(expr[i : j+1])
 			prevSig, prevWord, i = '"', "", j+1
 		case isIdent(c) && !(c >= '0' && c <= '9') && prevSig != '.':
-			j := i
-			for j < len(expr) && isIdent(expr[j]) {
-				j++
-			}
+			j := identEnd(expr, i)
 			word := expr[i:j]
 			if prevSig == '|' || prevWord == "is" || prevWord == "not" && strings.HasSuffix(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(out.String()), "not")), "is") {
 				out.WriteString(word) // a filter's or a test's name
@@ -303,10 +278,7 @@ func strictAccess(expr string) string {
 			out.WriteString(rewriteChain(word, expr[j:end]))
 			prevSig, prevWord, i = 'a', word, end
 		case isIdent(c):
-			j := i
-			for j < len(expr) && isIdent(expr[j]) {
-				j++
-			}
+			j := identEnd(expr, i)
 			out.WriteString(expr[i:j])
 			prevSig, prevWord, i = 'a', expr[i:j], j
 		default:
@@ -322,26 +294,38 @@ func strictAccess(expr string) string {
 
 // chainEnd is the end of the accessors (.name, [...], (...)) that follow a name ending at s[i].
 func chainEnd(s string, i int) int {
+	end, _ := accessorsEnd(s, i)
+	return end
+}
+
+// accessorsEnd is the end of the accessors (.name, [...], (...)) from s[i], and whether every
+// bracket among them closes (if one does not, the end is where it opens).
+func accessorsEnd(s string, i int) (int, bool) {
 	for i < len(s) {
 		switch s[i] {
 		case '.':
-			k := i + 1
-			for k < len(s) && isIdent(s[k]) {
-				k++
-			}
+			k := identEnd(s, i+1)
 			if k == i+1 {
-				return i
+				return i, true
 			}
 			i = k
 		case '[', '(':
 			k := groupEnd(s, i)
 			if k < 0 {
-				return i
+				return i, false
 			}
 			i = k
 		default:
-			return i
+			return i, true
 		}
+	}
+	return i, true
+}
+
+// identEnd is the end of the run of identifier bytes from s[i].
+func identEnd(s string, i int) int {
+	for i < len(s) && isIdent(s[i]) {
+		i++
 	}
 	return i
 }
@@ -353,10 +337,7 @@ func rewriteChain(name, accessors string) string {
 	for i := 0; i < len(accessors); {
 		switch accessors[i] {
 		case '.':
-			k := i + 1
-			for k < len(accessors) && isIdent(accessors[k]) {
-				k++
-			}
+			k := identEnd(accessors, i+1)
 			cur = "__hf_def(" + cur + ")" + accessors[i:k]
 			i = k
 		default: // '[' or '('

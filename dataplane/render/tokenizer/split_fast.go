@@ -260,43 +260,36 @@ func cl100kNext(s string, i int, three bool) int {
 	}
 	// \p{N} or \p{N}{1,3}
 	if k&clsN != 0 {
-		end := i + w
 		if three {
-			for n := 1; n < 3 && end < len(s); n++ {
-				k1, w1 := classAt(s, end)
-				if k1&clsN == 0 {
-					break
-				}
-				end += w1
-			}
+			return digits3Next(s, i)
 		}
+		return i + w
+	}
+	if end := punctRun(s, i, k, false); end >= 0 {
 		return end
 	}
-	// ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+	return wsMatch(s, i)
+}
+
+// punctRun is ' ?[^\s\p{L}\p{N}]+[\r\n]*' (with slash, '[\r\n/]*') at s[i], whose character is
+// of class k and neither a letter nor a number: its end, or -1 when it does not match.
+func punctRun(s string, i int, k uint8, slash bool) int {
 	j := -1
 	if k&clsWS == 0 {
 		j = i
-	} else if c0 == ' ' && i+1 < len(s) {
+	} else if s[i] == ' ' && i+1 < len(s) {
 		if k1, _ := classAt(s, i+1); k1&(clsWS|clsL|clsN) == 0 {
 			j = i + 1
 		}
 	}
-	if j >= 0 {
-		j = otherRunEnd(s, j, clsWS)
-		for j < len(s) && (s[j] == '\r' || s[j] == '\n') {
-			j++
-		}
-		return j
+	if j < 0 {
+		return -1
 	}
-	// Whitespace from here on.
-	end := runEnd(s, i, clsWS)
-	// \s*[\r\n]+: up to the last line break of the run.
-	for p := end - 1; p >= i; p-- {
-		if s[p] == '\r' || s[p] == '\n' {
-			return p + 1
-		}
+	j = otherRunEnd(s, j, clsWS)
+	for j < len(s) && (s[j] == '\r' || s[j] == '\n' || slash && s[j] == '/') {
+		j++
 	}
-	return wsTail(s, i, end)
+	return j
 }
 
 // wsTail is \s+(?!\S)|\s+ for the whitespace run s[i:end]: all of it at the end of the text,

@@ -256,21 +256,8 @@ func o200kNext(s string, i int, ext *[classLimit]uint8) int {
 	if k&clsN != 0 {
 		return digits3Next(s, i)
 	}
-	// ' ?[^\s\p{L}\p{N}]+[\r\n/]*'
-	j := -1
-	if k&clsWS == 0 {
-		j = i
-	} else if c0 == ' ' && i+1 < len(s) {
-		if k1, _ := classAt(s, i+1); k1&(clsWS|clsL|clsN) == 0 {
-			j = i + 1
-		}
-	}
-	if j >= 0 {
-		j = otherRunEnd(s, j, clsWS)
-		for j < len(s) && (s[j] == '\r' || s[j] == '\n' || s[j] == '/') {
-			j++
-		}
-		return j
+	if end := punctRun(s, i, k, true); end >= 0 {
+		return end
 	}
 	return wsMatch(s, i)
 }

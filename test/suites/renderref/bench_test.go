@@ -87,30 +87,25 @@ func BenchmarkRender(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = svc.Close() })
-	dirs := modelDirs(b)
-	for i, fam := range models {
-		b.Run(fam.name, func(b *testing.B) {
-			dir := dirs[i]
-			tok := benchFamilyLoad(b, fam.name, dir)
-			ways := []struct {
-				name string
-				own  map[string]any
-				warm bool // render the request once before measuring
-			}{
-				{"inprocess", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0}, false},
-				{"warm", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 256}, true},
-				{"hop", map[string]any{"address": svc.URL()}, false},
-			}
-			for _, n := range []int{1 << 10, 32 << 10, 128 << 10} {
-				raw := benchConversation(tok, n)
-				b.Run(fmt.Sprintf("%dk", n>>10), func(b *testing.B) {
-					for _, w := range ways {
-						b.Run(w.name, func(b *testing.B) { benchRenderStep(b, svc, newRenderStep(b, w.own), raw, w.warm) })
-					}
-				})
-			}
-		})
-	}
+	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
+		ways := []struct {
+			name string
+			own  map[string]any
+			warm bool // render the request once before measuring
+		}{
+			{"inprocess", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0}, false},
+			{"warm", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 256}, true},
+			{"hop", map[string]any{"address": svc.URL()}, false},
+		}
+		for _, n := range []int{1 << 10, 32 << 10, 128 << 10} {
+			raw := benchConversation(tok, n)
+			b.Run(fmt.Sprintf("%dk", n>>10), func(b *testing.B) {
+				for _, w := range ways {
+					b.Run(w.name, func(b *testing.B) { benchRenderStep(b, svc, newRenderStep(b, w.own), raw, w.warm) })
+				}
+			})
+		}
+	})
 }
 
 // benchRenderStep runs step on the chat body raw.

@@ -18,20 +18,25 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 )
 
-// benchFamilyLoad loads the family's tokenizer and chat template, failing the benchmark with
-// the loader's reason when either does not load (the family's every sub-benchmark needs both).
-func benchFamilyLoad(b *testing.B, name, dir string) *tokenizer.Tokenizer {
-	b.Helper()
-	m, err := render.Open(dir, render.Options{})
-	if err != nil {
-		b.Fatalf("%s does not load: %v", name, err)
+// eachFamily runs bench as a sub-benchmark of b for each family (models) with its model
+// directory and tokenizer, after loading its tokenizer and chat template: a family where either
+// does not load fails its sub-benchmark with the loader's reason.
+func eachFamily(b *testing.B, bench func(b *testing.B, dir string, tok *tokenizer.Tokenizer)) {
+	dirs := modelDirs(b)
+	for i, fam := range models {
+		b.Run(fam.name, func(b *testing.B) {
+			m, err := render.Open(dirs[i], render.Options{})
+			if err != nil {
+				b.Fatalf("%s does not load: %v", fam.name, err)
+			}
+			m.Close()
+			tok, err := tokenizer.Load(dirs[i])
+			if err != nil {
+				b.Fatalf("%s does not load: %v", fam.name, err)
+			}
+			bench(b, dirs[i], tok)
+		})
 	}
-	m.Close()
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		b.Fatalf("%s does not load: %v", name, err)
-	}
-	return tok
 }
 
 // benchText is about n tokens of benchParagraphs, drawn by r.
@@ -98,59 +103,54 @@ func turnBodies(msgs []map[string]string, salt int) []*body.Object {
 // shared machine disturbs less than the wall clock), the mean of a turn.
 func BenchmarkRenderTurns(b *testing.B) {
 	const turns = 10
-	dirs := modelDirs(b)
-	for i, fam := range models {
-		b.Run(fam.name, func(b *testing.B) {
-			dir := dirs[i]
-			tok := benchFamilyLoad(b, fam.name, dir)
-			shapes := []struct {
-				name                            string
-				history, perHistory, perMessage int // tokens
-			}{
-				{"grow", 0, 0, (32 << 10) / turns / 2},
-				{"long", 32 << 10, 16 << 10, 300},
-				{"chatty", 32 << 10, 48, 48},
-			}
-			ways := []struct {
-				name string
-				own  map[string]any
-			}{
-				{"nocache", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0}},
-				{"segments", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 0}},
-				{"history", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 256}},
-				{"historyonly", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 256}},
-			}
-			for _, sh := range shapes {
-				msgs := turnConversation(tok, 1, sh.history, sh.perHistory, turns, sh.perMessage)
-				b.Run(sh.name, func(b *testing.B) {
-					for _, w := range ways {
-						b.Run(w.name, func(b *testing.B) {
-							step := newRenderStep(b, w.own)
-							convs := make([][]*body.Object, b.N) // made before the clock starts: its garbage is not the turns'
-							for i := range convs {
-								convs[i] = turnBodies(msgs, i+1)
-							}
-							runtime.GC()
-							b.ReportAllocs()
-							b.ResetTimer()
-							cpu0 := cpuTime()
-							for _, bodies := range convs {
-								for _, obj := range bodies[len(bodies)-turns:] {
-									rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
-										Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
-									if err := step.Execute(context.Background(), rc); err != nil {
-										b.Fatal(err)
-									}
+	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
+		shapes := []struct {
+			name                            string
+			history, perHistory, perMessage int // tokens
+		}{
+			{"grow", 0, 0, (32 << 10) / turns / 2},
+			{"long", 32 << 10, 16 << 10, 300},
+			{"chatty", 32 << 10, 48, 48},
+		}
+		ways := []struct {
+			name string
+			own  map[string]any
+		}{
+			{"nocache", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0}},
+			{"segments", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 0}},
+			{"history", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 256}},
+			{"historyonly", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 256}},
+		}
+		for _, sh := range shapes {
+			msgs := turnConversation(tok, 1, sh.history, sh.perHistory, turns, sh.perMessage)
+			b.Run(sh.name, func(b *testing.B) {
+				for _, w := range ways {
+					b.Run(w.name, func(b *testing.B) {
+						step := newRenderStep(b, w.own)
+						convs := make([][]*body.Object, b.N) // made before the clock starts: its garbage is not the turns'
+						for i := range convs {
+							convs[i] = turnBodies(msgs, i+1)
+						}
+						runtime.GC()
+						b.ReportAllocs()
+						b.ResetTimer()
+						cpu0 := cpuTime()
+						for _, bodies := range convs {
+							for _, obj := range bodies[len(bodies)-turns:] {
+								rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
+									Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
+								if err := step.Execute(context.Background(), rc); err != nil {
+									b.Fatal(err)
 								}
 							}
-							cpu := cpuTime() - cpu0
-							b.StopTimer()
-							b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*turns), "ns/turn")
-							b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*turns), "cpu-ns/turn")
-						})
-					}
-				})
-			}
-		})
-	}
+						}
+						cpu := cpuTime() - cpu0
+						b.StopTimer()
+						b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*turns), "ns/turn")
+						b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*turns), "cpu-ns/turn")
+					})
+				}
+			})
+		}
+	})
 }
