@@ -43,6 +43,34 @@ func Chat(model string, maxTokens int) Request {
 	}
 }
 
+// ChatStream is a Request: a streaming chat completion for model of at most maxTokens tokens,
+// succeeded when it is answered 200 with a server-sent event stream read to its "data: [DONE]".
+func ChatStream(model string, maxTokens int) Request {
+	body := fmt.Sprintf(`{"model":%q,"max_tokens":%d,"stream":true,"messages":[{"role":"user","content":"steady"}]}`, model, maxTokens)
+	return func(ctx context.Context, client *http.Client, base string) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		switch {
+		case err != nil:
+			return fmt.Errorf("HTTP %d, stream cut: %w", resp.StatusCode, err)
+		case resp.StatusCode != http.StatusOK:
+			return fmt.Errorf("HTTP %d: %.200s", resp.StatusCode, b)
+		case !strings.Contains(string(b), "data: [DONE]"):
+			return fmt.Errorf("HTTP 200 with a stream that does not end in data: [DONE]: %.200s", b)
+		}
+		return nil
+	}
+}
+
 // Load is a steady client load: clients goroutines, each sending one request after the other
 // through one shared keep-alive transport (as an SDK client does), until Stop.
 type Load struct {

@@ -26,10 +26,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
 // The cluster's fixed addresses: none of them is routed on these machines.
@@ -155,6 +158,8 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
+var setLogger sync.Once
+
 // Start brings the cluster up: it cleans what a killed run left in the state directory, then
 // starts etcd, kube-apiserver, containerd (images imported), the kubelet, kube-controller-manager,
 // kube-scheduler, kube-proxy and CoreDNS, and returns once the node is Ready, the default
@@ -167,6 +172,11 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if m := Prerequisites(); len(m) > 0 {
 		return nil, fmt.Errorf("missing: %s", strings.Join(m, ", "))
 	}
+	setLogger.Do(func() {
+		// The clients log through controller-runtime: errors to stderr (unset, it prints a
+		// warning with a stack trace instead).
+		logf.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(zapcore.ErrorLevel)))
+	})
 	c = &Cluster{Dir: o.Dir, o: o, sigStop: make(chan struct{})}
 	if c.lock, err = os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600); err != nil {
 		return nil, err

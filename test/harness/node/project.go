@@ -24,7 +24,8 @@ const (
 // Dockerfile.coordinator describe them (static binaries built with their go build line, user
 // 65532:65532, the final stage's labels, entrypoint, cmd, exposed ports and the coordinator's
 // default configuration) and the simulator image from simXZ (the xz-compressed simulator binary of
-// ../shared/peers), writing the binaries under dir.
+// ../shared/peers, or the binary itself when the name does not end in .xz), writing the binaries
+// under dir.
 func ProjectImages(root, dir, simXZ string) ([]Image, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -41,8 +42,12 @@ func ProjectImages(root, dir, simXZ string) ([]Image, error) {
 		}
 	}
 	sim := filepath.Join(dir, "llm-d-inference-sim")
-	if err := xzDecompress(simXZ, sim); err != nil {
-		return nil, err
+	if strings.HasSuffix(simXZ, ".xz") {
+		if err := xzDecompress(simXZ, sim); err != nil {
+			return nil, err
+		}
+	} else {
+		sim = simXZ
 	}
 	coordLabels, err := DockerfileLabels(filepath.Join(root, "Dockerfile.coordinator"))
 	if err != nil {

@@ -1,5 +1,5 @@
 // Command steadyload is the steady client load of package endpoints as a program, for the
-// real-node tier (issue #32): it sends non-streaming chat completions to a coordinator Service's
+// real-node tier (issue #32): it sends chat completions (non-streaming, or streaming with --stream) to a coordinator Service's
 // URL from a few clients in a loop (each with keep-alive, as an SDK client does) until SIGINT or
 // SIGTERM, --duration or --requests, then prints what it saw as one JSON object on stdout
 // ({"served":N,"failed":M,"failures":[...]}) and exits 1 when a request failed.
@@ -33,6 +33,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	maxTokens := fs.Int("max-tokens", 3, "the requests' max_tokens")
 	duration := fs.Duration("duration", 0, "stop after this long (0: until SIGINT or SIGTERM, or --requests)")
 	requests := fs.Int("requests", 0, "stop once this many requests ended, served or failed (0: no limit)")
+	stream := fs.Bool("stream", false, "send streaming chat completions (succeeded when the stream ends in data: [DONE])")
 	if err := command.Parse(fs, args); err != nil {
 		return err
 	}
@@ -44,7 +45,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ctx, cancel = context.WithTimeout(ctx, *duration)
 		defer cancel()
 	}
-	load := endpoints.StartLoad(*url, *clients, endpoints.Chat(*model, *maxTokens))
+	req := endpoints.Chat(*model, *maxTokens)
+	if *stream {
+		req = endpoints.ChatStream(*model, *maxTokens)
+	}
+	load := endpoints.StartLoad(*url, *clients, req)
 	if *requests > 0 {
 		_ = load.WaitFor(ctx, func(r endpoints.Result) bool { return r.Served+r.Failed >= *requests })
 	} else {
