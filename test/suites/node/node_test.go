@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -85,6 +86,18 @@ func TestNode(t *testing.T) {
 		t.Fatalf("building steadyload: %v\n%s", err, out)
 	}
 	t.Logf("binaries built in %s", time.Since(start).Round(time.Millisecond))
+	before, err := node.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered before StartT's Stop, so it runs after it (cleanups run last first).
+	t.Cleanup(func() {
+		if left := node.Leftovers(node.DefaultDir, before); len(left) > 0 {
+			t.Errorf("the host is not clean after the cluster stopped: %v", left)
+		} else {
+			t.Logf("FIGURE host clean after Stop (processes, mounts, bridge, iptables chains, sysctls, cgroups, paths)")
+		}
+	})
 	start = time.Now()
 	s.c = node.StartT(t, node.Options{Root: root, Images: imgs})
 	t.Logf("FIGURE cluster up (images imported, CoreDNS answering) in %s", time.Since(start).Round(time.Millisecond))
@@ -108,6 +121,8 @@ func TestNode(t *testing.T) {
 		{"RestartThenScaleReplacesNone", s.restartThenScale},
 		{"RestrictedPodSecurityEnforced", s.restricted},
 		{"DisruptionBudgetAndRouteAccepted", s.exposure},
+		{"CanarySplit", s.canary},
+		{"RejectingAndCrashLoopingPods", s.rejectAndCrash},
 	}
 	for _, st := range steps {
 		if !t.Run(st.name, func(t *testing.T) { s.t = t; st.run(t) }) {
@@ -254,6 +269,20 @@ func (s *suite) install(t *testing.T) {
 		"IMG="+node.OperatorImage, "COORDINATOR_IMG="+node.CoordinatorImage)
 	if out, err := mk.CombinedOutput(); err != nil {
 		t.Fatalf("make build-installer: %v\n%s", err, out)
+	}
+	// The canary's counts reach status.revisions every 2s instead of 30s (the manager's
+	// --canary-status-interval), so that the canary check need not wait.
+	b, err := os.ReadFile(installer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^(\s*)- --health-probe-bind-address=:8081$`)
+	if !re.Match(b) {
+		t.Fatalf("the installer has no --health-probe-bind-address=:8081 argument")
+	}
+	b = re.ReplaceAll(b, []byte("$0\n$1- --canary-status-interval=2s"))
+	if err := os.WriteFile(installer, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	start := time.Now()
 	s.kubectl(nil, "apply", "--server-side", "-f", installer)
@@ -764,4 +793,163 @@ func (s *suite) exposure(t *testing.T) {
 		t.Logf("RouteAccepted=%s (%s): %s", c.Status, c.Reason, c.Message)
 		return nil
 	})
+	// No gateway controller runs here, so the route keeps Ready False (RouteNotAccepted): remove
+	// it (the operator deletes the HTTPRoute) and keep the PodDisruptionBudget.
+	s.edit(func(sp *coordinatorv1alpha1.CoordinatorPipelineSpec) { sp.Route = nil })
+	s.waitFor("the HTTPRoute deleted", 60*time.Second, func() error {
+		var route gatewayv1.HTTPRoute
+		if err := s.k.Get(s.ctx, client.ObjectKey{Namespace: ns, Name: cplName}, &route); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("HTTPRoute still there (%v)", err)
+		}
+		return nil
+	})
+	s.waitColumns("Ready again without the route", 60*time.Second, "3/3", "3")
+}
+
+// revisionCounts returns status.revisions' requests by track.
+func (s *suite) revisionCounts() map[string]int64 {
+	out := map[string]int64{}
+	for _, r := range s.pipeline().Status.Revisions {
+		out[r.Track] = r.Requests
+	}
+	return out
+}
+
+// canary: a 50% canary (decode only, beside the stable prefill,decode) reaches the pods through a
+// reload; 400 requests through the Service split between the two pipelines as the pods report in
+// status.revisions; removing the canary reloads back.
+func (s *suite) canary(t *testing.T) {
+	s.edit(func(sp *coordinatorv1alpha1.CoordinatorPipelineSpec) {
+		sp.Canary = &coordinatorv1alpha1.CanarySpec{WeightPercent: 50, Pipeline: coordinatorv1alpha1.PipelineSpec{
+			KVConnector: "kv-nixl", Steps: []coordinatorv1alpha1.PipelineStep{{Type: "decode"}},
+		}}
+	})
+	cols := s.waitColumns("the canary loaded by every pod", 90*time.Second, "3/3", "3")
+	if cols["CANARY"] != "50" {
+		t.Fatalf("CANARY column %q", cols["CANARY"])
+	}
+	before := s.revisionCounts()
+	out, err := exec.Command(filepath.Join(s.bin, "steadyload"), "--url", s.url, "--requests", "400", "--model", simModel).Output()
+	if err != nil {
+		t.Fatalf("steadyload: %v: %s", err, out)
+	}
+	var after map[string]int64
+	d := s.waitFor("status.revisions to count the 400 requests", 60*time.Second, func() error {
+		after = s.revisionCounts()
+		if n := after["stable"] - before["stable"] + after["canary"] - before["canary"]; n < 400 {
+			return fmt.Errorf("counted %d of 400 (%v -> %v)", n, before, after)
+		}
+		return nil
+	})
+	stable, canary := after["stable"]-before["stable"], after["canary"]-before["canary"]
+	share := float64(canary) / float64(stable+canary)
+	t.Logf("FIGURE canary 50%%: %d stable, %d canary of %d requests (%.1f%%), counted in status.revisions %s after the load; kubectl get cpl: %v",
+		stable, canary, stable+canary, 100*share, d.Round(time.Millisecond), cols)
+	if share < 0.35 || share > 0.65 {
+		t.Fatalf("canary share %.2f, want about 0.5", share)
+	}
+	s.edit(func(sp *coordinatorv1alpha1.CoordinatorPipelineSpec) { sp.Canary = nil })
+	s.waitColumns("the canary removed from every pod", 90*time.Second, "3/3", "3")
+}
+
+// podStates summarises the pipeline's pods: name, ready, restarts, waiting reason.
+func (s *suite) podStates() []string {
+	var pods corev1.PodList
+	if err := s.k.List(s.ctx, &pods, client.InNamespace(ns), client.MatchingLabels{controller.LabelInstance: cplName}); err != nil {
+		s.t.Fatal(err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		st := p.Name
+		for _, c := range p.Status.ContainerStatuses {
+			st += fmt.Sprintf(" ready=%t restarts=%d", c.Ready, c.RestartCount)
+			if c.State.Waiting != nil {
+				st += " " + c.State.Waiting.Reason
+			}
+		}
+		out = append(out, st)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// rejectAndCrash: rollout truth on real pods. Pods whose environment (an envFrom Secret) forces
+// kv-sglang serve a
+// decode-only pipeline; an edit to prefill,decode is rejected by every running pod on reload (they
+// keep serving the old revision: ROLLOUT ConfigRejected, UPDATED 0, READY 3/3, requests served);
+// then a pod-template edit starts a pod on that configuration, which exits at start and
+// crash-loops while the old pods keep serving (the rollout does not complete, UPDATED stays 0);
+// removing the environment variable rolls everything back to health.
+func (s *suite) rejectAndCrash(t *testing.T) {
+	// spec.env refuses COORDINATOR_* variables, and the operator checks an unprefixed envFrom
+	// ConfigMap's keys, but never reads a Secret: an unprefixed Secret can still override.
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "force-sglang"},
+		StringData: map[string]string{"COORDINATOR_PIPELINE_KV_CONNECTOR": "kv-sglang"}}
+	if err := s.k.Create(s.ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	s.edit(func(sp *coordinatorv1alpha1.CoordinatorPipelineSpec) {
+		sp.Pipeline.Steps = []coordinatorv1alpha1.PipelineStep{{Type: "decode"}}
+		sp.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: secret.Name}}}}
+	})
+	s.rollDone(3)
+	s.edit(func(sp *coordinatorv1alpha1.CoordinatorPipelineSpec) {
+		sp.Pipeline.Steps = []coordinatorv1alpha1.PipelineStep{{Type: "prefill"}, {Type: "decode"}}
+	})
+	var cols map[string]string
+	d := s.waitFor("every pod to reject the edit (ConfigRejected)", 90*time.Second, func() error {
+		cp := s.pipeline()
+		ro := meta.FindStatusCondition(cp.Status.Conditions, string(coordinatorv1alpha1.ConditionRolledOut))
+		var err error
+		if cols, err = s.columns(); err != nil {
+			return err
+		}
+		if cp.Status.ObservedGeneration != cp.Generation || ro == nil || ro.Reason != string(coordinatorv1alpha1.ReasonConfigRejected) ||
+			cols["UPDATED"] != "0" || cols["READY"] != "3/3" {
+			return fmt.Errorf("kubectl get cpl %v", cols)
+		}
+		t.Logf("RolledOut=%s %s: %s", ro.Status, ro.Reason, ro.Message)
+		return nil
+	})
+	t.Logf("FIGURE pipeline edit rejected on reload (the pods keep their revision): ROLLOUT %s, READY %s, UPDATED %s after %s", cols["ROLLOUT"], cols["READY"], cols["UPDATED"], d.Round(time.Millisecond))
+	s.mustServe(t, "while the pods reject the edit")
+
+	// A pod-template edit: the new pod starts on the rejected configuration and exits.
+	s.edit(func(sp *coordinatorv1alpha1.CoordinatorPipelineSpec) {
+		sp.Resources.Requests[corev1.ResourceCPU] = resource.MustParse("70m")
+	})
+	d = s.waitFor("a new pod crash-looping", 120*time.Second, func() error {
+		states := s.podStates()
+		for _, st := range states {
+			if strings.Contains(st, "CrashLoopBackOff") || (strings.Contains(st, "ready=false") && !strings.Contains(st, "restarts=0")) {
+				return nil
+			}
+		}
+		return fmt.Errorf("pods %v", states)
+	})
+	cols, err := s.columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE a pod-template edit onto the rejected configuration: a new pod crash-loops after %s (%v); kubectl get cpl: READY %s UPDATED %s ROLLOUT %s STATUS %s",
+		d.Round(time.Millisecond), s.podStates(), cols["READY"], cols["UPDATED"], cols["ROLLOUT"], cols["STATUS"])
+	if cols["ROLLOUT"] == "RolledOut" || cols["UPDATED"] != "0" {
+		t.Fatalf("a crash-looping rollout reported as %v", cols)
+	}
+	s.mustServe(t, "while a new pod crash-loops")
+
+	s.edit(func(sp *coordinatorv1alpha1.CoordinatorPipelineSpec) { sp.EnvFrom = nil })
+	s.rollDone(3)
+	cols, _ = s.columns()
+	t.Logf("FIGURE environment removed: rolled back to health: %v", cols)
+}
+
+// mustServe sends 100 requests through the Service and fails the test on any failure.
+func (s *suite) mustServe(t *testing.T, when string) {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(s.bin, "steadyload"), "--url", s.url, "--requests", "100", "--model", simModel).Output()
+	if err != nil {
+		t.Fatalf("%s: steadyload: %v: %s", when, err, out)
+	}
+	t.Logf("100 requests %s: %s", when, bytes.TrimSpace(out))
 }
