@@ -39,8 +39,8 @@ var Sysctls = []string{
 // chainPrefixes are the iptables chains the kubelet, kube-proxy and the CNI plugins create.
 var chainPrefixes = []string{"KUBE-", "CNI-"}
 
-// hostState is what Teardown restores: saved in DIR/../epd-node-host.json before anything changes.
-type hostState struct {
+// HostState is what Teardown restores: saved beside the state directory (DIR.host.json) before anything changes.
+type HostState struct {
 	Sysctls map[string]string `json:"sysctls"`
 	// Chains are "family table chain" entries that existed before (not removed by Teardown).
 	Chains []string `json:"chains"`
@@ -56,8 +56,8 @@ var hostPaths = []string{"/var/log/containers", "/run/containerd", "/var/lib/kub
 func statePath(dir string) string { return filepath.Clean(dir) + ".host.json" }
 
 // Snapshot reads the host state the node changes (used by Start and by the teardown test).
-func Snapshot() (*hostState, error) {
-	h := &hostState{Sysctls: map[string]string{}, Paths: map[string]bool{}}
+func Snapshot() (*HostState, error) {
+	h := &HostState{Sysctls: map[string]string{}, Paths: map[string]bool{}}
 	for _, k := range Sysctls {
 		if b, err := os.ReadFile(sysctlPath(k)); err == nil {
 			h.Sysctls[k] = strings.TrimSpace(string(b))
@@ -75,7 +75,7 @@ func Snapshot() (*hostState, error) {
 	return h, nil
 }
 
-func snapshotHost(dir string) (*hostState, error) {
+func snapshotHost(dir string) (*HostState, error) {
 	h, err := Snapshot()
 	if err != nil {
 		return nil, err
@@ -139,9 +139,9 @@ func Teardown(dir string, progress func(string, ...any)) error {
 	if progress == nil {
 		progress = func(string, ...any) {}
 	}
-	var saved *hostState
+	var saved *HostState
 	if b, err := os.ReadFile(statePath(dir)); err == nil {
-		saved = &hostState{}
+		saved = &HostState{}
 		if err := json.Unmarshal(b, saved); err != nil {
 			return fmt.Errorf("%s: %w", statePath(dir), err)
 		}
@@ -162,7 +162,7 @@ func Teardown(dir string, progress func(string, ...any)) error {
 	// 4. The bridge (veths went with their namespaces).
 	if exec.Command("ip", "link", "show", Bridge).Run() == nil {
 		if out, err := exec.Command("ip", "link", "delete", Bridge).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("ip link delete %s: %v: %s", Bridge, err, out))
+			errs = append(errs, fmt.Errorf("ip link delete %s: %w: %s", Bridge, err, out))
 		}
 	}
 	// 5. iptables chains that were not there before.
@@ -354,7 +354,7 @@ func removeChains(before []string) error {
 			if i := slices.Index(f, "-j"); i >= 0 && i+1 < len(f) && names[f[i+1]] {
 				args := append([]string{"-w", "-t", k.table, "-D"}, f[1:]...)
 				if out, err := exec.Command(k.fam, args...).CombinedOutput(); err != nil {
-					errs = append(errs, fmt.Errorf("%s %s: %v: %s", k.fam, strings.Join(args, " "), err, out))
+					errs = append(errs, fmt.Errorf("%s %s: %w: %s", k.fam, strings.Join(args, " "), err, out))
 				}
 			}
 		}
@@ -427,7 +427,7 @@ func removeCgroups() {
 // Leftovers compares the host with a snapshot taken before a cluster ran and lists what differs:
 // processes naming dir, mounts under dir or containerd's state, the bridge, KUBE-/CNI- chains,
 // sysctls, kubepods cgroups, host paths, and dir itself. Empty means the host is clean.
-func Leftovers(dir string, before *hostState) []string {
+func Leftovers(dir string, before *HostState) []string {
 	var out []string
 	for _, pid := range pids() {
 		if pid != os.Getpid() && cmdlineHas(pid, dir) {

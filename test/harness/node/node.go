@@ -83,7 +83,7 @@ type Cluster struct {
 
 	o        Options
 	lock     *os.File
-	host     *hostState
+	host     *HostState
 	procs    []*proc
 	stopOnce sync.Once
 	sigStop  chan struct{}
@@ -313,15 +313,6 @@ func (c *Cluster) wait(ctx context.Context, what string, timeout time.Duration, 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func freePorts(n int) ([]int, error) {

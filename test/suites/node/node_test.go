@@ -328,7 +328,7 @@ metadata:
 	if err := s.k.Get(s.ctx, client.ObjectKey{Namespace: ns, Name: cplName}, &svc); err != nil {
 		t.Fatal(err)
 	}
-	s.url = fmt.Sprintf("http://%s:8080", svc.Spec.ClusterIP)
+	s.url = "http://" + net.JoinHostPort(svc.Spec.ClusterIP, "8080")
 	// The status URL's name resolves, through CoreDNS, to that ClusterIP.
 	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 		var d net.Dialer
