@@ -174,9 +174,22 @@ func nodeRequest(ctx context.Context, url string, kubectl func([]byte, ...string
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
+	// READY does not say kube-proxy has programmed the new Service yet: retry a refused
+	// connection for a while.
+	var resp *http.Response
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		req, err = http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err = http.DefaultClient.Do(req); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
