@@ -234,9 +234,12 @@ fuzz: ## Fuzz every Go fuzz target in turn for FUZZTIME (default 30s); not part 
 
 ##@ Demo
 
+# NODE=1: on a real single-node Kubernetes on this machine (root; docs/node.md).
+NODE ?=
+
 .PHONY: demo
-demo: ## Run the whole system locally (control plane, operator, worker pool, coordinator) and serve http://127.0.0.1:8080/v1.
-	$(GO) run ./hack/demo
+demo: ## Run the whole system locally (control plane, operator, worker pool, coordinator) and serve http://127.0.0.1:8080/v1; NODE=1 runs it on a real node (kubelet, pods, the coordinator Service).
+	$(GO) run ./hack/demo $(if $(NODE),-node)
 
 .PHONY: help
 help: ## Show targets.
