@@ -177,8 +177,9 @@ node-assets: ## Build kubelet, kube-controller-manager, kube-scheduler, kube-pro
 
 .PHONY: test
 test: verify-generated lint envtest-assets node-assets ## Run every test (what CI runs).
-	@# The in-process renderer's reference (transformers.js and the Qwen3 and Llama 3.1 tokenizer
-	@# packages, pinned by test/suites/renderref/package-lock.json): test/suites/renderref compares against it, and
+	@# The in-process renderer's reference (transformers.js and the six families' tokenizer packages,
+	@# pinned by test/suites/renderref/package-lock.json; the template text's is python3's Jinja2):
+	@# test/suites/renderref compares against it, and
 	@# dataplane/render/tokenizer's goldens and benchmarks use its tokenizer files.
 	hack/renderref.sh >/dev/null
 	@# -bench . -benchtime 1x: every benchmark runs once as a test, so none rots.

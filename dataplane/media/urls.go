@@ -13,8 +13,8 @@ import (
 // when its pipeline has no step guarding media (pipeline.GuardsMedia): the worker would fetch it
 // itself, past the media guard.
 func RefuseRemote(data []byte) error {
-	if !bytes.Contains(data, []byte(":/")) && !bytes.Contains(data, []byte(`:\`)) && !bytes.Contains(data, []byte(`\u`)) {
-		// The common case, data: URLs included, without a scan: no URL can be spelled without
+	if !mayNameURL(data) {
+		// The common case, data: URLs included, without a parse: no URL can be spelled without
 		// ":/", or, escaped, ":\/" (":\t/"...) or "\u003a".
 		return nil
 	}
@@ -23,6 +23,32 @@ func RefuseRemote(data []byte) error {
 			"through the media guard; send the media inline as a data: URL", where)
 	}
 	return nil
+}
+
+// mayNameURL reports whether data holds ":/", ":\" or "\u", without which no URL can be spelled in
+// JSON. With AVX2 it is one pass over the body, 64 bytes a step between colons and backslashes
+// (a base64 image or plain text has next to none); the three bytes.Contains it replaces, still
+// the fallback, were three passes: ~0.75M instructions of a 1 MiB request's ~2M (issue 34).
+func mayNameURL(data []byte) bool {
+	if !hasAVX2 {
+		return bytes.Contains(data, []byte(":/")) || bytes.Contains(data, []byte(`:\`)) || bytes.Contains(data, []byte(`\u`))
+	}
+	for i := 0; i < len(data); i++ {
+		if len(data)-i >= 32 {
+			i += skipQuietAVX2(data[i:])
+		}
+		// To the colon or backslash in the block the vector loop stopped at, or through the tail.
+		for i < len(data) && data[i] != ':' && data[i] != '\\' {
+			i++
+		}
+		if i+1 >= len(data) {
+			return false
+		}
+		if c, next := data[i], data[i+1]; c == ':' && (next == '/' || next == '\\') || c == '\\' && next == 'u' {
+			return true
+		}
+	}
+	return false
 }
 
 // RemoteURL finds, in a JSON body, the first member that holds a URL (urlKey) whose string value

@@ -29,6 +29,9 @@ type Options struct {
 	ChatTemplate string
 	// CacheBytes bounds the cache of encoded segments (0: no cache).
 	CacheBytes int64
+	// HistoryBytes bounds the rendered-history cache (0: no cache): the rendered text and ids of
+	// the conversations rendered lately, which their next turn reuses (history.go).
+	HistoryBytes int64
 }
 
 // minCachedSegment is the shortest segment worth caching: a shorter one encodes in about as long
@@ -42,6 +45,7 @@ type Model struct {
 	tok           *tokenizer.Tokenizer
 	tmpl          *chattemplate.Template
 	cache         *tokenizer.SegmentCache
+	history       *historyCache
 	contentFormat string
 	refs          int // guarded by loaded.mu
 }
@@ -80,6 +84,9 @@ func Open(dir string, o Options) (*Model, error) {
 	if o.CacheBytes > 0 {
 		m.cache = tokenizer.NewSegmentCache(o.CacheBytes, minCachedSegment)
 	}
+	if o.HistoryBytes > 0 {
+		m.history = newHistoryCache(o.HistoryBytes)
+	}
 	loaded.m[key] = m
 	return m, nil
 }
@@ -107,10 +114,20 @@ func (m *Model) CacheStats() (hits, misses uint64, bytes int64) {
 	return m.cache.Stats()
 }
 
+// HistoryStats reports the rendered-history cache (zero without one): the renders that reused a
+// cached conversation's ids (hits) and those that did not (misses), the tokens reused, and the
+// bytes held.
+func (m *Model) HistoryStats() (hits, misses, tokens uint64, bytes int64) {
+	if m.history == nil {
+		return 0, 0, 0, 0
+	}
+	return m.history.stats()
+}
+
 // fingerprint identifies dir's files (each by its name, length and content) and o.
 func fingerprint(dir string, o Options) (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "%q %d\n", o.ChatTemplate, o.CacheBytes)
+	fmt.Fprintf(h, "%q %d %d\n", o.ChatTemplate, o.CacheBytes, o.HistoryBytes)
 	paths := make([]string, 0, len(files)+4)
 	for _, name := range files {
 		paths = append(paths, filepath.Join(dir, name))
@@ -167,14 +184,19 @@ func (m *Model) encode(dst []int, text string, addSpecial bool, l Limits) ([]int
 		return dst, &LimitError{Limit: "MaxInputBytes", Message: fmt.Sprintf("%d bytes of text to tokenize exceed the limit of %d", len(text), l.MaxInputBytes)}
 	}
 	ids, err := m.tok.EncodeLimited(growFor(dst, text, l.Encode.MaxTokens), text, addSpecial, m.cache, l.Encode)
+	return ids, encodeErr(err)
+}
+
+// encodeErr is the render's error for the tokenizer's.
+func encodeErr(err error) error {
 	var le *tokenizer.LimitError
 	switch {
 	case errors.As(err, &le) && le.Tokens:
-		return ids, &LimitError{Limit: "MaxTokens", Message: fmt.Sprintf("more than %d tokens", le.Limit)}
+		return &LimitError{Limit: "MaxTokens", Message: fmt.Sprintf("more than %d tokens", le.Limit)}
 	case errors.As(err, &le):
-		return ids, &LimitError{Limit: "MaxWordBytes", Message: fmt.Sprintf("a run of %d bytes the tokenizer cannot split (one word, or one run of spaces) is over the limit of %d", le.Got, le.Limit)}
+		return &LimitError{Limit: "MaxWordBytes", Message: fmt.Sprintf("a run of %d bytes the tokenizer cannot split (one word, or one run of spaces) is over the limit of %d", le.Got, le.Limit)}
 	}
-	return ids, err
+	return err
 }
 
 // Prompt appends the ids of a completions prompt to dst; addSpecial applies the tokenizer's
@@ -205,7 +227,13 @@ type ChatRequest struct {
 // (*LimitError, or a *chattemplate.InputError), or the context's.
 func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
 	l := r.Limits
-	msgs, err := templateMessages(r.Messages, m.contentFormat)
+	var keys *historyKeys
+	var each func([]byte)
+	if m.history != nil && !r.AddSpecialTokens {
+		keys = m.history.newKeys(&r)
+		each = keys.add
+	}
+	msgs, err := convertMessages(r.Messages, m.contentFormat, each)
 	if err != nil {
 		return dst, err
 	}
@@ -226,6 +254,9 @@ func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
 	}
 	if ctx := l.Encode.Context; ctx != nil && ctx.Err() != nil {
 		return dst, ctx.Err()
+	}
+	if keys != nil {
+		return m.chatHistory(dst, text, keys.keys, l)
 	}
 	return m.encode(dst, text, r.AddSpecialTokens, l)
 }

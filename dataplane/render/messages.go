@@ -15,6 +15,12 @@ import (
 // JSON string) the value they encode ({} when empty). Each message keeps its members in the
 // client's order; when no message needs converting, raw itself is returned.
 func templateMessages(raw json.RawMessage, format string) (json.RawMessage, error) {
+	return convertMessages(raw, format, nil)
+}
+
+// convertMessages is templateMessages calling each (when not nil) with each message's bytes as
+// the client sent them, in order.
+func convertMessages(raw json.RawMessage, format string, each func([]byte)) (json.RawMessage, error) {
 	if body.KindOf(raw) != body.KindArray {
 		return nil, inputErr("messages must be an array")
 	}
@@ -23,6 +29,9 @@ func templateMessages(raw json.RawMessage, format string) (json.RawMessage, erro
 	for obj, m := range body.Objects(raw) {
 		if obj == nil {
 			return nil, inputErr("messages[%d] must be an object", i)
+		}
+		if each != nil {
+			each(m)
 		}
 		changed, err := convertMessage(obj, format)
 		if err != nil {

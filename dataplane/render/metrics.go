@@ -8,13 +8,17 @@ import (
 
 // collector reports the segment caches of the models loaded now.
 type collector struct {
-	hits, misses, bytes *prometheus.Desc
+	hits, misses, bytes                         *prometheus.Desc
+	histHits, histMisses, histTokens, histBytes *prometheus.Desc
 }
 
 // Collector exports the in-process renderer's caches of encoded text, per tokenizer directory:
 // <namespace>_render_cache_hits_total and _misses_total (segments looked up: a multi-turn
-// conversation's history should hit) and _render_cache_bytes (held). A model loaded again (its
-// files changed) starts its counts from zero.
+// conversation's history should hit) and _render_cache_bytes (held); and its rendered-history
+// caches: <namespace>_render_history_hits_total and _misses_total (chat renders that reused a
+// cached conversation's ids, and those that found none to reuse), _render_history_tokens_total
+// (the ids reused) and _render_history_bytes (held). A model loaded again (its files changed)
+// starts its counts from zero.
 func Collector(namespace string) prometheus.Collector {
 	labels := []string{"tokenizer"}
 	return &collector{
@@ -24,6 +28,14 @@ func Collector(namespace string) prometheus.Collector {
 			"Segments of rendered prompts encoded because the cache did not hold them.", labels, nil),
 		bytes: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_cache", "bytes"),
 			"Bytes the in-process renderer's cache holds (segment text and ids).", labels, nil),
+		histHits: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "hits_total"),
+			"Chat renders that reused the ids of a conversation rendered before (its history).", labels, nil),
+		histMisses: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "misses_total"),
+			"Chat renders with the history cache on that found no rendered history to reuse.", labels, nil),
+		histTokens: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "tokens_total"),
+			"Token ids taken from the rendered-history cache instead of encoded.", labels, nil),
+		histBytes: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "bytes"),
+			"Bytes the rendered-history cache holds (rendered text, ids and bookkeeping).", labels, nil),
 	}
 }
 
@@ -31,28 +43,44 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.hits
 	ch <- c.misses
 	ch <- c.bytes
+	ch <- c.histHits
+	ch <- c.histMisses
+	ch <- c.histTokens
+	ch <- c.histBytes
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	loaded.mu.Lock()
 	models := make([]*Model, 0, len(loaded.m))
 	for _, m := range loaded.m {
-		if m.cache != nil {
+		if m.cache != nil || m.history != nil {
 			models = append(models, m)
 		}
 	}
 	loaded.mu.Unlock()
 	// One series per directory: several models of one directory (other options) add up.
-	type sums struct{ hits, misses, bytes float64 }
+	type sums struct {
+		cache, history                         bool
+		hits, misses, bytes                    float64
+		histHits, histMisses, histTok, histByt float64
+	}
 	byDir := map[string]*sums{}
 	for _, m := range models {
-		h, mi, b := m.cache.Stats()
 		s := byDir[m.dir]
 		if s == nil {
 			s = &sums{}
 			byDir[m.dir] = s
 		}
-		s.hits, s.misses, s.bytes = s.hits+float64(h), s.misses+float64(mi), s.bytes+float64(b)
+		if m.cache != nil {
+			h, mi, b := m.cache.Stats()
+			s.cache = true
+			s.hits, s.misses, s.bytes = s.hits+float64(h), s.misses+float64(mi), s.bytes+float64(b)
+		}
+		if m.history != nil {
+			h, mi, tk, b := m.history.stats()
+			s.history = true
+			s.histHits, s.histMisses, s.histTok, s.histByt = s.histHits+float64(h), s.histMisses+float64(mi), s.histTok+float64(tk), s.histByt+float64(b)
+		}
 	}
 	dirs := make([]string, 0, len(byDir))
 	for d := range byDir {
@@ -61,8 +89,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	slices.Sort(dirs)
 	for _, d := range dirs {
 		s := byDir[d]
-		ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, s.hits, d)
-		ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, s.misses, d)
-		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, s.bytes, d)
+		if s.cache {
+			ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, s.hits, d)
+			ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, s.misses, d)
+			ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, s.bytes, d)
+		}
+		if s.history {
+			ch <- prometheus.MustNewConstMetric(c.histHits, prometheus.CounterValue, s.histHits, d)
+			ch <- prometheus.MustNewConstMetric(c.histMisses, prometheus.CounterValue, s.histMisses, d)
+			ch <- prometheus.MustNewConstMetric(c.histTokens, prometheus.CounterValue, s.histTok, d)
+			ch <- prometheus.MustNewConstMetric(c.histBytes, prometheus.GaugeValue, s.histByt, d)
+		}
 	}
 }

@@ -1,12 +1,15 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,11 +37,19 @@ func benchBodies() map[string][]byte {
 var discardBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // instantWorker answers every leg at once, like a worker with a warm cache: prefill legs get NIXL
-// params, decode legs a small completion. It reads each body fully, as a worker must.
+// params listing a KV block id per 16 tokens, as vLLM's NIXL connector and the simworker answer
+// (~6 bytes a token of text: ~2,700 ids for 256 KiB; an image is a few blocks), decode legs a
+// small completion. It reads each body fully, as a worker must.
 func instantWorker(w http.ResponseWriter, r *http.Request) {
 	bp := discardBufs.Get().(*[]byte)
-	_, _ = io.CopyBuffer(io.Discard, r.Body, *bp)
+	first, _ := io.ReadFull(r.Body, (*bp)[:4096])
+	image := bytes.Contains((*bp)[:first], []byte(`"image_url"`))
+	rest, _ := io.CopyBuffer(io.Discard, r.Body, *bp)
 	discardBufs.Put(bp)
+	blocks := (first + int(rest)) / 96
+	if image {
+		blocks = 5
+	}
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case r.URL.Path == "/v1/chat/completions/render":
@@ -50,10 +61,31 @@ func instantWorker(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Header.Get("EPP-Profile") == "prefill" {
-		_, _ = io.WriteString(w, `{"id":"p","choices":[],"kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[1,2,3]],"remote_engine_id":"e","remote_host":"10.0.0.1","remote_port":5600}}`)
+		_, _ = w.Write(prefillAnswer(blocks))
 		return
 	}
 	_, _ = io.WriteString(w, `{"id":"d","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}`)
+}
+
+// prefillAnswers are the prefill answers by block count (built once each).
+var prefillAnswers sync.Map
+
+// prefillAnswer is a NIXL prefill answer listing blocks KV block ids (at least one).
+func prefillAnswer(blocks int) []byte {
+	blocks = max(blocks, 1)
+	if a, ok := prefillAnswers.Load(blocks); ok {
+		return a.([]byte)
+	}
+	b := []byte(`{"id":"p","choices":[],"kv_transfer_params":{"do_remote_prefill":true,"do_remote_decode":false,"remote_block_ids":[[`)
+	for i := range blocks {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(11108605+i), 10)
+	}
+	b = append(b, `]],"remote_engine_id":"e","remote_host":"10.0.0.1","remote_port":5600}}`...)
+	prefillAnswers.Store(blocks, b)
+	return b
 }
 
 var renderAnswer = func() string {
@@ -188,5 +220,74 @@ func BenchmarkRequestPathObserved(b *testing.B) {
 			b.ReportAllocs()
 			serveChats(b, h, raw)
 		})
+	}
+}
+
+// BenchmarkServed is one request through the coordinator as it runs: its listener and net/http
+// server on loopback TCP, a closed loop of 16 keep-alive clients writing whole requests (the
+// load harness's shape), and the worker's legs on loopback HTTP. Unlike BenchmarkRequestPath
+// (the handler called directly) it pays the connection layer, the request body read from a
+// socket and the legs written to one, where large-body costs live. B/op and allocs/op cover the
+// coordinator, the in-process worker and the clients (the last two fixed per body).
+func BenchmarkServed(b *testing.B) {
+	worker := httptest.NewServer(http.HandlerFunc(instantWorker))
+	defer worker.Close()
+	bodies := benchBodies()
+	for _, pname := range []string{"decode-only", "prefill-decode"} {
+		steps := []config.Step{{Type: "decode"}}
+		if pname == "prefill-decode" {
+			steps = []config.Step{{Type: "prefill", Params: map[string]any{"kv_connector": "kv-nixl"}}, {Type: "decode"}}
+		}
+		cfg := config.Default()
+		cfg.Gateway.Address = worker.URL
+		cfg.Pipeline.Steps = steps
+		p, err := builder.Build(cfg, builder.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		holder := &pipeline.Holder{}
+		holder.Swap(p)
+		srv := server.New(server.Options{Server: cfg.Server, Pipelines: holder, Log: logr.Discard()})
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() { _ = srv.Serve(l) }()
+		for _, bname := range []string{"200B", "256KiB-text", "1MiB-image"} {
+			raw := bodies[bname]
+			req := append([]byte(fmt.Sprintf("POST /v1/chat/completions HTTP/1.1\r\nHost: coordinator\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(raw))), raw...)
+			b.Run(pname+"/"+bname, func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(raw)))
+				b.SetParallelism(8) // 16 clients on 2 CPUs
+				b.RunParallel(func(pb *testing.PB) {
+					c, err := net.Dial("tcp", l.Addr().String())
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					defer c.Close()
+					br := bufio.NewReader(c)
+					for pb.Next() {
+						if _, err := c.Write(req); err != nil {
+							b.Error(err)
+							return
+						}
+						resp, err := http.ReadResponse(br, nil)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						_ = resp.Body.Close()
+						if resp.StatusCode != http.StatusOK {
+							b.Errorf("status %d", resp.StatusCode)
+							return
+						}
+					}
+				})
+			})
+		}
+		_ = srv.Close()
 	}
 }

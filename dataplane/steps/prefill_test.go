@@ -149,6 +149,14 @@ func TestPrefillAnswer(t *testing.T) {
 		"200 with invalid JSON": {
 			kv: "kv-nixl", answer: okJSON(`not json`), status: 200,
 		},
+		// The answer is validated whole here: the KV connector takes its params without
+		// validating them again.
+		"200 with truncated params": {
+			kv: "kv-nixl", answer: okJSON(`{"id":"p","kv_transfer_params":{"remote_block_ids":[[1,2]`), status: 200,
+		},
+		"200 with params that do not parse": {
+			kv: "kv-nixl", answer: okJSON(`{"id":"p","kv_transfer_params":{"a":}}`), status: 200,
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,7 +73,20 @@ type renderStep struct {
 	// it (max_inflight_render_size).
 	inFlight    *budget.Bytes
 	maxInFlight int64
+	// kwargs are the chat_template_kwargs a request may pass to the template (the step's
+	// chat_template_kwargs param); others are dropped.
+	kwargs map[string]bool
 }
+
+// defaultTemplateKwargs are the chat_template_kwargs passed to the template by default: the ones
+// the served families' templates read (enable_thinking: Qwen3; thinking: DeepSeek-V3.1 and later;
+// reasoning_effort, builtin_tools, model_identity: gpt-oss).
+var defaultTemplateKwargs = []string{"enable_thinking", "thinking", "reasoning_effort", "builtin_tools", "model_identity"}
+
+// reservedTemplateKwargs are names a chat_template_kwargs key may not have: the variables the
+// renderer sets from the request itself (or, for chat_template and tokenize, vLLM's refusal).
+var reservedTemplateKwargs = []string{"messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
+	"chat_template", "tokenize", "raise_exception", "strftime_now"}
 
 // renderCostPerByte is what an in-process render may hold at its peak per byte of its input: 4
 // (the template's tree and output, the pre-tokenizer's scratch) and, at one token a byte (a
@@ -95,6 +109,10 @@ const (
 // defaultRenderCacheMiB is the default size of the in-process renderer's cache of encoded text.
 const defaultRenderCacheMiB = 64
 
+// defaultRenderHistoryMiB is the default size of the in-process renderer's rendered-history
+// cache (the rendered text and ids of the conversations rendered lately).
+const defaultRenderHistoryMiB = 64
+
 func newRender(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	addr := p.String("address", "")
 	dir := p.String("tokenizer", "")
@@ -104,6 +122,7 @@ func newRender(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	// loading the new files. A fingerprint (sha256:...) is checked against the files.
 	revision := p.String("tokenizer_revision", "")
 	cacheMiB := p.Int("cache_size", defaultRenderCacheMiB, 0)
+	historyMiB := p.Int("history_cache_size", defaultRenderHistoryMiB, 0)
 	timeout := p.Duration("timeout", 30*time.Second)
 	idle := p.Int("max_idle_conns_per_host", 100, 0)
 	idleTimeout := p.Duration("idle_conn_timeout", 90*time.Second)
@@ -113,6 +132,17 @@ func newRender(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	s.limits = render.Limits{MaxInputBytes: p.Int("max_input_size", defaultRenderMaxInputMiB, 1) * config.MiB,
 		MaxValues: p.Int("max_template_values", defaultRenderMaxTemplValue, 1),
 		Encode:    tokenizer.Limits{MaxWordBytes: p.Int("max_word_size", defaultRenderMaxWordKiB, 1) * 1024, MaxTokens: s.maxTokens}}
+	allowed := defaultTemplateKwargs
+	if p.Has("chat_template_kwargs") {
+		allowed = p.StringList("chat_template_kwargs")
+	}
+	s.kwargs = map[string]bool{}
+	for _, k := range allowed {
+		if slices.Contains(reservedTemplateKwargs, k) || strings.HasPrefix(k, "__") {
+			p.Fail("chat_template_kwargs", "%q cannot be a kwarg: the renderer sets it from the request itself", k)
+		}
+		s.kwargs[k] = true
+	}
 	s.inFlight = cmp.Or(deps.Shared.Render, &budget.Bytes{})
 	s.maxInFlight = int64(p.Int("max_inflight_render_size", defaultRenderMaxInFlightMiB, 1)) * config.MiB
 	if need := int64(s.limits.MaxInputBytes) * renderCostPerByte; s.maxInFlight < need {
@@ -127,8 +157,8 @@ func newRender(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	case addr == "" && dir == "":
 		p.Fail("address", "is required unless tokenizer is set: the base URL of the render service, e.g. http://render:8000")
 		return s, nil
-	case dir == "" && (templateName != "" || p.Has("cache_size") || p.Has("tokenizer_revision")):
-		p.Fail("tokenizer", "is required by chat_template, cache_size and tokenizer_revision: the directory of the model's tokenizer.json and tokenizer_config.json")
+	case dir == "" && (templateName != "" || p.Has("cache_size") || p.Has("history_cache_size") || p.Has("tokenizer_revision")):
+		p.Fail("tokenizer", "is required by chat_template, cache_size, history_cache_size and tokenizer_revision: the directory of the model's tokenizer.json and tokenizer_config.json")
 		return s, nil
 	case dir != "" && (!filepath.IsAbs(dir) || filepath.Clean(dir) != dir):
 		p.Fail("tokenizer", "must be an absolute, clean directory path, got %q", dir)
@@ -169,7 +199,8 @@ func newRender(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 					Reason: fmt.Sprintf("the files in %s are revision %s, not %s: waiting for them to be updated", dir, got, revision)}
 			}
 		}
-		m, err := render.Open(local, render.Options{ChatTemplate: templateName, CacheBytes: int64(cacheMiB) * config.MiB})
+		m, err := render.Open(local, render.Options{ChatTemplate: templateName, CacheBytes: int64(cacheMiB) * config.MiB,
+			HistoryBytes: int64(historyMiB) * config.MiB})
 		if err != nil {
 			p.Fail("tokenizer", "%v", err)
 			return s, nil
@@ -437,7 +468,13 @@ func (s *renderStep) chatLocal(ctx context.Context, rc *request.Context, msgs *b
 		}
 		req.Kwargs = map[string]json.RawMessage{}
 		for k, v := range body.Members(kw) {
-			req.Kwargs[k] = v
+			switch {
+			case slices.Contains(reservedTemplateKwargs, k) || strings.HasPrefix(k, "__"):
+				return apierror.InvalidField("chat_template_kwargs", "%q cannot be set in chat_template_kwargs: the renderer sets it from the request itself", k)
+			case s.kwargs[k]:
+				req.Kwargs[k] = v
+			}
+			// Others are dropped, as vLLM drops the kwargs its template does not read.
 		}
 	}
 	req.Limits = s.limitsFor(ctx)

@@ -171,11 +171,14 @@ func TestRenderLocalParams(t *testing.T) {
 		"files that do not load":          {own: map[string]any{"tokenizer": "/nonexistent/model"}, key: "params.tokenizer", msg: "tokenizer.json"},
 		"an unknown named template":       {own: map[string]any{"tokenizer": dir, "chat_template": "nope"}, key: "params.tokenizer", msg: `no chat template named "nope"`},
 		"a negative cache":                {own: map[string]any{"tokenizer": dir, "cache_size": -1}, key: "params.cache_size"},
+		"a negative history cache":        {own: map[string]any{"tokenizer": dir, "history_cache_size": -1}, key: "params.history_cache_size"},
+		"history cache without tokenizer": {own: map[string]any{"address": "http://r:8000", "history_cache_size": 8}, key: "params.tokenizer", msg: "history_cache_size"},
 		"the files elsewhere (the operator)": {own: map[string]any{"tokenizer": "/var/run/coordinator/tokenizers/qwen", "tokenizer_revision": "abc"},
 			deps: builder.Deps{Overrides: builder.Overrides{LocalFiles: func(string) (string, bool) { return "", false }}}},
 		"the files found where LocalFiles says": {own: map[string]any{"tokenizer": "/var/run/coordinator/tokenizers/qwen"},
 			deps: builder.Deps{Overrides: builder.Overrides{LocalFiles: func(string) (string, bool) { return dir, true }}}},
 		"tokenizer alone":       {own: map[string]any{"tokenizer": dir, "cache_size": 0}},
+		"no caches":             {own: map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0}},
 		"tokenizer and address": {own: map[string]any{"tokenizer": dir, "address": "http://r:8000"}},
 	}
 	for name, tc := range tests {
@@ -191,6 +194,43 @@ func TestRenderLocalParams(t *testing.T) {
 				t.Fatalf("err %v, want one naming %s: %q", err, tc.key, tc.msg)
 			}
 		})
+	}
+}
+
+// TestRenderLocalHistory: the step's rendered-history cache (history_cache_size, on by default)
+// answers a conversation's next turn, with the ids of a step without it; 0 turns it off.
+func TestRenderLocalHistory(t *testing.T) {
+	dir := localModel(t)
+	long := strings.Repeat("a message long enough to keep ", 20)
+	turns := []string{
+		`{"model":"m","messages":[{"role":"user","content":"` + long + `1"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"` + long + `1"},{"role":"assistant","content":"ok"},{"role":"user","content":"and 2?"}]}`,
+	}
+	run := func(own map[string]any) ([][]int, uint64) {
+		s, err := newLocalRender(t, own, builder.Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids [][]int
+		for _, b := range turns {
+			rc, _ := newRC(t, "/v1/chat/completions", b, http.Header{})
+			if err := s.Execute(context.Background(), rc); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, rc.TokenIDs)
+		}
+		hits, _, _, _ := s.(*renderStep).model.HistoryStats()
+		return ids, hits
+	}
+	want, offHits := run(map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0})
+	got, hits := run(map[string]any{"tokenizer": dir})
+	if offHits != 0 || hits != 1 {
+		t.Fatalf("history hits: %d with the cache (want 1: the second turn), %d without (want 0)", hits, offHits)
+	}
+	for i := range want {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("turn %d: ids %v, want %v", i+1, got[i], want[i])
+		}
 	}
 }
 

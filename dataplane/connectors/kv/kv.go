@@ -38,7 +38,8 @@ type Connector interface {
 	// PrefillParams returns the kv_transfer_params of a prefill leg (fresh bytes per call).
 	PrefillParams() json.RawMessage
 	// DecodeParams returns the kv_transfer_params of the decode leg that follows a prefill whose
-	// answer carried fromPrefill (nil when it carried no object).
+	// answer carried fromPrefill (nil when it carried no object). fromPrefill must be a value
+	// taken from a validated answer (body.Parse): it is not validated again.
 	DecodeParams(fromPrefill json.RawMessage) (json.RawMessage, error)
 }
 
@@ -90,11 +91,14 @@ var (
 
 // decodeFrom copies the prefill worker's params and marks them for a remote-prefilled decode:
 // do_remote_decode=false and do_remote_prefill=true overwritten (appended when absent).
+// fromPrefill is split without being validated again: the prefill step validated the whole
+// answer it was taken from, and with a long prompt it is tens of KB of block ids (24 KB at
+// 256 KiB of text, whose second validation was ~0.5M instructions a request, issue 34).
 func decodeFrom(fromPrefill json.RawMessage) (json.RawMessage, error) {
 	if body.KindOf(fromPrefill) != body.KindObject {
 		return json.RawMessage(decodeFlags), nil
 	}
-	o, err := body.Parse(fromPrefill)
+	o, err := body.ParseNested(fromPrefill)
 	if err != nil {
 		return nil, fmt.Errorf("kv_transfer_params: %w", err)
 	}

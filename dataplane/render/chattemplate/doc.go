@@ -1,8 +1,9 @@
 // Package chattemplate renders a model's chat template exactly as Hugging Face transformers'
 // apply_chat_template does (Jinja2 with trim_blocks and lstrip_blocks, HF's tojson,
 // raise_exception and strftime_now), so that the coordinator can tokenize chat requests in
-// process. test/suites/renderref checks it, with dataplane/render/tokenizer, against transformers.js on a
-// corpus; Load fails on any template construct the engine cannot run (see probe.go).
+// process. test/suites/renderref checks its text against Python's Jinja2 (as transformers runs it)
+// on a corpus, over the templates of six model families; Load fails on any template construct
+// the engine cannot run (see probe.go).
 //
 // # Engine
 //
@@ -30,9 +31,16 @@
 //     Jinja2's whitespace control and Python's unescaping itself and hands the engine literals.
 //   - Unknown filters, tests and methods fail only when a render reaches them: Load renders
 //     probe conversations.
+//   - It never fails where Python raises: on operand types (a TypeError) or on an attribute or
+//     item of an undefined value (UndefinedError). strict.go gives '+' chains that are a whole
+//     printed or assigned expression, the right side of "in", and the accesses of named objects
+//     Python's checks.
 //
 // Known differences from Python that remain: the engine's string methods without arguments
 // follow Go at the edges (lstrip() and rstrip() strip only space, tab, CR and LF; strip() and
 // split() miss U+001C..U+001F); printing None gives "" (Python: "None"); integers beyond int64
-// become floats; dict() and namespace() keyword arguments lose their order.
+// become floats; dict() and namespace() keyword arguments lose their order; other operators, and a
+// '+' inside a larger expression, keep the engine's lenient typing ({% if "a" + 1 == "a1" %} is
+// true where Python raises); an access on a parenthesized or literal object, (a or b).c, is not
+// checked for an undefined object.
 package chattemplate

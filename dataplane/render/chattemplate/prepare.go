@@ -23,6 +23,8 @@ import (
 //     copied by every '+' after it.
 //   - Filter overrides: the engine resolves filters among its built-ins first and has no API to
 //     replace one, so "| tojson" and "| trim" are renamed to variables holding HF's versions.
+//   - Python's strictness where templates rely on it: operand types of '+' and "in", and no
+//     attribute or item of an undefined value (strict.go).
 //
 // Tags are delimited as the engine does (quotes hide a closer; braces are not balanced), so what
 // it parses is what was whitespace-processed here.
@@ -42,14 +44,29 @@ func prepare(src string) string {
 				emit = `{{ "` + quoteEscaper.Replace(s.text) + `" }}`
 			}
 		case segVar:
-			expr := rewriteTag(s.text)
+			expr := strictIn(strictAccess(rewriteTag(s.text)), false)
 			if parts := splitConcat(expr); parts != nil {
+				for i, p := range parts[1:] {
+					if p[0] != '"' || literalEnd(p, 0) != len(p)-1 {
+						parts[i+1] = "__hf_cat(" + p + ")" // strict.go
+					}
+				}
 				emit = "{{ " + strings.Join(parts, " }}{{ ") + " }}"
 			} else {
-				emit = "{{ " + expr + " }}"
+				emit = "{{ " + strictAdd(expr) + " }}"
 			}
 		case segBlock:
-			emit = "{% " + rewriteTag(s.text) + " %}"
+			fields := strings.Fields(s.text)
+			tag := rewriteTag(s.text)
+			switch {
+			case len(fields) > 0 && fields[0] == "set": // the target is not an access: only the value
+				if i := assignAt(tag); i > 0 {
+					tag = tag[:i+1] + " " + strictAdd(strictIn(strictAccess(strings.TrimSpace(tag[i+1:])), false))
+				}
+			default:
+				tag = strictIn(strictAccess(tag), len(fields) > 0 && fields[0] == "for")
+			}
+			emit = "{% " + tag + " %}"
 		}
 		out.WriteString(emit)
 		// Keep the engine's line numbers (in its errors) those of the original source.
@@ -266,6 +283,20 @@ func rewriteTag(tag string) string {
 // both forms, and a failing one fails the render in both. expr is rewriteTag's output: its string
 // literals are double-quoted, with only \\ and \" escaped.
 func splitConcat(expr string) []string {
+	parts := addChain(expr)
+	if parts == nil {
+		return nil
+	}
+	if first := parts[0]; first[0] != '"' || literalEnd(first, 0) != len(first)-1 {
+		return nil
+	}
+	return parts
+}
+
+// addChain returns the operands of expr when it is a chain of '+' with no other operator at its
+// top level (so the chain is the whole expression: every other binary operator binds less
+// tightly than '+', or as tightly, as '-' and '~' do), or nil.
+func addChain(expr string) []string {
 	var parts []string
 	depth, start := 0, 0
 	for i := 0; i < len(expr); i++ {
@@ -305,9 +336,6 @@ func splitConcat(expr string) []string {
 		return nil
 	}
 	parts = append(parts, strings.TrimSpace(expr[start:]))
-	if first := parts[0]; first == "" || first[0] != '"' || literalEnd(first, 0) != len(first)-1 {
-		return nil
-	}
 	if slices.Contains(parts, "") {
 		return nil // a unary '+'
 	}

@@ -33,14 +33,16 @@ const probeTools = `[{"type": "function", "function": {"name": "get_weather", "d
 	"parameters": {"type": "object", "properties": {"city": {"type": "string"},
 	"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}]`
 
-// probe renders the probe conversations with c. A template's own raise_exception is an accepted
-// answer (templates legitimately reject some shapes) unless every probe raises; any other error
-// fails the load.
+// probe renders the probe conversations with c. A template's own raise_exception, or a TypeError
+// Jinja2 would raise too (strict.go), is an accepted answer (templates legitimately reject some
+// shapes) unless every probe is refused; any other error fails the load.
 func (t *Template) probe(c *compiled) error {
 	probeT := *t
 	probeT.main, probeT.toolUse = c, nil
 	clock := func() time.Time { return time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC) }
 	var raised *TemplateError
+	var typeErr *typeError
+	refusal := "" // why the last probe the template refused was
 	ok := 0
 	for _, conv := range probeConversations {
 		for _, tools := range []json.RawMessage{nil, json.RawMessage(probeTools)} {
@@ -50,6 +52,9 @@ func (t *Template) probe(c *compiled) error {
 				case err == nil:
 					ok++
 				case errors.As(err, &raised):
+					refusal = raised.Message
+				case errors.As(err, &typeErr):
+					refusal = typeErr.Error()
 				default:
 					return fmt.Errorf("%w (probe %q, tools=%t, add_generation_prompt=%t)", err, conv.name, tools != nil, agp)
 				}
@@ -57,7 +62,7 @@ func (t *Template) probe(c *compiled) error {
 		}
 	}
 	if ok == 0 {
-		return fmt.Errorf("chattemplate: %s: the template rejects every probe conversation: %s", c.file, raised.Message)
+		return fmt.Errorf("chattemplate: %s: the template rejects every probe conversation: %s", c.file, refusal)
 	}
 	return nil
 }

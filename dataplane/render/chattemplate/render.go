@@ -181,5 +181,8 @@ func (t *Template) variables(in *inputs, c *compiled, msgs, tools jinja.Value, o
 	for name, repl := range filterOverrides {
 		vars[repl] = overrideFilters[name]
 	}
+	for name, fn := range strictHelpers {
+		vars[name] = fn
+	}
 	return vars, nil
 }

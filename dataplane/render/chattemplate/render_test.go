@@ -34,7 +34,7 @@ func TestRenderFeatures(t *testing.T) {
 			Options{Tools: json.RawMessage(`[{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}]`)},
 			`f {"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}`},
 		{"tools null is None", `{{ tools is none }}`, twoMessages, Options{Tools: json.RawMessage(`null`)}, "True"},
-		{"kwargs", `{% if enable_thinking is defined and enable_thinking is false %}<think></think>{% endif %}{{ bos_token }}{{ extra.k }}`, twoMessages,
+		{"kwargs", `{% if enable_thinking is defined and enable_thinking is false %}<think></think>{% endif %}{{ bos_token }}{% if extra is defined %}{{ extra.k }}{% endif %}`, twoMessages,
 			Options{Kwargs: map[string]json.RawMessage{"enable_thinking": json.RawMessage(`false`), "bos_token": json.RawMessage(`"<BOS>"`), "extra": json.RawMessage(`{"k": [1]}`)}},
 			"<think></think><BOS>[1]"},
 		{"tojson key order and nesting", `{{ messages[0] | tojson }}`, `[{"zeta": 1, "alpha": {"y": [1, 2.5, null, true, false], "b": "x"}, "mid": {}}]`, Options{},

@@ -183,6 +183,9 @@ func (t *Tokenizer) preLevel(dst []int, s string, level int, st *state) []int {
 	if p.meta != nil {
 		return t.preLevel(dst, p.meta.apply(&st.meta, s, st.first), level+1, st)
 	}
+	if level == 0 && t.deepSeek {
+		return t.encodeDeepSeek(dst, s, p.ext, st)
+	}
 	if p.fast != 0 && p.behavior == isolated && !p.invert {
 		if level+1 == len(t.pre) && t.byteLvl != nil && !t.byteLvl.addPrefixSpace && !t.byteLvl.useRegex {
 			// The common configuration (Qwen, Llama 3): each match is a word.

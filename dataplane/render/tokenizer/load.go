@@ -31,6 +31,7 @@ type Tokenizer struct {
 
 	prefix, suffix []int  // the post-processor's ids around the encoded text
 	firstDiffers   bool   // a text's first section encodes differently (Metaspace "first")
+	deepSeek       bool   // the pre-tokenizer is DeepSeek-V3's, then a plain ByteLevel: encodeDeepSeek
 	serial         uint64 // tells apart tokenizers sharing a SegmentCache
 
 	scratch sync.Pool // *state
@@ -137,6 +138,7 @@ func New(tokenizerJSON []byte) (*Tokenizer, error) {
 	for _, p := range t.pre {
 		t.firstDiffers = t.firstDiffers || p.meta != nil && p.meta.first
 	}
+	t.deepSeek = isDeepSeek(t.pre) && t.byteLvl != nil && !t.byteLvl.addPrefixSpace && !t.byteLvl.useRegex
 	if raw.Model == nil {
 		return nil, errAt("model", "missing")
 	}

@@ -230,6 +230,9 @@ func wsMatch(s string, i int) int {
 //	|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
 //	|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
 func o200kNext(s string, i int, ext *[classLimit]uint8) int {
+	if end := o200kASCII(s, i); end > 0 {
+		return end
+	}
 	c0 := s[i]
 	k, _, w := classes(s, i, ext)
 	prefix := c0 != '\r' && c0 != '\n' && k&(clsL|clsN) == 0 && i+w < len(s)
@@ -311,4 +314,85 @@ func withContraction(s string, end int) int {
 		return end + contraction(s, end, true)
 	}
 	return end
+}
+
+// Kinds of deepSeekRun's runs.
+const (
+	runOther  = iota // neither numbers nor DeepSeek's CJK ranges
+	runDigits        // up to three numbers
+	runCJK           // DeepSeek's CJK ranges
+)
+
+// deepSeekRun returns the end and kind of the piece at s[i] after DeepSeek-V3's first two
+// steps, \p{N}{1,3} then its CJK ranges, both Isolated: in one scan, the pieces the two make.
+func deepSeekRun(s string, i int, ext *[classLimit]uint8) (int, int) {
+	k, x, w := classes(s, i, ext)
+	switch {
+	case k&clsN != 0:
+		return digits3Next(s, i), runDigits
+	case x&xCJK != 0:
+		return cjkNext(s, i, ext), runCJK
+	}
+	for i += w; i < len(s); i += w {
+		if c := s[i]; c < utf8.RuneSelf {
+			if w = 1; byteClass[c]&clsN != 0 {
+				return i, runOther
+			}
+			continue
+		}
+		if k, x, w = classes(s, i, ext); k&clsN != 0 || x&xCJK != 0 {
+			return i, runOther
+		}
+	}
+	return i, runOther
+}
+
+// encodeDeepSeek is DeepSeek-V3's pre-tokenizer (its three Split steps, then a plain ByteLevel)
+// and the BPE model in one loop: each run of the first two steps is split by the third.
+func (t *Tokenizer) encodeDeepSeek(dst []int, s string, ext *[classLimit]uint8, st *state) []int {
+	for i := 0; i < len(s) && st.err == nil; {
+		end, kind := deepSeekRun(s, i, ext)
+		if kind == runDigits { // a number is never matched by the third step: one piece
+			dst = t.word(dst, s, i, end, st)
+			i = end
+			continue
+		}
+		r := s[:end]
+		for i < end && st.err == nil {
+			j := deepSeekNext(r, i, ext)
+			dst = t.word(dst, r, i, j, st)
+			i = j
+		}
+	}
+	return dst
+}
+
+// isDeepSeek reports whether steps are DeepSeek-V3's three Split steps, by hand and Isolated.
+func isDeepSeek(steps []preStep) bool {
+	return len(steps) == 3 && steps[0].fast == fastDigits3 && steps[1].fast == fastCJK && steps[2].fast == fastDeepSeek
+}
+
+// o200kASCII is o200kNext for a word of ASCII letters (after an optional ASCII prefix
+// character) that ends at an ASCII byte: uppercase then lowercase letters (U*W+), or uppercase
+// only (U+). It returns 0 when the general path must decide.
+func o200kASCII(s string, i int) int {
+	j := i
+	if c := s[i]; !asciiLetter(c) {
+		if c >= utf8.RuneSelf || c == '\r' || c == '\n' || c >= '0' && c <= '9' || i+1 == len(s) || !asciiLetter(s[i+1]) {
+			return 0
+		}
+		j++
+	}
+	u := j
+	for u < len(s) && s[u] >= 'A' && s[u] <= 'Z' {
+		u++
+	}
+	w := u
+	for w < len(s) && s[w] >= 'a' && s[w] <= 'z' {
+		w++
+	}
+	if w < len(s) && s[w] >= utf8.RuneSelf {
+		return 0 // the word may go on
+	}
+	return withContraction(s, w)
 }

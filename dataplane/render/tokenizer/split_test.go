@@ -167,3 +167,37 @@ func (p *preStep) matches(dst []span, s string) []span {
 	})
 	return dst
 }
+
+// TestDeepSeekLoopMatchesSteps holds encodeDeepSeek (DeepSeek-V3's three Split steps in one
+// loop) to the three steps run one after the other.
+func TestDeepSeekLoopMatchesSteps(t *testing.T) {
+	t.Parallel()
+	bl := map[string]any{"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}
+	split := func(p string) map[string]any {
+		return map[string]any{"type": "Split", "pattern": map[string]any{"Regex": p}, "behavior": "Isolated", "invert": false}
+	}
+	m := fixtureJSON(t)
+	m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{split(patternDigits3), split(patternCJK), split(patternDeepSeek), bl}}
+	fused, err := New(mustJSON(t, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, err := New(mustJSON(t, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fused.deepSeek {
+		t.Fatal("DeepSeek-V3's pre-tokenizer is not recognized")
+	}
+	steps.deepSeek = false
+	r := rand.New(rand.NewSource(3))
+	texts := []string{"", "abc123def4567", "自然语言処理ゟ゠ア 12 ab", "  \n\n 1 2  3", "-abc--abc 'sé\u0301x"}
+	for range 20000 {
+		texts = append(texts, randomSplitText(r))
+	}
+	for _, s := range texts {
+		if got, want := fused.Encode(nil, s, false), steps.Encode(nil, s, false); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q: one loop %v, three steps %v", s, got, want)
+		}
+	}
+}

@@ -109,8 +109,9 @@ type Context struct {
 	MediaScanned bool
 	// ECParams are the merged ec_transfer_params for prefill (keyed by mm_hash).
 	ECParams map[string]any
-	// PrefillKV is the kv_transfer_params object the prefill worker answered (raw JSON; nil when
-	// it sent none). Decode derives its own params from it through its KV connector.
+	// PrefillKV is the kv_transfer_params object the prefill worker answered (raw JSON taken
+	// from the validated answer; nil when it sent none). Decode derives its own params from it
+	// through its KV connector, which does not validate it again.
 	PrefillKV json.RawMessage
 	// Prefilled is true once a prefill leg succeeded.
 	Prefilled bool

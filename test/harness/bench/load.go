@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -33,6 +34,7 @@ type Load struct {
 	lat     []time.Duration
 	all     int // successful requests of the measured slices, ramp and drain included
 	elapsed time.Duration
+	slices  []float64 // each measured slice's rate
 	ramp    time.Duration
 	errors  int
 	sample  string
@@ -84,13 +86,16 @@ func (l *Load) Measure(ctx context.Context, d time.Duration) {
 	}
 	from := time.Now().Add(l.ramp)
 	to := from.Add(d)
+	n := 0
 	l.attack(ctx, l.ramp+d, func(r *vegeta.Result) {
 		l.all++
 		if end := r.End(); end.After(from) && !end.After(to) {
 			l.lat = append(l.lat, r.Latency)
+			n++
 		}
 	})
 	l.elapsed += d
+	l.slices = append(l.slices, float64(n)/d.Seconds())
 }
 
 // attack runs vegeta in closed loop for d (no request starts after d; the ones in flight then
@@ -118,7 +123,8 @@ func (l *Load) Served() int { return l.all }
 
 // Result summarizes the measured slices so far.
 func (l *Load) Result() CellResult {
-	res := CellResult{Cell: l.cell, Requests: len(l.lat), Errors: l.errors, ErrorSample: l.sample, Elapsed: l.elapsed}
+	res := CellResult{Cell: l.cell, Requests: len(l.lat), Errors: l.errors, ErrorSample: l.sample, Elapsed: l.elapsed,
+		SliceRPS: slices.Clone(l.slices)}
 	if res.Requests > 0 && res.Elapsed > 0 {
 		res.RPS = float64(res.Requests) / res.Elapsed.Seconds()
 		lat := append([]time.Duration(nil), l.lat...)

@@ -37,6 +37,9 @@ type Report struct {
 	MicroErr string        `json:"micro_error,omitempty"`
 	// Goals are the team's targets, checked.
 	Goals []Goal `json:"goals"`
+	// Baseline is the stored run the guard compared with (nil: none read); Guard its checks.
+	Baseline *Baseline    `json:"baseline,omitempty"`
+	Guard    []GuardCheck `json:"guard,omitempty"`
 }
 
 // Settings are the run parameters.
@@ -214,6 +217,7 @@ func (r *Report) WriteMarkdown(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	writeGuard(w, r.Baseline, r.Guard)
 }
 
 // mdEscape shortens s to n bytes and keeps it inside one table cell.

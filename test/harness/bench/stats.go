@@ -74,6 +74,11 @@ type CellResult struct {
 	// RatioToNginx is RPS divided by nginx's RPS for the same body and stream (0 when nginx was
 	// not measured).
 	RatioToNginx float64 `json:"ratio_to_nginx"`
+	// SliceRPS is the rate of each measured slice, in order; SliceRatios each slice's rate over
+	// the raw proxy's slice of the same round (interleaved, so they saw the same machine): their
+	// spread is the run's own noise on RatioToRaw, which the regression guard uses.
+	SliceRPS    []float64 `json:"slice_rps,omitempty"`
+	SliceRatios []float64 `json:"slice_ratios_to_raw,omitempty"`
 }
 
 // Percentile returns the q-quantile (0 ≤ q ≤ 1) of sorted by the nearest-rank method, or 0 for
@@ -106,7 +111,7 @@ func FillRatios(results []CellResult) {
 	}
 	for i := range results {
 		r := &results[i]
-		r.RatioToRaw, r.CPURatioToRaw, r.RatioToNginx = 0, 0, 0
+		r.RatioToRaw, r.CPURatioToRaw, r.RatioToNginx, r.SliceRatios = 0, 0, 0, nil
 		if n, ok := nginx[Cell{Body: r.Body, Stream: r.Stream}]; ok && n.RPS > 0 {
 			r.RatioToNginx = r.RPS / n.RPS
 		}
@@ -116,6 +121,14 @@ func FillRatios(results []CellResult) {
 		}
 		if base.RPS > 0 {
 			r.RatioToRaw = r.RPS / base.RPS
+		}
+		r.SliceRatios = nil
+		if len(base.SliceRPS) == len(r.SliceRPS) {
+			for k, b := range base.SliceRPS {
+				if b > 0 {
+					r.SliceRatios = append(r.SliceRatios, r.SliceRPS[k]/b)
+				}
+			}
 		}
 		if base.ProxyCPU > 0 && r.ProxyCPU > 0 {
 			r.CPURatioToRaw = float64(base.ProxyCPU) / float64(r.ProxyCPU)

@@ -72,68 +72,75 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkRender measures the render step on one-message chats of about 1k, 32k and 128k Qwen3
-// tokens, three ways: in process with the segment cache off (every request new), in process
-// with the conversation sent before (a multi-turn client re-sending its history: cache hits),
-// and through the HTTP render service, the simworker's render on loopback (the same request and
-// answer bodies as vLLM's render endpoint; its tokenizer is a trivial one, so the HTTP numbers
-// are the floor of the round trip, not what a real render service costs). Reported per
-// request: ns/op (latency), ns/token and cpu-ns/token (the process's CPU, the simworker's
-// included on the HTTP path), allocations.
+// BenchmarkRender measures the render step on one-message chats of about 1k, 32k and 128k
+// tokens, for each family (models: a family whose tokenizer or template does not load
+// fails its own sub-benchmarks, naming why), three ways: inprocess (no cache: every request new),
+// warm (in process, the conversation sent before: the segment and history caches answer it, as
+// they do a retry or a regenerated answer) and hop, the HTTP render service: the simworker's
+// render on loopback (the same request and answer bodies as vLLM's render endpoint; its
+// tokenizer is a trivial one, so the hop's numbers are the floor of the round trip, not what a
+// real render service costs). Reported per request: ns/op (latency), ns/token and cpu-ns/token
+// (the process's CPU, the simworker's included on the hop), allocations.
 func BenchmarkRender(b *testing.B) {
-	dir := modelDirs(b)[0] // qwen3
-	tok, err := tokenizer.Load(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
 	svc, err := simworker.Start(simworker.Config{Name: "render", Role: simworker.RoleBoth})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = svc.Close() })
-	ways := []struct {
-		name string
-		own  map[string]any
-		warm bool // render the request once before measuring
-	}{
-		{"in-process", map[string]any{"tokenizer": dir, "cache_size": 0}, false},
-		{"in-process-cached", map[string]any{"tokenizer": dir, "cache_size": 256}, true},
-		{"http", map[string]any{"address": svc.URL()}, false},
-	}
-	for _, n := range []int{1 << 10, 32 << 10, 128 << 10} {
-		raw := benchConversation(tok, n)
-		for _, w := range ways {
-			b.Run(fmt.Sprintf("%s/%dk", w.name, n>>10), func(b *testing.B) {
-				step := newRenderStep(b, w.own)
-				obj, err := body.Parse(raw) // the server's parse, not the step's: outside the loop (render leaves a chat body as it is)
-				if err != nil {
-					b.Fatal(err)
-				}
-				run := func() int {
-					rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
-						Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
-					if err := step.Execute(context.Background(), rc); err != nil {
-						b.Fatal(err)
+	dirs := modelDirs(b)
+	for i, fam := range models {
+		b.Run(fam.name, func(b *testing.B) {
+			dir := dirs[i]
+			tok := benchFamilyLoad(b, fam.name, dir)
+			ways := []struct {
+				name string
+				own  map[string]any
+				warm bool // render the request once before measuring
+			}{
+				{"inprocess", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0}, false},
+				{"warm", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 256}, true},
+				{"hop", map[string]any{"address": svc.URL()}, false},
+			}
+			for _, n := range []int{1 << 10, 32 << 10, 128 << 10} {
+				raw := benchConversation(tok, n)
+				b.Run(fmt.Sprintf("%dk", n>>10), func(b *testing.B) {
+					for _, w := range ways {
+						b.Run(w.name, func(b *testing.B) { benchRenderStep(b, svc, newRenderStep(b, w.own), raw, w.warm) })
 					}
-					svc.Reset() // the simworker records every request: keep its memory flat
-					return len(rc.TokenIDs)
-				}
-				if w.warm {
-					run()
-				}
-				runtime.GC()
-				b.ReportAllocs()
-				b.ResetTimer()
-				tokens, cpu0 := 0, cpuTime()
-				for b.Loop() {
-					tokens += run()
-				}
-				b.StopTimer()
-				if tokens > 0 {
-					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(tokens), "ns/token")
-					b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(tokens), "cpu-ns/token")
-				}
-			})
+				})
+			}
+		})
+	}
+}
+
+// benchRenderStep runs step on the chat body raw.
+func benchRenderStep(b *testing.B, svc *simworker.Worker, step pipeline.Step, raw []byte, warm bool) {
+	obj, err := body.Parse(raw) // the server's parse, not the step's: outside the loop (render leaves a chat body as it is)
+	if err != nil {
+		b.Fatal(err)
+	}
+	run := func() int {
+		rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
+			Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
+		if err := step.Execute(context.Background(), rc); err != nil {
+			b.Fatal(err)
 		}
+		svc.Reset() // the simworker records every request: keep its memory flat
+		return len(rc.TokenIDs)
+	}
+	if warm {
+		run()
+	}
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	tokens, cpu0 := 0, cpuTime()
+	for b.Loop() {
+		tokens += run()
+	}
+	b.StopTimer()
+	if tokens > 0 {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(tokens), "ns/token")
+		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(tokens), "cpu-ns/token")
 	}
 }

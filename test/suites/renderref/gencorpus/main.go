@@ -14,14 +14,13 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 )
 
 // Categories every case is tagged with; exact_test.go requires each of its family's.
 var (
 	textCategories = []string{"unicode", "cjk", "emoji", "code", "whitespace", "contractions", "numbers", "special_lookalike"}
-	chatOnly       = []string{"system", "multiturn", "tools", "reasoning", "empty", "long"}
+	chatOnly       = []string{"system", "multiturn", "tools", "toolcalls", "reasoning", "kwargs", "empty", "long"}
 	promptOnly     = []string{"empty", "long"}
 )
 
@@ -50,6 +49,7 @@ func main() {
 			chat = append(chat, mustJSON(g.chatCase(cat, i)))
 		}
 	}
+	chat = append(chat, edgeCases()...)
 	for _, cat := range append(slices.Clone(textCategories), promptOnly...) {
 		for i := range count("prompt", cat) {
 			prompt = append(prompt, mustJSON(g.promptCase(cat, i)))
@@ -99,12 +99,38 @@ type chatCase struct {
 }
 
 type message struct {
-	Role             string     `json:"role"`
-	Content          string     `json:"content"`
-	ReasoningContent *string    `json:"reasoning_content,omitempty"`
-	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
-	ToolCallID       string     `json:"tool_call_id,omitempty"`
-	Name             string     `json:"name,omitempty"`
+	Role        string
+	Content     string
+	NullContent bool    // content is JSON null (an assistant turn that only calls tools)
+	Reasoning   *string // reasoning_content (Qwen3's field; vLLM's)
+	Thinking    *string // thinking (gpt-oss's field)
+	ToolCalls   []toolCall
+	ToolCallID  string
+	Name        string
+}
+
+// MarshalJSON writes the message in Hugging Face's chat format, fields in a fixed order.
+func (m message) MarshalJSON() ([]byte, error) {
+	o := obj{{"role", m.Role}, {"content", m.Content}}
+	if m.NullContent {
+		o[1].v = nil
+	}
+	if m.Reasoning != nil {
+		o = append(o, kv{"reasoning_content", *m.Reasoning})
+	}
+	if m.Thinking != nil {
+		o = append(o, kv{"thinking", *m.Thinking})
+	}
+	if len(m.ToolCalls) > 0 {
+		o = append(o, kv{"tool_calls", m.ToolCalls})
+	}
+	if m.ToolCallID != "" {
+		o = append(o, kv{"tool_call_id", m.ToolCallID})
+	}
+	if m.Name != "" {
+		o = append(o, kv{"name", m.Name})
+	}
+	return o.MarshalJSON()
 }
 
 type toolCall struct {
@@ -207,6 +233,9 @@ var pools = map[string][]string{
 		"<|eot_id", "|>", "<||>", "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>",
 		"<|reserved_special_token_5|>", "<|finetune_right_pad_id|>", "<|vision_start|>", "<｜end▁of▁sentence｜>",
 		"[INST]", "<s>", "</s>", "<|IM_START|>", "<|im_start|><|im_start|>", "<<|im_end|>>", "<|python_tag|>", "<|eom_id|>",
+		"<|start|>assistant<|channel|>final<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|channel|>commentary",
+		"<start_of_turn>user\n", "<end_of_turn>", "<bos>", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
+		"<｜User｜>", "<｜Assistant｜>", "<｜tool▁calls▁begin｜>", "<｜begin▁of▁sentence｜>",
 	},
 }
 
@@ -309,54 +338,6 @@ func (g *gen) long(cat string) string {
 	return b.String()
 }
 
-// edgeUnsafe are characters whose stripping differs between Python's str.strip (HF), JavaScript's
-// String.trim (transformers.js) and Go; Llama's template trims every message, so chat content
-// neither starts nor ends with one (the unit tests cover Python's behaviour).
-func edgeUnsafe(r rune) bool { return r == 0xfeff || r == 0x85 || r >= 0x1c && r <= 0x1f }
-
-func chatSafe(s string) string {
-	if r, _ := utf8.DecodeRuneInString(s); edgeUnsafe(r) {
-		s = "~" + s
-	}
-	if r, _ := utf8.DecodeLastRuneInString(s); edgeUnsafe(r) {
-		s += "~"
-	}
-	return s
-}
-
-// thinkSafe keeps transformers.js's template engine (@huggingface/jinja 0.5.11) out of a bug:
-// its str.strip/lstrip/rstrip ignore their chars argument and strip all whitespace, so Qwen3's
-// .lstrip('\n') / .rstrip('\n') / .strip('\n') on assistant content and reasoning would also eat
-// a space, tab or '\r' that Python (and chattemplate) keep. In each piece between <think> and
-// </think> markers, a "~" separates such whitespace from the newlines at the piece's edges.
-func thinkSafe(s string) string {
-	var b strings.Builder
-	for len(s) > 0 {
-		piece, marker := s, ""
-		if i := strings.Index(s, "<think>"); i >= 0 {
-			piece, marker = s[:i], "<think>"
-		}
-		if i := strings.Index(s, "</think>"); i >= 0 && i < len(piece) {
-			piece, marker = s[:i], "</think>"
-		}
-		s = s[len(piece)+len(marker):]
-		lead := len(piece) - len(strings.TrimLeft(piece, "\n"))
-		if r, _ := utf8.DecodeRuneInString(piece[lead:]); lead < len(piece) && jsSpace(r) {
-			piece = piece[:lead] + "~" + piece[lead:]
-		}
-		body := strings.TrimRight(piece, "\n")
-		if r, _ := utf8.DecodeLastRuneInString(body); body != "" && jsSpace(r) {
-			piece = body + "~" + piece[len(body):]
-		}
-		b.WriteString(piece)
-		b.WriteString(marker)
-	}
-	return b.String()
-}
-
-// jsSpace is JavaScript's String.prototype.trim whitespace.
-func jsSpace(r rune) bool { return unicode.IsSpace(r) && r != 0x85 || r == 0xfeff }
-
 // --- chat cases ---
 
 func (g *gen) chatCase(cat string, i int) chatCase {
@@ -392,6 +373,13 @@ func (g *gen) chatCase(cat string, i int) chatCase {
 		}
 	case "tools":
 		c.Messages, c.Tools = g.toolConversation(textCat)
+	case "toolcalls":
+		c.Messages, c.Tools = g.toolCallConversation(textCat)
+		if c.Messages[len(c.Messages)-1].Role == "assistant" {
+			c.AddGenerationPrompt = false
+		}
+	case "kwargs":
+		c.Messages, c.Tools, c.Kwargs = g.kwargsConversation(textCat)
 	case "reasoning":
 		c.Messages = g.reasoningConversation(textCat)
 		if c.Messages[len(c.Messages)-1].Role == "assistant" {
@@ -420,17 +408,6 @@ func (g *gen) chatCase(cat string, i int) chatCase {
 			c.Messages = append([]message{{Role: "system", Content: g.text(cat)}}, c.Messages...)
 		}
 	}
-	for j := range c.Messages {
-		m := &c.Messages[j]
-		m.Content = chatSafe(m.Content)
-		if m.Role == "assistant" {
-			m.Content = thinkSafe(m.Content)
-			if m.ReasoningContent != nil {
-				r := thinkSafe(*m.ReasoningContent)
-				m.ReasoningContent = &r
-			}
-		}
-	}
 	c.Tags = chatTags(cat, c)
 	return c
 }
@@ -447,14 +424,16 @@ func chatTags(cat string, c chatCase) []string {
 	for _, m := range c.Messages {
 		add("system", m.Role == "system")
 		add("tools", len(m.ToolCalls) > 0 || m.Role == "tool")
-		add("reasoning", m.ReasoningContent != nil || strings.Contains(m.Content, "</think>"))
-		add("empty", m.Content == "")
+		add("reasoning", m.Reasoning != nil || m.Thinking != nil || strings.Contains(m.Content, "</think>"))
+		add("toolcalls", len(m.ToolCalls) > 0)
+		add("empty", m.Content == "" && !m.NullContent)
 		add("long", len(m.Content) >= 15000)
 		if m.Role == "user" {
 			users++
 		}
 	}
 	add("tools", len(c.Tools) > 0)
+	add("kwargs", len(c.Kwargs) > 0)
 	add("multiturn", users >= 4)
 	return tags
 }
@@ -502,7 +481,26 @@ func (g *gen) toolDefs() []obj {
 		}}, {"required", []string{"language", "code"}}}},
 	}}}
 	noArgs := obj{{"type", "function"}, {"function", obj{{"name", "get_time"}, {"description", "现在几点？ 🕐"}, {"parameters", obj{{"type", "object"}, {"properties", obj{}}}}}}}
-	all := []obj{weather, search, code, noArgs}
+	// plan exercises gpt-oss's TypeScript rendering of schemas: arrays by item type, nullable,
+	// a list of types, oneOf, enum with a default, nested objects.
+	plan := obj{{"type", "function"}, {"function", obj{
+		{"name", "plan_trip"},
+		{"description", "Plan a trip with stops"},
+		{"parameters", obj{{"type", "object"}, {"properties", obj{
+			{"stops", obj{{"type", "array"}, {"items", obj{{"type", "string"}}}, {"description", "Cities, in order"}}},
+			{"budgets", obj{{"type", "array"}, {"items", obj{{"type", "number"}}}, {"nullable", true}}},
+			{"legs", obj{{"type", "array"}, {"items", obj{{"type", "object"}, {"properties", obj{
+				{"from", obj{{"type", "string"}}}, {"to", obj{{"type", "string"}}}, {"nights", obj{{"type", "integer"}}}}},
+				{"required", []string{"from"}}}}}},
+			{"mode", obj{{"type", "string"}, {"enum", []string{"train", "plane", "car"}}, {"default", "train"}}},
+			{"note", obj{{"type", []string{"string", "null"}}}},
+			{"when", obj{{"oneOf", []obj{{{"type", "string"}, {"description", "ISO date"}}, {{"type", "integer"}}}}, {"default", "soon"}}},
+			{"flexible", obj{{"type", "boolean"}, {"default", false}}},
+			{"tags", obj{{"type", "array"}}},
+			{"extra", obj{{"type", "object"}}},
+		}}, {"required", []string{"stops", "mode"}}}},
+	}}}
+	all := []obj{weather, search, code, noArgs, plan}
 	g.r.Shuffle(len(all), func(a, b int) { all[a], all[b] = all[b], all[a] })
 	return all[:1+g.r.IntN(len(all))]
 }
@@ -558,13 +556,13 @@ func (g *gen) toolConversation(textCat string) ([]message, []obj) {
 		}
 		if g.chance(0.3) {
 			r := "I should call a tool.\n"
-			call.ReasoningContent = &r
+			call.Reasoning = &r
 		}
 		n := 1 + g.r.IntN(3)
 		for k := range n {
-			tc := toolCall{ID: fmt.Sprintf("call_%d_%d", round, k), Type: "function"}
+			tc := toolCall{ID: callID(round, k), Type: "function"}
 			tc.Function.Name = toolName(tools[g.r.IntN(len(tools))])
-			if g.chance(0.2) {
+			if g.chance(0.06) {
 				tc.Function.Arguments = string(mustJSON(g.toolArgs(textCat))) // already a JSON string
 			} else {
 				tc.Function.Arguments = g.toolArgs(textCat)
@@ -574,7 +572,7 @@ func (g *gen) toolConversation(textCat string) ([]message, []obj) {
 		msgs = append(msgs, call)
 		for k := range n {
 			content := g.pick([]string{`{"temp": 21.5, "unit": "celsius"}`, "No results.", g.text(textCat), "<tool_response>nested</tool_response>"})
-			msgs = append(msgs, message{Role: "tool", Content: content, ToolCallID: fmt.Sprintf("call_%d_%d", round, k), Name: "tool"})
+			msgs = append(msgs, message{Role: "tool", Content: content, ToolCallID: callID(round, k), Name: "tool"})
 		}
 		if g.chance(0.4) {
 			msgs = append(msgs, message{Role: "user", Content: "<tool_response>\n" + g.text(textCat) + "\n</tool_response>"})
@@ -595,7 +593,11 @@ func (g *gen) reasoningConversation(textCat string) []message {
 	for range 1 + g.r.IntN(3) {
 		switch g.r.IntN(3) {
 		case 0:
-			msgs = append(msgs, message{Role: "assistant", Content: g.text(textCat), ReasoningContent: reason()})
+			m := message{Role: "assistant", Content: g.text(textCat), Reasoning: reason()}
+			if g.chance(0.5) {
+				m.Thinking = m.Reasoning // gpt-oss reads "thinking"
+			}
+			msgs = append(msgs, m)
 		case 1:
 			msgs = append(msgs, message{Role: "assistant", Content: "<think>\n" + g.text(textCat) + "\n</think>\n\n" + g.text(textCat)})
 		default:
@@ -606,9 +608,90 @@ func (g *gen) reasoningConversation(textCat string) []message {
 		}
 	}
 	if msgs[len(msgs)-1].Role == "user" && g.chance(0.3) {
-		msgs = append(msgs, message{Role: "assistant", Content: g.text(textCat), ReasoningContent: reason()})
+		r := reason()
+		msgs = append(msgs, message{Role: "assistant", Content: g.text(textCat), Reasoning: r, Thinking: r})
 	}
 	return msgs
+}
+
+// callID is a tool call's id: nine characters, as Mistral's template requires.
+func callID(round, k int) string { return fmt.Sprintf("call%02dx%02d", round, k) }
+
+// toolCallConversation is a conversation of tool calls one at a time, in each shape the templates
+// tell apart: content null (DeepSeek-V3 renders its tool-call block only then, and wants the
+// arguments as a JSON string), empty or text (gpt-oss renders it as the analysis), thinking
+// beside it or not, the tool's answers, and a final answer or not.
+func (g *gen) toolCallConversation(textCat string) ([]message, []obj) {
+	tools := g.toolDefs()
+	var msgs []message
+	if g.chance(0.5) {
+		msgs = append(msgs, message{Role: g.pick([]string{"system", "system", "developer"}), Content: g.text(textCat)})
+	}
+	msgs = append(msgs, message{Role: "user", Content: g.text(textCat)})
+	for round := range 1 + g.r.IntN(3) {
+		call := message{Role: "assistant"}
+		switch g.r.IntN(4) {
+		case 0, 1:
+			call.NullContent = true
+		case 2:
+			call.Content = g.text(textCat)
+		}
+		if g.chance(0.3) {
+			r := "Need the tool: " + g.text(textCat)
+			call.Thinking = &r
+		}
+		tc := toolCall{ID: callID(round, 0), Type: "function"}
+		tc.Function.Name = toolName(tools[g.r.IntN(len(tools))])
+		tc.Function.Arguments = g.toolArgs(textCat)
+		if call.NullContent && g.chance(0.3) {
+			tc.Function.Arguments = string(mustJSON(g.toolArgs(textCat)))
+		}
+		call.ToolCalls = []toolCall{tc}
+		msgs = append(msgs, call, message{Role: "tool", Content: g.pick([]string{`{"temp": 21.5}`, "No results.", g.text(textCat)}), ToolCallID: tc.ID})
+	}
+	if g.chance(0.6) {
+		msgs = append(msgs, message{Role: "assistant", Content: g.text(textCat)})
+		if g.chance(0.5) {
+			msgs = append(msgs, message{Role: "user", Content: g.text(textCat)})
+		}
+	}
+	return msgs, tools
+}
+
+// kwargsConversation is a short conversation rendered with chat-template kwargs the families'
+// templates read: enable_thinking (Qwen3), reasoning_effort, builtin_tools and model_identity
+// (gpt-oss), thinking (DeepSeek's later templates).
+func (g *gen) kwargsConversation(textCat string) ([]message, []obj, map[string]any) {
+	var msgs []message
+	if g.chance(0.4) {
+		msgs = append(msgs, message{Role: "system", Content: g.text(textCat)})
+	}
+	msgs = append(msgs, message{Role: "user", Content: g.text(textCat)})
+	if g.chance(0.5) {
+		r := g.text(textCat)
+		msgs = append(msgs, message{Role: "assistant", Content: g.text(textCat), Reasoning: &r, Thinking: &r},
+			message{Role: "user", Content: g.text(textCat)})
+	}
+	var tools []obj
+	if g.chance(0.3) {
+		tools = g.toolDefs()
+	}
+	kw := map[string]any{}
+	for range 1 + g.r.IntN(3) {
+		switch g.r.IntN(5) {
+		case 0:
+			kw["reasoning_effort"] = g.pick([]string{"low", "medium", "high"})
+		case 1:
+			kw["builtin_tools"] = [][]string{{"browser"}, {"python"}, {"browser", "python"}, {}}[g.r.IntN(4)]
+		case 2:
+			kw["model_identity"] = g.pick([]string{"You are a helpful assistant.", "Tu es Claude, un modèle 🤖.", "你是一个助手。"})
+		case 3:
+			kw["enable_thinking"] = g.chance(0.5)
+		default:
+			kw["thinking"] = g.chance(0.5)
+		}
+	}
+	return msgs, tools, kw
 }
 
 func (g *gen) emptyConversation() []message {
@@ -622,7 +705,7 @@ func (g *gen) emptyConversation() []message {
 		return []message{{Role: "user", Content: g.text("mixed")}, {Role: "assistant", Content: ""}, {Role: "user", Content: empty()}}
 	case 3:
 		r := ""
-		return []message{{Role: "user", Content: empty()}, {Role: "assistant", Content: "", ReasoningContent: &r}, {Role: "user", Content: ""}}
+		return []message{{Role: "user", Content: empty()}, {Role: "assistant", Content: "", Reasoning: &r}, {Role: "user", Content: ""}}
 	default:
 		return []message{{Role: "system", Content: empty()}, {Role: "user", Content: ""}}
 	}
@@ -644,4 +727,76 @@ func (g *gen) promptCase(cat string, i int) promptCase {
 		}
 	}
 	return p
+}
+
+// edgeCases are conversations in shapes Hugging Face's format allows and an OpenAI client cannot
+// send (the pipeline test leaves them to TestExactChat): content as a list of parts, null, a
+// number or an object; tool_calls null; kwargs of other types than the templates expect; numbers
+// in tool arguments whose JSON forms differ between languages. Each is rendered, or refused, as
+// Jinja2 does it.
+func edgeCases() []json.RawMessage {
+	tools := `[{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {` +
+		`"a": {"type": "number", "default": 1.5}, "n": {"type": "integer", "enum": [1, 2], "default": 1}, "ключ": {"type": "string", "description": "𝔘"},` +
+		`"k2": {"type": ["string", "null"]}, "k3": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}}}}}}]`
+	call := `{"role": "assistant", "content": "", "tool_calls": [{"id": "abcdefghi", "type": "function", "function": {"name": "f", "arguments": ` +
+		`{"a": 1.0, "b": 1e20, "c": -0.0, "d": 1e-7, "e": 123456789012345678, "f": 0.1, "g": true, "h": null, "i": "é\u2028<>&'"}}}]}`
+	result := `{"role": "tool", "tool_call_id": "abcdefghi", "content": "r"}`
+	cases := []struct{ name, messages, tools, kwargs string }{
+		{"no-messages", `[]`, "", ""},
+		{"no-messages-tools", `[]`, tools, ""},
+		{"parts", `[{"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": " there"}]}]`, "", ""},
+		{"parts-system", `[{"role": "system", "content": [{"type": "text", "text": "sys"}]}, {"role": "user", "content": [{"type": "text", "text": "a"}]}]`, "", ""},
+		{"null-system", `[{"role": "system", "content": null}, {"role": "user", "content": "x"}]`, "", ""},
+		{"null-user", `[{"role": "user", "content": null}]`, "", ""},
+		{"number-content", `[{"role": "user", "content": 42}]`, "", ""},
+		{"object-content", `[{"role": "user", "content": {"content": "inner"}}]`, "", ""},
+		{"tool-object-content", `[{"role": "user", "content": "x"}, ` + call + `, {"role": "tool", "tool_call_id": "abcdefghi", "content": {"content": "inner"}}]`, tools, ""},
+		{"number-arguments", `[{"role": "user", "content": "x"}, ` + call + `, ` + result + `]`, tools, ""},
+		{"tool-without-description", `[{"role": "user", "content": "x"}]`, `[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]`, ""},
+		{"tool-calls-null", `[{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "tool_calls": null}, {"role": "user", "content": "z"}]`, "", ""},
+		{"two-string-calls", `[{"role": "user", "content": "x"}, {"role": "assistant", "content": null, "tool_calls": [` +
+			`{"id": "abcdefghi", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}},` +
+			`{"id": "abcdefghj", "type": "function", "function": {"name": "g", "arguments": "[]"}}]},` +
+			`{"role": "tool", "tool_call_id": "abcdefghi", "content": "r1"}, {"role": "tool", "tool_call_id": "abcdefghj", "content": "r2"}, {"role": "assistant", "content": "done"}]`, "", ""},
+		{"tool-first", `[{"role": "tool", "content": "r", "tool_call_id": "abcdefghi"}, {"role": "user", "content": "x"}]`, "", ""},
+		{"assistant-first", `[{"role": "assistant", "content": "a"}, {"role": "user", "content": "x"}]`, "", ""},
+		{"developer", `[{"role": "developer", "content": "dev"}, {"role": "user", "content": "x"}]`, "", ""},
+		{"reasoning-last", `[{"role": "user", "content": "x"}, {"role": "assistant", "content": "a", "reasoning_content": "  think  \n", "thinking": "t"}]`, "", ""},
+		{"think-edges", `[{"role": "user", "content": "x"}, {"role": "assistant", "content": "<think>\n \t r \n</think>\n\n \tanswer \t"}, {"role": "user", "content": "y"}]`, "", ""},
+		{"effort-number", `[{"role": "user", "content": "x"}]`, "", `{"reasoning_effort": 1}`},
+		{"builtin-tools-string", `[{"role": "user", "content": "x"}]`, "", `{"builtin_tools": "browser"}`},
+		{"builtin-tools-object", `[{"role": "user", "content": "x"}]`, "", `{"builtin_tools": {"python": 1}}`},
+		{"identity-null", `[{"role": "user", "content": "x"}]`, "", `{"model_identity": null}`},
+		{"enable-thinking-string", `[{"role": "user", "content": "x"}]`, "", `{"enable_thinking": "no"}`},
+	}
+	out := make([]json.RawMessage, len(cases))
+	for i, c := range cases {
+		var b strings.Builder
+		fmt.Fprintf(&b, `{"name":"chat/edge/%s","tags":["edge"`, c.name)
+		if c.tools != "" {
+			b.WriteString(`,"tools"`)
+		}
+		if c.kwargs != "" {
+			b.WriteString(`,"kwargs"`)
+		}
+		fmt.Fprintf(&b, `],"messages":%s`, c.messages)
+		if c.tools != "" {
+			fmt.Fprintf(&b, `,"tools":%s`, c.tools)
+		}
+		b.WriteString(`,"add_generation_prompt":true`)
+		if c.kwargs != "" {
+			fmt.Fprintf(&b, `,"kwargs":%s`, c.kwargs)
+		}
+		b.WriteString("}")
+		var v any
+		if err := json.Unmarshal([]byte(b.String()), &v); err != nil {
+			log.Fatalf("edge case %s: %v", c.name, err)
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, []byte(b.String())); err != nil {
+			log.Fatal(err)
+		}
+		out[i] = compact.Bytes()
+	}
+	return out
 }

@@ -54,6 +54,8 @@ type options struct {
 	profile                        []string
 	profileDuration                time.Duration
 	strict                         bool
+	baseline                       string
+	writeBaseline                  bool
 	scaleStreams                   []int
 	scaleTargets                   []string
 	scaleTokens                    int
@@ -87,7 +89,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&microPkgs, "micro-pkgs", "./dataplane/...,./test/suites/renderref", "packages of the micro-benchmarks (./test/suites/renderref: render in process against the HTTP render service)")
 	fs.StringVar(&profile, "profile", "", "cells to CPU-profile with perf after the table run, e.g. decode-only/1MiB-image/json (comma-separated)")
 	fs.DurationVar(&o.profileDuration, "profile-duration", 10*time.Second, "measured window of a profiled cell")
-	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is not met")
+	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is not met or the regression guard flags a cell")
+	fs.StringVar(&o.baseline, "baseline", "test/harness/bench/baseline.json", "the regression guard's stored run (relative to --repo; empty: no guard)")
+	fs.BoolVar(&o.writeBaseline, "write-baseline", false, "write this run's coordinator cells to --baseline instead of comparing with it")
 	fs.StringVar(&scaleStreams, "scale-streams", "100,1000,5000,10000", "concurrency-scaling cells: streams held open at once (empty: skip)")
 	fs.StringVar(&scaleTargets, "scale-targets", "raw-proxy,nginx,decode-only,prefill-decode", "concurrency-scaling targets")
 	fs.IntVar(&o.scaleTokens, "scale-tokens", 200, "tokens per stream in the scaling cells")
@@ -251,6 +255,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	bench.FillRatios(rep.Cells)
 	rep.Goals = append(bench.EvaluateGoals(rep.Cells, rep.SSE), bench.EvaluateScaleGoals(rep.Scale)...)
+	baselinePath := o.baseline
+	if baselinePath != "" && !filepath.IsAbs(baselinePath) {
+		baselinePath = filepath.Join(o.repo, baselinePath)
+	}
+	switch {
+	case baselinePath == "":
+	case o.writeBaseline:
+		b := bench.NewBaseline(rep.Cells, rep.Revision, rep.Machine, o.concurrency, rep.Started)
+		if err := bench.WriteBaseline(baselinePath, b); err != nil {
+			logf("%v", err)
+			return 1
+		}
+		logf("baseline written: %s (%d cells)", baselinePath, len(b.Cells))
+	default:
+		if b, err := bench.ReadBaseline(baselinePath); err != nil {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("regression guard: no baseline (%v)", err))
+		} else {
+			rep.Baseline, rep.Guard = &b, bench.Guard(b, rep.Cells, o.concurrency)
+		}
+	}
 	var md bytes.Buffer
 	rep.WriteMarkdown(&md)
 	_, _ = stdout.Write(md.Bytes())
@@ -270,6 +294,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if rep.MicroErr != "" {
 		logf("FAILED: micro-benchmarks: %s", rep.MicroErr)
 		code = 1
+	}
+	for _, r := range bench.Regressions(rep.Guard) {
+		logf("REGRESSION against the baseline: %s", r)
+		if o.strict {
+			code = 1
+		}
 	}
 	for _, g := range rep.Goals {
 		if g.Measured && !g.Met {

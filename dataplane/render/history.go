@@ -1,0 +1,371 @@
+package render
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// The rendered-history cache. A multi-turn client sends the whole conversation with every turn;
+// its template renders the history as it did the turn before, and the tokenizer would encode it
+// again. The cache keeps the conversations rendered lately: each one's rendered text, its ids,
+// and the id count at each of its cuts (tokenizer.Cuts: the offsets c where Encode(text) ==
+// Encode(text[:c]) ++ Encode(text[c:])). A new rendering takes the ids of the longest stretch,
+// up to a cut of both, that it shares byte for byte with the conversation it continues, and
+// encodes only the rest.
+//
+// Why it is exact: if c is a cut of the new text t and of a cached text p, and t[:c] == p[:c],
+// then the ids p had before c are Encode(p[:c]) == Encode(t[:c]), and the ids of t are those
+// followed by Encode(t[c:]). Nothing is assumed of the template: one that renders the earlier
+// turns differently once a new turn follows (Qwen3 drops the reasoning of answers before the
+// last user message) shares a shorter stretch, or none. Nothing is assumed of the key either: a
+// key finds a candidate, and its bytes are compared before any id is taken.
+//
+// The key is a hash (seeded per process) of the request's messages, their bytes as the client
+// sent them, with what else the rendering and the ids depend on (tools, kwargs, the switches,
+// the encoding's word limit): never a name or field the client chooses. An entry is kept under
+// the key of its request's whole message list (and of the turns it continues), and a request
+// looks up the keys of its messages[0..j), longest first: it is answered from a conversation
+// only if it sends all of that conversation's messages, byte for byte, itself. A shared system
+// prompt or first message alone does not find another conversation.
+
+// minHistoryEntry is the shortest rendering worth keeping: a shorter one encodes in about as
+// long as its lookup takes.
+const minHistoryEntry = 256
+
+// historyOverhead approximates an entry's bookkeeping (entry, slice headers, list links).
+const historyOverhead = 160
+
+// historyKeyCost is what a key costs (its map slot).
+const historyKeyCost = 32
+
+// historyCache is a bounded, concurrency-safe cache of rendered conversations. It evicts the
+// least recently used entries past its byte budget.
+type historyCache struct {
+	maxBytes int64
+	seed     maphash.Seed
+
+	mu    sync.Mutex
+	keys  map[uint64]*historyEntry
+	lru   historyEntry // sentinel: lru.next is the most recently used
+	bytes int64
+
+	hits, misses, tokens atomic.Uint64
+}
+
+// historyEntry is one rendered conversation. text, ids and cuts are never modified once stored
+// (they are read without the lock); keys, size and the links are guarded by the cache's mu.
+type historyEntry struct {
+	text   string       // the rendering up to its last cut
+	chunks [][]int32    // the ids of text, in order: the earlier turns' chunks are shared with the entries they came from
+	cuts   []historyCut // the cuts of text, increasing; the last is len(text)
+	held   int64        // bytes of the rendering text keeps alive (it is a slice of it)
+
+	keys       []uint64
+	size       int64
+	prev, next *historyEntry
+}
+
+// appendIDs appends the first n ids of e to dst.
+func (e *historyEntry) appendIDs(dst []int, n int) []int {
+	for _, ch := range e.chunks {
+		if n <= 0 {
+			break
+		}
+		for _, id := range ch[:min(n, len(ch))] {
+			dst = append(dst, int(id))
+		}
+		n -= len(ch)
+	}
+	return dst
+}
+
+// firstChunks are the chunks of e's first n ids (shared, the last one sliced: nothing copied).
+func (e *historyEntry) firstChunks(n int) [][]int32 {
+	var out [][]int32
+	for _, ch := range e.chunks {
+		if n <= 0 {
+			break
+		}
+		out = append(out, ch[:min(n, len(ch)):min(n, len(ch))])
+		n -= len(ch)
+	}
+	return out
+}
+
+// historyCut is a cut of an entry's text: its byte offset and the number of ids before it.
+type historyCut struct{ at, ids int32 }
+
+func newHistoryCache(maxBytes int64) *historyCache {
+	c := &historyCache{maxBytes: maxBytes, seed: maphash.MakeSeed(), keys: map[uint64]*historyEntry{}}
+	c.lru.next, c.lru.prev = &c.lru, &c.lru
+	return c
+}
+
+// stats returns the lookups that found a usable stretch and that did not, the tokens reused, and
+// the bytes held.
+func (c *historyCache) stats() (hits, misses, tokens uint64, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hits.Load(), c.misses.Load(), c.tokens.Load(), c.bytes
+}
+
+// historyKeys are the keys of a request's message prefixes, hashed as the messages are read:
+// each key is the hash of the key before it and of the message's own hash.
+type historyKeys struct {
+	seed maphash.Seed
+	last uint64
+	keys []uint64
+}
+
+// newKeys starts the keys of r's message prefixes: the hash covers what else the rendering and
+// the ids depend on.
+func (c *historyCache) newKeys(r *ChatRequest) *historyKeys {
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	var flags [16]byte
+	flags[0] = boolByte(r.AddGenerationPrompt) | boolByte(r.ContinueFinalMessage)<<1 | boolByte(r.AddSpecialTokens)<<2
+	binary.LittleEndian.PutUint64(flags[8:], uint64(r.Limits.Encode.MaxWordBytes))
+	h.Write(flags[:])
+	writeLenBytes(&h, r.Tools)
+	names := make([]string, 0, len(r.Kwargs))
+	for name := range r.Kwargs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		writeLenBytes(&h, []byte(name))
+		writeLenBytes(&h, r.Kwargs[name])
+	}
+	return &historyKeys{seed: c.seed, last: h.Sum64()}
+}
+
+// add hashes the next message (its bytes as the client sent them) and keeps the key of the
+// messages so far. (maphash.Bytes hashes a long message at memory speed; a Hash written to
+// in one call goes 128 bytes at a time, several times slower.)
+func (k *historyKeys) add(msg []byte) {
+	var b [24]byte
+	binary.LittleEndian.PutUint64(b[:], k.last)
+	binary.LittleEndian.PutUint64(b[8:], uint64(len(msg)))
+	binary.LittleEndian.PutUint64(b[16:], maphash.Bytes(k.seed, msg))
+	k.last = maphash.Bytes(k.seed, b[:])
+	k.keys = append(k.keys, k.last)
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// writeLenBytes writes b's length and b (so that no two sequences of values write the same
+// bytes).
+func writeLenBytes(h *maphash.Hash, b []byte) {
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+	h.Write(n[:])
+	h.Write(b)
+}
+
+// lookup returns the entry of the longest message prefix kept (keys are the request's, one per
+// message prefix: keys[j] of messages[0..j+1)), and the stretch of text it answers: the index in
+// the entry's cuts and in cuts (text's cuts) of the longest cut of both within the bytes the
+// entry's text and text share (-1, -1: none).
+func (c *historyCache) lookup(text string, cuts []int, keys []uint64) (e *historyEntry, k, j int) {
+	c.mu.Lock()
+	for j := len(keys) - 1; j >= 0 && e == nil; j-- {
+		e = c.keys[keys[j]]
+	}
+	if e != nil {
+		c.unlink(e)
+		c.pushFront(e)
+	}
+	c.mu.Unlock()
+	if e != nil {
+		shared := commonPrefix(e.text, text)
+		j = sort.SearchInts(cuts, shared+1) - 1 // the last cut of text within the shared bytes
+		for k = len(e.cuts) - 1; j >= 0 && k >= 0; {
+			switch at := int(e.cuts[k].at); {
+			case at > cuts[j]:
+				k--
+			case at < cuts[j]:
+				j--
+			default:
+				c.hits.Add(1)
+				c.tokens.Add(uint64(e.cuts[k].ids))
+				return e, k, j
+			}
+		}
+	}
+	c.misses.Add(1)
+	return nil, -1, -1
+}
+
+// commonPrefix is the length of the longest common prefix of a and b.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	const chunk = 4096
+	i := 0
+	for i+chunk <= n && a[i:i+chunk] == b[i:i+chunk] {
+		i += chunk
+	}
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// store keeps e under key (its request's message list). When e continues old (its request's
+// messages start with all of old's), e takes old's keys too and old is dropped: a conversation
+// holds one entry, whatever its number of turns, and each of its turns' message lists finds it.
+func (c *historyCache) store(key uint64, e, old *historyEntry) {
+	e.keys = []uint64{key}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	extends := old != nil && old.next != nil // old is still kept
+	if extends {
+		for _, k := range old.keys {
+			if k != key {
+				e.keys = append(e.keys, k)
+			}
+		}
+	}
+	e.size = e.held + 4*int64(e.cuts[len(e.cuts)-1].ids) + 24*int64(len(e.chunks)) + 8*int64(len(e.cuts)) + historyKeyCost*int64(len(e.keys)) + historyOverhead
+	if e.size > c.maxBytes/maxHistoryShare {
+		return // one conversation would evict all the others
+	}
+	if extends {
+		c.remove(old)
+	}
+	for _, k := range e.keys {
+		if prev := c.keys[k]; prev != nil {
+			c.dropKey(prev, k)
+		}
+		c.keys[k] = e
+	}
+	c.pushFront(e)
+	c.bytes += e.size
+	for c.bytes > c.maxBytes {
+		c.remove(c.lru.prev)
+	}
+}
+
+// fits reports whether an entry of size bytes (text and ids) may be kept.
+func (c *historyCache) fits(size int64) bool {
+	return size+historyOverhead <= c.maxBytes/maxHistoryShare
+}
+
+// maxHistoryShare is the least number of entries the cache has room for: a conversation over
+// maxBytes/maxHistoryShare is not kept.
+const maxHistoryShare = 8
+
+// dropKey takes key off e (another entry takes it), and e out when it has no key left.
+func (c *historyCache) dropKey(e *historyEntry, key uint64) {
+	i := slices.Index(e.keys, key)
+	if i < 0 {
+		return
+	}
+	e.keys = slices.Delete(e.keys, i, i+1)
+	c.bytes -= historyKeyCost
+	e.size -= historyKeyCost
+	delete(c.keys, key)
+	if len(e.keys) == 0 {
+		c.remove(e)
+	}
+}
+
+// remove takes e and its keys out.
+func (c *historyCache) remove(e *historyEntry) {
+	for _, k := range e.keys {
+		if c.keys[k] == e {
+			delete(c.keys, k)
+		}
+	}
+	c.unlink(e)
+	e.prev, e.next = nil, nil
+	c.bytes -= e.size
+}
+
+func (c *historyCache) unlink(e *historyEntry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+}
+
+func (c *historyCache) pushFront(e *historyEntry) {
+	e.prev, e.next = &c.lru, c.lru.next
+	c.lru.next.prev = e
+	c.lru.next = e
+}
+
+// chatHistory encodes text, a chat rendering whose request's message prefixes have keys
+// (historyKeys), with the history cache: the ids of the longest stretch the conversation it
+// continues shares are copied, the rest is encoded (cut by cut, to know the ids
+// at each) and the rendering is kept for the next turn. The result, errors included, is
+// encode's.
+func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]int, error) {
+	if (l.MaxInputBytes > 0 && len(text) > l.MaxInputBytes) || len(text) > math.MaxInt32 {
+		return m.encode(dst, text, false, l) // the limit's error
+	}
+	h := m.history
+	cuts := m.tok.Cuts(nil, text)
+	old, k, j := h.lookup(text, cuts, keys)
+	n0 := len(dst)
+	at := 0
+	var ecuts []historyCut
+	if old != nil {
+		cut := old.cuts[k]
+		at = int(cut.at)
+		dst = slices.Grow(dst, int(cut.ids)+(len(text)-at)/3+8)
+		dst = old.appendIDs(dst, int(cut.ids))
+		ecuts = append(make([]historyCut, 0, k+1+len(cuts)-j), old.cuts[:k+1]...)
+	} else {
+		dst = growFor(dst, text, l.Encode.MaxTokens)
+		ecuts = make([]historyCut, 0, len(cuts))
+	}
+	var err error
+	for _, c := range cuts[j+1:] {
+		if dst, err = m.encodePiece(dst, text[at:c], l); err != nil {
+			return dst, err
+		}
+		at = c
+		ecuts = append(ecuts, historyCut{at: int32(c), ids: int32(len(dst) - n0)})
+	}
+	if at < len(text) || l.Encode.MaxTokens > 0 || l.Encode.Context != nil { // text after a stripping token; the last checks
+		if dst, err = m.encodePiece(dst, text[at:], l); err != nil {
+			return dst, err
+		}
+	}
+	if len(ecuts) == 0 || int(ecuts[len(ecuts)-1].at) < minHistoryEntry {
+		return dst, nil
+	}
+	last := ecuts[len(ecuts)-1]
+	if !h.fits(int64(len(text)) + 4*int64(last.ids)) {
+		return dst, nil // not even copied: a conversation too large to keep costs nothing more
+	}
+	e := &historyEntry{text: text[:last.at], cuts: ecuts, held: int64(len(text))}
+	from := 0
+	if old != nil {
+		from = int(old.cuts[k].ids)
+		e.chunks = old.firstChunks(from)
+	}
+	chunk := make([]int32, int(last.ids)-from)
+	for i, id := range dst[n0+from : n0+int(last.ids)] {
+		chunk[i] = int32(id)
+	}
+	e.chunks = append(e.chunks, chunk)
+	if len(keys) > 0 {
+		h.store(keys[len(keys)-1], e, old)
+	}
+	return dst, nil
+}
+
+// encodePiece encodes s, a piece of a rendering between two cuts, after dst (the ids before it:
+// the token limit counts them) under l.
+func (m *Model) encodePiece(dst []int, s string, l Limits) ([]int, error) {
+	ids, err := m.tok.EncodeLimited(dst, s, false, m.cache, l.Encode)
+	return ids, encodeErr(err)
+}

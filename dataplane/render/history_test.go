@@ -1,0 +1,395 @@
+package render
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
+)
+
+// Templates that render a conversation's history differently once a turn follows: the history
+// cache must not assume that the history renders the same.
+const (
+	// countTemplate opens with the number of messages: every turn changes the first bytes.
+	countTemplate = `<|im_start|>system
+{{ messages|length }} messages<|im_end|>
+{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content }}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}`
+	// reasoningTemplate drops the reasoning of the answers before the last user message, as
+	// Qwen3's does: the last answer renders otherwise once a user message follows it.
+	reasoningTemplate = `{% set ns = namespace(last=0) %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.last = loop.index0 %}{% endif %}{% endfor %}` +
+		`{% for m in messages %}<|im_start|>{{ m.role }}
+{% if m.role == 'assistant' and loop.index0 > ns.last and m.reasoning_content %}<think>
+{{ m.reasoning_content }}
+</think>
+{% endif %}{{ m.content }}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}`
+)
+
+// conversation is a chat of n user turns and their answers, marked with tag: the messages of turn
+// k are conversation[:2k-1] (a user message last).
+func conversation(tag string, n int) []map[string]any {
+	var msgs []map[string]any
+	for i := range n {
+		msgs = append(msgs,
+			map[string]any{"role": "user", "content": fmt.Sprintf("%s question %d: %s<|im_end|> (a special token in the content) ", tag, i, strings.Repeat("why is the sky blue? ", 12))},
+			map[string]any{"role": "assistant", "content": fmt.Sprintf("%s answer %d: %s", tag, i, strings.Repeat("because of Rayleigh scattering. ", 10)),
+				"reasoning_content": fmt.Sprintf("%s thinking %d", tag, i)})
+	}
+	return msgs
+}
+
+// turn is the request of turn k of msgs.
+func turn(t *testing.T, msgs []map[string]any, k int) ChatRequest {
+	t.Helper()
+	raw, err := json.Marshal(msgs[:2*k-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ChatRequest{Messages: raw, AddGenerationPrompt: true}
+}
+
+// TestHistoryTurnByTurn: with the history cache, every turn of a conversation renders to the ids
+// it renders to without a cache, and turns after the first reuse the history's ids, on
+// templates that render the history the same and otherwise.
+func TestHistoryTurnByTurn(t *testing.T) {
+	for _, tc := range []struct {
+		name, template string
+		reuses         bool // each turn after the first takes most of the turn before's ids from the cache
+	}{
+		{"chatml", "", true},
+		{"message count first", countTemplate, false}, // only the first token, before the count, is shared
+		{"reasoning dropped before the last user message", reasoningTemplate, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := modelDir(t, tc.template)
+			cached := open(t, dir, Options{HistoryBytes: 1 << 20})
+			segments := open(t, dir, Options{HistoryBytes: 1 << 20, CacheBytes: 1 << 20})
+			plain := open(t, dir, Options{})
+			msgs := conversation("c", 6)
+			prev := 0 // the ids of the turn before
+			for k := 1; k <= 6; k++ {
+				req := turn(t, msgs, k)
+				want, err := plain.Chat(nil, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, m := range []*Model{cached, segments} {
+					hits0, _, tokens0, _ := m.HistoryStats()
+					got, err := m.Chat([]int{-1}, req) // after ids already in dst
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got[0] != -1 || !slices.Equal(got[1:], want) {
+						t.Fatalf("turn %d: ids differ from the uncached render %s", k, idsAt(got[1:], want))
+					}
+					hits, _, tokens, _ := m.HistoryStats()
+					reused := tokens - tokens0
+					switch {
+					case k > 1 && tc.reuses && (hits != hits0+1 || reused < uint64(prev*9/10)):
+						t.Fatalf("turn %d: reused %d of %d ids: the turn before (%d ids) is the history", k, reused, len(want), prev)
+					case !tc.reuses && reused > 1:
+						t.Fatalf("turn %d: reused %d ids, though the template renders the history otherwise", k, reused)
+					}
+				}
+				prev = len(want)
+			}
+			if _, _, _, bytes := cached.HistoryStats(); bytes == 0 {
+				t.Fatal("the cache holds nothing")
+			}
+		})
+	}
+}
+
+// idsAt says where two id sequences part.
+func idsAt(got, want []int) string {
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	return fmt.Sprintf("at index %d of %d (want %d)", i, len(got), len(want))
+}
+
+// TestHistorySwitches: requests that differ from the cached one in what the template renders or
+// how the text is encoded render exactly as uncached.
+func TestHistorySwitches(t *testing.T) {
+	dir := modelDir(t, "")
+	cached := open(t, dir, Options{HistoryBytes: 1 << 20})
+	plain := open(t, dir, Options{})
+	msgs := conversation("s", 3)
+	base := turn(t, msgs, 3)
+	for _, tc := range []struct {
+		name string
+		edit func(*ChatRequest)
+	}{
+		{"the same request again", func(*ChatRequest) {}},
+		{"no generation prompt", func(r *ChatRequest) { r.AddGenerationPrompt = false }},
+		{"continue the final message", func(r *ChatRequest) {
+			r.AddGenerationPrompt, r.ContinueFinalMessage = false, true
+		}},
+		{"special tokens added", func(r *ChatRequest) { r.AddSpecialTokens = true }},
+		{"tools", func(r *ChatRequest) {
+			r.Tools = json.RawMessage(`[{"type":"function","function":{"name":"f"}}]`)
+		}},
+		{"a word limit", func(r *ChatRequest) { r.Limits.Encode.MaxWordBytes = 1 << 10 }},
+		{"an edited early message", func(r *ChatRequest) {
+			r.Messages = json.RawMessage(strings.Replace(string(r.Messages), "question 0", "question zero", 1))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := cached.Chat(nil, base); err != nil { // the history, cached
+				t.Fatal(err)
+			}
+			req := base
+			tc.edit(&req)
+			want, err := plain.Chat(nil, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := cached.Chat(nil, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("ids differ from the uncached render %s", idsAt(got, want))
+			}
+		})
+	}
+}
+
+// TestHistoryTenants: a conversation is never answered from another's entry, even when both
+// share their system prompt, their first messages' lengths and every field but the content;
+// the same content, sent by anyone, is the same entry (the key is the content).
+func TestHistoryTenants(t *testing.T) {
+	dir := modelDir(t, "")
+	cached := open(t, dir, Options{HistoryBytes: 1 << 20})
+	plain := open(t, dir, Options{})
+	system := map[string]any{"role": "system", "content": strings.Repeat("You are a helpful assistant. ", 20)}
+	a := append([]map[string]any{system}, conversation("tenant-a", 4)...)
+	b := append([]map[string]any{system}, conversation("tenant-b", 4)...)
+	req := func(msgs []map[string]any, k int) ChatRequest {
+		raw, _ := json.Marshal(msgs[:2*k])
+		return ChatRequest{Messages: raw, AddGenerationPrompt: true}
+	}
+	check := func(r ChatRequest, wantHit bool) {
+		t.Helper()
+		hits0, misses0, _, _ := cached.HistoryStats()
+		got, err := cached.Chat(nil, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := plain.Chat(nil, r)
+		if !slices.Equal(got, want) {
+			t.Fatalf("ids differ from the uncached render %s", idsAt(got, want))
+		}
+		hits, misses, _, _ := cached.HistoryStats()
+		if hit := hits == hits0+1 && misses == misses0; hit != wantHit {
+			t.Fatalf("hit %v, want %v (hits %d→%d, misses %d→%d)", hit, wantHit, hits0, hits, misses0, misses)
+		}
+	}
+	for k := 1; k <= 4; k++ {
+		check(req(a, k), k > 1) // a's own history, from its second turn on
+	}
+	for k := 1; k <= 4; k++ {
+		check(req(b, k), k > 1) // b never finds a's entry: only its own, from its second turn
+	}
+	check(req(a, 4), true) // the same content again (a retry, by anyone) is found
+	// A one-turn conversation stays kept as it is; another with its system prompt and its
+	// message lengths does not find it.
+	c := append([]map[string]any{system}, conversation("tenant-c", 1)...)
+	d := append([]map[string]any{system}, conversation("tenant-d", 1)...)
+	check(req(c, 1), false)
+	check(req(d, 1), false)
+}
+
+// TestHistoryBound: the cache never holds more than its bound, evicting the least recently used
+// conversations; a conversation over an eighth of it is not kept; evicted ones render exactly.
+func TestHistoryBound(t *testing.T) {
+	dir := modelDir(t, "")
+	const bound = 64 << 10
+	cached := open(t, dir, Options{HistoryBytes: bound})
+	plain := open(t, dir, Options{})
+	var first ChatRequest
+	for i := range 40 {
+		r := turn(t, conversation(fmt.Sprint("conv", i), 2), 2)
+		if i == 0 {
+			first = r
+		}
+		if _, err := cached.Chat(nil, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, bytes := cached.HistoryStats(); bytes > bound || bytes <= 0 {
+			t.Fatalf("after %d conversations the cache holds %d bytes, bound %d", i+1, bytes, bound)
+		}
+	}
+	// The first conversation was evicted: its next turn misses, and renders exactly.
+	msgs := conversation("conv0", 3)
+	next := turn(t, msgs, 3)
+	_ = first
+	_, misses0, _, _ := cached.HistoryStats()
+	got, err := cached.Chat(nil, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, misses, _, _ := cached.HistoryStats(); misses != misses0+1 {
+		t.Fatal("the least recently used conversation was not evicted")
+	}
+	if want, _ := plain.Chat(nil, next); !slices.Equal(got, want) {
+		t.Fatalf("ids differ from the uncached render %s", idsAt(got, want))
+	}
+	// A conversation over bound/8 (a client sending one huge history) is not kept.
+	_, _, _, before := cached.HistoryStats()
+	huge := []map[string]any{{"role": "user", "content": strings.Repeat("x y ", bound/8/4+1)}}
+	raw, _ := json.Marshal(huge)
+	if _, err := cached.Chat(nil, ChatRequest{Messages: raw, AddGenerationPrompt: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, after := cached.HistoryStats(); after > before {
+		t.Fatalf("a conversation of %d bytes was kept in a cache of %d (%d → %d bytes)", len(raw), bound, before, after)
+	}
+}
+
+// TestHistoryLimits: a request over a limit is refused as it is without the cache, though its
+// history is cached: the cached ids count against the token limit, the word limit is part of
+// the key, and a done context stops the render.
+func TestHistoryLimits(t *testing.T) {
+	dir := modelDir(t, "")
+	cached := open(t, dir, Options{HistoryBytes: 1 << 20})
+	plain := open(t, dir, Options{})
+	msgs := conversation("lim", 4)
+	msgs[0]["content"] = "a word longer than the tokenizer caches: " + strings.Repeat("z", 200) + msgs[0]["content"].(string)
+	if _, err := cached.Chat(nil, turn(t, msgs, 3)); err != nil {
+		t.Fatal(err)
+	}
+	full, _ := plain.Chat(nil, turn(t, msgs, 4))
+	hist, _ := plain.Chat(nil, turn(t, msgs, 3))
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name  string
+		limit Limits
+		want  string // the LimitError's Limit, or "context"
+	}{
+		{"tokens under the cached history", Limits{Encode: tokenizer.Limits{MaxTokens: len(hist) / 2}}, "MaxTokens"},
+		{"tokens between the history and the turn", Limits{Encode: tokenizer.Limits{MaxTokens: len(full) - 1}}, "MaxTokens"},
+		{"input bytes", Limits{MaxInputBytes: 2 << 10}, "MaxInputBytes"},
+		{"a word limit the history was not encoded under", Limits{Encode: tokenizer.Limits{MaxWordBytes: 100}}, "MaxWordBytes"},
+		{"a done context", Limits{Encode: tokenizer.Limits{Context: done}}, "context"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := turn(t, msgs, 4)
+			req.Limits = tc.limit
+			for _, m := range []*Model{plain, cached} {
+				_, err := m.Chat(nil, req)
+				var le *LimitError
+				switch {
+				case tc.want == "context" && errors.Is(err, context.Canceled):
+				case errors.As(err, &le) && le.Limit == tc.want:
+				default:
+					t.Fatalf("err %v, want a %s error", err, tc.want)
+				}
+			}
+		})
+	}
+	// Within the limits, the same request renders.
+	req := turn(t, msgs, 4)
+	req.Limits = Limits{Encode: tokenizer.Limits{MaxTokens: len(full)}}
+	if got, err := cached.Chat(nil, req); err != nil || !slices.Equal(got, full) {
+		t.Fatalf("at the token limit: err %v, ids equal %v", err, slices.Equal(got, full))
+	}
+}
+
+// TestHistoryConcurrent: conversations rendered turn by turn from many goroutines, several of
+// them the same conversation, render exactly (run with -race).
+func TestHistoryConcurrent(t *testing.T) {
+	dir := modelDir(t, "")
+	cached := open(t, dir, Options{HistoryBytes: 48 << 10, CacheBytes: 1 << 20}) // small: evictions race with lookups
+	plain := open(t, dir, Options{})
+	const convs, turns = 6, 5
+	want := make([][][]int, convs)
+	for c := range convs {
+		msgs := conversation(fmt.Sprint("race", c), turns)
+		for k := 1; k <= turns; k++ {
+			ids, err := plain.Chat(nil, turn(t, msgs, k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[c] = append(want[c], ids)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*convs)
+	for g := range 3 * convs {
+		wg.Go(func() {
+			c := g % convs
+			msgs := conversation(fmt.Sprint("race", c), turns)
+			for k := 1; k <= turns; k++ {
+				raw, _ := json.Marshal(msgs[:2*k-1])
+				got, err := cached.Chat(nil, ChatRequest{Messages: raw, AddGenerationPrompt: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !slices.Equal(got, want[c][k-1]) {
+					errs <- fmt.Errorf("conversation %d turn %d: ids differ %s", c, k, idsAt(got, want[c][k-1]))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if hits, _, _, bytes := cached.HistoryStats(); hits == 0 || bytes > 48<<10 {
+		t.Fatalf("hits %d, bytes %d (bound %d)", hits, bytes, 48<<10)
+	}
+}
+
+// TestHistoryCollector: the history cache's counts are exported by directory.
+func TestHistoryCollector(t *testing.T) {
+	dir := modelDir(t, "")
+	m := open(t, dir, Options{HistoryBytes: 1 << 20})
+	msgs := conversation("metrics", 2)
+	for k := 1; k <= 2; k++ {
+		if _, err := m.Chat(nil, turn(t, msgs, k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, tokens, bytes := m.HistoryStats()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(Collector("coordinator"))
+	want := fmt.Sprintf(`
+# HELP coordinator_render_history_hits_total Chat renders that reused the ids of a conversation rendered before (its history).
+# TYPE coordinator_render_history_hits_total counter
+coordinator_render_history_hits_total{tokenizer=%[1]q} 1
+# HELP coordinator_render_history_misses_total Chat renders with the history cache on that found no rendered history to reuse.
+# TYPE coordinator_render_history_misses_total counter
+coordinator_render_history_misses_total{tokenizer=%[1]q} 1
+# HELP coordinator_render_history_tokens_total Token ids taken from the rendered-history cache instead of encoded.
+# TYPE coordinator_render_history_tokens_total counter
+coordinator_render_history_tokens_total{tokenizer=%[1]q} %[2]d
+# HELP coordinator_render_history_bytes Bytes the rendered-history cache holds (rendered text, ids and bookkeeping).
+# TYPE coordinator_render_history_bytes gauge
+coordinator_render_history_bytes{tokenizer=%[1]q} %[3]d
+`, dir, tokens, bytes)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	if tokens == 0 {
+		t.Fatal("no tokens reused")
+	}
+}

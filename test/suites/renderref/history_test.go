@@ -1,0 +1,108 @@
+package renderref_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/epd-dev/coordinator/dataplane/render"
+)
+
+// TestHistoryTurnByTurn renders every chat case of the corpus that has more than one user turn,
+// turn by turn (its messages up to each user message, with the generation prompt, as a client
+// sends a conversation), with the rendered-history cache and without any cache, for every family
+// of models: the ids (and the errors) must be the same at every turn. It adds conversations made
+// of the corpus's messages, longer than its cases, so that each turn has a long history to reuse.
+// The text is the template's either way (the cache is after it); the ids are what the cache
+// could change.
+func TestHistoryTurnByTurn(t *testing.T) {
+	cases := loadCorpus(t)["chat"]
+	dirs := modelDirs(t)
+	for i, m := range models {
+		t.Run(m.name, func(t *testing.T) {
+			plain, err := render.Open(dirs[i], render.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(plain.Close)
+			cached, err := render.Open(dirs[i], render.Options{HistoryBytes: 64 << 20, CacheBytes: 64 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cached.Close)
+			convs, turns := 0, 0
+			check := func(name string, cs corpusCase, msgs []json.RawMessage) {
+				multi := false
+				for k, users := 1, 0; k <= len(msgs); k++ {
+					var head struct{ Role string }
+					_ = json.Unmarshal(msgs[k-1], &head)
+					if head.Role != "user" {
+						continue
+					}
+					if users++; users > 1 {
+						multi = true
+					}
+					raw, _ := json.Marshal(msgs[:k])
+					req := render.ChatRequest{Messages: raw, Tools: cs.Tools, Kwargs: cs.Kwargs, AddGenerationPrompt: true}
+					want, werr := plain.Chat(nil, req)
+					got, gerr := cached.Chat(nil, req)
+					switch {
+					case (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()):
+						t.Errorf("%s, turn of %d messages: error %v, without the cache %v", name, k, gerr, werr)
+					case !slices.Equal(got, want):
+						t.Errorf("%s, turn of %d messages: ids differ from the uncached render %s", name, k, idsDiff(loadVocab(t, dirs[i]), want, got))
+					}
+					turns++
+				}
+				if multi {
+					convs++
+				}
+			}
+			for _, cs := range cases {
+				var msgs []json.RawMessage
+				if err := json.Unmarshal(cs.Messages, &msgs); err != nil {
+					t.Fatalf("%s: %v", cs.Name, err)
+				}
+				check(cs.Name, cs, msgs)
+			}
+			// Long conversations of the corpus's plain user and assistant messages (no tools:
+			// their calls need the tools of their own case), 12 turns each.
+			var users, answers []json.RawMessage
+			for _, cs := range cases {
+				if len(cs.Tools) > 0 || len(cs.Kwargs) > 0 {
+					continue
+				}
+				var msgs []json.RawMessage
+				_ = json.Unmarshal(cs.Messages, &msgs)
+				for _, msg := range msgs {
+					var head struct {
+						Role      string
+						ToolCalls json.RawMessage `json:"tool_calls"`
+					}
+					_ = json.Unmarshal(msg, &head)
+					switch {
+					case head.Role == "user":
+						users = append(users, msg)
+					case head.Role == "assistant" && len(head.ToolCalls) == 0:
+						answers = append(answers, msg)
+					}
+				}
+			}
+			r := rand.New(rand.NewPCG(31, 4))
+			for c := range 20 {
+				var msgs []json.RawMessage
+				for range 12 {
+					msgs = append(msgs, users[r.IntN(len(users))], answers[r.IntN(len(answers))])
+				}
+				check(fmt.Sprintf("synthesized/%d", c), corpusCase{}, msgs)
+			}
+			hits, misses, tokens, bytes := cached.HistoryStats()
+			t.Logf("%d multi-turn conversations, %d turns: history hits %d, misses %d, %d tokens reused, %d bytes held", convs, turns, hits, misses, tokens, bytes)
+			if convs < 300 || hits == 0 || tokens == 0 {
+				t.Fatalf("%d multi-turn conversations and %d hits: the cache was not exercised", convs, hits)
+			}
+		})
+	}
+}

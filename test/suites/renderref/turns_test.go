@@ -1,0 +1,156 @@
+package renderref_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+
+	"github.com/epd-dev/coordinator/dataplane/render"
+	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
+	"github.com/epd-dev/coordinator/dataplane/state/request"
+)
+
+// benchFamilyLoad loads the family's tokenizer and chat template, failing the benchmark with
+// the loader's reason when either does not load (the family's every sub-benchmark needs both).
+func benchFamilyLoad(b *testing.B, name, dir string) *tokenizer.Tokenizer {
+	b.Helper()
+	m, err := render.Open(dir, render.Options{})
+	if err != nil {
+		b.Fatalf("%s does not load: %v", name, err)
+	}
+	m.Close()
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		b.Fatalf("%s does not load: %v", name, err)
+	}
+	return tok
+}
+
+// benchText is about n tokens of benchParagraphs, drawn by r.
+func benchText(tok *tokenizer.Tokenizer, r *rand.Rand, n int) string {
+	var text strings.Builder
+	for count := 0; count < n; {
+		para := fmt.Sprintf(benchParagraphs[r.IntN(len(benchParagraphs))], r.IntN(100000), r.IntN(1000))
+		count += len(tok.Encode(nil, para, false))
+		text.WriteString(para)
+	}
+	return text.String()
+}
+
+// turnConversation is a conversation of a system prompt, a history of about history tokens in
+// user messages and answers of about perHistory tokens each (none when history is 0), and turns
+// user and assistant messages of about perMessage tokens each (the last assistant message is the
+// answer to the last turn, never sent).
+func turnConversation(tok *tokenizer.Tokenizer, seed uint64, history, perHistory, turns, perMessage int) []map[string]string {
+	r := rand.New(rand.NewPCG(seed, 11))
+	msgs := []map[string]string{{"role": "system", "content": "You are a careful assistant."}}
+	for n := 0; n < history; n += 2 * perHistory {
+		msgs = append(msgs, map[string]string{"role": "user", "content": benchText(tok, r, perHistory)},
+			map[string]string{"role": "assistant", "content": benchText(tok, r, perHistory)})
+	}
+	for range turns {
+		msgs = append(msgs, map[string]string{"role": "user", "content": benchText(tok, r, perMessage)},
+			map[string]string{"role": "assistant", "content": benchText(tok, r, perMessage)})
+	}
+	return msgs
+}
+
+// turnBodies are the chat bodies a client sends over the turns of msgs (one per user message
+// after the system prompt), each message's content marked with salt (so that no two
+// conversations share a message).
+func turnBodies(msgs []map[string]string, salt int) []*body.Object {
+	salted := make([]map[string]string, len(msgs))
+	for i, m := range msgs {
+		salted[i] = map[string]string{"role": m["role"], "content": fmt.Sprintf("[%d] %s", salt, m["content"])}
+	}
+	var out []*body.Object
+	for k := 2; k <= len(salted); k += 2 {
+		raw, _ := json.Marshal(salted[:k])
+		obj, err := body.Parse([]byte(`{"model":"sim-model","max_tokens":1,"messages":` + string(raw) + `}`))
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, obj)
+	}
+	return out
+}
+
+// BenchmarkRenderTurns measures the render step over the turns of conversations, each new (no
+// message of one was seen before: every content is marked with the iteration), for each family
+// (models), in two shapes: grow, 10 turns of a conversation that grows to about 32k tokens
+// (each turn adds the previous answer and a user message, about 1.6k tokens each); long, 10
+// turns after a 32k-token history of one long exchange (each adding an answer and a user message
+// of about 300 tokens, as a chat over a long document goes); and chatty, 10 turns after a
+// 32k-token history of short messages (about 48 tokens each, under the segment cache's 256-byte
+// minimum, as an agent's many small steps). Four ways: nocache (every turn encodes the whole
+// conversation), segments (the segment cache alone, the default before the history cache:
+// messages are found by content), history (the segment and history caches, the default) and
+// historyonly (the history cache alone). The template renders the whole conversation every turn
+// in all four. Reported: ns/turn and cpu-ns/turn (the process's CPU, which the other load of a
+// shared machine disturbs less than the wall clock), the mean of a turn.
+func BenchmarkRenderTurns(b *testing.B) {
+	const turns = 10
+	dirs := modelDirs(b)
+	for i, fam := range models {
+		b.Run(fam.name, func(b *testing.B) {
+			dir := dirs[i]
+			tok := benchFamilyLoad(b, fam.name, dir)
+			shapes := []struct {
+				name                            string
+				history, perHistory, perMessage int // tokens
+			}{
+				{"grow", 0, 0, (32 << 10) / turns / 2},
+				{"long", 32 << 10, 16 << 10, 300},
+				{"chatty", 32 << 10, 48, 48},
+			}
+			ways := []struct {
+				name string
+				own  map[string]any
+			}{
+				{"nocache", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0}},
+				{"segments", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 0}},
+				{"history", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 256}},
+				{"historyonly", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 256}},
+			}
+			for _, sh := range shapes {
+				msgs := turnConversation(tok, 1, sh.history, sh.perHistory, turns, sh.perMessage)
+				b.Run(sh.name, func(b *testing.B) {
+					for _, w := range ways {
+						b.Run(w.name, func(b *testing.B) {
+							step := newRenderStep(b, w.own)
+							convs := make([][]*body.Object, b.N) // made before the clock starts: its garbage is not the turns'
+							for i := range convs {
+								convs[i] = turnBodies(msgs, i+1)
+							}
+							runtime.GC()
+							b.ReportAllocs()
+							b.ResetTimer()
+							cpu0 := cpuTime()
+							for _, bodies := range convs {
+								for _, obj := range bodies[len(bodies)-turns:] {
+									rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
+										Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
+									if err := step.Execute(context.Background(), rc); err != nil {
+										b.Fatal(err)
+									}
+								}
+							}
+							cpu := cpuTime() - cpu0
+							b.StopTimer()
+							b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*turns), "ns/turn")
+							b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*turns), "cpu-ns/turn")
+						})
+					}
+				})
+			}
+		})
+	}
+}
