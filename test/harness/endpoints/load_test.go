@@ -28,12 +28,12 @@ func TestLoadRetriesOnlyAStaleConnection(t *testing.T) {
 	}{
 		"kept-alive connection closed unanswered": {second: func(c net.Conn) {}, wantRetried: 1},
 		"kept-alive connection reset unanswered": {
-			second: func(c net.Conn) { c.(*net.TCPConn).SetLinger(0) }, wantRetried: 1,
+			second: func(c net.Conn) { _ = c.(*net.TCPConn).SetLinger(0) }, wantRetried: 1,
 		},
 		"new connection closed unanswered": {second: func(c net.Conn) {}, firstFresh: true, wantFailed: 1},
 		"answer cut after its headers": {
 			second: func(c net.Conn) {
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
 			},
 			wantFailed: 1,
 		},

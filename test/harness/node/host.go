@@ -363,7 +363,7 @@ func removeChains(before []string) error {
 		}
 		for n := range names {
 			if out, err := exec.Command(k.fam, "-w", "-t", k.table, "-X", n).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("%s -t %s -X %s: %v: %s", k.fam, k.table, n, err, out))
+				errs = append(errs, fmt.Errorf("%s -t %s -X %s: %w: %s", k.fam, k.table, n, err, out))
 			}
 		}
 	}

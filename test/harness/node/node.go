@@ -300,12 +300,12 @@ func (c *Cluster) wait(ctx context.Context, what string, timeout time.Duration, 
 			}
 			select {
 			case <-p.done:
-				return fmt.Errorf("waiting for %s: %s exited (%v); its log:\n%s", what, p.name, p.err, c.Log(p.name, 30))
+				return fmt.Errorf("waiting for %s: %s exited (%w); its log:\n%s", what, p.name, p.err, c.Log(p.name, 30))
 			default:
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %s waiting for %s: %v", timeout, what, err)
+			return fmt.Errorf("timed out after %s waiting for %s: %w", timeout, what, err)
 		}
 		select {
 		case <-ctx.Done():

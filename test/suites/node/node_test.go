@@ -21,8 +21,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -847,7 +847,7 @@ func (s *suite) exposure(t *testing.T) {
 	s.waitFor("the HTTPRoute deleted", 60*time.Second, func() error {
 		var route gatewayv1.HTTPRoute
 		if err := s.k.Get(s.ctx, client.ObjectKey{Namespace: ns, Name: cplName}, &route); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("HTTPRoute still there (%v)", err)
+			return fmt.Errorf("HTTPRoute still there (%w)", err)
 		}
 		return nil
 	})
