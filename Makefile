@@ -11,6 +11,9 @@ LDFLAGS   ?= -s -w -X main.version=$(VERSION) -X main.commit=$(shell git rev-par
 # with the race detector in `make test` (fast to build); every other package runs without it.
 UNIT_PKGS  = ./dataplane/... ./cmd/coordinator/...
 RACE_PKGS  = $(UNIT_PKGS) ./test/doubles/... ./test/harness/stack/... ./test/suites/integration/...
+# The real-node tier (docs/node.md): a real kubelet, containerd and pods on this machine, as root.
+# It runs on its own after the other packages (one node per machine; it needs the CPU to itself).
+NODE_PKGS  = ./test/harness/node/... ./test/suites/node/...
 # A race-detector binary sleeps 1 s at exit by default (atexit_sleep_ms): one second per package.
 GORACE    ?= atexit_sleep_ms=0
 export GORACE
@@ -168,8 +171,12 @@ docker-buildx: ## Build and push both images for PLATFORMS with docker buildx.
 envtest-assets: ## Build kube-apiserver, etcd and kubectl for envtest (cached outside the repo).
 	@hack/setup-envtest-assets.sh >/dev/null
 
+.PHONY: node-assets
+node-assets: ## Build kubelet, kube-controller-manager, kube-scheduler, kube-proxy and CoreDNS for the node tier (cached outside the repo).
+	@hack/node-assets.sh >/dev/null
+
 .PHONY: test
-test: verify-generated lint envtest-assets ## Run every test (what CI runs).
+test: verify-generated lint envtest-assets node-assets ## Run every test (what CI runs).
 	@# The in-process renderer's reference (transformers.js and the six families' tokenizer packages,
 	@# pinned by test/suites/renderref/package-lock.json; the template text's is python3's Jinja2):
 	@# test/suites/renderref compares against it, and
@@ -180,10 +187,17 @@ test: verify-generated lint envtest-assets ## Run every test (what CI runs).
 	@# The rest, envtest-backed (internal/controller, test/packaging/chart, test/packaging/installer, and
 	@# test/suites/realepp: llm-d's EPP and simulator from ../shared/peers or LLMD_EPP_BIN/LLMD_SIM_BIN) and packaging (test/packaging/bundle,
 	@# test/packaging/images: builds both binaries as the Dockerfiles do, minutes on a cold cache).
-	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 -bench . -benchtime 1x -timeout 20m $$($(GO) list ./... | grep -vxF "$$($(GO) list $(RACE_PKGS))")
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" $(GO) test -count=1 -bench . -benchtime 1x -timeout 20m $$($(GO) list ./... | grep -vxF "$$($(GO) list $(RACE_PKGS) $(NODE_PKGS))")
 	@# test/packaging/monitoring, a module of its own (keeps Prometheus's PromQL parser out of go.mod): the
 	@# shipped alerts and dashboard parse and query only what the binaries export.
 	assets="$$(hack/setup-envtest-assets.sh)" && cd test/packaging/monitoring && KUBEBUILDER_ASSETS="$$assets" $(GO) test -count=1 -timeout 10m ./...
+	@# The real-node tier (docs/node.md), one package at a time, verbose: its log holds the measured
+	@# figures (lines with FIGURE). As root; without root or the Debian packages it fails under CI.
+	$(MAKE) --no-print-directory test-node
+
+.PHONY: test-node
+test-node: envtest-assets node-assets ## The real-node tier alone (root; containerd, runc, containernetworking-plugins, iptables): docs/node.md.
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest-assets.sh)" NODE_ASSETS="$$(hack/node-assets.sh)" $(GO) test -count=1 -p 1 -v -timeout 25m $(NODE_PKGS)
 
 .PHONY: unit
 unit: ## The data plane's and its binary's tests with the race detector: no lint, envtest or node (tests that need what is missing skip, outside CI).
@@ -221,9 +235,12 @@ fuzz: ## Fuzz every Go fuzz target in turn for FUZZTIME (default 30s); not part 
 
 ##@ Demo
 
+# NODE=1: on a real single-node Kubernetes on this machine (root; docs/node.md).
+NODE ?=
+
 .PHONY: demo
-demo: ## Run the whole system locally (control plane, operator, worker pool, coordinator) and serve http://127.0.0.1:8080/v1.
-	$(GO) run ./hack/demo
+demo: ## Run the whole system locally (control plane, operator, worker pool, coordinator) and serve http://127.0.0.1:8080/v1; NODE=1 runs it on a real node (kubelet, pods, the coordinator Service).
+	$(GO) run ./hack/demo $(if $(NODE),-node)
 
 .PHONY: help
 help: ## Show targets.

@@ -3,7 +3,8 @@
 // gateway double, the CoordinatorPipeline of config/samples, and the coordinator started from the
 // ConfigMap the operator rendered. It sends one multimodal chat request through the full pipeline,
 // prints the answer and the path it took, stages a revision canary and shows its split, then
-// serves http://127.0.0.1:8080/v1 until Ctrl-C.
+// serves http://127.0.0.1:8080/v1 until Ctrl-C. With -node (`make demo NODE=1`) it runs on a real
+// single-node Kubernetes instead (node.go).
 package main
 
 import (
@@ -42,9 +43,15 @@ const namespace = "default"
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address the coordinator serves on")
 	once := flag.Bool("once", false, "exit after the first request instead of serving until Ctrl-C")
+	onNode := flag.Bool("node", false, "run on a real single-node Kubernetes on this machine (root; docs/node.md): `make demo NODE=1`")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, *addr, *once)
+	var err error
+	if *onNode {
+		err = runNode(ctx, *once)
+	} else {
+		err = run(ctx, *addr, *once)
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
