@@ -122,7 +122,7 @@ func (b *Broker) hold() (*redis.Client, func(), error) {
 		return nil, nil, errClosed
 	}
 	if b.client == nil {
-		useRedisLogger(b.log)
+		UseRedisLogger(b.log)
 		b.client = redis.NewClient(b.options())
 	}
 	b.users++
@@ -146,17 +146,25 @@ func (b *Broker) unhold() {
 // options are the client options: the URL's, with timeouts bounded by redis_timeout, few retries
 // (the scripts are idempotent), and no optional handshakes that old servers refuse.
 func (b *Broker) options() *redis.Options {
-	o := *b.redisOpts
-	if b.cfg.PasswordEnv != "" {
-		getenv := b.getenv
+	return ClientOptions(b.redisOpts, b.cfg.PasswordEnv, b.getenv, b.cfg.RedisTimeout, redisClientName)
+}
+
+// ClientOptions are the options of a coordinator's Redis client (the async broker's, the rate
+// limiter's): a copy of the URL's options base, with the password of the environment variable
+// passwordEnv (when set and not empty; getenv nil reads the process's), every timeout the URL
+// leaves unset bounded by timeout, few retries (callers run idempotent scripts), the client
+// name, and no optional handshakes that old servers refuse.
+func ClientOptions(base *redis.Options, passwordEnv string, getenv func(string) string, timeout time.Duration, name string) *redis.Options {
+	o := *base
+	if passwordEnv != "" {
 		if getenv == nil {
 			getenv = os.Getenv
 		}
-		if pw := getenv(b.cfg.PasswordEnv); pw != "" {
+		if pw := getenv(passwordEnv); pw != "" {
 			o.Password = pw
 		}
 	}
-	t := b.cfg.RedisTimeout
+	t := timeout
 	if o.DialTimeout == 0 {
 		o.DialTimeout = t
 	}
@@ -175,7 +183,7 @@ func (b *Broker) options() *redis.Options {
 	o.DialerRetries = 1
 	o.ContextTimeoutEnabled = true
 	if o.ClientName == "" {
-		o.ClientName = redisClientName
+		o.ClientName = name
 	}
 	o.DisableIdentity = true
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
@@ -227,8 +235,8 @@ var redisLog struct {
 	log  atomic.Pointer[logr.Logger]
 }
 
-// useRedisLogger sends go-redis's messages to log at the verbose level.
-func useRedisLogger(log logr.Logger) {
+// UseRedisLogger sends go-redis's messages (one logger per process) to log at the verbose level.
+func UseRedisLogger(log logr.Logger) {
 	redisLog.log.Store(&log)
 	redisLog.once.Do(func() { redis.SetLogger(redisLogger{}) })
 }
