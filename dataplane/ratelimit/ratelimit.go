@@ -55,7 +55,7 @@ const (
 const (
 	// unavailableFor is how long the check skips Redis after a Redis error, so that an outage
 	// costs one timeout per interval, not one per request.
-	unavailableFor = time.Second
+	unavailableFor  = time.Second
 	redisClientName = "coordinator-ratelimit"
 	usPerSecond     = 1e6
 	usPerMinute     = 60e6

@@ -247,7 +247,7 @@ func TestLocalBucket(t *testing.T) {
 	}{
 		{0, true, 0.5e6, 30e6},
 		{0, true, 1e6, 60e6},
-		{0, false, 1e6, 60e6},   // both buckets full: 300 tokens more would be 90 s
+		{0, false, 1e6, 60e6},     // both buckets full: 300 tokens more would be 90 s
 		{30e6, true, 0.5e6, 60e6}, // 30 s later: 300 tokens freed
 	}
 	for i, tc := range tests {
