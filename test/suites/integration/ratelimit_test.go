@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
+	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/ratelimit"
 	"github.com/epd-dev/coordinator/test/doubles/asyncworker/redistest"
 	"github.com/epd-dev/coordinator/test/doubles/simworker"
@@ -146,4 +147,113 @@ func objectivesSince(s *system, counts []int) []string {
 		}
 	}
 	return out
+}
+
+// rateLimited starts a prefill-decode system whose rate_limit block is rl (tenant header
+// X-Tenant), and returns it with a poster of chats for a tenant.
+func rateLimited(t *testing.T, rl *config.RateLimit) (*system, func(tenant string) (*http.Response, []byte)) {
+	t.Helper()
+	s := startWith(t, stack.Options{}, "kv-nixl", "ec-nixl", true, steps("decode"), func(c *config.Config) {
+		c.Server.MetricsTenantHeader = "X-Tenant"
+		c.RateLimit = rl
+	})
+	return s, func(tenant string) (*http.Response, []byte) {
+		t.Helper()
+		return s.post("/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`, map[string]string{"X-Tenant": tenant})
+	}
+}
+
+// What a client sees while Redis is down, or hangs, by rate_limit.on_redis_failure.
+func TestRateLimitRedisFailure(t *testing.T) {
+	tests := map[string]struct {
+		mode string
+		// statuses are what a tenant limited to one request per 100 s gets for three requests.
+		statuses []int
+		headers  bool // the answers carry x-ratelimit-* headers
+	}{
+		// Each replica enforces the limits alone: the first passes, then 429.
+		"local": {config.RedisFailureLocal, []int{200, 429, 429}, true},
+		// Unlimited while Redis is down; no rate-limit headers (nothing was counted).
+		"open": {config.RedisFailureOpen, []int{200, 200, 200}, false},
+		// Every limited request is refused with 503 and Retry-After.
+		"closed": {config.RedisFailureClosed, []int{503, 503, 503}, false},
+	}
+	for _, fault := range []string{"down", "hanging"} {
+		for name, tc := range tests {
+			t.Run(fault+"/"+name, func(t *testing.T) {
+				rs := redistest.Start(t, redistest.Options{})
+				_, post := rateLimited(t, &config.RateLimit{RedisURL: rs.URL(), RedisTimeout: config.Duration(50 * time.Millisecond),
+					KeyPrefix: config.DefaultRateLimitKeyPrefix, OnRedisFailure: tc.mode,
+					Tenants: []config.Tenant{{Name: "slow", RequestsPerSecond: 0.01}}})
+				if fault == "down" {
+					rs.Stop()
+				} else if _, err := rs.Do("CLIENT", "PAUSE", "5000", "ALL"); err != nil { // every command waits 5 s
+					t.Fatal(err)
+				}
+				for i, want := range tc.statuses {
+					start := time.Now()
+					resp, body := post("slow")
+					if resp.StatusCode != want {
+						t.Fatalf("request %d: %d %s, want %d", i, resp.StatusCode, body, want)
+					}
+					if took := time.Since(start); took > 3*time.Second {
+						t.Fatalf("request %d took %s: the Redis timeout (50ms) did not hold", i, took)
+					}
+					if got := resp.Header.Get(ratelimit.HeaderLimitRequests) != ""; got != tc.headers {
+						t.Fatalf("request %d: x-ratelimit headers %v, want %v: %v", i, got, tc.headers, resp.Header)
+					}
+					if want != 200 && resp.Header.Get("Retry-After") == "" {
+						t.Fatalf("request %d: %d without Retry-After", i, want)
+					}
+					if want == 503 && !strings.Contains(string(body), "rate_limit_unavailable") {
+						t.Fatalf("503 body %s", body)
+					}
+				}
+				// A tenant without limits never waits for Redis.
+				if resp, body := post("other"); resp.StatusCode != 200 {
+					t.Fatalf("unlimited tenant: %d %s", resp.StatusCode, body)
+				}
+			})
+		}
+	}
+}
+
+// A new rate_limit block applies from the next request (what a reload swaps in); removing it
+// lifts the limits.
+func TestRateLimitReload(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	s, post := rateLimited(t, &config.RateLimit{RedisURL: rs.URL(), RedisTimeout: config.Duration(time.Second),
+		KeyPrefix: config.DefaultRateLimitKeyPrefix, OnRedisFailure: config.RedisFailureClosed})
+	for i := range 3 {
+		if resp, body := post("team"); resp.StatusCode != 200 {
+			t.Fatalf("request %d without limits: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	cfg := s.coord.Pipeline.Config()
+	swap := func(rl *config.RateLimit) {
+		t.Helper()
+		c := cfg
+		c.RateLimit = rl
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		p, err := builder.Build(c, builder.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.coord.Holder.Swap(p)
+	}
+	limited := *cfg.RateLimit
+	limited.Default = &config.TenantLimits{RequestsPerSecond: 0.01}
+	swap(&limited)
+	if resp, _ := post("team"); resp.StatusCode != 200 {
+		t.Fatalf("first limited request: %d", resp.StatusCode)
+	}
+	if resp, _ := post("team"); resp.StatusCode != 429 {
+		t.Fatalf("second limited request: %d, want 429", resp.StatusCode)
+	}
+	swap(nil)
+	if resp, _ := post("team"); resp.StatusCode != 200 || resp.Header.Get(ratelimit.HeaderLimitRequests) != "" {
+		t.Fatalf("after the limits were removed: %d %v", resp.StatusCode, resp.Header)
+	}
 }
