@@ -29,7 +29,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
-	"github.com/epd-dev/coordinator/dataplane/broker/redisbroker"
+	"github.com/epd-dev/coordinator/dataplane/broker/redisclient"
 )
 
 // Where a decision came from.
@@ -255,8 +255,8 @@ func (l *Limiter) state(cfg *config.RateLimit) (*redis.Client, map[string]*local
 		opts = &redis.Options{Addr: "invalid.invalid:0"}
 	}
 	l.cfg, l.local = cfg, map[string]*localBucket{}
-	redisbroker.UseRedisLogger(l.log)
-	l.client = redis.NewClient(redisbroker.ClientOptions(opts, cfg.PasswordEnv, l.getenv, cfg.Timeout(), redisClientName))
+	redisclient.UseLogger(l.log)
+	l.client = redis.NewClient(redisclient.Options(opts, cfg.PasswordEnv, l.getenv, cfg.Timeout(), redisClientName))
 	return l.client, l.local
 }
 
