@@ -210,7 +210,7 @@ func TestRateLimitRedisFailure(t *testing.T) {
 					}
 				}
 				// A tenant without limits never waits for Redis.
-				if resp, body := post("other"); resp.StatusCode != 200 {
+				if resp, body := post("other"); resp.StatusCode != http.StatusOK {
 					t.Fatalf("unlimited tenant: %d %s", resp.StatusCode, body)
 				}
 			})
@@ -225,7 +225,7 @@ func TestRateLimitReload(t *testing.T) {
 	s, post := rateLimited(t, &config.RateLimit{RedisURL: rs.URL(), RedisTimeout: config.Duration(time.Second),
 		KeyPrefix: config.DefaultRateLimitKeyPrefix, OnRedisFailure: config.RedisFailureClosed})
 	for i := range 3 {
-		if resp, body := post("team"); resp.StatusCode != 200 {
+		if resp, body := post("team"); resp.StatusCode != http.StatusOK {
 			t.Fatalf("request %d without limits: %d %s", i, resp.StatusCode, body)
 		}
 	}
@@ -246,14 +246,14 @@ func TestRateLimitReload(t *testing.T) {
 	limited := *cfg.RateLimit
 	limited.Default = &config.TenantLimits{RequestsPerSecond: 0.01}
 	swap(&limited)
-	if resp, _ := post("team"); resp.StatusCode != 200 {
+	if resp, _ := post("team"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("first limited request: %d", resp.StatusCode)
 	}
-	if resp, _ := post("team"); resp.StatusCode != 429 {
+	if resp, _ := post("team"); resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("second limited request: %d, want 429", resp.StatusCode)
 	}
 	swap(nil)
-	if resp, _ := post("team"); resp.StatusCode != 200 || resp.Header.Get(ratelimit.HeaderLimitRequests) != "" {
+	if resp, _ := post("team"); resp.StatusCode != http.StatusOK || resp.Header.Get(ratelimit.HeaderLimitRequests) != "" {
 		t.Fatalf("after the limits were removed: %d %v", resp.StatusCode, resp.Header)
 	}
 }
