@@ -80,6 +80,14 @@ func TestCheckSharedAcrossReplicas(t *testing.T) {
 			}
 		})
 	}
+	// Refusals are counted by bucket and limit: the table refused requests twice, tokens three
+	// times and the default bucket twice.
+	limited := func(bucket, limit string) float64 {
+		return testutil.ToFloat64(a.limited.WithLabelValues(bucket, limit)) + testutil.ToFloat64(b.limited.WithLabelValues(bucket, limit))
+	}
+	if r, tk, d := limited("requests", LimitRequests), limited("tokens", LimitTokens), limited(config.DefaultBucket, LimitRequests); r != 2 || tk != 3 || d != 2 {
+		t.Fatalf("limited: requests %v, tokens %v, default %v; want 2, 3, 2", r, tk, d)
+	}
 	// The key space: two keys per bucket, whatever tenants clients name.
 	if _, err := rs.Do("FLUSHALL"); err != nil {
 		t.Fatal(err)
