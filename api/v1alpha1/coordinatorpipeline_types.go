@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -704,6 +705,7 @@ type TracingResourceAttribute struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.env) || !has(self.tracing) || !has(self.tracing.serviceName) || !self.env.exists(e, e.name == 'OTEL_SERVICE_NAME')",message="env must not set OTEL_SERVICE_NAME when tracing.serviceName is set: it would override it",fieldPath=".env"
 // +kubebuilder:validation:XValidation:rule="!has(self.tokenizers) || !has(self.volumes) || !self.volumes.exists(v, self.tokenizers.exists(t, v.name == 'tokenizer-' + t.name))",message="volume names tokenizer-<name> of the names in spec.tokenizers are the operator's: choose another name",fieldPath=".volumes"
 // +kubebuilder:validation:XValidation:rule="!has(self.tokenizers) || !has(self.volumeMounts) || !self.volumeMounts.exists(m, m.mountPath == '/var/run/coordinator/tokenizers' || m.mountPath.startsWith('/var/run/coordinator/tokenizers/'))",message="volumeMounts must not mount at or under /var/run/coordinator/tokenizers when spec.tokenizers is set: the operator mounts the tokenizers there",fieldPath=".volumeMounts"
+// +kubebuilder:validation:XValidation:rule="!has(self.rateLimit) || has(self.rateLimit.tenantHeader) || (has(self.server) && has(self.server.metricsTenantHeader))",message="rateLimit needs the tenant header: set rateLimit.tenantHeader or server.metricsTenantHeader",fieldPath=".rateLimit"
 type CoordinatorPipelineSpec struct {
 	// inferencePoolRef names the InferencePool whose workers the pipeline's legs are routed to
 	// (through the gateway, by EPP-Profile).
@@ -918,6 +920,105 @@ type CoordinatorPipelineSpec struct {
 	// coordinator pods. Disabling or removing it deletes the NetworkPolicy.
 	// +optional
 	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
+
+	// rateLimit limits each tenant's requests per second and tokens per minute across every
+	// coordinator replica through a shared Redis (the configuration's rate_limit block): over a
+	// limit a request gets 429 with Retry-After and OpenAI's x-ratelimit-* headers. Reloaded in
+	// place; needs a coordinator of configuration schema 6.
+	// +optional
+	RateLimit *RateLimitSpec `json:"rateLimit,omitempty"`
+}
+
+// RateLimitSpec is the data plane's rate_limit block (docs/configuration.md).
+type RateLimitSpec struct {
+	// redisURL is the Redis every replica shares (redis://, rediss:// or unix://), e.g.
+	// redis://redis.infra:6379/0.
+	// +required
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^(redis|rediss|unix)://`
+	RedisURL string `json:"redisURL"`
+
+	// passwordEnv names an environment variable of the coordinator container holding the Redis
+	// password (set it with spec.env from a Secret: the operator never reads Secrets).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	PasswordEnv string `json:"passwordEnv,omitempty"`
+
+	// tenantHeader names the request header whose value is the tenant (a header the edge sets
+	// after authentication). Unset: spec.server.metricsTenantHeader, which must then be set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][-A-Za-z0-9]*$`
+	TenantHeader string `json:"tenantHeader,omitempty"`
+
+	// redisTimeout bounds each Redis call of the limit check (default 100ms, at most 10s); past
+	// it the check fails over to onRedisFailure for a second.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Format=duration
+	RedisTimeout *metav1.Duration `json:"redisTimeout,omitempty"`
+
+	// keyPrefix prefixes the limiter's Redis keys (default coordinator:ratelimit:).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	KeyPrefix string `json:"keyPrefix,omitempty"`
+
+	// onRedisFailure is what the check does while Redis fails or does not answer: local (the
+	// default) enforces the limits in each replica alone (a tenant may get up to replicas times
+	// its limits), open admits every request, closed refuses limited requests with 503.
+	// +optional
+	// +kubebuilder:validation:Enum=local;open;closed
+	OnRedisFailure string `json:"onRedisFailure,omitempty"`
+
+	// default limits every tenant tenants does not list, together (one bucket for all of
+	// them). Unset: those tenants are not limited.
+	// +optional
+	Default *TenantLimits `json:"default,omitempty"`
+
+	// tenants are the tenants with limits, or a scheduling objective, of their own.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=1000
+	Tenants []TenantSpec `json:"tenants,omitempty"`
+}
+
+// TenantLimits are a tenant's limits; an unset limit is no limit.
+type TenantLimits struct {
+	// requestsPerSecond is the sustained request rate (a quantity: "10", "0.5", "500m"); up to
+	// one second's worth, at least one request, may come at once.
+	// +optional
+	RequestsPerSecond *resource.Quantity `json:"requestsPerSecond,omitempty"`
+
+	// tokensPerMinute bounds prompt plus completion tokens: a request reserves its prompt's
+	// estimate, settled on its answer's usage; a minute's worth may come at once.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
+	TokensPerMinute *int64 `json:"tokensPerMinute,omitempty"`
+}
+
+// TenantSpec is one tenant's limits and scheduling objective.
+type TenantSpec struct {
+	// name is the tenant header's value.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self != '*'",message="* is the bucket of the tenants not listed: use default"
+	Name string `json:"name"`
+
+	TenantLimits `json:",inline"`
+
+	// objective, when set, is sent as the endpoint picker's objective header
+	// (x-gateway-inference-objective) on every leg of the tenant's requests: the
+	// InferenceObjective, and so the priority, its requests are scheduled with. A client's own
+	// objective header is always dropped.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[!-~]+$`
+	Objective string `json:"objective,omitempty"`
 }
 
 // CoordinatorPipelineStatus is the observed state of a CoordinatorPipeline.

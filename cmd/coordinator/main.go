@@ -29,6 +29,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/broker/redisbroker"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
+	"github.com/epd-dev/coordinator/dataplane/ratelimit"
 	"github.com/epd-dev/coordinator/dataplane/reload"
 	"github.com/epd-dev/coordinator/dataplane/render"
 	"github.com/epd-dev/coordinator/dataplane/server"
@@ -144,7 +145,12 @@ func run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	opts := server.Options{Server: cfg.Server, Pipelines: &holder, Log: log, Telemetry: tel}
+	// One rate limiter for the process: a reload keeps its Redis client and local buckets when the
+	// rate_limit block's Redis settings stay the same.
+	limiter := ratelimit.New(log, nil)
+	defer limiter.Close()
+	reg.MustRegister(limiter.Collectors()...)
+	opts := server.Options{Server: cfg.Server, Pipelines: &holder, Log: log, Telemetry: tel, RateLimiter: limiter}
 	if cfg.Server.SecureServing {
 		if opts.TLS, err = conn.TLSConfig(cfg.Server, cfg.Server.CertPath, "server.cert_path", log); err != nil {
 			fmt.Fprintf(os.Stderr, "coordinator: invalid config %s: %v\n", *configPath, err)

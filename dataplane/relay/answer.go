@@ -83,8 +83,8 @@ func (a Answerer) Respond(ctx context.Context, rc *request.Context, t Target, re
 		// Held whole first: an answer that breaks off anywhere is retried, never cut. (A
 		// worker's error is final anyway: it streams through, whatever its size.)
 		var inspect func([]byte)
-		if a.Metrics != nil {
-			inspect = func(b []byte) { wire.ReadStats(&rc.Answer, b) } // the served model and usage, for the metrics
+		if a.Metrics != nil || rc.ReadAnswer {
+			inspect = func(b []byte) { wire.ReadStats(&rc.Answer, b) } // the served model and usage, for the metrics and the rate limit
 		}
 		err = upstream.RelayWhole(t.W, resp, rc.ID, a.MaxResponse, rc.ForwardResponse, inspect)
 	}
@@ -96,7 +96,7 @@ func (a Answerer) Respond(ctx context.Context, rc *request.Context, t Target, re
 func (a Answerer) stream(ctx context.Context, rc *request.Context, t Target, resp *http.Response, phase string) error {
 	st := New(t.W, rc.ID, wire.Of(rc.API), a.Limits, rc.ForwardResponse)
 	defer st.Release()
-	if a.Metrics != nil {
+	if a.Metrics != nil || rc.ReadAnswer {
 		st.Watch(rc)
 	}
 	err := st.Relay(resp)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/config"
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/media"
+	"github.com/epd-dev/coordinator/dataplane/ratelimit"
 	"github.com/epd-dev/coordinator/dataplane/server/conn"
 	"github.com/epd-dev/coordinator/dataplane/state/bodybuf"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
@@ -73,6 +75,20 @@ func (s *Server) handleInference(c echo.Context) error {
 		fwd = http.Header{}
 	}
 	p.Stamp(fwd, gateway.PipelineRevisionHeader)
+	var limit ratelimit.Decision
+	rateLimit := held.Config().RateLimit
+	if rateLimit != nil {
+		// The tenant's value only selects a configured bucket: it is never stored or labelled.
+		tenant := req.Header.Get(rateLimit.Header(held.Config().Server.MetricsTenantHeader))
+		limit = s.limiter.Check(ctx, rateLimit, tenant, estimateTokens(len(buf.Bytes())))
+		limit.SetHeaders(c.Response().Header())
+		if !limit.Allowed {
+			return limit.Error()
+		}
+		if limit.Objective != "" {
+			fwd.Set(gateway.ObjectiveHeader, limit.Objective) // the tenant's priority tier, over any client's
+		}
+	}
 	if parsed.Stream {
 		// Streams may legitimately outlive write_timeout; the timeout stays for non-stream answers.
 		_ = http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Time{})
@@ -92,6 +108,13 @@ func (s *Server) handleInference(c echo.Context) error {
 		Log:             logging.WithValuesLazily(s.log, "request_id", x.id),
 	}
 	x.rc, x.revision = rc, p.Revision()
+	if limit.Reserved > 0 {
+		rc.ReadAnswer = true
+		if x.metrics == nil {
+			format.AskUsage(rc) // the tokens are settled from the usage
+		}
+		defer s.settle(ctx, c, rateLimit, limit, rc)
+	}
 	if x.metrics != nil {
 		format.AskUsage(rc) // the tokens are counted from the usage; a client that did not ask does not see it
 		if parsed.Stream {
@@ -112,6 +135,28 @@ func (s *Server) handleInference(c echo.Context) error {
 		return &apierror.Error{Status: http.StatusBadGateway, Type: apierror.TypeAPI, Code: "no_response", Message: "the pipeline produced no response"}
 	}
 	return nil
+}
+
+// estimateTokens is a prompt's tokens reserved up front from its request body's size: about
+// four bytes a token for text (media over-reserve; the answer's usage settles it).
+func estimateTokens(bodyBytes int) int64 { return int64(bodyBytes+3) / 4 }
+
+// settle corrects the tokens the rate limit reserved for rc to the answer's usage (prompt plus
+// completion), after the answer was flushed to the client: the reservation stands for an answer
+// served without usage, and is returned for a request that failed before a worker answered.
+func (s *Server) settle(ctx context.Context, c echo.Context, cfg *config.RateLimit, d ratelimit.Decision, rc *request.Context) {
+	resp := c.Response()
+	used := int64(0)
+	switch {
+	case rc.Answer.HasUsage:
+		used = rc.Answer.PromptTokens + rc.Answer.CompletionTokens
+	case resp.Committed && resp.Status < http.StatusBadRequest:
+		used = d.Reserved
+	}
+	if resp.Committed {
+		_ = http.NewResponseController(resp.Writer).Flush()
+	}
+	s.limiter.Settle(ctx, cfg, d, used)
 }
 
 // limits are the bounds of cfg a client's request is parsed and answered within.

@@ -23,6 +23,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/base/observe"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
+	"github.com/epd-dev/coordinator/dataplane/ratelimit"
 	"github.com/epd-dev/coordinator/dataplane/server/conn"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
 	"github.com/epd-dev/coordinator/dataplane/wire"
@@ -40,6 +41,9 @@ type Options struct {
 	Telemetry observe.Telemetry
 	// TLS, when set, serves HTTPS with it (see TLSConfig); nil serves plain HTTP.
 	TLS *tls.Config
+	// RateLimiter enforces the configuration's rate_limit block; nil: the server makes its own
+	// (closed with the server), whose metrics nobody registers.
+	RateLimiter *ratelimit.Limiter
 }
 
 // Server serves the coordinator API.
@@ -52,6 +56,9 @@ type Server struct {
 	log      logr.Logger
 	draining atomic.Bool
 	trim     *conn.IdleTrim
+	limiter  *ratelimit.Limiter
+	// ownLimiter says the server made limiter, and closes it.
+	ownLimiter bool
 }
 
 // New builds the server and its routes.
@@ -61,7 +68,10 @@ func New(opts Options) *Server {
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	s := &Server{echo: e, holder: opts.Pipelines, tel: opts.Telemetry, log: opts.Log, tls: opts.TLS, trim: conn.NewIdleTrim()}
+	s := &Server{echo: e, holder: opts.Pipelines, tel: opts.Telemetry, log: opts.Log, tls: opts.TLS, trim: conn.NewIdleTrim(), limiter: opts.RateLimiter}
+	if s.limiter == nil {
+		s.limiter, s.ownLimiter = ratelimit.New(opts.Log, nil), true
+	}
 	e.HTTPErrorHandler = s.handleError
 	e.Pre(s.serve, s.front)
 
@@ -113,11 +123,24 @@ func (s *Server) Draining() bool { return s.draining.Load() }
 // ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.Drain()
-	return s.http.Shutdown(ctx)
+	err := s.http.Shutdown(ctx)
+	s.closeLimiter()
+	return err
 }
 
 // Close cuts every connection at once (after a failed drain).
-func (s *Server) Close() error { return s.http.Close() }
+func (s *Server) Close() error {
+	err := s.http.Close()
+	s.closeLimiter()
+	return err
+}
+
+// closeLimiter closes the rate limiter the server made.
+func (s *Server) closeLimiter() {
+	if s.ownLimiter {
+		s.limiter.Close()
+	}
+}
 
 func (s *Server) handleReady(c echo.Context) error {
 	switch {

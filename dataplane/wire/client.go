@@ -118,10 +118,32 @@ func (n Native) Parse(raw []byte, _ Limits) (Request, error) {
 	if err := expectKind(obj, "stream_options", body.KindObject, "an object", false); err != nil {
 		return Request{}, err
 	}
+	if err := checkPartition(obj); err != nil {
+		return Request{}, err
+	}
 	if err := n.F.Check(obj); err != nil {
 		return Request{}, err
 	}
 	return r, nil
+}
+
+// MaxPartitionKeyLen bounds cache_salt and prompt_cache_key, in bytes: every leg carries them,
+// each encode leg too, so a long one would be copied once per media item.
+const MaxPartitionKeyLen = 1024
+
+// checkPartition refuses a cache_salt or prompt_cache_key (partitionKeys) that is not a string
+// of at most MaxPartitionKeyLen bytes.
+func checkPartition(obj *body.Object) error {
+	for _, k := range partitionKeys[1:] {
+		s, _, err := obj.String(k)
+		if err != nil {
+			return apierror.InvalidField(k, "%v", err)
+		}
+		if len(s) > MaxPartitionKeyLen {
+			return apierror.InvalidField(k, "%s must be at most %d bytes, got %d", k, MaxPartitionKeyLen, len(s))
+		}
+	}
+	return nil
 }
 
 // ClientFor is the client API served at path (nil: none).

@@ -198,6 +198,23 @@ func tokensJSON(rc *request.Context) json.RawMessage {
 	return append(b, '}')
 }
 
+// partitionKeys are the members of a client's body that partition the workers' caches and the
+// endpoint picker's prefix affinity: the model (a LoRA adapter is a model name), vLLM's
+// cache_salt and OpenAI's prompt_cache_key. Every leg carries the client's values unchanged: the
+// legs that copy the client's body keep them, and those built anew (encode legs, tokens-in legs
+// of a chat or Responses client) copy them (copyPartition), so tenants that asked to be apart
+// never share a cache on any phase.
+var partitionKeys = []string{"model", "cache_salt", "prompt_cache_key"}
+
+// copyPartition copies the partitionKeys present in client to obj, as they are.
+func copyPartition(obj, client *body.Object) {
+	for _, k := range partitionKeys {
+		if raw, ok := client.Get(k); ok {
+			obj.Set(k, raw)
+		}
+	}
+}
+
 // encodeItem is the encode leg of media item i of rc: its own media part (an input_audio's
 // {"data", "format"}, another kind's {"url", ...}, from msgs, the conversation's items) plus its
 // tokens, [BOS] + [P]*length with the placeholder at offset 1 and P its modality's placeholder
@@ -223,9 +240,7 @@ func encodeItem(rc *request.Context, msgs []json.RawMessage, i int, tokensIn boo
 	single := []request.MediaEntry{{Kind: m.Kind, Hash: m.Hash, Placeholder: request.Placeholder{Offset: 1, Length: m.Placeholder.Length}, Kwargs: m.Kwargs}}
 
 	obj := &body.Object{}
-	if raw, ok := rc.Body.Get("model"); ok {
-		obj.Set("model", raw)
-	}
+	copyPartition(obj, rc.Body)
 	if tokensIn {
 		obj.Set("token_ids", ids)
 		obj.Set("features", featuresJSON(single, mmKwargs))
@@ -266,9 +281,7 @@ func tokensIn(rc *request.Context, payload mmPayload) *body.Object {
 		obj = rc.Body.Clone() // already tokens-in: token_ids and features are the client's
 	} else {
 		obj = &body.Object{}
-		if raw, ok := rc.Body.Get("model"); ok {
-			obj.Set("model", raw)
-		}
+		copyPartition(obj, rc.Body)
 		obj.Set("token_ids", rc.TokenIDsJSON())
 		if f := featuresJSON(rc.Media, payload); f != nil {
 			obj.Set("features", f)

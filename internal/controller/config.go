@@ -81,6 +81,9 @@ func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress st
 	if t := spec.Tracing; t != nil {
 		renderTracing(t, &cfg.Tracing)
 	}
+	if r := spec.RateLimit; r != nil {
+		cfg.RateLimit = renderRateLimit(r)
+	}
 
 	var err error
 	if cfg.Pipeline, err = renderPipeline(&spec.Pipeline, "pipeline", cfg.Pipeline); err != nil {
@@ -94,6 +97,39 @@ func renderConfig(cp *coordinatorv1alpha1.CoordinatorPipeline, gatewayAddress st
 		}
 	}
 	return cfg, nil
+}
+
+// renderRateLimit is the rate_limit block of r, over its defaults.
+func renderRateLimit(r *coordinatorv1alpha1.RateLimitSpec) *config.RateLimit {
+	out := &config.RateLimit{RedisURL: r.RedisURL, PasswordEnv: r.PasswordEnv, TenantHeader: r.TenantHeader,
+		RedisTimeout: config.Duration(config.DefaultRateLimitTimeout), KeyPrefix: config.DefaultRateLimitKeyPrefix, OnRedisFailure: config.RedisFailureLocal}
+	setDuration(&out.RedisTimeout, r.RedisTimeout)
+	if r.KeyPrefix != "" {
+		out.KeyPrefix = r.KeyPrefix
+	}
+	if r.OnRedisFailure != "" {
+		out.OnRedisFailure = r.OnRedisFailure
+	}
+	if d := r.Default; d != nil {
+		l := renderTenantLimits(*d)
+		out.Default = &l
+	}
+	for _, t := range r.Tenants {
+		l := renderTenantLimits(t.TenantLimits)
+		out.Tenants = append(out.Tenants, config.Tenant{Name: t.Name, RequestsPerSecond: l.RequestsPerSecond, TokensPerMinute: l.TokensPerMinute, Objective: t.Objective})
+	}
+	return out
+}
+
+func renderTenantLimits(l coordinatorv1alpha1.TenantLimits) config.TenantLimits {
+	var out config.TenantLimits
+	if q := l.RequestsPerSecond; q != nil {
+		out.RequestsPerSecond = q.AsApproximateFloat64()
+	}
+	if n := l.TokensPerMinute; n != nil {
+		out.TokensPerMinute = *n
+	}
+	return out
 }
 
 // renderPipeline overlays p on out, the data plane's pipeline block found at key.

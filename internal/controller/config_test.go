@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
 	"github.com/epd-dev/coordinator/dataplane/base/config"
@@ -52,6 +53,32 @@ func TestRenderConfig(t *testing.T) {
 		"tenant header": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Server.MetricsTenantHeader = "x-team" },
 			want:   func(c *config.Config) { c.Server.MetricsTenantHeader = "x-team" },
+		},
+		"rate limit with its defaults": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.RateLimit = &coordinatorv1alpha1.RateLimitSpec{RedisURL: "redis://redis:6379/0", TenantHeader: "x-team"}
+			},
+			want: func(c *config.Config) {
+				c.RateLimit = &config.RateLimit{RedisURL: "redis://redis:6379/0", TenantHeader: "x-team", RedisTimeout: config.Duration(config.DefaultRateLimitTimeout),
+					KeyPrefix: config.DefaultRateLimitKeyPrefix, OnRedisFailure: config.RedisFailureLocal}
+			},
+		},
+		"rate limit": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				half := resource.MustParse("500m")
+				cp.Spec.RateLimit = &coordinatorv1alpha1.RateLimitSpec{RedisURL: "rediss://redis:6380/1", PasswordEnv: "REDIS_PASSWORD", TenantHeader: "x-team",
+					RedisTimeout: duration("20ms"), KeyPrefix: "rl:", OnRedisFailure: "closed",
+					Default: &coordinatorv1alpha1.TenantLimits{RequestsPerSecond: &half},
+					Tenants: []coordinatorv1alpha1.TenantSpec{
+						{Name: "a", TenantLimits: coordinatorv1alpha1.TenantLimits{RequestsPerSecond: ptr.To(resource.MustParse("20")), TokensPerMinute: ptr.To[int64](90000)}, Objective: "premium"},
+						{Name: "b", Objective: "batch"},
+					}}
+			},
+			want: func(c *config.Config) {
+				c.RateLimit = &config.RateLimit{RedisURL: "rediss://redis:6380/1", PasswordEnv: "REDIS_PASSWORD", TenantHeader: "x-team", RedisTimeout: config.Duration(20 * time.Millisecond),
+					KeyPrefix: "rl:", OnRedisFailure: config.RedisFailureClosed, Default: &config.TenantLimits{RequestsPerSecond: 0.5},
+					Tenants: []config.Tenant{{Name: "a", RequestsPerSecond: 20, TokensPerMinute: 90000, Objective: "premium"}, {Name: "b", Objective: "batch"}}}
+			},
 		},
 		"a canary": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {

@@ -53,6 +53,31 @@ func TestCRDValidationRejects(t *testing.T) {
 			mutate:  func(cp *coordinatorv1alpha1.CoordinatorPipeline) { cp.Spec.Gateway.Address = "inference-gateway:80" },
 			wantErr: `spec.gateway.address: Invalid value: "inference-gateway:80": address must be an http:// or https:// URL with a host`,
 		},
+		"rate limit without a tenant header": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.RateLimit = &coordinatorv1alpha1.RateLimitSpec{RedisURL: "redis://redis:6379"}
+			},
+			wantErr: `spec.rateLimit: Invalid value: rateLimit needs the tenant header`,
+		},
+		"rate limit with an http URL": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.RateLimit = &coordinatorv1alpha1.RateLimitSpec{RedisURL: "http://redis:6379", TenantHeader: "x-team"}
+			},
+			wantErr: `spec.rateLimit.redisURL: Invalid value: "http://redis:6379"`,
+		},
+		"rate limit tenant named *": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.RateLimit = &coordinatorv1alpha1.RateLimitSpec{RedisURL: "redis://redis:6379", TenantHeader: "x-team",
+					Tenants: []coordinatorv1alpha1.TenantSpec{{Name: "*"}}}
+			},
+			wantErr: `* is the bucket of the tenants not listed: use default`,
+		},
+		"rate limit failure mode": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.RateLimit = &coordinatorv1alpha1.RateLimitSpec{RedisURL: "redis://redis:6379", TenantHeader: "x-team", OnRedisFailure: "maybe"}
+			},
+			wantErr: `spec.rateLimit.onRedisFailure: Unsupported value: "maybe"`,
+		},
 		"no steps": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 				cp.Spec.Pipeline.Steps = []coordinatorv1alpha1.PipelineStep{}

@@ -87,6 +87,8 @@ type Config struct {
 	Tracing Tracing `yaml:"tracing" json:"tracing"`
 	// Canary is a second pipeline that serves a share of the requests (none when nil).
 	Canary *Canary `yaml:"canary,omitempty" json:"canary,omitempty"`
+	// RateLimit limits each tenant's requests and tokens across the replicas (off when nil).
+	RateLimit *RateLimit `yaml:"rate_limit,omitempty" json:"rate_limit,omitempty"`
 }
 
 // Pipeline tracks: the pipeline a request runs on.

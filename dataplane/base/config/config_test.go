@@ -137,7 +137,7 @@ func TestEveryKeyHasAnEnvName(t *testing.T) {
 		"gateway.idle_timeout", "gateway.request_timeout", "gateway.max_response_size", "gateway.max_event_size", "gateway.retry.max_attempts", "gateway.retry.max_retries_per_request", "gateway.retry.initial_backoff",
 		"gateway.retry.max_backoff", "gateway.retry.max_retry_after", "gateway.retry.budget_ratio", "gateway.retry.budget_min_per_second",
 		"gateway.retry.max_resume_size", "gateway.retry.max_resume_memory", "gateway.profile_headers", "gateway.ca_file", "gateway.allowed_hint_networks", "pipeline.kv_connector", "pipeline.ec_connector", "pipeline.use_openai_format", "pipeline.forward_response_headers", "pipeline.on_pool_failure", "pipeline.steps",
-		"tracing.enabled", "tracing.endpoint", "tracing.sample_ratio", "tracing.service_name", "canary"}
+		"tracing.enabled", "tracing.endpoint", "tracing.sample_ratio", "tracing.service_name", "canary", "rate_limit"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Fatalf("EnvKeys = %q", keys)
 	}

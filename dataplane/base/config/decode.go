@@ -126,6 +126,9 @@ func newBlock(t reflect.Type) reflect.Value {
 	if t == reflect.TypeOf((*Canary)(nil)) {
 		return reflect.ValueOf(NewCanary())
 	}
+	if t == reflect.TypeOf((*RateLimit)(nil)) {
+		return reflect.ValueOf(newRateLimit())
+	}
 	return reflect.New(t.Elem())
 }
 

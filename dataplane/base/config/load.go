@@ -220,6 +220,11 @@ func (c Config) Validate() error {
 	if err := c.Pipeline.validate("pipeline"); err != nil {
 		return err
 	}
+	if c.RateLimit != nil {
+		if err := c.RateLimit.validate(c.Server.MetricsTenantHeader); err != nil {
+			return err
+		}
+	}
 	if c.Canary != nil {
 		if w := c.Canary.WeightPercent; w < 0 || w > 100 {
 			return fieldErr("canary.weight_percent", "must be between 0 (staged: no requests) and 100 (all requests), got %d", w)

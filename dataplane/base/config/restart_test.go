@@ -64,6 +64,7 @@ func TestRestartSettings(t *testing.T) {
 		"gateway.retry.max_resume_size":         {value: "7"},
 		"gateway.retry.max_resume_memory":       {value: "7"},
 		"canary":                                {value: "{weight_percent: 5, pipeline: {steps: [{type: prefill}, {type: decode}]}}"},
+		"rate_limit":                            {value: "{redis_url: 'redis://redis:6379/0', tenant_header: x-tenant, default: {requests_per_second: 5}}"},
 	}
 	keys := slices.Sorted(maps.Keys(tests))
 	if want := slices.Sorted(slices.Values(EnvKeys())); !slices.Equal(keys, want) {

@@ -22,14 +22,18 @@ import "fmt"
 // schema 4 gateway.allowed_hint_networks (loopback and link-local networks the endpoint picker's
 // hints and reservations may name) and the cost limits server.max_content_blocks,
 // gateway.max_event_size, gateway.retry.max_resume_size and gateway.retry.max_resume_memory;
-// schema 5 server.drain_delay.
-const SchemaVersion = 5
+// schema 5 server.drain_delay; schema 6 rate_limit (per-tenant request and token limits, and
+// the tenants' objectives).
+const SchemaVersion = 6
 
 // NeededSchema is the oldest schema that reads c, and the key that needs it ("" for schema 1):
 // the operator renders only what the coordinator image reads, and refuses an image of an older
 // schema only when the configuration uses a key that image cannot read. A key added with a
 // schema bump is added here too (a test walks the schema's keys).
 func (c Config) NeededSchema() (version int, key string) {
+	if c.RateLimit != nil {
+		return 6, "rate_limit"
+	}
 	if c.Server.DrainDelay != nil {
 		return 5, "server.drain_delay"
 	}

@@ -25,8 +25,8 @@ func TestImageLabelIsTheSchemaVersion(t *testing.T) {
 // must be added there (and here).
 func TestNeededSchema(t *testing.T) {
 	since := map[string]int{"canary": 2, "server.metrics_tenant_header": 2, "gateway.allowed_hint_networks": 4, "server.max_content_blocks": 4,
-		"gateway.max_event_size": 4, "gateway.retry.max_resume_size": 4, "gateway.retry.max_resume_memory": 4, "server.drain_delay": 5}
-	if len(EnvKeys()) != 49 {
+		"gateway.max_event_size": 4, "gateway.retry.max_resume_size": 4, "gateway.retry.max_resume_memory": 4, "server.drain_delay": 5, "rate_limit": 6}
+	if len(EnvKeys()) != 50 {
 		t.Fatalf("%d keys: a new key needs a decision here (and in NeededSchema when it bumps the schema)", len(EnvKeys()))
 	}
 	cfg, err := Parse([]byte(minimal), nil)

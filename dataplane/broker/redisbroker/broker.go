@@ -9,22 +9,19 @@
 package redisbroker
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/epd-dev/coordinator/dataplane/base/logging"
 	"github.com/epd-dev/coordinator/dataplane/broker"
+	"github.com/epd-dev/coordinator/dataplane/broker/redisclient"
 )
 
 // Options tune the runtime: the waiters' mailbox polls (zero: pollInterval without keyspace
@@ -61,8 +58,7 @@ const (
 	// maxResubmits bounds how often a waiter re-queues a request that Redis lost.
 	maxResubmits = 3
 
-	redisClientName        = "coordinator-async-broker"
-	defaultRedisMaxRetries = 2
+	redisClientName = "coordinator-async-broker"
 )
 
 // errClosed is returned once the pipeline that owns the broker was replaced.
@@ -122,7 +118,7 @@ func (b *Broker) hold() (*redis.Client, func(), error) {
 		return nil, nil, errClosed
 	}
 	if b.client == nil {
-		useRedisLogger(b.log)
+		redisclient.UseLogger(b.log)
 		b.client = redis.NewClient(b.options())
 	}
 	b.users++
@@ -146,40 +142,7 @@ func (b *Broker) unhold() {
 // options are the client options: the URL's, with timeouts bounded by redis_timeout, few retries
 // (the scripts are idempotent), and no optional handshakes that old servers refuse.
 func (b *Broker) options() *redis.Options {
-	o := *b.redisOpts
-	if b.cfg.PasswordEnv != "" {
-		getenv := b.getenv
-		if getenv == nil {
-			getenv = os.Getenv
-		}
-		if pw := getenv(b.cfg.PasswordEnv); pw != "" {
-			o.Password = pw
-		}
-	}
-	t := b.cfg.RedisTimeout
-	if o.DialTimeout == 0 {
-		o.DialTimeout = t
-	}
-	if o.ReadTimeout == 0 {
-		o.ReadTimeout = t
-	}
-	if o.WriteTimeout == 0 {
-		o.WriteTimeout = t
-	}
-	if o.PoolTimeout == 0 {
-		o.PoolTimeout = t
-	}
-	if o.MaxRetries == 0 {
-		o.MaxRetries = defaultRedisMaxRetries
-	}
-	o.DialerRetries = 1
-	o.ContextTimeoutEnabled = true
-	if o.ClientName == "" {
-		o.ClientName = redisClientName
-	}
-	o.DisableIdentity = true
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return &o
+	return redisclient.Options(b.redisOpts, b.cfg.PasswordEnv, b.getenv, b.cfg.RedisTimeout, redisClientName)
 }
 
 // Close stops the notification listener and releases the Redis client (once the last holder,
@@ -218,27 +181,6 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// redisLog receives go-redis's own messages (dial failures, pub/sub reconnects), which it would
-// otherwise print to stderr; go-redis has one logger per process.
-var redisLog struct {
-	once sync.Once
-	log  atomic.Pointer[logr.Logger]
-}
-
-// useRedisLogger sends go-redis's messages to log at the verbose level.
-func useRedisLogger(log logr.Logger) {
-	redisLog.log.Store(&log)
-	redisLog.once.Do(func() { redis.SetLogger(redisLogger{}) })
-}
-
-type redisLogger struct{}
-
-func (redisLogger) Printf(_ context.Context, format string, v ...any) {
-	if l := redisLog.log.Load(); l != nil {
-		verbose(*l, "go-redis: "+fmt.Sprintf(format, v...))
-	}
 }
 
 // verbose logs at the verbose level.

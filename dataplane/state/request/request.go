@@ -127,6 +127,9 @@ type Context struct {
 	PrefillEnd time.Time
 	// Answer is what the relay read of the answer for the metrics (usage, served model).
 	Answer AnswerStats
+	// ReadAnswer has the relay read Answer even without metrics: the rate limiter settles the
+	// tenant's tokens on its usage.
+	ReadAnswer bool
 	// HideUsage is set when the coordinator asked the decode worker for usage in a stream the
 	// client did not ask it in (stream_options.include_usage): the relay keeps the usage chunk
 	// from the client.

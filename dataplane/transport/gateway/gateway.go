@@ -58,6 +58,11 @@ const (
 // owned are the headers the gateway client sets itself; a client's own values are never forwarded.
 var owned = []string{ProfileHeader, ProfileHeaderNew, PreferHeader, PipelineRevisionHeader}
 
+// ObjectiveHeader names the endpoint picker's scheduling objective (an InferenceObjective,
+// which carries a priority): a client's value is dropped; the coordinator sets a tenant's
+// (rate_limit.tenants[].objective) and the async broker its tiers'.
+const ObjectiveHeader = "X-Gateway-Inference-Objective"
+
 // RoutingHeaders are the request headers that steer the gateway's endpoint picker or a worker
 // past the coordinator's choice: endpoint pinning (the destination endpoint, the prefill pin,
 // the data-parallel rank) and the scheduling objective and fairness id. Clients' values are
@@ -67,7 +72,7 @@ var RoutingHeaders = []string{
 	"X-Gateway-Destination-Endpoint",
 	"X-Gateway-Destination-Endpoint-Served",
 	"X-Gateway-Destination-Endpoint-Subset",
-	"X-Gateway-Inference-Objective",
+	ObjectiveHeader,
 	"X-Gateway-Inference-Fairness-Id",
 	"X-Prefill-Pin-Host-Port",
 	PinHeader,

@@ -46,13 +46,16 @@ type inference struct {
 	maxTokens     *int
 	maxTokensName string // the field maxTokens came from, for messages
 	promptIDs     []int
-	promptKey     string
-	words         []string // echo source for text formats, when known up front
-	echo          []string // otherwise: texts whose words are the echo source
-	continued     int      // chat continue_final_message: words already in the final assistant message
-	kv            rawParams
-	ec            rawParams
-	kvName        string // field path of kv, for messages
+	// cacheSalt is vLLM's cache_salt: prompts of different salts never share the prefix cache
+	// (nor a KV transfer: promptKey includes it).
+	cacheSalt string
+	promptKey string
+	words     []string // echo source for text formats, when known up front
+	echo      []string // otherwise: texts whose words are the echo source
+	continued int      // chat continue_final_message: words already in the final assistant message
+	kv        rawParams
+	ec        rawParams
+	kvName    string // field path of kv, for messages
 	// bootstrap holds SGLang's own top-level bootstrap_host, bootstrap_port and bootstrap_room
 	// (nil without a bootstrap_room): a leg of upstream's prefill-decode step.
 	bootstrap  rawParams
@@ -134,7 +137,7 @@ func parseInferenceImages(kind apiKind, body []byte, detail imageDetail) (*infer
 		}
 	}
 	in.kind = kind
-	in.promptKey = PromptKey(in.promptIDs)
+	in.promptKey = SaltedKey(PromptKey(in.promptIDs), in.cacheSalt)
 	if in.maxTokens != nil && (*in.maxTokens < 1 || *in.maxTokens > maxGeneratedTokens) {
 		return nil, badRequest("%s must be between 1 and %d, got %d", in.maxTokensName, maxGeneratedTokens, *in.maxTokens)
 	}
@@ -146,6 +149,7 @@ func common(f fields) *inference {
 	opts := f.object("stream_options")
 	return &inference{
 		model:         f.str("model"),
+		cacheSalt:     f.str("cache_salt"),
 		stream:        f.boolean("stream"),
 		includeUsage:  opts.boolean("include_usage"),
 		streamOptions: opts.obj != nil && len(opts.obj.Fields()) > 0,

@@ -142,3 +142,17 @@ func PromptKey(tokenIDs []int) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// SaltedKey is the prompt key of a request with vLLM's cache_salt: key itself without one,
+// otherwise a key of its own, so that the salt partitions the prefix cache and the KV
+// handles (a decode whose salt differs from its prefill's fails the transfer check).
+func SaltedKey(key, salt string) string {
+	if salt == "" {
+		return key
+	}
+	h := sha256.New()
+	h.Write([]byte(key))
+	h.Write([]byte{0})
+	h.Write([]byte(salt))
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -137,3 +137,32 @@ func TestImageFeatures(t *testing.T) {
 		t.Error("ImageKwargsBlob does not depend on the image")
 	}
 }
+
+// cache_salt partitions the prompt key, as vLLM's salt partitions its prefix cache.
+func TestSaltedPromptKey(t *testing.T) {
+	body := func(salt string) []byte {
+		if salt == "" {
+			return []byte(`{"model":"m","prompt":"same words"}`)
+		}
+		return []byte(`{"model":"m","prompt":"same words","cache_salt":"` + salt + `"}`)
+	}
+	keys := map[string]string{}
+	for _, salt := range []string{"", "a", "b"} {
+		k, err := RequestPromptKey("/v1/completions", body(salt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for other, ok := range keys {
+			if ok == k {
+				t.Fatalf("salts %q and %q share the key %s", other, salt, k)
+			}
+		}
+		keys[salt] = k
+		if again, _ := RequestPromptKey("/v1/completions", body(salt)); again != k {
+			t.Fatalf("salt %q: key %s then %s", salt, k, again)
+		}
+	}
+	if _, err := RequestPromptKey("/v1/completions", []byte(`{"prompt":"x","cache_salt":5}`)); err == nil {
+		t.Fatal("a cache_salt that is not a string is accepted")
+	}
+}

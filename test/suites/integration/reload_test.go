@@ -49,6 +49,8 @@ func TestHotReloadUnderLoad(t *testing.T) {
 		"pipeline: [\n",
 		"gateway: {address: " + gw + "}\npipeline: {use_openai_format: false, steps: [{type: decode}]}\n",
 		"gateway: {address: " + gw + "}\npipeline: {steps: [{type: decode}]}\ncanary: {weight_percent: 50, pipeline: {steps: [{type: prefil}, {type: decode}]}}\n",
+		// A bad rate_limit block (not a Redis URL) keeps the last good configuration, its limits included.
+		"gateway: {address: " + gw + "}\npipeline: {steps: [{type: decode}]}\nrate_limit: {redis_url: 'http://redis:6379', tenant_header: x-tenant}\n",
 	}
 	validLegs := map[string]bool{"decode:200": true, "prefill:200,decode:200": true, "decode:412,prefill:200,decode:200": true}
 
