@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/prometheus/promql"
+	promqlengine "github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/promqltest"
 )
 
@@ -122,7 +122,7 @@ func TestKVRecomputedAlert(t *testing.T) {
 }
 
 // evalAt evaluates expr over the series of load (one sample a minute) at 20 minutes.
-func evalAt(t *testing.T, load []string, expr string) promql.Vector {
+func evalAt(t *testing.T, load []string, expr string) promqlengine.Vector {
 	t.Helper()
 	storage := promqltest.LoadedStorage(t, "load 1m\n  "+strings.Join(load, "\n  "))
 	t.Cleanup(func() { _ = storage.Close() })
