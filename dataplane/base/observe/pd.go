@@ -1,6 +1,8 @@
 package observe
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -46,5 +48,41 @@ func (m *Metrics) PD(outcome string) {
 	switch outcome {
 	case PDDisaggregated, PDRecomputed, PDUnverified, PDAggregated:
 		m.pdRequests.WithLabelValues(outcome).Inc()
+	}
+}
+
+// newLegsInFlight is coordinator_upstream_legs_in_flight: a worker pool's saturation as one
+// coordinator sees it.
+func newLegsInFlight() *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "upstream_legs_in_flight",
+		Help: "Outbound legs sent and not yet answered to their end, by phase (render, media, encode, prefill, decode, conditional-decode, passthrough): how many requests each pool is working on for this coordinator, for a worker-pool autoscaler."},
+		[]string{"phase"})
+}
+
+// newFirstByte is coordinator_upstream_first_byte_seconds.
+func newFirstByte() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "upstream_first_byte_seconds",
+		Help: "Time from sending a leg to its answer's first byte (the response headers), by phase: the pool's queue wait plus, for prefill, the prompt's computation; for a worker-pool autoscaler.", Buckets: LatencyBuckets},
+		[]string{"phase"})
+}
+
+// LegSent counts a leg of phase in flight until LegEnded.
+func (m *Metrics) LegSent(phase string) {
+	if m != nil {
+		m.legsInFlight.WithLabelValues(LabelValue(phase)).Inc()
+	}
+}
+
+// LegAnswered records the time from a leg's send to its answer's first byte.
+func (m *Metrics) LegAnswered(phase string, d time.Duration) {
+	if m != nil {
+		m.firstByte.WithLabelValues(LabelValue(phase)).Observe(d.Seconds())
+	}
+}
+
+// LegEnded ends a leg LegSent counted: it failed, or its answer was read to its end or closed.
+func (m *Metrics) LegEnded(phase string) {
+	if m != nil {
+		m.legsInFlight.WithLabelValues(LabelValue(phase)).Dec()
 	}
 }
