@@ -101,7 +101,7 @@ func TestKVRecomputedAlert(t *testing.T) {
 	}{
 		"10% recomputed": {fire: true, load: []string{pdSeries("a", "disaggregated", 90), pdSeries("a", "recomputed", 10)}},
 		"3% recomputed":  {load: []string{pdSeries("a", "disaggregated", 97), pdSeries("a", "recomputed", 3)}},
-		"one pod recomputes everything, 2 of 100 in all": {load: []string{pdSeries("a", "disaggregated", 98), pdSeries("b", "recomputed", 2)}},
+		"one pod recomputes everything, 2 of 100 in all":  {load: []string{pdSeries("a", "disaggregated", 98), pdSeries("b", "recomputed", 2)}},
 		"one pod recomputes everything, 10 of 100 in all": {fire: true, load: []string{pdSeries("a", "disaggregated", 90), pdSeries("b", "recomputed", 10)}},
 		"aggregated and unverified requests do not dilute it": {fire: true, load: []string{pdSeries("a", "disaggregated", 9), pdSeries("a", "recomputed", 1),
 			pdSeries("a", "aggregated", 900), pdSeries("a", "unverified", 900)}},
