@@ -393,8 +393,6 @@ type PipelineSpec struct {
 // directories, or a directory below one.
 const TokenizersMountPath = "/var/run/coordinator/tokenizers"
 
-// Tokenizer is a directory of a model's Hugging Face tokenizer files, mounted read-only into the
-// coordinator pods at /var/run/coordinator/tokenizers/<name>. Exactly one source is set.
 // AutoscalingSpec bounds the coordinators' HorizontalPodAutoscaler and sets its targets: the
 // average CPU utilization of the coordinator pods and the average requests in flight per pod
 // (the coordinator's coordinator_requests_in_flight gauge, served to the autoscaler by a
@@ -439,6 +437,8 @@ type AutoscalingSpec struct {
 	InFlightMetricName string `json:"inFlightMetricName,omitempty"`
 }
 
+// Tokenizer is a directory of a model's Hugging Face tokenizer files, mounted read-only into the
+// coordinator pods at /var/run/coordinator/tokenizers/<name>. Exactly one source is set.
 // +kubebuilder:validation:XValidation:rule="has(self.configMap) != has(self.persistentVolumeClaim)",message="exactly one of configMap or persistentVolumeClaim must be set: the source of the tokenizer's files"
 type Tokenizer struct {
 	// name of the tokenizer, unique in the list: the directory
