@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -40,6 +41,7 @@ func TestPDTruth(t *testing.T) {
 		strict   bool
 		stream   bool
 		decoders int              // decode workers (default 1; a dead one is ejected by the gateway)
+		timeout  string           // gateway.timeout (a hung decode worker's headers), default 60s
 		fault    *simworker.Fault // injected into the first decode worker (the first pick) before the requests
 		requests int              // default 1
 		status   int              // every request's status (default 200)
@@ -57,6 +59,8 @@ func TestPDTruth(t *testing.T) {
 			want: pdCounts{observe.PDRecomputed: 1}},
 		{name: "decode dies before answering: retried without the transfer, recomputed", decoders: 2, fault: &simworker.Fault{Kind: simworker.FaultResetBeforeHeaders},
 			want: pdCounts{observe.PDRecomputed: 1}},
+		{name: "decode hangs before answering: retried without the transfer, recomputed", decoders: 2, timeout: "1s",
+			fault: &simworker.Fault{Kind: simworker.FaultHangBeforeHeaders}, want: pdCounts{observe.PDRecomputed: 1}},
 		{name: "strict: the KV moved", strict: true, requests: 2, want: pdCounts{observe.PDDisaggregated: 2}},
 		{name: "strict: a recomputed answer fails the request", strict: true, requests: 2, fault: recompute(2),
 			status: http.StatusBadGateway, code: dpsteps.ErrCodeKVRecomputed, want: pdCounts{observe.PDRecomputed: 2}},
@@ -66,6 +70,8 @@ func TestPDTruth(t *testing.T) {
 			status: http.StatusBadRequest, want: pdCounts{}},
 		{name: "strict: decode dies before answering: retried with the transfer", strict: true, decoders: 2, fault: &simworker.Fault{Kind: simworker.FaultResetBeforeHeaders},
 			want: pdCounts{observe.PDDisaggregated: 1}},
+		{name: "strict: decode hangs before answering: retried with the transfer", strict: true, decoders: 2, timeout: "1s",
+			fault: &simworker.Fault{Kind: simworker.FaultHangBeforeHeaders}, want: pdCounts{observe.PDDisaggregated: 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,7 +79,7 @@ func TestPDTruth(t *testing.T) {
 			if stepsYAML == "" {
 				stepsYAML = fmt.Sprintf("    - type: prefill\n    - type: decode\n      params: {strict_kv_transfer: %v}\n", tc.strict)
 			}
-			s, reg := startPDTruth(t, stepsYAML, tc.decoders)
+			s, reg := startPDTruth(t, stepsYAML, tc.decoders, cmp.Or(tc.timeout, "60s"))
 			if tc.fault != nil {
 				if err := s.stack.Decode[0].InjectFault(*tc.fault); err != nil {
 					t.Fatal(err)
@@ -126,15 +132,15 @@ func TestPDTruth(t *testing.T) {
 }
 
 // startPDTruth runs one prefill worker and decoders decode workers (kv-nixl) and a coordinator
-// with metrics whose pipeline's steps are stepsYAML.
-func startPDTruth(t *testing.T, stepsYAML string, decoders int) (*system, *prometheus.Registry) {
+// with metrics whose pipeline's steps are stepsYAML and whose gateway.timeout is timeout.
+func startPDTruth(t *testing.T, stepsYAML string, decoders int, timeout string) (*system, *prometheus.Registry) {
 	t.Helper()
 	st, err := stack.Start(stack.Options{KVConnector: "kv-nixl", Decoders: decoders})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Close)
-	doc := fmt.Sprintf("gateway: {address: %s}\npipeline:\n  kv_connector: kv-nixl\n  steps:\n%s", st.Gateway.URL(), stepsYAML)
+	doc := fmt.Sprintf("gateway: {address: %s, timeout: %s}\npipeline:\n  kv_connector: kv-nixl\n  steps:\n%s", st.Gateway.URL(), timeout, stepsYAML)
 	cfg, err := config.Parse([]byte(doc), nil)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, doc)
