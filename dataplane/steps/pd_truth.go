@@ -1,6 +1,7 @@
 package steps
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -80,8 +81,11 @@ func (k kvTruth) verifier() func(*request.Context) error {
 			return nil
 		}
 		k.metrics.PD(observe.PDRecomputed)
-		return &apierror.Error{Status: http.StatusBadGateway, Type: apierror.TypeAPI, Code: ErrCodeKVRecomputed,
-			Message: fmt.Sprintf("the decode worker recomputed the prompt instead of loading the prefill's KV (cached_tokens %d of %d prompt tokens, below %d%%); strict_kv_transfer fails such a request",
-				rc.Answer.CachedTokens, rc.Answer.PromptTokens, k.minPercent)}
+		msg := fmt.Sprintf("the decode worker recomputed the prompt instead of loading the prefill's KV (cached_tokens %d of %d prompt tokens, below %d%%); strict_kv_transfer fails such a request",
+			rc.Answer.CachedTokens, rc.Answer.PromptTokens, k.minPercent)
+		// The cause is the decode worker's answer (a 200 the request cannot use): logged as an
+		// upstream failure, its llm-d error code upstream_5xx.
+		return &apierror.Error{Status: http.StatusBadGateway, Type: apierror.TypeAPI, Code: ErrCodeKVRecomputed, Message: msg,
+			Cause: &apierror.UpstreamError{Phase: DecodeStep, Status: http.StatusOK, Err: errors.New(msg)}}
 	}
 }

@@ -93,4 +93,7 @@ func TestKVTruthVerifier(t *testing.T) {
 	if !errors.As(err, &e) || e.Status != http.StatusBadGateway || e.Code != ErrCodeKVRecomputed || !strings.Contains(e.Message, "cached_tokens 1 of 8") {
 		t.Fatalf("got %v", err)
 	}
+	if code := observe.ErrorCode(err, 0); code != observe.ErrUpstream5xx {
+		t.Fatalf("llm-d error code %q, want %q: the decode worker's answer failed it", code, observe.ErrUpstream5xx)
+	}
 }
