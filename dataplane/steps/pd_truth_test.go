@@ -11,6 +11,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
 	"github.com/epd-dev/coordinator/dataplane/state/request"
+	"github.com/epd-dev/coordinator/dataplane/wire"
 )
 
 func TestKVTruthOutcome(t *testing.T) {
@@ -95,5 +96,46 @@ func TestKVTruthVerifier(t *testing.T) {
 	}
 	if code := observe.ErrorCode(err, 0); code != observe.ErrUpstream5xx {
 		t.Fatalf("llm-d error code %q, want %q: the decode worker's answer failed it", code, observe.ErrUpstream5xx)
+	}
+}
+
+// The usage shapes of the workers in the field, read as the relay reads them (wire.ReadStats)
+// and judged after a prefill whose transfer the decode leg carried. The llm-d simulator
+// (llm-d-inference-sim eec055a, run with --enable-kvcache) always reports
+// prompt_tokens_details.cached_tokens, counting whole blocks of 16 of its own prefix cache, and 0
+// on a decode leg with do_remote_prefill: it does not model the KV's arrival, so its P/D answers
+// count as recomputed. vLLM reports the details only with --enable-prompt-tokens-details.
+func TestKVTruthUsageShapes(t *testing.T) {
+	tests := map[string]struct {
+		answers []string // one answer, or a stream's events
+		want    string
+	}{
+		"llm-d simulator, P/D decode": {answers: []string{`{"id":"chatcmpl-1","object":"chat.completion","usage":{"prompt_tokens":29,"completion_tokens":24,"total_tokens":53,"prompt_tokens_details":{"cached_tokens":0}},"choices":[]}`},
+			want: observe.PDRecomputed},
+		"llm-d simulator, whole blocks of its prefix cache": {answers: []string{`{"object":"chat.completion","usage":{"prompt_tokens":38,"completion_tokens":33,"total_tokens":71,"prompt_tokens_details":{"cached_tokens":32}},"choices":[]}`},
+			want: observe.PDDisaggregated},
+		"vLLM with --enable-prompt-tokens-details, the KV loaded": {answers: []string{`{"object":"chat.completion","choices":[],"usage":{"prompt_tokens":512,"total_tokens":528,"completion_tokens":16,"prompt_tokens_details":{"cached_tokens":511}}}`},
+			want: observe.PDDisaggregated},
+		"vLLM without it": {answers: []string{`{"object":"chat.completion","choices":[],"usage":{"prompt_tokens":512,"total_tokens":528,"completion_tokens":16,"prompt_tokens_details":null}}`},
+			want: observe.PDUnverified},
+		"vLLM stream: the usage chunk last": {answers: []string{`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}`,
+			`{"object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":512,"completion_tokens":16,"total_tokens":528,"prompt_tokens_details":{"cached_tokens":0}}}`},
+			want: observe.PDRecomputed},
+		"completions": {answers: []string{`{"object":"text_completion","choices":[],"usage":{"prompt_tokens":20,"completion_tokens":4,"total_tokens":24,"prompt_tokens_details":{"cached_tokens":20}}}`},
+			want: observe.PDDisaggregated},
+		"Responses API": {answers: []string{`{"type":"response.completed","response":{"object":"response","usage":{"input_tokens":20,"output_tokens":4,"input_tokens_details":{"cached_tokens":3}}}}`},
+			want: observe.PDRecomputed},
+	}
+	k := kvTruth{minPercent: defaultKVMinCachedPercent}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var a request.AnswerStats
+			for _, doc := range tc.answers {
+				wire.ReadStats(&a, []byte(doc))
+			}
+			if got := k.outcome(true, true, a); got != tc.want {
+				t.Fatalf("outcome %q of %+v, want %q", got, a, tc.want)
+			}
+		})
 	}
 }
