@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,10 +47,14 @@ func TestAutoscalingLifecycle(t *testing.T) {
 
 	// The autoscaler scales through the pipeline's scale subresource: the Deployment follows,
 	// and the subresource reads back the new replicas and the coordinator pods' selector.
-	scale := &autoscalingv1.Scale{}
-	g.Expect(e.client.SubResource("scale").Get(ctx, cp, scale)).To(Succeed())
-	scale.Spec.Replicas = 3
-	g.Expect(e.client.SubResource("scale").Update(ctx, cp, client.WithSubResourceBody(scale))).To(Succeed())
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error { // the reconciler writes the status meanwhile
+		scale := &autoscalingv1.Scale{}
+		if err := e.client.SubResource("scale").Get(ctx, cp, scale); err != nil {
+			return err
+		}
+		scale.Spec.Replicas = 3
+		return e.client.SubResource("scale").Update(ctx, cp, client.WithSubResourceBody(scale))
+	})).To(Succeed())
 	dep := &appsv1.Deployment{}
 	g.Eventually(func(g Gomega) {
 		g.Expect(e.client.Get(ctx, key, dep)).To(Succeed())
