@@ -394,6 +394,50 @@ type PipelineSpec struct {
 // directories, or a directory below one.
 const TokenizersMountPath = "/var/run/coordinator/tokenizers"
 
+// AutoscalingSpec bounds the coordinators' HorizontalPodAutoscaler and sets its targets: the
+// average CPU utilization of the coordinator pods and the average requests in flight per pod
+// (the coordinator's coordinator_requests_in_flight gauge, served to the autoscaler by a
+// custom-metrics adapter such as the Prometheus adapter). At least one target is required.
+// +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || self.minReplicas <= self.maxReplicas",message="minReplicas must not be above maxReplicas"
+// +kubebuilder:validation:XValidation:rule="has(self.targetCPUUtilizationPercent) || has(self.targetInFlightRequests)",message="set targetCPUUtilizationPercent, targetInFlightRequests or both: the autoscaler needs a target"
+type AutoscalingSpec struct {
+	// minReplicas is the fewest coordinator pods the autoscaler keeps. Default 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	MinReplicas *int32 `json:"minReplicas,omitempty"`
+
+	// maxReplicas is the most coordinator pods the autoscaler runs.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxReplicas int32 `json:"maxReplicas"`
+
+	// targetCPUUtilizationPercent is the average CPU use of the coordinator pods the autoscaler
+	// aims at, in percent of their CPU request (spec.resources.requests.cpu must be set for it to
+	// act).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	TargetCPUUtilizationPercent *int32 `json:"targetCPUUtilizationPercent,omitempty"`
+
+	// targetInFlightRequests is the average number of requests in flight per coordinator pod the
+	// autoscaler aims at, read as the Pods metric inFlightMetricName.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	TargetInFlightRequests *int32 `json:"targetInFlightRequests,omitempty"`
+
+	// inFlightMetricName is the name the custom-metrics adapter serves the coordinators' requests
+	// in flight under (a Pods metric). Default coordinator_requests_in_flight, the gauge's own
+	// name, as the Prometheus adapter rule in docs/operations.md serves it.
+	// +optional
+	// +kubebuilder:default=coordinator_requests_in_flight
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z_:][a-zA-Z0-9_:.]*$`
+	InFlightMetricName string `json:"inFlightMetricName,omitempty"`
+}
+
 // Tokenizer is a directory of a model's Hugging Face tokenizer files, mounted read-only into the
 // coordinator pods at /var/run/coordinator/tokenizers/<name>. Exactly one source is set.
 // +kubebuilder:validation:XValidation:rule="has(self.configMap) != has(self.persistentVolumeClaim)",message="exactly one of configMap or persistentVolumeClaim must be set: the source of the tokenizer's files"
@@ -915,6 +959,17 @@ type CoordinatorPipelineSpec struct {
 	// coordinator pods. Removing it deletes the PodDisruptionBudget.
 	// +optional
 	DisruptionBudget *DisruptionBudgetSpec `json:"disruptionBudget,omitempty"`
+
+	// autoscaling, when set, makes the operator create a HorizontalPodAutoscaler (autoscaling/v2)
+	// that scales the coordinators between minReplicas and maxReplicas on their CPU and on the
+	// requests each serves. It targets this CoordinatorPipeline's scale subresource, not the
+	// Deployment: the autoscaler writes spec.replicas and the operator carries it to the
+	// Deployment, so the Deployment's replicas have one writer and spec.replicas,
+	// status.replicas and status.readyFraction stay the truth. Leave spec.replicas out of
+	// manifests you apply while it is set, or your apply and the autoscaler take turns.
+	// Removing it deletes the HorizontalPodAutoscaler; spec.replicas keeps its last value.
+	// +optional
+	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
 
 	// networkPolicy, when set and enabled, makes the operator create a NetworkPolicy for the
 	// coordinator pods. Disabling or removing it deletes the NetworkPolicy.

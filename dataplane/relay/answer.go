@@ -37,6 +37,10 @@ type Target struct {
 	W      http.ResponseWriter
 	Stream bool
 	Body   *body.Object
+	// Verify, when set, judges an answer that is not streamed once it is read whole (its usage in
+	// rc.Answer), before anything is written: an error it returns is returned instead of the
+	// answer, which the client never sees. Answers too large to hold and streams are not judged.
+	Verify func(rc *request.Context) error
 }
 
 // ClientOf is the target of rc's client: its writer, as it asked.
@@ -82,9 +86,15 @@ func (a Answerer) Respond(ctx context.Context, rc *request.Context, t Target, re
 	} else {
 		// Held whole first: an answer that breaks off anywhere is retried, never cut. (A
 		// worker's error is final anyway: it streams through, whatever its size.)
-		var inspect func([]byte)
-		if a.Metrics != nil || rc.ReadAnswer {
-			inspect = func(b []byte) { wire.ReadStats(&rc.Answer, b) } // the served model and usage, for the metrics and the rate limit
+		var inspect func([]byte) error
+		if a.Metrics != nil || rc.ReadAnswer || t.Verify != nil {
+			inspect = func(b []byte) error {
+				wire.ReadStats(&rc.Answer, b) // the served model and usage, for the metrics and the rate limit
+				if t.Verify != nil {
+					return t.Verify(rc)
+				}
+				return nil
+			}
 		}
 		err = upstream.RelayWhole(t.W, resp, rc.ID, a.MaxResponse, rc.ForwardResponse, inspect)
 	}

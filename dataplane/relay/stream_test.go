@@ -278,7 +278,7 @@ func TestWatch(t *testing.T) {
 			if total != 3 { // the role event and two tokens; not the usage chunk, not [DONE]
 				t.Fatalf("token events %v, want 3 in all", writes)
 			}
-			want := request.AnswerStats{Model: "m", HasUsage: true, PromptTokens: 12, CompletionTokens: 2, CachedTokens: 8}
+			want := request.AnswerStats{Model: "m", HasUsage: true, PromptTokens: 12, CompletionTokens: 2, CachedTokens: 8, HasCached: true}
 			if rc.Answer != want {
 				t.Fatalf("answer stats %+v, want %+v (the first model seen, the usage)", rc.Answer, want)
 			}

@@ -84,6 +84,7 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) er
 	} else {
 		s.metrics.ConditionalDecode(observe.CondError)
 	}
+	status := resp.StatusCode
 	if err := s.ans.Respond(ctx, rc, relay.ClientOf(rc), resp, ConditionalDecodeStep); err != nil {
 		if errors.Is(err, upstream.ErrNotStarted) {
 			// Nothing reached the client: the full cascade serves it.
@@ -91,6 +92,9 @@ func (s *conditionalDecode) Execute(ctx context.Context, rc *request.Context) er
 			return nil
 		}
 		return err
+	}
+	if status >= 200 && status < 300 {
+		s.metrics.PD(observe.PDAggregated) // a decode prefix-cache hit: no prefill, by policy
 	}
 	return pipeline.ErrDone
 }

@@ -42,13 +42,14 @@ type decode struct {
 	dp    kv.DataParallel
 	ans   relay.Answerer
 	force *relay.Folder // nil unless force_stream
+	truth kvTruth
 }
 
 func newDecode(deps builder.Deps, p *params.Params) (pipeline.Step, error) {
 	deps.RequireGateway(p, DecodeStep)
 	c := kvConnector(deps, p)
 	return &decode{gw: deps.Gateway, kv: c, dp: dataParallel(p, c), ans: newAnswerer(deps, p, resendDecode(deps.Gateway)), //nolint:bodyclose // the resend's answer is relayed and closed by the stream
-		force: newFolder(p, deps)}, nil
+		force: newFolder(p, deps), truth: newKVTruth(deps, p)}, nil
 }
 
 // newFolder reads force_stream and its budgets (nil: off).
@@ -85,20 +86,29 @@ func (s *decode) Execute(ctx context.Context, rc *request.Context) error {
 // A retry after a prefill goes without the prefill's kv_transfer_params: the failed attempt's
 // worker may have pulled (and freed) the KV blocks, so the new pick prefills the prompt itself.
 // After a prefill, a first decode answer of 4xx is such a failed transfer and is retried so too.
+// With strict_kv_transfer neither happens (a decode without the KV is a recompute, which strict
+// mode refuses): every attempt carries the transfer parameters, a 4xx is the client's answer,
+// and an answer held whole whose usage shows the prompt recomputed fails the request (kvTruth).
 // After a prefill with kv-nixl and data_parallel_size > 1, every attempt carries the same
-// X-Data-Parallel-Rank (rankOf).
+// X-Data-Parallel-Rank (rankOf). A served answer is counted in coordinator_pd_requests_total.
 func (s *decode) send(ctx context.Context, rc *request.Context, t relay.Target) error {
 	obj, err := s.body(rc, t.Body, true)
 	if err != nil {
 		return err
 	}
 	rank, pinned := s.rankOf(rc)
+	strict := s.truth.strict && rc.Prefilled
+	if strict && !t.Stream {
+		t.Verify = s.truth.verifier()
+	}
+	sentKV, served := rc.Prefilled, false
 	_, err = gateway.Do(ctx, s.gw.Retrier(), rc.Log, func(attempt int) (struct{}, error) {
-		if attempt == 2 && rc.Prefilled {
+		if attempt == 2 && rc.Prefilled && !strict {
 			var err error
 			if obj, err = s.body(rc, t.Body, false); err != nil {
 				return struct{}{}, err
 			}
+			sentKV = false
 		}
 		leg := gateway.NewLeg(rc, gateway.ProfileDecode, rc.Path, obj)
 		if pinned {
@@ -112,12 +122,13 @@ func (s *decode) send(ctx context.Context, rc *request.Context, t relay.Target) 
 		if f, again := retry.ClassifyStatus(resp.StatusCode, upstream.RetryAfter(resp.Header)); again {
 			return struct{}{}, retry.Again(DecodeStep, f, upstream.ErrorOf(DecodeStep, resp))
 		}
-		if attempt == 1 && rc.Prefilled && resp.StatusCode >= 400 && resp.StatusCode < 500 {
+		if attempt == 1 && rc.Prefilled && !strict && resp.StatusCode >= 400 && resp.StatusCode < 500 {
 			// The prefill accepted this very request, so a decode rejecting it is a KV transfer
 			// that failed (the prefill worker died, its blocks were freed): the retry goes
 			// without the transfer parameters and the decode worker prefills itself.
 			return struct{}{}, retry.Again(DecodeStep, retry.Failure{Reason: retry.ReasonKVTransfer}, upstream.ErrorOf(DecodeStep, resp))
 		}
+		status := resp.StatusCode
 		err = s.ans.Respond(ctx, rc, t, resp, DecodeStep)
 		if errors.Is(err, upstream.ErrNotStarted) {
 			// Nothing reached the client: the break decides, whatever the status.
@@ -126,8 +137,12 @@ func (s *decode) send(ctx context.Context, rc *request.Context, t relay.Target) 
 				return struct{}{}, retry.Again(DecodeStep, f, err)
 			}
 		}
+		served = err == nil && status >= 200 && status < 300
 		return struct{}{}, err
 	}, nil)
+	if served {
+		s.truth.count(rc, sentKV)
+	}
 	return err
 }
 

@@ -45,13 +45,16 @@ func ReadStats(a *request.AnswerStats, doc []byte) bool {
 		return false
 	}
 	var prompt, completion, cached, input, output, inputCached int64
+	var hasCached, hasInputCached bool
 	ok := true
-	count := func(dst *int64, raw []byte) {
+	count := func(dst *int64, raw []byte) bool {
 		if n, err := body.ParseInt(raw); err == nil {
 			*dst = n
+			return true
 		} else if len(raw) > 0 && !isNull(raw) {
 			ok = false // a count of the wrong type: the usage is not read
 		}
+		return false
 	}
 	for k, v := range body.Members(usage) {
 		switch k {
@@ -65,20 +68,20 @@ func ReadStats(a *request.AnswerStats, doc []byte) bool {
 			count(&output, v)
 		case "prompt_tokens_details":
 			c, _ := member(v, "cached_tokens")
-			count(&cached, c)
+			hasCached = count(&cached, c)
 		case "input_tokens_details":
 			c, _ := member(v, "cached_tokens")
-			count(&inputCached, c)
+			hasInputCached = count(&inputCached, c)
 		}
 	}
 	if !ok {
 		return false
 	}
 	if prompt == 0 && completion == 0 {
-		prompt, completion, cached = input, output, inputCached
+		prompt, completion, cached, hasCached = input, output, inputCached, hasInputCached
 	}
 	a.HasUsage, a.PromptTokens, a.CompletionTokens = true, max(prompt, 0), max(completion, 0)
-	a.CachedTokens = min(max(cached, 0), a.PromptTokens)
+	a.CachedTokens, a.HasCached = min(max(cached, 0), a.PromptTokens), hasCached
 	return true
 }
 

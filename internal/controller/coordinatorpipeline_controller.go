@@ -1,7 +1,8 @@
 // Package controller holds the CoordinatorPipeline reconciler. It renders a CoordinatorPipeline
 // into the data plane's configuration (validated with the data plane's own pipeline builder) and
 // runs it as a ConfigMap, a Deployment, a Service and a ServiceAccount, plus, on request, an
-// HTTPRoute, a PodDisruptionBudget and a NetworkPolicy, all owned by the CoordinatorPipeline.
+// HTTPRoute, a PodDisruptionBudget, a HorizontalPodAutoscaler and a NetworkPolicy, all owned by
+// the CoordinatorPipeline.
 // Children are built by pure desiredX functions (children.go, exposure.go) and applied
 // server-side (apply.go), status by pure setters (coordinatorpipeline_status.go); Reconcile only
 // sequences reads and writes.
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -140,6 +142,7 @@ func (r *CoordinatorPipelineReconciler) phases() []phase {
 		{"Service", r.reconcileService},
 		{"NetworkPolicy", r.reconcileNetworkPolicy},
 		{"PodDisruptionBudget", r.reconcilePodDisruptionBudget},
+		{"HorizontalPodAutoscaler", r.reconcileHorizontalPodAutoscaler},
 		{"Deployment", r.reconcileDeployment},
 		{"HTTPRoute", r.reconcileRoute},
 		{"coordinator pods", r.reconcilePodRevisions},
@@ -158,6 +161,7 @@ func (r *CoordinatorPipelineReconciler) phases() []phase {
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gateways,verbs=get;list;watch
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -551,7 +555,7 @@ func gatewayNamespace(cp *coordinatorv1alpha1.CoordinatorPipeline) string {
 
 // CacheByObject restricts the manager's cache of child kinds to the objects this operator
 // manages (LabelManagedBy), instead of every ConfigMap, Service, ServiceAccount, Deployment,
-// ReplicaSet, Pod, PodDisruptionBudget and NetworkPolicy in the cluster.
+// ReplicaSet, Pod, PodDisruptionBudget, HorizontalPodAutoscaler and NetworkPolicy in the cluster.
 func CacheByObject() map[client.Object]cache.ByObject {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy})}
 	return map[client.Object]cache.ByObject{
@@ -566,8 +570,9 @@ func CacheByObject() map[client.Object]cache.ByObject {
 		&appsv1.ReplicaSet{}: managed,
 		// Built-in kinds only: a ByObject entry needs the kind's API installed when the manager
 		// starts, so HTTPRoutes (Gateway API, optional) are cached unfiltered.
-		&policyv1.PodDisruptionBudget{}: managed,
-		&networkingv1.NetworkPolicy{}:   managed,
+		&policyv1.PodDisruptionBudget{}:          managed,
+		&autoscalingv2.HorizontalPodAutoscaler{}: managed,
+		&networkingv1.NetworkPolicy{}:            managed,
 	}
 }
 
@@ -650,6 +655,7 @@ func (r *CoordinatorPipelineReconciler) SetupWithManager(ctx context.Context, mg
 		Owns(&corev1.Service{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
 		Owns(&networkingv1.NetworkPolicy{})
 	// Coordinator pods belong to ReplicaSets, and those to the Deployment, not to the pipeline:
 	// map both by their instance label, on the changes the rollout status reads (which pods the

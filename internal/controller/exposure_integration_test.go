@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -283,6 +284,7 @@ func TestSteadyOptionalChildrenAreNotRewritten(t *testing.T) {
 		cp.Spec.Route = &coordinatorv1alpha1.RouteSpec{ParentRef: &coordinatorv1alpha1.RouteParentReference{Name: "gw"}, RequestTimeout: "10m"}
 		cp.Spec.DisruptionBudget = &coordinatorv1alpha1.DisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1))}
 		cp.Spec.NetworkPolicy = &coordinatorv1alpha1.NetworkPolicySpec{Enabled: true, Egress: &coordinatorv1alpha1.NetworkPolicyEgress{}}
+		cp.Spec.Autoscaling = &coordinatorv1alpha1.AutoscalingSpec{MaxReplicas: 4, TargetCPUUtilizationPercent: ptr.To[int32](80), TargetInFlightRequests: ptr.To[int32](8)}
 	})
 	route := &gatewayv1.HTTPRoute{}
 	g.Eventually(func() error {
@@ -301,6 +303,7 @@ func TestSteadyOptionalChildrenAreNotRewritten(t *testing.T) {
 		for kind, obj := range map[string]client.Object{
 			"CoordinatorPipeline": &coordinatorv1alpha1.CoordinatorPipeline{}, "HTTPRoute": &gatewayv1.HTTPRoute{},
 			"PodDisruptionBudget": &policyv1.PodDisruptionBudget{}, "NetworkPolicy": &networkingv1.NetworkPolicy{},
+			"HorizontalPodAutoscaler": &autoscalingv2.HorizontalPodAutoscaler{},
 		} {
 			g.Expect(e.client.Get(ctx, key, obj)).To(Succeed())
 			rv[kind] = obj.GetResourceVersion()

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,10 +45,16 @@ func TestEditsThatChangeNoPodRollNothing(t *testing.T) {
 	}{
 		"kubectl scale cpl --replicas=3": {
 			edit: func(g *WithT, e *testEnv, cp *coordinatorv1alpha1.CoordinatorPipeline) {
-				scale := &autoscalingv1.Scale{}
-				g.Expect(e.client.SubResource("scale").Get(context.Background(), cp, scale)).To(Succeed())
-				scale.Spec.Replicas = 3
-				g.Expect(e.client.SubResource("scale").Update(context.Background(), cp, client.WithSubResourceBody(scale))).To(Succeed())
+				// The reconciler may write the status between the read and the update: retried on
+				// the conflict.
+				g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					scale := &autoscalingv1.Scale{}
+					if err := e.client.SubResource("scale").Get(context.Background(), cp, scale); err != nil {
+						return err
+					}
+					scale.Spec.Replicas = 3
+					return e.client.SubResource("scale").Update(context.Background(), cp, client.WithSubResourceBody(scale))
+				})).To(Succeed())
 			},
 			applied: func(g Gomega, e *testEnv, cp *coordinatorv1alpha1.CoordinatorPipeline, _ string) {
 				g.Expect(e.children(g, cp.Namespace, cp.Name).dep.Spec.Replicas).To(Equal(ptr.To[int32](3)))

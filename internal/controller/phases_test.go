@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -48,14 +49,15 @@ func TestReconcileErrorNamesThePhase(t *testing.T) {
 		"pipeline configuration": {failGet: &corev1.ConfigMap{}, mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 			cp.Spec.Tokenizers = []coordinatorv1alpha1.Tokenizer{{Name: "qwen", ConfigMap: &coordinatorv1alpha1.TokenizerConfigMapSource{Name: "qwen-tokenizer"}}}
 		}},
-		"ServiceAccount":      {failGet: &corev1.ServiceAccount{}},
-		"ConfigMap":           {failGet: &corev1.ConfigMap{}},
-		"Service":             {failGet: &corev1.Service{}},
-		"NetworkPolicy":       {failGet: &networkingv1.NetworkPolicy{}},
-		"PodDisruptionBudget": {failGet: &policyv1.PodDisruptionBudget{}},
-		"Deployment":          {failGet: &appsv1.Deployment{}},
-		"HTTPRoute":           {failGet: &gatewayv1.HTTPRoute{}},
-		"coordinator pods":    {failList: &corev1.PodList{}},
+		"ServiceAccount":          {failGet: &corev1.ServiceAccount{}},
+		"ConfigMap":               {failGet: &corev1.ConfigMap{}},
+		"Service":                 {failGet: &corev1.Service{}},
+		"NetworkPolicy":           {failGet: &networkingv1.NetworkPolicy{}},
+		"PodDisruptionBudget":     {failGet: &policyv1.PodDisruptionBudget{}},
+		"HorizontalPodAutoscaler": {failGet: &autoscalingv2.HorizontalPodAutoscaler{}},
+		"Deployment":              {failGet: &appsv1.Deployment{}},
+		"HTTPRoute":               {failGet: &gatewayv1.HTTPRoute{}},
+		"coordinator pods":        {failList: &corev1.PodList{}},
 	}
 	var names []string
 	for _, p := range (&CoordinatorPipelineReconciler{}).phases() {

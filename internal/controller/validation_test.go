@@ -226,6 +226,48 @@ func TestCRDValidationRejects(t *testing.T) {
 			},
 			wantErr: `spec.route.requestTimeout: Invalid value: "1.5m": spec.route.requestTimeout in body should match`,
 		},
+		"autoscaling min above max": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Autoscaling = &coordinatorv1alpha1.AutoscalingSpec{MinReplicas: ptr.To[int32](4), MaxReplicas: 3, TargetInFlightRequests: ptr.To[int32](8)}
+			},
+			wantErr: `spec.autoscaling: Invalid value: minReplicas must not be above maxReplicas`,
+		},
+		"autoscaling min 0": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Autoscaling = &coordinatorv1alpha1.AutoscalingSpec{MinReplicas: ptr.To[int32](0), MaxReplicas: 3, TargetInFlightRequests: ptr.To[int32](8)}
+			},
+			wantErr: `spec.autoscaling.minReplicas: Invalid value: 0: spec.autoscaling.minReplicas in body should be greater than or equal to 1`,
+		},
+		"autoscaling max 0": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Autoscaling = &coordinatorv1alpha1.AutoscalingSpec{TargetInFlightRequests: ptr.To[int32](8)}
+			},
+			wantErr: `spec.autoscaling.maxReplicas: Invalid value: 0: spec.autoscaling.maxReplicas in body should be greater than or equal to 1`,
+		},
+		"autoscaling without a target": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Autoscaling = &coordinatorv1alpha1.AutoscalingSpec{MaxReplicas: 3}
+			},
+			wantErr: `spec.autoscaling: Invalid value: set targetCPUUtilizationPercent, targetInFlightRequests or both: the autoscaler needs a target`,
+		},
+		"autoscaling with a target of 0": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Autoscaling = &coordinatorv1alpha1.AutoscalingSpec{MaxReplicas: 3, TargetCPUUtilizationPercent: ptr.To[int32](0)}
+			},
+			wantErr: `spec.autoscaling.targetCPUUtilizationPercent: Invalid value: 0: spec.autoscaling.targetCPUUtilizationPercent in body should be greater than or equal to 1`,
+		},
+		"autoscaling with a negative in-flight target": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Autoscaling = &coordinatorv1alpha1.AutoscalingSpec{MaxReplicas: 3, TargetInFlightRequests: ptr.To[int32](-2)}
+			},
+			wantErr: `spec.autoscaling.targetInFlightRequests: Invalid value: -2: spec.autoscaling.targetInFlightRequests in body should be greater than or equal to 1`,
+		},
+		"autoscaling metric name that is no metric name": {
+			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
+				cp.Spec.Autoscaling = &coordinatorv1alpha1.AutoscalingSpec{MaxReplicas: 3, TargetInFlightRequests: ptr.To[int32](2), InFlightMetricName: "in flight"}
+			},
+			wantErr: `spec.autoscaling.inFlightMetricName: Invalid value: "in flight": spec.autoscaling.inFlightMetricName in body should match`,
+		},
 		"disruption budget with both bounds": {
 			mutate: func(cp *coordinatorv1alpha1.CoordinatorPipeline) {
 				cp.Spec.DisruptionBudget = &coordinatorv1alpha1.DisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(1))}

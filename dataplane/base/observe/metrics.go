@@ -104,6 +104,9 @@ type Metrics struct {
 	tokens            *prometheus.CounterVec
 	tenantRequests    *prometheus.CounterVec
 	tenantTokens      *prometheus.CounterVec
+	pdRequests        *prometheus.CounterVec
+	legsInFlight      *prometheus.GaugeVec
+	firstByte         *prometheus.HistogramVec
 	// held are the pipeline revisions loaded (Loaded), whose series are kept.
 	heldMu sync.RWMutex
 	held   map[string]bool
@@ -176,6 +179,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Tokens of served answers as their usage reports them, by route, requested model, served model (target_model_name) and kind (prompt, completion, cached: prompt tokens served from the prefix cache)."},
 			[]string{"route", "model", "target_model_name", "kind"}),
 	}
+	m.pdRequests, m.legsInFlight, m.firstByte = newPDRequests(), newLegsInFlight(), newFirstByte()
 	m.models.seen = map[string]string{}
 	m.targets.seen = map[string]string{}
 	m.tenants.seen, m.tenants.max = map[string]string{}, MaxTenants
@@ -184,7 +188,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.llmd.collectors()...)
 	reg.MustRegister(m.requests, m.requestDuration, m.inFlight, m.requestBytes, m.responseBytes, m.stepDuration,
 		m.upstreamDuration, m.upstreamRequests, m.conditionalDecode, m.retries, m.budgetExhausted, m.resumes, m.degraded, m.encodeFanout, m.reloads, m.configInfo,
-		m.pipelineRequests, m.pipelineWeight, m.timeToFirstToken, m.interTokenLatency, m.prefillToFirst, m.tokens, m.tenantRequests, m.tenantTokens, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.mediaItems)
+		m.pipelineRequests, m.pipelineWeight, m.timeToFirstToken, m.interTokenLatency, m.prefillToFirst, m.tokens, m.tenantRequests, m.tenantTokens, m.pdRequests, m.legsInFlight, m.firstByte, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), m.mediaItems)
 	return m
 }
 

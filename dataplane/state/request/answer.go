@@ -9,4 +9,8 @@ type AnswerStats struct {
 	// HasUsage is true once a usage object was read; the counts are its members.
 	HasUsage                                     bool
 	PromptTokens, CompletionTokens, CachedTokens int64
+	// HasCached is true when that usage had prompt_tokens_details.cached_tokens (or the
+	// Responses API's input_tokens_details.cached_tokens): CachedTokens is a count the worker
+	// reported, not a missing one (vLLM reports it only with --enable-prompt-tokens-details).
+	HasCached bool
 }

@@ -175,14 +175,17 @@ func (c *Client) Do(ctx context.Context, r Request, set ...Field) (*http.Respons
 	observe.Inject(ctx, h)
 	req.Header = h
 	call.start = time.Now()
+	c.tel.Metrics.LegSent(r.Phase)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		err = causeOf(ctx, err)
 		call.stop()
+		c.tel.Metrics.LegEnded(r.Phase)
 		c.tel.Metrics.Upstream(r.Phase, 0, time.Since(call.start))
 		observe.End(span, 0, err)
 		return nil, err
 	}
+	c.tel.Metrics.LegAnswered(r.Phase, time.Since(call.start))
 	call.status, call.ReadCloser = resp.StatusCode, resp.Body
 	resp.Body = call
 	if r.OnAnswer != nil && resp.StatusCode < 400 {
@@ -352,6 +355,7 @@ func (b *observedBody) stop() {
 // finish reports the end of the body.
 func (b *observedBody) finish(err error) {
 	b.stop()
+	b.c.tel.Metrics.LegEnded(b.phase)
 	b.c.tel.Metrics.Upstream(b.phase, b.status, time.Since(b.start))
 	observe.End(b.span, b.status, err)
 }

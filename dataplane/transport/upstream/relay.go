@@ -93,8 +93,9 @@ func Drain(resp *http.Response) int64 {
 // the status is written, so a body that breaks off or stalls anywhere returns ErrNotStarted
 // with nothing written (the leg may be tried again). A body over limit bytes is relayed as it
 // comes once limit bytes were read (a break after that truncates it). inspect, when set, is
-// handed a body read whole before it is written (it must not keep it).
-func RelayWhole(w http.ResponseWriter, resp *http.Response, requestID string, limit int64, named []string, inspect func(body []byte)) error {
+// handed a body read whole before it is written (it must not keep it); an error it returns is
+// returned as is, with nothing written.
+func RelayWhole(w http.ResponseWriter, resp *http.Response, requestID string, limit int64, named []string, inspect func(body []byte) error) error {
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
 	buf := *bp
@@ -125,7 +126,9 @@ func RelayWhole(w http.ResponseWriter, resp *http.Response, requestID string, li
 	}
 	resp.Body.Close()
 	if inspect != nil {
-		inspect(buf[:n])
+		if err := inspect(buf[:n]); err != nil {
+			return err
+		}
 	}
 	h := w.Header()
 	CopyResponseHeader(h, resp.Header, named)

@@ -87,7 +87,10 @@
 // each applying to the next Count inference or render requests (whose body
 // contains Fault.Match, when set: one modality's encode legs): an error
 // status, a TCP reset before the headers, a hang before or after the
-// headers, or a death mid-answer after a given number of stream tokens (the
+// headers, a decode that ignores its KV transfer and recomputes the prompt
+// (FaultRecompute: usage cached_tokens 0, where a decode that loaded the KV
+// reports every prompt token cached, as vLLM does), or a death mid-answer
+// after a given number of stream tokens (the
 // connection is reset with SO_LINGER 0 after what was flushed, as a
 // SIGKILL'd or OOM-killed vLLM looks to its peer). Requests records which
 // fault each request drew, and AwaitRequests lets a test wait for a request

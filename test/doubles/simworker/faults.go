@@ -39,6 +39,12 @@ const (
 	// FaultHangBeforeHeaders reads the request and answers nothing until the
 	// request's context ends, then resets the connection.
 	FaultHangBeforeHeaders FaultKind = "hang-before-headers"
+	// FaultRecompute makes a decode leg with a remote prefill ignore its kv_transfer_params, as
+	// vLLM does after a failed KV load with kv_load_failure_policy=recompute (or with a decode
+	// connector that never loads): it neither pulls nor frees the prefill's KV, computes the
+	// prompt itself and answers with usage.prompt_tokens_details.cached_tokens 0. Other
+	// requests that draw it are served as usual.
+	FaultRecompute FaultKind = "recompute"
 )
 
 // StatusNoAnswer is the Request.Status of a faulted request the worker
@@ -78,10 +84,10 @@ func (f Fault) Validate() error {
 		if f.Status < 200 || f.Status > 599 {
 			return fmt.Errorf("fault %s: status %d is not between 200 and 599", f.Kind, f.Status)
 		}
-	case FaultDieMidStream, FaultHangAfterHeaders, FaultResetBeforeHeaders, FaultHangBeforeHeaders:
+	case FaultDieMidStream, FaultHangAfterHeaders, FaultResetBeforeHeaders, FaultHangBeforeHeaders, FaultRecompute:
 	default:
-		return fmt.Errorf("unknown fault kind %q (want %s, %s, %s, %s or %s)", f.Kind,
-			FaultStatus, FaultDieMidStream, FaultHangAfterHeaders, FaultResetBeforeHeaders, FaultHangBeforeHeaders)
+		return fmt.Errorf("unknown fault kind %q (want %s, %s, %s, %s, %s or %s)", f.Kind,
+			FaultStatus, FaultDieMidStream, FaultHangAfterHeaders, FaultResetBeforeHeaders, FaultHangBeforeHeaders, FaultRecompute)
 	}
 	if f.Count < 0 || f.AfterTokens < 0 || f.RetryAfter < 0 {
 		return fmt.Errorf("fault %s: count, after_tokens and retry_after must not be negative", f.Kind)
@@ -197,6 +203,8 @@ func (w *Worker) serveFault(rw http.ResponseWriter, r *http.Request, f Fault, di
 	case FaultHangBeforeHeaders:
 		<-ctx.Done()
 		resetConn(rw)
+	case FaultRecompute:
+		dispatch(rw, r.WithContext(context.WithValue(ctx, recomputeKey{}, true)))
 	default:
 		af := &activeFault{fault: f, rw: rw}
 		rec := &recorder{header: rw.Header()}
@@ -227,6 +235,12 @@ func writeInjected(rw http.ResponseWriter, status int, body string, retryAfter i
 
 // faultKey carries an activeFault through the request context.
 type faultKey struct{}
+
+// recomputeKey marks a request that drew FaultRecompute.
+type recomputeKey struct{}
+
+// recomputes reports whether the request of ctx drew FaultRecompute.
+func recomputes(ctx context.Context) bool { return ctx.Value(recomputeKey{}) != nil }
 
 // activeFault is a fault that strikes partway through an answer. A stream claims it and writes
 // to rw itself; any other answer is recorded first and cut afterwards.

@@ -66,10 +66,15 @@ func (w *Worker) servePrefillDecode(rw http.ResponseWriter, r *http.Request, in 
 			return
 		}
 	case legRemotePrefill:
+		if recomputes(ctx) {
+			in.recomputed = true // the transfer is ignored: the prompt is computed here
+			break
+		}
 		if err := w.verifyKV(ctx, in); err != nil {
 			writeAPIError(rw, err)
 			return
 		}
+		in.kvLoaded = true
 	default:
 		if err := w.verifyEC(ctx, in, false); err != nil {
 			writeAPIError(rw, err)

@@ -64,6 +64,12 @@ type inference struct {
 	chatImages []chatImage // chat only: images found in the messages
 	// cachedPrompt is set when the worker had served the prompt before (its prefix cache holds it).
 	cachedPrompt bool
+	// kvLoaded is set when a decode leg loaded the prompt's KV from its prefill worker: as
+	// vLLM counts tokens a KV connector loaded among the cached ones, its usage reports them all.
+	kvLoaded bool
+	// recomputed is set when a decode leg with a remote prefill computed the prompt itself
+	// (FaultRecompute): its usage reports cached_tokens 0.
+	recomputed bool
 	// tool is the call a chat request is answered with (tools.go), nil for text.
 	tool *toolCall
 }

@@ -13,8 +13,9 @@ type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
-	// PromptTokensDetails says, as vLLM does, how many prompt tokens the prefix cache served:
-	// all of them when the worker had served the prompt before (absent otherwise).
+	// PromptTokensDetails says, as vLLM does, how many prompt tokens the worker did not compute:
+	// all of them when it had served the prompt before (its prefix cache) or loaded the prompt's
+	// KV from a prefill worker, 0 when it ignored that KV (FaultRecompute), absent otherwise.
 	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details,omitempty"`
 }
 
@@ -59,7 +60,10 @@ func (w *Worker) newGeneration(r *http.Request, in *inference, kv any, ec map[st
 	if g.model == "" {
 		g.model = w.cfg.ModelName
 	}
-	if in.cachedPrompt {
+	switch {
+	case in.recomputed:
+		g.usage.PromptTokensDetails = &PromptTokensDetails{} // cached_tokens 0, as vLLM reports a recompute
+	case in.cachedPrompt || in.kvLoaded:
 		g.usage.PromptTokensDetails = &PromptTokensDetails{CachedTokens: len(in.promptIDs)}
 	}
 	rid := r.Header.Get("X-Request-Id")

@@ -119,8 +119,8 @@ func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 	return families
 }
 
-// Every metric the alerts and the dashboard query, with every label they match on, is exported
-// by the binaries.
+// Every metric the alerts, the dashboard and the KEDA example query, with every label they match
+// on, is exported by the binaries.
 func TestQueriedMetricsAreExported(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
@@ -136,7 +136,7 @@ func TestQueriedMetricsAreExported(t *testing.T) {
 	x.add(operatorMetrics(t, bin))
 
 	n := 0
-	for _, q := range slices.Concat(rules(t), dashboard(t)) {
+	for _, q := range slices.Concat(rules(t), dashboard(t), keda(t)) {
 		uses, err := parse(q)
 		if err != nil {
 			t.Error(err)

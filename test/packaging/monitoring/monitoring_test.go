@@ -1,7 +1,7 @@
 // Package monitoring keeps the shipped monitoring honest: every PromQL expression of the alerts
-// (config/prometheus/prometheus_rule.yaml) and of the Grafana dashboard
+// (config/prometheus/prometheus_rule.yaml), of the Grafana dashboard
 // (config/grafana/coordinator-dashboard.json; the chart carries copies, test/packaging/chart keeps them
-// equal) parses with Prometheus's own parser, and every metric it queries, with every label it
+// equal) and of the KEDA example's triggers (config/samples/keda) parses with Prometheus's own parser, and every metric it queries, with every label it
 // matches on, is one the real binaries export: the coordinator (cmd/coordinator) in front of
 // simworkers and the gateway double, driven until its lazily created series exist, and the
 // operator (cmd/manager) reconciling CoordinatorPipelines on a real API server (envtest).
@@ -32,6 +32,7 @@ const root = "../../.."
 const (
 	rulesFile     = "config/prometheus/prometheus_rule.yaml"
 	dashboardFile = "config/grafana/coordinator-dashboard.json"
+	kedaFile      = "config/samples/keda/scaledobjects.yaml"
 )
 
 // query is one PromQL expression and where it comes from.
@@ -204,8 +205,45 @@ func parse(q query) ([]selectorUse, error) {
 	return out, nil
 }
 
+// keda returns the Prometheus trigger queries of the KEDA example's ScaledObjects.
+func keda(t *testing.T) []query {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, kedaFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []query
+	for i, doc := range strings.Split(string(b), "\n---\n") {
+		var so struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Spec struct {
+				Triggers []struct {
+					Type     string            `json:"type"`
+					Name     string            `json:"name"`
+					Metadata map[string]string `json:"metadata"`
+				} `json:"triggers"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &so); err != nil {
+			t.Fatalf("%s: document %d: %v", kedaFile, i, err)
+		}
+		for _, tr := range so.Spec.Triggers {
+			if tr.Type != "prometheus" || tr.Metadata["query"] == "" {
+				t.Fatalf("%s: %s trigger %s: want a prometheus trigger with a query", kedaFile, so.Metadata.Name, tr.Name)
+			}
+			out = append(out, query{where: fmt.Sprintf("%s: ScaledObject %s trigger %s", kedaFile, so.Metadata.Name, tr.Name), expr: tr.Metadata["query"]})
+		}
+	}
+	if len(out) < 2 {
+		t.Fatalf("%s: only %d queries", kedaFile, len(out))
+	}
+	return out
+}
+
 func TestExpressionsParse(t *testing.T) {
-	for _, q := range slices.Concat(rules(t), dashboard(t)) {
+	for _, q := range slices.Concat(rules(t), dashboard(t), keda(t)) {
 		if _, err := parse(q); err != nil {
 			t.Error(err)
 		}

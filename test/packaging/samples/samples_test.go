@@ -561,8 +561,9 @@ func moduleDir(root, module string) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// apiServer starts (once) a kube-apiserver and etcd with our CRD, GAIE's InferencePool CRD and
-// Gateway API's standard GatewayClass, Gateway and HTTPRoute CRDs, at the versions in go.mod.
+// apiServer starts (once) a kube-apiserver and etcd with our CRD, GAIE's InferencePool CRD,
+// Gateway API's standard GatewayClass, Gateway and HTTPRoute CRDs, at the versions in go.mod, and
+// KEDA's ScaledObject CRD (testdata/keda).
 func apiServer(t *testing.T) client.Client {
 	t.Helper()
 	assets := prereq.KubebuilderAssets(t)
@@ -587,6 +588,7 @@ func apiServer(t *testing.T) client.Client {
 				filepath.Join(std, "gateway.networking.k8s.io_gatewayclasses.yaml"),
 				filepath.Join(std, "gateway.networking.k8s.io_gateways.yaml"),
 				filepath.Join(std, "gateway.networking.k8s.io_httproutes.yaml"),
+				filepath.Join(root, "test", "packaging", "samples", "testdata", "keda", "keda.sh_scaledobjects.yaml"),
 			},
 			ErrorIfCRDPathMissing: true,
 		}

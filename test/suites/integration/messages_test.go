@@ -117,7 +117,9 @@ func TestMessagesText(t *testing.T) {
 				msg.Model != "sim-model" || !strings.HasPrefix(msg.ID, "msg_") || len(msg.Content) != 1 {
 				t.Fatalf("message %s", msg.RawJSON())
 			}
-			if msg.Usage.InputTokens != wantInput || msg.Usage.OutputTokens != 5 || msg.Usage.CacheReadInputTokens != 0 {
+			// After a prefill the decode worker loaded the prompt's KV: the usage counts those
+			// tokens as cache reads, as Anthropic's does, and input_tokens the rest.
+			if msg.Usage.InputTokens+msg.Usage.CacheReadInputTokens != wantInput || msg.Usage.OutputTokens != 5 {
 				t.Fatalf("usage %s, want %d input tokens", msg.Usage.RawJSON(), wantInput)
 			}
 			if got := s.legProfiles(httpResp); got != tc.legs {
@@ -181,8 +183,8 @@ func TestMessagesMultimodal(t *testing.T) {
 	if len(r.Images) != 2 || r.Images[0].Hash != simworker.ImageHash(pngA) || r.Images[1].Hash != simworker.ImageHash(pngB) {
 		t.Fatalf("render saw images %+v", r.Images)
 	}
-	if msg.Usage.InputTokens != int64(len(r.TokenIDs)) {
-		t.Fatalf("input tokens %d, render gave %d", msg.Usage.InputTokens, len(r.TokenIDs))
+	if got := msg.Usage.InputTokens + msg.Usage.CacheReadInputTokens; got != int64(len(r.TokenIDs)) {
+		t.Fatalf("input tokens %d (with cache reads), render gave %d", got, len(r.TokenIDs))
 	}
 
 	st := streamMessage(context.Background(), c, p)
@@ -255,8 +257,8 @@ func TestMessagesToolUse(t *testing.T) {
 			if got := chatMessages(t, received(t, s.stack.Decode[0])[0]); got != want {
 				t.Fatalf("the decode worker got messages\n%s\nwant\n%s", got, want)
 			}
-			if answer.Usage.InputTokens != promptTokens(t, want) {
-				t.Fatalf("input tokens %d, want %d", answer.Usage.InputTokens, promptTokens(t, want))
+			if got := answer.Usage.InputTokens + answer.Usage.CacheReadInputTokens; got != promptTokens(t, want) {
+				t.Fatalf("input tokens %d (with cache reads), want %d", got, promptTokens(t, want))
 			}
 		})
 	}
@@ -294,8 +296,8 @@ func TestMessagesCountTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg.Usage.InputTokens != count.InputTokens {
-		t.Fatalf("the message was charged %d input tokens, count_tokens said %d", msg.Usage.InputTokens, count.InputTokens)
+	if got := msg.Usage.InputTokens + msg.Usage.CacheReadInputTokens; got != count.InputTokens {
+		t.Fatalf("the message was charged %d input tokens (with cache reads), count_tokens said %d", got, count.InputTokens)
 	}
 
 	// Images by URL are counted only when sent.
@@ -423,7 +425,7 @@ func TestMessagesMetrics(t *testing.T) {
 		t.Fatalf("%v completion tokens, want 7", got)
 	}
 	prompt := counter(t, reg, "coordinator_tokens_total", labels("kind", observe.TokensPrompt))
-	if want := msg.Usage.InputTokens + st.msg.Usage.InputTokens + st.msg.Usage.CacheReadInputTokens; prompt != float64(want) {
+	if want := msg.Usage.InputTokens + msg.Usage.CacheReadInputTokens + st.msg.Usage.InputTokens + st.msg.Usage.CacheReadInputTokens; prompt != float64(want) {
 		t.Fatalf("%v prompt tokens, the answers say %d", prompt, want)
 	}
 }

@@ -139,9 +139,15 @@ func TestTokenMetrics(t *testing.T) {
 	if got := awaitTokens(t, reg, observe.TokensCompletion, maxTokens); got != maxTokens {
 		t.Fatalf("completion tokens %v, want %d", got, maxTokens)
 	}
+	// The decode worker loaded the prompt's KV from the prefill: its usage, as vLLM's, counts
+	// those tokens cached.
+	if got := awaitTokens(t, reg, observe.TokensCached, prompt); got != prompt {
+		t.Fatalf("cached tokens %v, want the transferred prompt's %v", got, prompt)
+	}
 
-	// The same prompt streamed, without include_usage: the decode worker served it before (its
-	// prefix cache), so the usage it was asked for reports cached tokens; the client sees no usage.
+	// The same prompt streamed, without include_usage: the usage the coordinator asked for reports
+	// the prompt cached again (the decode worker loaded the KV and served it before); the client
+	// sees no usage.
 	stream := s.client.Chat.Completions.NewStreaming(ctx, chatParams("count my tokens", maxTokens))
 	events, withUsage := 0, 0
 	for stream.Next() {
@@ -162,8 +168,8 @@ func TestTokenMetrics(t *testing.T) {
 	if got := awaitTokens(t, reg, observe.TokensCompletion, 2*maxTokens); got != 2*maxTokens {
 		t.Fatalf("completion tokens %v after the stream, want %d", got, 2*maxTokens)
 	}
-	if got := awaitTokens(t, reg, observe.TokensCached, prompt); got != prompt {
-		t.Fatalf("cached tokens %v, want the repeated prompt's %v", got, prompt)
+	if got := awaitTokens(t, reg, observe.TokensCached, 2*prompt); got != 2*prompt {
+		t.Fatalf("cached tokens %v, want twice the prompt's %v", got, prompt)
 	}
 
 	// A client that asks for usage gets it, counted once.
