@@ -59,22 +59,7 @@ func TestCanaryErrorRatioAlert(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			storage := promqltest.LoadedStorage(t, "load 1m\n  "+strings.Join(tc.load, "\n  "))
-			t.Cleanup(func() { _ = storage.Close() })
-			engine := promqltest.NewTestEngine(t, false, 5*time.Minute, promqltest.DefaultMaxSamplesPerQuery)
-			q, err := engine.NewInstantQuery(context.Background(), storage, nil, expr, time.Unix(0, 0).Add(20*time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer q.Close()
-			res := q.Exec(context.Background())
-			if res.Err != nil {
-				t.Fatal(res.Err)
-			}
-			vec, err := res.Vector()
-			if err != nil {
-				t.Fatal(err)
-			}
+			vec := evalAt(t, tc.load, expr)
 			if fired := len(vec) > 0; fired != tc.fire {
 				t.Fatalf("fired %v (%v), want %v", fired, vec, tc.fire)
 			}
