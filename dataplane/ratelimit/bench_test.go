@@ -27,7 +27,7 @@ func BenchmarkCheck(b *testing.B) {
 				if !d.Allowed {
 					b.Fatalf("%+v", d)
 				}
-				l.Settle(ctx, cfg, d, 120)
+				l.Settle(ctx, d, 120)
 			}
 		})
 	}

@@ -18,7 +18,9 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"math"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +61,8 @@ const (
 	redisClientName = "coordinator-ratelimit"
 	usPerSecond     = 1e6
 	usPerMinute     = 60e6
+	// toleranceSlack (µs) absorbs the rounding of the bucket arithmetic (newParams).
+	toleranceSlack = 1
 )
 
 // Window is the state of one limit after a check, what the x-ratelimit-* headers report.
@@ -93,8 +97,14 @@ type Decision struct {
 	// Objective is the tenant's objective ("" when none).
 	Objective string
 
-	// limits are the bucket's, for Settle.
-	limits config.TenantLimits
+	// What Settle needs, as they were at the check: the bucket's limits, its Redis client and
+	// keys (SourceRedis) or its local bucket (SourceLocal), and the Redis timeout. A reload
+	// between the check and the settle does not move the settle to the new block's Redis.
+	limits  config.TenantLimits
+	client  *redis.Client
+	keys    []string
+	local   *localBucket
+	timeout time.Duration
 }
 
 // Limiter checks requests against the rate_limit block of the configuration each request runs
@@ -160,23 +170,27 @@ func (l *Limiter) Check(ctx context.Context, cfg *config.RateLimit, tenant strin
 		return Decision{Allowed: true, Bucket: bucket, Objective: objective}
 	}
 	p := newParams(limits, tokens)
-	d := Decision{Limited: true, Bucket: bucket, Objective: objective, Requested: p.cost, Reserved: p.cost, limits: limits}
+	d := Decision{Limited: true, Bucket: bucket, Objective: objective, Requested: p.cost, Reserved: p.cost,
+		limits: limits, keys: keys(cfg, bucket), timeout: cfg.Timeout()}
 	client, local := l.state(cfg)
 	var res result
-	if l.now().UnixNano() < l.unavailableUntil.Load() {
-		d.Source = l.fallback(cfg, local, bucket, p, &res)
+	if !l.mayTryRedis(cfg.Timeout()) {
+		d.Source, d.local = l.fallback(cfg, local, bucket, p, &res)
 	} else {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Timeout())
-		vals, err := checkScript.Run(rctx, client, keys(cfg, bucket), p.reqInterval, p.reqTolerance, p.tokInterval, p.tokTolerance, p.cost).Int64Slice()
+		vals, err := checkScript.Run(rctx, client, d.keys, p.reqInterval, p.reqTolerance, p.tokInterval, p.tokTolerance, p.cost).Int64Slice()
 		cancel()
-		if err == nil && len(vals) == 5 {
-			d.Source = SourceRedis
+		switch {
+		case err == nil && len(vals) == 5:
+			l.unavailableUntil.Store(0)
+			d.Source, d.client = SourceRedis, client
 			res = result{allowed: vals[0] == 1, reqDebt: float64(vals[1]), tokDebt: float64(vals[2]), reqWait: float64(vals[3]), tokWait: float64(vals[4])}
-		} else {
-			l.unavailableUntil.Store(l.now().Add(unavailableFor).UnixNano())
-			l.redisErrors.WithLabelValues("check").Inc()
-			l.log.V(logging.Warn).Info("rate limit: Redis unavailable; using the fallback for a second", "on_redis_failure", cfg.OnRedisFailure, "err", errString(err))
-			d.Source = l.fallback(cfg, local, bucket, p, &res)
+		case errors.Is(err, redis.ErrClosed):
+			// A reload replaced the client under this check: Redis itself is fine.
+			d.Source, d.local = l.fallback(cfg, local, bucket, p, &res)
+		default:
+			l.unavailable("check", cfg, err)
+			d.Source, d.local = l.fallback(cfg, local, bucket, p, &res)
 		}
 	}
 	switch d.Source {
@@ -212,35 +226,68 @@ func (l *Limiter) Check(ctx context.Context, cfg *config.RateLimit, tenant strin
 // Settle corrects the tokens d reserved to used, the answer's prompt plus completion tokens
 // (the reserve is returned when used is 0: the request failed before a worker served it). It
 // is a no-op for a request that reserved nothing and has no token limit.
-func (l *Limiter) Settle(ctx context.Context, cfg *config.RateLimit, d Decision, used int64) {
+//
+// It settles where the check took: the same Redis client and keys, or the same local bucket,
+// even across a reload (one that moved to another Redis closed the check's client: that settle
+// is dropped, the old server's buckets deciding nothing any more). While Redis is marked unavailable (a check or a settle failed within the
+// last second) a Redis settle is skipped and the reservation stands, so that a hanging Redis
+// does not hold every answer's end for the timeout.
+func (l *Limiter) Settle(ctx context.Context, d Decision, used int64) {
 	if !d.Allowed || d.limits.TokensPerMinute <= 0 || used == d.Reserved || used < 0 {
 		return
 	}
 	delta := used - d.Reserved
 	p := newParams(d.limits, 0)
-	client, local := l.state(cfg)
 	switch d.Source {
 	case SourceLocal:
 		l.mu.Lock()
-		if b := local[d.Bucket]; b != nil {
-			b.settle(float64(l.now().UnixMicro()), p.tokInterval, delta)
-		}
+		d.local.settle(float64(l.now().UnixMicro()), p.tokInterval, delta)
 		l.mu.Unlock()
 	case SourceRedis:
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Timeout())
+		if l.now().UnixNano() < l.unavailableUntil.Load() {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.timeout)
 		defer cancel()
-		if err := settleScript.Run(rctx, client, keys(cfg, d.Bucket)[1:], p.tokInterval, delta).Err(); err != nil {
-			l.redisErrors.WithLabelValues("settle").Inc()
-			l.log.V(logging.Verbose).Info("rate limit: settling the tokens failed; the reservation stands", "tenant", d.Bucket, "err", err.Error())
+		err := settleScript.Run(rctx, d.client, d.keys[1:], p.tokInterval, delta).Err()
+		switch {
+		case err == nil, errors.Is(err, redis.ErrClosed): // closed by a reload: the reservation stands
+		default:
+			l.unavailable("settle", nil, err)
 		}
 	}
+}
+
+// mayTryRedis says whether a check may call Redis: always while it answers; after a failure,
+// once unavailableFor has passed, only one check at a time (the others take the fallback until
+// it succeeds or the window starts again), so that a hanging Redis costs one timeout per
+// window, not one per request.
+func (l *Limiter) mayTryRedis(timeout time.Duration) bool {
+	until := l.unavailableUntil.Load()
+	if until == 0 {
+		return true
+	}
+	now := l.now().UnixNano()
+	return now >= until && l.unavailableUntil.CompareAndSwap(until, now+int64(timeout)+1)
+}
+
+// unavailable marks Redis unavailable for unavailableFor after op failed with err.
+func (l *Limiter) unavailable(op string, cfg *config.RateLimit, err error) {
+	l.unavailableUntil.Store(l.now().Add(unavailableFor).UnixNano())
+	l.redisErrors.WithLabelValues(op).Inc()
+	if cfg != nil {
+		l.log.V(logging.Warn).Info("rate limit: Redis unavailable; using the fallback for a second", "on_redis_failure", cfg.OnRedisFailure, "err", errString(err))
+		return
+	}
+	l.log.V(logging.Verbose).Info("rate limit: Redis unavailable; the reservation stands", "op", op, "err", errString(err))
 }
 
 // state returns the Redis client and local buckets of cfg, replacing those of an older block.
 func (l *Limiter) state(cfg *config.RateLimit) (*redis.Client, map[string]*localBucket) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cfg == cfg && l.client != nil {
+	if l.client != nil && (l.cfg == cfg || reflect.DeepEqual(*l.cfg, *cfg)) {
+		l.cfg = cfg // a reload that left the block as it was keeps the client and local buckets
 		return l.client, l.local
 	}
 	if l.cfg != nil && l.client != nil && sameRedis(l.cfg, cfg) {
@@ -256,7 +303,11 @@ func (l *Limiter) state(cfg *config.RateLimit) (*redis.Client, map[string]*local
 	}
 	l.cfg, l.local = cfg, map[string]*localBucket{}
 	redisclient.UseLogger(l.log)
-	l.client = redis.NewClient(redisclient.Options(opts, cfg.PasswordEnv, l.getenv, cfg.Timeout(), redisClientName))
+	o := redisclient.Options(opts, cfg.PasswordEnv, l.getenv, cfg.Timeout(), redisClientName)
+	// No retries: neither script is idempotent (a reply lost after the script ran would take or
+	// settle twice); a failed call takes the fallback instead.
+	o.MaxRetries = -1
+	l.client = redis.NewClient(o)
 	return l.client, l.local
 }
 
@@ -265,12 +316,12 @@ func sameRedis(a, b *config.RateLimit) bool {
 }
 
 // fallback decides while Redis is unavailable, by cfg.OnRedisFailure.
-func (l *Limiter) fallback(cfg *config.RateLimit, local map[string]*localBucket, bucket string, p params, res *result) string {
+func (l *Limiter) fallback(cfg *config.RateLimit, local map[string]*localBucket, bucket string, p params, res *result) (string, *localBucket) {
 	switch cfg.OnRedisFailure {
 	case config.RedisFailureOpen:
-		return SourceOpen
+		return SourceOpen, nil
 	case config.RedisFailureClosed:
-		return SourceClosed
+		return SourceClosed, nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -280,11 +331,11 @@ func (l *Limiter) fallback(cfg *config.RateLimit, local map[string]*localBucket,
 		local[bucket] = b
 	}
 	*res = b.check(float64(l.now().UnixMicro()), p)
-	return SourceLocal
+	return SourceLocal, b
 }
 
-// keys are the bucket's Redis keys: requests, then tokens. The hash tag keeps both in one
-// Redis Cluster slot.
+// keys are the bucket's Redis keys: requests, then tokens (one Redis server: the client does
+// not follow Redis Cluster redirects).
 func keys(cfg *config.RateLimit, bucket string) []string {
 	k := cfg.KeyPrefix + "{" + bucket + "}:"
 	return []string{k + "r", k + "t"}
@@ -304,11 +355,14 @@ func newParams(l config.TenantLimits, tokens int64) params {
 	if r := l.RequestsPerSecond; r > 0 {
 		p.reqBurst = max(1, int64(math.Floor(r)))
 		p.reqInterval = usPerSecond / r
-		p.reqTolerance = p.reqInterval * float64(p.reqBurst)
+		// 1 µs of slack: now is ~1.7e15 µs, where a float64 steps by a quarter µs, so the sums
+		// below round; without it a burst of 1 could be refused on an empty bucket and the
+		// remaining count read one low.
+		p.reqTolerance = p.reqInterval*float64(p.reqBurst) + toleranceSlack
 	}
 	if t := l.TokensPerMinute; t > 0 {
 		p.tokInterval = usPerMinute / float64(t)
-		p.tokTolerance = usPerMinute
+		p.tokTolerance = usPerMinute + toleranceSlack
 		p.cost = min(max(tokens, 0), t)
 	}
 	return p

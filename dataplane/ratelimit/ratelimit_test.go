@@ -121,7 +121,7 @@ func TestSettle(t *testing.T) {
 			if !d.Allowed || d.Source != want || d.Reserved != 100 {
 				t.Fatalf("first: %+v", d)
 			}
-			l.Settle(ctx, cfg, d, 950) // the answer used 950: 850 more than reserved
+			l.Settle(ctx, d, 950) // the answer used 950: 850 more than reserved
 			if d := l.Check(ctx, cfg, "tokens", 200); d.Allowed {
 				t.Fatalf("after settling 950 tokens, 200 more pass: %+v", d)
 			}
@@ -136,7 +136,7 @@ func TestSettle(t *testing.T) {
 			// Give back more than a reservation: what was taken by the 950 returns.
 			big := d
 			big.Reserved = 900
-			l.Settle(ctx, cfg, big, 0)
+			l.Settle(ctx, big, 0)
 			if d := l.Check(ctx, cfg, "tokens", 800); !d.Allowed {
 				t.Fatalf("after a refund of 900, 800 tokens are refused: %+v", d)
 			}
@@ -301,6 +301,117 @@ func TestHeadersAndError(t *testing.T) {
 	for d, s := range map[time.Duration]string{0: "0ms", 20 * time.Millisecond: "20ms", 1100 * time.Microsecond: "2ms", time.Second: "1s", 6 * time.Minute: "6m0s"} {
 		if got := FormatReset(d); got != s {
 			t.Errorf("FormatReset(%s) = %q, want %q", d, got, s)
+		}
+	}
+}
+
+// Every rate admits its whole burst from an empty bucket, and a burst of one exactly one,
+// through Redis and through the local buckets at a clock of today's magnitude (~1.8e15 µs, where
+// a float64 steps by a quarter µs): the float rounding of the bucket arithmetic neither refuses
+// a request on an empty bucket (rates under 2/s were refused for ever) nor reports one request
+// too few remaining.
+func TestFractionalRates(t *testing.T) {
+	rs := redistest.Start(t, redistest.Options{})
+	type rate struct {
+		rps                   float64
+		burst                 int
+		remainingAfterOne     int64
+		refusedAfterBurstOnly bool // the interval is long enough to check the request after the burst
+	}
+	rates := []rate{{0.7, 1, 0, true}, {1.1, 1, 0, true}, {1.5, 1, 0, true}, {3, 3, 2, false}, {6, 6, 5, false}, {7.3, 7, 6, false}}
+	for _, mode := range []string{"redis", config.RedisFailureLocal} {
+		for _, r := range rates {
+			t.Run(fmt.Sprintf("%s/%grps", mode, r.rps), func(t *testing.T) {
+				if _, err := rs.Do("FLUSHALL"); err != nil {
+					t.Fatal(err)
+				}
+				l := New(logr.Discard(), nil)
+				defer l.Close()
+				cfg := block(rs.URL(), config.RedisFailureLocal)
+				cfg.Tenants = []config.Tenant{{Name: "t", RequestsPerSecond: r.rps}}
+				want := SourceRedis
+				if mode == config.RedisFailureLocal {
+					cfg.RedisURL = "redis://127.0.0.1:1/0" // refused: the local buckets decide
+					want = SourceLocal
+					at := time.Unix(1796525555, 123456789)
+					l.now = func() time.Time { return at } // no time passes between the checks
+				}
+				for i := range r.burst {
+					d := l.Check(context.Background(), cfg, "t", 0)
+					if !d.Allowed || d.Source != want {
+						t.Fatalf("request %d of a burst of %d refused: %+v", i+1, r.burst, d)
+					}
+					if i == 0 && d.Requests.Remaining != r.remainingAfterOne {
+						t.Fatalf("after one request %d remaining, want %d", d.Requests.Remaining, r.remainingAfterOne)
+					}
+				}
+				if r.refusedAfterBurstOnly || mode == config.RedisFailureLocal {
+					if d := l.Check(context.Background(), cfg, "t", 0); d.Allowed {
+						t.Fatalf("request %d past a burst of %d admitted: %+v", r.burst+1, r.burst, d)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A settle after a reload that moved the limiter to another Redis leaves the new block's client
+// alone (it settled through the old block's client, which the reload closed: the old server's
+// buckets no longer decide anything, so the reservation standing there costs nothing), and is
+// not taken for an outage.
+func TestSettleAcrossAReload(t *testing.T) {
+	a, b := redistest.Start(t, redistest.Options{}), redistest.Start(t, redistest.Options{})
+	l := New(logr.Discard(), nil)
+	defer l.Close()
+	ctx := context.Background()
+	oldCfg, newCfg := block(a.URL(), config.RedisFailureClosed), block(b.URL(), config.RedisFailureClosed)
+	inFlight := l.Check(ctx, oldCfg, "tokens", 100)
+	if inFlight.Source != SourceRedis || !inFlight.Allowed {
+		t.Fatalf("%+v", inFlight)
+	}
+	if d := l.Check(ctx, newCfg, "tokens", 100); d.Source != SourceRedis || !d.Allowed {
+		t.Fatalf("the first check on the new block: %+v", d)
+	}
+	l.Settle(ctx, inFlight, 1000) // the old request's answer: 900 more than reserved
+	if d := l.Check(ctx, newCfg, "tokens", 800); d.Source != SourceRedis || !d.Allowed {
+		t.Fatalf("the new block's Redis after the old request settled: %+v (closed would say source closed)", d)
+	}
+	if n := testutil.ToFloat64(l.redisErrors.WithLabelValues("settle")) + testutil.ToFloat64(l.redisErrors.WithLabelValues("check")); n != 0 {
+		t.Fatalf("%v Redis errors", n)
+	}
+	// A reload that leaves the block as it was keeps the client (no reconnect, same buckets).
+	c1, _ := l.state(newCfg)
+	same := *newCfg
+	c2, _ := l.state(&same)
+	if c1 != c2 {
+		t.Fatal("an equal block after a reload got a new Redis client")
+	}
+}
+
+// After the unavailable window, one check at a time tries Redis again; the others take the
+// fallback instead of each waiting for the timeout.
+func TestOneProberAfterAnOutage(t *testing.T) {
+	l := New(logr.Discard(), nil)
+	defer l.Close()
+	at := time.Unix(1796525555, 0)
+	l.now = func() time.Time { return at }
+	l.unavailableUntil.Store(at.Add(-time.Millisecond).UnixNano()) // the window has passed
+	if !l.mayTryRedis(time.Second) {
+		t.Fatal("the first check after the window may not try Redis")
+	}
+	for i := range 3 {
+		if l.mayTryRedis(time.Second) {
+			t.Fatalf("check %d tried Redis while the first one's call is out", i+2)
+		}
+	}
+	at = at.Add(2 * time.Second) // the prober's call timed out without marking (it would have)
+	if !l.mayTryRedis(time.Second) {
+		t.Fatal("after the prober's timeout, no check may try Redis")
+	}
+	l.unavailableUntil.Store(0) // a success
+	for range 3 {
+		if !l.mayTryRedis(time.Second) {
+			t.Fatal("while Redis answers, a check may not try it")
 		}
 	}
 }

@@ -113,7 +113,7 @@ func (s *Server) handleInference(c echo.Context) error {
 		if x.metrics == nil {
 			format.AskUsage(rc) // the tokens are settled from the usage
 		}
-		defer s.settle(ctx, c, rateLimit, limit, rc)
+		defer s.settle(ctx, c, limit, rc)
 	}
 	if x.metrics != nil {
 		format.AskUsage(rc) // the tokens are counted from the usage; a client that did not ask does not see it
@@ -144,7 +144,7 @@ func estimateTokens(bodyBytes int) int64 { return int64(bodyBytes+3) / 4 }
 // settle corrects the tokens the rate limit reserved for rc to the answer's usage (prompt plus
 // completion), after the answer was flushed to the client: the reservation stands for an answer
 // served without usage, and is returned for a request that failed before a worker answered.
-func (s *Server) settle(ctx context.Context, c echo.Context, cfg *config.RateLimit, d ratelimit.Decision, rc *request.Context) {
+func (s *Server) settle(ctx context.Context, c echo.Context, d ratelimit.Decision, rc *request.Context) {
 	resp := c.Response()
 	used := int64(0)
 	switch {
@@ -156,7 +156,7 @@ func (s *Server) settle(ctx context.Context, c echo.Context, cfg *config.RateLim
 	if resp.Committed {
 		_ = http.NewResponseController(resp.Writer).Flush()
 	}
-	s.limiter.Settle(ctx, cfg, d, used)
+	s.limiter.Settle(ctx, d, used)
 }
 
 // limits are the bounds of cfg a client's request is parsed and answered within.

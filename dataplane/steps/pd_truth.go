@@ -12,7 +12,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 )
 
-// Params of the P/D truth check (decode and prefill-decode).
+// Params of the P/D truth check (the decode step; prefill-decode is not judged).
 const (
 	// paramStrictKVTransfer fails a request whose decode answer shows it recomputed the prompt.
 	paramStrictKVTransfer = "strict_kv_transfer"
