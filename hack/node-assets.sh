@@ -15,25 +15,11 @@ set -euo pipefail
 KUBE_VERSION="${KUBE_VERSION:-1.37.2}"
 # CoreDNS as Kubernetes 1.37's kubeadm pins it (cmd/kubeadm/app/constants: CoreDNSVersion).
 COREDNS_VERSION="${COREDNS_VERSION:-1.14.7}"
-CACHE_ROOT="${ENVTEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/epd-coordinator}"
-ASSETS="$CACHE_ROOT/node/${KUBE_VERSION}-linux-amd64"
-WORK="$CACHE_ROOT/build"
-
-log() { printf '[node-assets] %s\n' "$*" >&2; }
-
-mkdir -p "$ASSETS" "$WORK"
-exec 9>"$CACHE_ROOT/.lock"
-if ! flock -n 9; then
-  log "another build holds $CACHE_ROOT/.lock; waiting"
-  flock 9
-fi
-
-has_version() { # binary, expected substring
-  [ -x "$1" ] || return 1
-  local out
-  out=$("$1" --version 2>/dev/null) || out=$("$1" -version 2>/dev/null) || return 1
-  [[ "$out" == *"$2"* ]]
-}
+ASSETS="${ENVTEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/epd-coordinator}/node/${KUBE_VERSION}-linux-amd64"
+LOG_PREFIX=node-assets
+# shellcheck source=hack/assets-lib.sh
+. "$(dirname "$0")/assets-lib.sh"
+assets_lock "$ASSETS"
 
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
 # NICE (default 10): these builds share the machine with other work.
@@ -52,29 +38,11 @@ if [ -n "$need_kube" ]; then
   cd "$mod"
   if [ ! -f .resolved ]; then
     log "resolving k8s.io/kubernetes v${KUBE_VERSION} (node commands) from the module proxy"
-    rm -f go.mod go.sum
-    go mod init node-assets/kubernetes >/dev/null 2>&1
-    go mod edit -require="k8s.io/kubernetes@v${KUBE_VERSION}"
-    go mod download "k8s.io/kubernetes@v${KUBE_VERSION}"
-    kdir=$(go mod download -json "k8s.io/kubernetes@v${KUBE_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-    # kubernetes replaces every staging module with ./staging/src/...; point each at the proxy's
-    # published v0.X.Y instead (hack/setup-envtest-assets.sh does the same).
-    minor=${KUBE_VERSION#1.}
-    for m in $(sed -n 's/^[[:space:]]*\(k8s\.io\/[^[:space:]]*\) => \.\/staging\/src\/.*/\1/p' "$kdir/go.mod"); do
-      go mod edit -replace="$m=$m@v0.${minor}"
-    done
-    log "resolving the dependencies of$need_kube"
-    args=""
-    for cmd in $kube_cmds; do args="$args k8s.io/kubernetes/cmd/$cmd@v${KUBE_VERSION}"; done
     # shellcheck disable=SC2086
-    go get $args >&2
+    kube_module node-assets/kubernetes $kube_cmds
     touch .resolved
   fi
-  major=${KUBE_VERSION%%.*}; minor=${KUBE_VERSION#*.}; minor=${minor%%.*}
-  ldflags="-s -w"
-  for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-    ldflags="$ldflags -X $p.gitVersion=$ver -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-  done
+  ldflags=$(kube_ldflags)
   # One go build for all of them: the packages they share compile once and the links run in
   # parallel.
   log "building$need_kube $ver (minutes on a cold build cache)"

@@ -11,29 +11,11 @@ set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-1.37.2}"
 ETCD_VERSION="${ETCD_VERSION:-3.7.3}"
-CACHE_ROOT="${ENVTEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/epd-coordinator}"
-ASSETS="$CACHE_ROOT/k8s/${KUBE_VERSION}-linux-amd64"
-WORK="$CACHE_ROOT/build"
-
-log() { printf '[envtest-assets] %s\n' "$*" >&2; }
-
-mkdir -p "$ASSETS" "$WORK"
-exec 9>"$CACHE_ROOT/.lock"
-if ! flock -n 9; then
-  log "another build holds $CACHE_ROOT/.lock; waiting"
-  flock 9
-fi
-
-has_version() { # binary, expected substring
-  [ -x "$1" ] || return 1
-  local out
-  # Capture first: `cmd | grep -q` can fail under pipefail when grep exits before cmd finishes.
-  case "$(basename "$1")" in
-    kubectl) out=$("$1" version --client 2>/dev/null) || return 1 ;;
-    *) out=$("$1" --version 2>/dev/null) || return 1 ;;
-  esac
-  [[ "$out" == *"$2"* ]]
-}
+ASSETS="${ENVTEST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/epd-coordinator}/k8s/${KUBE_VERSION}-linux-amd64"
+LOG_PREFIX=envtest-assets
+# shellcheck source=hack/assets-lib.sh
+. "$(dirname "$0")/assets-lib.sh"
+assets_lock "$ASSETS"
 
 need_kube=0
 has_version "$ASSETS/kube-apiserver" "v${KUBE_VERSION}" || need_kube=1
@@ -49,24 +31,10 @@ if [ "$need_kube" = 1 ]; then
   cd "$mod"
   if [ ! -f go.mod ]; then
     log "resolving k8s.io/kubernetes v${KUBE_VERSION} from the module proxy"
-    go mod init envtest-assets/kubernetes >/dev/null 2>&1
-    go mod edit -require="k8s.io/kubernetes@v${KUBE_VERSION}"
-    go mod download "k8s.io/kubernetes@v${KUBE_VERSION}"
-    kdir=$(go mod download -json "k8s.io/kubernetes@v${KUBE_VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
-    # kubernetes replaces every staging module with ./staging/src/...; point each at the proxy's
-    # published v0.X.Y instead.
-    minor=${KUBE_VERSION#1.}
-    for m in $(sed -n 's/^[[:space:]]*\(k8s\.io\/[^[:space:]]*\) => \.\/staging\/src\/.*/\1/p' "$kdir/go.mod"); do
-      go mod edit -replace="$m=$m@v0.${minor}"
-    done
-    log "resolving kube-apiserver and kubectl dependencies"
-    go get "k8s.io/kubernetes/cmd/kube-apiserver@v${KUBE_VERSION}" "k8s.io/kubernetes/cmd/kubectl@v${KUBE_VERSION}" >&2
+    kube_module envtest-assets/kubernetes kube-apiserver kubectl
   fi
-  ver="v${KUBE_VERSION}"; major=${KUBE_VERSION%%.*}; minor=${KUBE_VERSION#*.}; minor=${minor%%.*}
-  ldflags="-s -w"
-  for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-    ldflags="$ldflags -X $p.gitVersion=$ver -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-  done
+  ver="v${KUBE_VERSION}"
+  ldflags=$(kube_ldflags)
   for cmd in kube-apiserver kubectl; do
     if ! has_version "$ASSETS/$cmd" "$ver"; then
       log "building $cmd $ver (the first build takes several minutes)"
