@@ -63,6 +63,9 @@ type suite struct {
 	// url is the coordinator Service's URL through its ClusterIP (the host reaches ClusterIPs
 	// through kube-proxy's rules like a pod does).
 	url string
+	// timedOut is the last wait that timed out, repeated as the run's last line so a log cut to
+	// its tail still says what failed.
+	timedOut string
 }
 
 func TestNode(t *testing.T) {
@@ -93,6 +96,9 @@ func TestNode(t *testing.T) {
 	}
 	// Registered before StartT's Stop, so it runs after it (cleanups run last first).
 	t.Cleanup(func() {
+		if s.timedOut != "" {
+			t.Logf("FAILED: %s", s.timedOut)
+		}
 		if left := node.Leftovers(node.DefaultDir, before); len(left) > 0 {
 			t.Errorf("the host is not clean after the cluster stopped: %v", left)
 		} else {
@@ -168,7 +174,8 @@ func (s *suite) waitFor(what string, timeout time.Duration, cond func() error) t
 			return time.Since(start)
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+			s.timedOut = fmt.Sprintf("%s: timed out after %s waiting for %s: %.300v", s.t.Name(), timeout, what, err)
+			s.t.Fatal(s.timedOut)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -563,11 +570,14 @@ func (s *suite) served(t *testing.T) {
 	// READY 2/2 does not say kube-proxy has programmed the new Service yet: wait for the first
 	// answer through the ClusterIP, counting what came before it. Until kube-proxy's rules exist,
 	// the ClusterIP is routed like any address: out of the host, where this sandbox's egress
-	// answers any HTTP request 404 with an empty body (a 404 seen here once); in a cluster it
-	// times out.
+	// answers any HTTP request 404 with an empty body and keeps the connection alive; in a cluster
+	// it times out. Each probe therefore dials anew (no keep-alive): a pooled connection to the
+	// egress would keep answering 404 after kube-proxy's rules exist, since they only steer new
+	// connections (CI failed the tier that way once).
+	probe := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	var early []string
 	d := s.waitFor("the first answer through the Service's ClusterIP", 30*time.Second, func() error {
-		resp, err := http.Get(s.url + "/readyz")
+		resp, err := probe.Get(s.url + "/readyz")
 		if err != nil {
 			early = append(early, err.Error())
 			return err
