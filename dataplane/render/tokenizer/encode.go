@@ -146,6 +146,9 @@ func (t *Tokenizer) check(s string) (string, bool) {
 // normal: known to be normalized already), then the added tokens matched on normalized text, then
 // pre-tokenization and BPE.
 func (t *Tokenizer) encodeSegment(dst []int, s string, normal bool, st *state) []int {
+	if t.sp != nil && t.sp.raw && !strings.Contains(s, "▁") {
+		return t.sp.encodeRaw(t, dst, s, st)
+	}
 	if !normal {
 		s = t.normalize(st, s)
 	}

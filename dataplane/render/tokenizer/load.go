@@ -148,6 +148,9 @@ func New(tokenizerJSON []byte) (*Tokenizer, error) {
 	if t.prefix, t.suffix, err = t.parsePostProcessor("post_processor", raw.PostProcessor); err != nil {
 		return nil, err
 	}
+	if t.sp != nil {
+		t.sp.readRaw(t)
+	}
 	t.words.init()
 	t.scratch.New = func() any { return new(state) }
 	return t, nil

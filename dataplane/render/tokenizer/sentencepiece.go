@@ -47,8 +47,12 @@ type sentencePiece struct {
 	// meta is the space symbol ("▁"); glued are the characters some entry holds right before
 	// meta. A word is cut before a meta that follows any other character: no merge can join
 	// across such a cut, since its result would be an entry holding that pair.
-	meta  rune
-	glued map[rune]bool
+	meta       rune
+	glued      map[rune]bool
+	gluedASCII [128]bool
+	// raw: a section without "▁" is encoded where it lies, its spaces read as "▁"
+	// (encodeRaw); prepend: the normalizer puts "▁" first.
+	raw, prepend bool
 }
 
 // newSentencePiece indexes the characters of a literal vocabulary.
@@ -98,8 +102,35 @@ func newSentencePiece(vocab map[string]int, m *rawModel, added map[string]int) (
 		if id, ok := sp.chars[rune(r)]; ok {
 			sp.ascii[r] = id
 		}
+		sp.gluedASCII[r] = sp.glued[rune(r)]
 	}
 	return sp, nil
+}
+
+// readRaw decides whether t's sections without "▁" can be encoded raw (encodeRaw): when
+// normalizing such a section only reads its spaces as "▁" (the normalizer is Replace(" ", "▁"),
+// alone as Gemma 3 ships it or after Prepend("▁") as Llama 2 and Mistral do), nothing reads
+// the normalized text but the model (no added token matched on it; no pre-tokenizer, or a
+// Split on " ", which finds none once spaces are "▁"; no ignore_merges) and "▁" is an entry.
+// Then ' ' is made a symbol for "▁": a normalized word never holds a space.
+func (sp *sentencePiece) readRaw(t *Tokenizer) {
+	norm := t.norm
+	if len(norm) == 2 && norm[0] == (prepend{"▁"}) {
+		sp.prepend, norm = true, norm[1:]
+	}
+	if len(norm) != 1 || norm[0] != (replace{" ", "▁"}) || len(t.added.norm.nodes) > 1 || t.ignoreMrg || sp.meta != '▁' {
+		return
+	}
+	for _, p := range t.pre {
+		if p.lit != " " || p.invert || p.meta != nil || p.fast != 0 || p.re != nil || p.digits {
+			return
+		}
+	}
+	id, ok := sp.chars[sp.meta]
+	if !ok || sp.ascii[' '] >= 0 {
+		return
+	}
+	sp.raw, sp.ascii[' '] = true, id
 }
 
 // symbol is the merge symbol of the character r at byte k of its word: its id, or maxID+k when no
@@ -155,6 +186,55 @@ func (sp *sentencePiece) encode(t *Tokenizer, dst []int, s string, st *state) []
 		i = end
 	}
 	return dst
+}
+
+// encodeRaw is normalize then encode for a section s without "▁" when sp.raw: the pieces of
+// s are cut at its spaces as encode cuts at "▁", and looked up by their raw bytes. A cached
+// key's spaces thus stand for "▁": the two spellings never meet, a normalized text having no
+// space and s no "▁". The first piece after the prepended "▁" is spelled "▁" then raw.
+func (sp *sentencePiece) encodeRaw(t *Tokenizer, dst []int, s string, st *state) []int {
+	i := 0
+	if sp.prepend {
+		i = sp.cutRaw(s, 0)
+		st.meta = append(append(st.meta[:0], "▁"...), s[:i]...)
+		w := bufString(st.meta)
+		dst = t.word(dst, w, 0, len(w), st)
+	}
+	for i < len(s) && st.err == nil {
+		end := sp.cutRaw(s, i)
+		switch {
+		case end-i > 1:
+			dst = t.word(dst, s, i, end, st)
+		case sp.ascii[s[i]] >= 0: // one character: s is valid UTF-8
+			dst = append(dst, int(sp.ascii[s[i]]))
+		default:
+			k0, k1 := wordKeyTail(s, i, end)
+			dst = t.wordMiss(dst, s[i:end], k0, k1, st)
+		}
+		i = end
+	}
+	return dst
+}
+
+// cutRaw is cut for raw text: the end of the piece of s starting at i, at the first space
+// after i that follows a character no entry glues to "▁" (a space at i follows "▁" or starts
+// the piece).
+func (sp *sentencePiece) cutRaw(s string, i int) int {
+	for j := i + 1; j < len(s); j++ {
+		k := strings.IndexByte(s[j:], ' ')
+		if k < 0 {
+			break
+		}
+		j += k
+		if c := s[j-1]; c < utf8.RuneSelf {
+			if c != ' ' && !sp.gluedASCII[c] {
+				return j
+			}
+		} else if r, _ := utf8.DecodeLastRuneInString(s[i:j]); !sp.glued[r] {
+			return j
+		}
+	}
+	return len(s)
 }
 
 // merge returns the ids of the word w: its characters merged, then unknown ones expanded.
