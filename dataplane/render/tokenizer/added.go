@@ -15,6 +15,7 @@ type addedTokens struct {
 	byContent map[string]int       // content -> id (TokenID)
 	byKey     map[string]addedInfo // content and normalized content -> token (the reference's added_tokens_map)
 	maxKey    int                  // longest key in bytes
+	keyFirst  [256]bool            // the first bytes of the keys
 	strips    bool                 // some token has lstrip or rstrip
 	raw, norm trie
 }
@@ -50,35 +51,39 @@ func (a *addedTokens) build(tokens []rawAddedToken, normSteps []normStep) error 
 			raw = append(raw, tk.Content)
 		}
 	}
-	a.raw.build(raw)
-	a.norm.build(normed)
+	a.raw.build(raw, a.byKey)
+	a.norm.build(normed, a.byKey)
 	return nil
 }
 
 func (a *addedTokens) setKey(k string, info addedInfo) {
 	a.byKey[k] = info
 	a.maxKey = max(a.maxKey, len(k))
+	if k != "" {
+		a.keyFirst[k[0]] = true
+	}
 }
 
 // key returns the token whose content or normalized content is s.
 func (a *addedTokens) key(s string) (addedInfo, bool) {
-	if len(s) > a.maxKey {
+	if len(s) > a.maxKey || s == "" || !a.keyFirst[s[0]] {
 		return addedInfo{}, false
 	}
 	info, ok := a.byKey[s]
 	return info, ok
 }
 
-// sections appends the pieces of s between and including the matches of tr, then applies
-// lstrip/rstrip. Pieces are visited in order and a token's neighbours are trimmed in place, so a
-// piece is looked up as it stands when visited, as in the reference.
-func (a *addedTokens) sections(dst []span, s string, tr *trie) []span {
+// sections appends the pieces of s between and including the matches of tr to dst, and to ids
+// the token each is (-1: text), then applies lstrip/rstrip. Pieces are visited in order and a
+// token's neighbours are trimmed in place, so a piece is looked up as it stands when visited,
+// as in the reference; a token trimmed by a neighbour is text to be looked up again.
+func (a *addedTokens) sections(dst []span, ids []int32, s string, tr *trie) ([]span, []int32) {
 	n0 := len(dst)
-	dst = tr.split(dst, s)
+	dst, ids = tr.split(dst, ids, s)
 	if !a.strips {
-		return dst
+		return dst, ids
 	}
-	secs := dst[n0:]
+	secs, secIDs := dst[n0:], ids[n0:]
 	for i := range secs {
 		info, ok := a.key(s[secs[i].start:secs[i].end])
 		if !ok {
@@ -86,14 +91,18 @@ func (a *addedTokens) sections(dst []span, s string, tr *trie) []span {
 		}
 		if info.lstrip && i > 0 {
 			p := &secs[i-1]
-			p.end = p.start + len(strings.TrimRightFunc(s[p.start:p.end], isJSSpace))
+			if end := p.start + len(strings.TrimRightFunc(s[p.start:p.end], isJSSpace)); end != p.end {
+				p.end, secIDs[i-1] = end, -1
+			}
 		}
 		if info.rstrip && i < len(secs)-1 {
 			q := &secs[i+1]
-			q.start = q.end - len(strings.TrimLeftFunc(s[q.start:q.end], isJSSpace))
+			if start := q.end - len(strings.TrimLeftFunc(s[q.start:q.end], isJSSpace)); start != q.start {
+				q.start, secIDs[i+1] = start, -1
+			}
 		}
 	}
-	return dst
+	return dst, ids
 }
 
 // trie is a byte trie of token contents.
@@ -106,6 +115,7 @@ type trie struct {
 type trieNode struct {
 	edges []trieEdge // sorted by byte
 	end   bool       // a token ends here
+	id    int32      // then the token it is: the added_tokens_map's entry for its content
 }
 
 type trieEdge struct {
@@ -113,7 +123,7 @@ type trieEdge struct {
 	child int32
 }
 
-func (t *trie) build(words []string) {
+func (t *trie) build(words []string, byKey map[string]addedInfo) {
 	t.nodes = []trieNode{{}}
 	for _, w := range words {
 		if w == "" {
@@ -132,7 +142,7 @@ func (t *trie) build(words []string) {
 			}
 			n = c
 		}
-		t.nodes[n].end = true
+		t.nodes[n].end, t.nodes[n].id = true, int32(byKey[w].id)
 	}
 	t.only = -1
 	for b, ok := range t.first {
@@ -159,25 +169,25 @@ func (t *trie) child(n int, b byte) int {
 	return -1
 }
 
-// longest returns the end of the longest token starting at s[i], or -1.
-func (t *trie) longest(s string, i int) int {
-	end := -1
+// longest returns the end of the longest token starting at s[i] and its id, or -1.
+func (t *trie) longest(s string, i int) (end int, id int32) {
+	end = -1
 	for n, j := 0, i; j < len(s); j++ {
 		if n = t.child(n, s[j]); n < 0 {
 			break
 		}
 		if t.nodes[n].end {
-			end = j + 1
+			end, id = j+1, t.nodes[n].id
 		}
 	}
-	return end
+	return end, id
 }
 
-// split appends the text pieces and token matches of s, scanning left to right and taking the
-// longest token at each position.
-func (t *trie) split(dst []span, s string) []span {
+// split appends the text pieces and token matches of s to dst, and to ids -1 or the token
+// matched, scanning left to right and taking the longest token at each position.
+func (t *trie) split(dst []span, ids []int32, s string) ([]span, []int32) {
 	if len(t.nodes) <= 1 {
-		return append(dst, span{0, len(s)})
+		return append(dst, span{0, len(s)}), append(ids, -1)
 	}
 	start := 0
 	for i := 0; i < len(s); {
@@ -187,25 +197,39 @@ func (t *trie) split(dst []span, s string) []span {
 				break
 			}
 			i += k
-		} else if !t.first[s[i]] {
-			i++
-			continue
+		} else if i = t.next(s, i); i == len(s) {
+			break
 		}
-		end := t.longest(s, i)
+		end, id := t.longest(s, i)
 		if end < 0 {
 			i++
 			continue
 		}
 		if i > start {
-			dst = append(dst, span{start, i})
+			dst, ids = append(dst, span{start, i}), append(ids, -1)
 		}
-		dst = append(dst, span{i, end})
+		dst, ids = append(dst, span{i, end}), append(ids, id)
 		i, start = end, end
 	}
 	if start < len(s) {
-		dst = append(dst, span{start, len(s)})
+		dst, ids = append(dst, span{start, len(s)}), append(ids, -1)
 	}
-	return dst
+	return dst, ids
+}
+
+// next returns the first position from i where a token may start, or len(s): eight bytes a
+// step, one branch for the eight.
+func (t *trie) next(s string, i int) int {
+	f := &t.first
+	for ; i+8 <= len(s); i += 8 {
+		x := s[i : i+8]
+		if f[x[0]] || f[x[1]] || f[x[2]] || f[x[3]] || f[x[4]] || f[x[5]] || f[x[6]] || f[x[7]] {
+			break
+		}
+	}
+	for ; i < len(s) && !f[s[i]]; i++ {
+	}
+	return i
 }
 
 // sanitize replaces each invalid byte of s with U+FFFD, as decoding a JSON string does.

@@ -12,9 +12,11 @@ import (
 type state struct {
 	norm   [2][]byte // normalizer ping-pong buffers
 	iter   norm.Iter
-	prefix []byte // ByteLevel's prefix space
-	secs   []span // sections between added tokens (raw text)
-	subs   []span // sections between added tokens (normalized text)
+	prefix []byte  // ByteLevel's prefix space
+	secs   []span  // sections between added tokens (raw text)
+	secIDs []int32 // the token each section is, -1: text
+	subs   []span  // sections between added tokens (normalized text)
+	subIDs []int32
 	runes  []rune // the general pre-tokenizer path's text
 	meta   []byte // Metaspace's rewritten text
 	first  bool   // the text being encoded is the first section (Metaspace's prepend_scheme "first")
@@ -68,8 +70,8 @@ func (t *Tokenizer) EncodeLimited(dst []int, text string, addSpecial bool, c *Se
 	if addSpecial {
 		dst = append(dst, t.prefix...)
 	}
-	secs := t.added.sections(st.secs[:0], text, &t.added.raw)
-	st.secs = secs
+	secs, ids := t.added.sections(st.secs[:0], st.secIDs[:0], text, &t.added.raw)
+	st.secs, st.secIDs = secs, ids
 	for i, sec := range secs {
 		s := text[sec.start:sec.end]
 		if s == "" {
@@ -78,6 +80,10 @@ func (t *Tokenizer) EncodeLimited(dst []int, text string, addSpecial bool, c *Se
 		st.first = i == 0
 		if st.check(len(dst)) {
 			return dst, st.err
+		}
+		if ids[i] >= 0 {
+			dst = append(dst, int(ids[i]))
+			continue
 		}
 		if info, ok := t.added.key(s); ok {
 			dst = append(dst, info.id)
@@ -158,11 +164,15 @@ func (t *Tokenizer) encodeSegment(dst []int, s string, normal bool, st *state) [
 	if len(t.added.norm.nodes) <= 1 {
 		return t.preLevel(dst, s, 0, st)
 	}
-	subs := t.added.sections(st.subs[:0], s, &t.added.norm)
-	st.subs = subs
-	for _, sub := range subs {
+	subs, ids := t.added.sections(st.subs[:0], st.subIDs[:0], s, &t.added.norm)
+	st.subs, st.subIDs = subs, ids
+	for i, sub := range subs {
 		x := s[sub.start:sub.end]
 		if x == "" {
+			continue
+		}
+		if ids[i] >= 0 {
+			dst = append(dst, int(ids[i]))
 			continue
 		}
 		if info, ok := t.added.key(x); ok {

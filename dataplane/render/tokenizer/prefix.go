@@ -35,11 +35,11 @@ func (t *Tokenizer) Cuts(dst []int, text string) []int {
 	}
 	st := t.scratch.Get().(*state)
 	defer t.release(st)
-	secs := t.added.sections(st.secs[:0], text, &t.added.raw)
-	st.secs = secs
+	secs, ids := t.added.sections(st.secs[:0], st.secIDs[:0], text, &t.added.raw)
+	st.secs, st.secIDs = secs, ids
 	last := -1
-	for _, sec := range secs {
-		if sec.start >= sec.end || t.added.raw.longest(text, sec.start) != sec.end {
+	for i, sec := range secs {
+		if ids[i] < 0 || sec.start >= sec.end {
 			continue // text, or a token trimmed by a neighbour's strip
 		}
 		s := text[sec.start:sec.end]

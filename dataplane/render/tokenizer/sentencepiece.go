@@ -40,7 +40,8 @@ const maxSymbols = 1<<31 - 1 - maxID
 // UTF-8 bytes ("<0xE4>", byte_fallback), else the unknown token.
 type sentencePiece struct {
 	ascii    [128]int32     // the id of each ASCII character, -1 when no entry spells it
-	chars    map[rune]int32 // the id of each other character that is a vocabulary entry
+	bmp      []int32        // the id of each other character of the BMP, -1 when no entry spells it
+	chars    map[rune]int32 // the id of each character that is a vocabulary entry
 	fallback [256]int32     // the id of "<0xXX>" for each byte; -1 without byte_fallback or entry
 	unk      int32          // the unknown token's id, -1 without one
 	fuseUnk  bool           // consecutive unknown characters make one unknown token
@@ -104,6 +105,15 @@ func newSentencePiece(vocab map[string]int, m *rawModel, added map[string]int) (
 		}
 		sp.gluedASCII[r] = sp.glued[rune(r)]
 	}
+	sp.bmp = make([]int32, 1<<16) // 256 KiB: a look-up per character of a merged word
+	for r := range sp.bmp {
+		sp.bmp[r] = -1
+	}
+	for r, id := range sp.chars {
+		if r < 1<<16 {
+			sp.bmp[r] = id
+		}
+	}
 	return sp, nil
 }
 
@@ -114,9 +124,9 @@ func newSentencePiece(vocab map[string]int, m *rawModel, added map[string]int) (
 // Split on " ", which finds none once spaces are "▁"; no ignore_merges) and "▁" is an entry.
 // Then ' ' is made a symbol for "▁": a normalized word never holds a space.
 func (sp *sentencePiece) readRaw(t *Tokenizer) {
-	norm := t.norm
+	norm, prepended := t.norm, false
 	if len(norm) == 2 && norm[0] == (prepend{"▁"}) {
-		sp.prepend, norm = true, norm[1:]
+		norm, prepended = norm[1:], true
 	}
 	if len(norm) != 1 || norm[0] != (replace{" ", "▁"}) || len(t.added.norm.nodes) > 1 || t.ignoreMrg || sp.meta != '▁' {
 		return
@@ -130,18 +140,25 @@ func (sp *sentencePiece) readRaw(t *Tokenizer) {
 	if !ok || sp.ascii[' '] >= 0 {
 		return
 	}
-	sp.raw, sp.ascii[' '] = true, id
+	sp.raw, sp.prepend, sp.ascii[' '] = true, prepended, id
 }
 
 // symbol is the merge symbol of the character r at byte k of its word: its id, or maxID+k when no
 // entry spells it (expand turns it into byte or unknown ids).
 func (sp *sentencePiece) symbol(r rune, k int) int32 {
-	if r < utf8.RuneSelf {
+	switch {
+	case r < utf8.RuneSelf:
 		if id := sp.ascii[r]; id >= 0 {
 			return id
 		}
-	} else if id, ok := sp.chars[r]; ok {
-		return id
+	case r < 1<<16:
+		if id := sp.bmp[r]; id >= 0 {
+			return id
+		}
+	default:
+		if id, ok := sp.chars[r]; ok {
+			return id
+		}
 	}
 	return int32(maxID + k)
 }
