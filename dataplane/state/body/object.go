@@ -75,7 +75,9 @@ func Parse(data []byte) (*Object, error) {
 	if !Valid(data) {
 		return nil, ErrInvalidJSON
 	}
-	return ParseNested(data)
+	s := scanner{data: data}
+	s.skipSpace()
+	return s.object(topLevelFields)
 }
 
 // ParseNested splits an object without validating it again: data must be a value taken from a
@@ -84,17 +86,25 @@ func Parse(data []byte) (*Object, error) {
 func ParseNested(data []byte) (*Object, error) {
 	s := scanner{data: data}
 	s.skipSpace()
-	return s.object()
+	return s.object(nestedFields)
 }
 
+// The room an object's members start with: a request body has a dozen or so, a nested object
+// (a message, a content part) two to four; a conversation's hundreds of messages would
+// otherwise each allocate (and clear) room for sixteen.
+const (
+	topLevelFields = 16
+	nestedFields   = 4
+)
+
 // object parses the object at pos (its '{') as ParseNested does, and advances past it.
-func (s *scanner) object() (*Object, error) {
+func (s *scanner) object(fields int) (*Object, error) {
 	data := s.data
 	if s.pos >= len(data) || data[s.pos] != '{' {
 		return nil, ErrNotObject
 	}
 	s.pos++
-	o := &Object{fields: make([]Field, 0, 16)}
+	o := &Object{fields: make([]Field, 0, fields)}
 	for s.next('}') {
 		rawKey := s.value()
 		key, err := decodeKey(rawKey)
@@ -124,7 +134,7 @@ func Objects(data []byte) iter.Seq2[*Object, []byte] {
 		}
 		for s.next(']') {
 			start := s.pos
-			o, err := s.object()
+			o, err := s.object(nestedFields)
 			if err != nil {
 				s.pos = start
 				s.value()

@@ -89,3 +89,29 @@ func TestValidLongStrings(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkObjects parses each message of a 600-message conversation (as the render step's
+// passes over the messages do): what a nested object's room costs.
+func BenchmarkObjects(b *testing.B) {
+	var msgs strings.Builder
+	msgs.WriteByte('[')
+	for i := range 600 {
+		if i > 0 {
+			msgs.WriteByte(',')
+		}
+		fmt.Fprintf(&msgs, `{"role":"user","content":"message %d: a short step of an agent's work\n"}`, i)
+	}
+	msgs.WriteByte(']')
+	data := []byte(msgs.String())
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		n := 0
+		for o := range Objects(data) {
+			n += o.Len()
+		}
+		if n != 1200 {
+			b.Fatalf("%d members, want 1200", n)
+		}
+	}
+}
