@@ -201,9 +201,9 @@ func (t *Tokenizer) preLevel(dst []int, s string, level int, st *state) []int {
 	}
 	if p.fast != 0 && p.behavior == isolated && !p.invert {
 		if level+1 == len(t.pre) && t.byteLvl != nil && !t.byteLvl.addPrefixSpace && !t.byteLvl.useRegex {
-			// The common configuration (Qwen, Llama 3): each match is a word.
-			if p.fast == fastQwen || p.fast == fastLlama {
-				return t.encodeCL100K(dst, s, p.fast == fastLlama, st)
+			// The common configurations (Qwen, Llama 3, gpt-oss): each match is a word.
+			if p.fast == fastQwen || p.fast == fastLlama || p.fast == fastO200K {
+				return t.encodeFast(dst, s, p.fast, p.ext, st)
 			}
 			for i := 0; i < len(s) && st.err == nil; {
 				end := p.fast.next(s, i, p.ext)

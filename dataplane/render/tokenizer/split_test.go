@@ -111,12 +111,13 @@ func FuzzSplit(f *testing.F) {
 	}
 	slow := slowSplitters(f)
 	tk, _ := loadNamed(f, "qwen-like")
+	ext := extClass()
 	f.Fuzz(func(t *testing.T, s string) {
 		checkSplit(t, slow, s)
 		st := new(state)
-		for _, three := range []bool{false, true} {
-			if got, want := tk.encodeCL100K(nil, s, three, st), wordLoop(tk, s, three, st); !reflect.DeepEqual(got, want) {
-				t.Fatalf("%q (three %v): encodeCL100K %v, word loop %v", s, three, got, want)
+		for _, kind := range []fastKind{fastQwen, fastLlama, fastO200K} {
+			if got, want := tk.encodeFast(nil, s, kind, ext, st), wordLoop(tk, s, kind, ext, st); !reflect.DeepEqual(got, want) {
+				t.Fatalf("%q (kind %d): encodeFast %v, word loop %v", s, kind, got, want)
 			}
 		}
 		got := tk.Encode(nil, s, false)

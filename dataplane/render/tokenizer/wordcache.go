@@ -155,7 +155,7 @@ func (t *Tokenizer) wordMiss(dst []int, w string, k0, k1 uint64, st *state) []in
 
 // getShort returns the ids of a word of n <= 16 bytes (its key k0, k1) as a slot's meta and ids
 // words. Both ways are compared and one is picked without a branch: which way holds a word is as
-// good as random, so a branch on it would mispredict half the time. encodeCL100K has a copy
+// good as random, so a branch on it would mispredict half the time. encodeFast has a copy
 // inlined.
 func (c *wordCache) getShort(k0, k1 uint64, n int) (meta, ids uint64, ok bool) {
 	set := c.set(k0, k1, n)

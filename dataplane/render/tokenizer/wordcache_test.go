@@ -8,20 +8,33 @@ import (
 	"testing"
 )
 
-// TestEncodeCL100KMatchesWordLoop holds the hot loop (inline splitting and cache look-ups) to
-// what it stands for, cl100kNext and Tokenizer.word per match, on random text made of the
-// splitters' alphabet, ASCII words, numbers and punctuation, cold and warm.
-func TestEncodeCL100KMatchesWordLoop(t *testing.T) {
+// TestEncodeFastMatchesWordLoop holds the hot loop (inline splitting and cache look-ups) to
+// what it stands for, the kind's splitter and Tokenizer.word per match, on random text made of
+// the splitters' alphabet, ASCII words, numbers and punctuation, cold and warm: each cl100k
+// kind and o200k on the fixture's vocabulary (the loop takes its kind as a parameter) and on
+// the real tokenizers that use them.
+func TestEncodeFastMatchesWordLoop(t *testing.T) {
 	t.Parallel() // pure CPU, and a tokenizer is shared by concurrent requests
 	parts := append([]string{"the", " quick", " Brown", "fox", "  ", "\n", "\r\n", "123", "4", " 56789", "(x", ".y", "'s", "'Re",
-		" naïve", " café", "你好", " 😀", "👍🏽", "==", " |", "\t", strings.Repeat("abcdefgh", 3), " abcdefghijklmnop", "0123456789012345678"},
+		" naïve", " café", "你好", " 😀", "👍🏽", "==", " |", "\t", strings.Repeat("abcdefgh", 3), " abcdefghijklmnop", "0123456789012345678",
+		"HelloWorld", " CamelCaseWORDS", "ABCdef", "a/b//", "12²", "'LL", " éÉé"},
 		splitAlphabet...)
-	for _, name := range []string{"qwen-like", "llama-like", "qwen3", "llama3_1"} {
-		tk, ok := loadNamed(t, name)
-		if !ok {
-			continue
+	ext := extClass()
+	type tokKind struct {
+		name string
+		kind fastKind
+	}
+	var runs []tokKind
+	for _, k := range []fastKind{fastQwen, fastLlama, fastO200K} {
+		runs = append(runs, tokKind{"qwen-like", k})
+	}
+	for name, k := range map[string]fastKind{"qwen3": fastQwen, "llama3_1": fastLlama, "gptoss": fastO200K} {
+		if _, ok := loadNamed(t, name); ok {
+			runs = append(runs, tokKind{name, k})
 		}
-		three := tk.pre[0].fast == fastLlama
+	}
+	for _, run := range runs {
+		tk, _ := loadNamed(t, run.name)
 		r := rand.New(rand.NewSource(7))
 		st := new(state)
 		for i := 0; i < 20000; i++ {
@@ -30,21 +43,21 @@ func TestEncodeCL100KMatchesWordLoop(t *testing.T) {
 				b.WriteString(parts[r.Intn(len(parts))])
 			}
 			s := b.String()
-			want := wordLoop(tk, s, three, st)
+			want := wordLoop(tk, s, run.kind, ext, st)
 			for pass := 0; pass < 2; pass++ { // the second one warm
-				if got := tk.encodeCL100K(nil, s, three, st); !reflect.DeepEqual(got, want) {
-					t.Fatalf("%s: %q:\n got %v\nwant %v", name, s, got, want)
+				if got := tk.encodeFast(nil, s, run.kind, ext, st); !reflect.DeepEqual(got, want) {
+					t.Fatalf("%s, kind %d: %q:\n got %v\nwant %v", run.name, run.kind, s, got, want)
 				}
 			}
 		}
 	}
 }
 
-// wordLoop is what encodeCL100K stands for.
-func wordLoop(tk *Tokenizer, s string, three bool, st *state) []int {
+// wordLoop is what encodeFast stands for.
+func wordLoop(tk *Tokenizer, s string, kind fastKind, ext *[classLimit]uint8, st *state) []int {
 	var ids []int
 	for i := 0; i < len(s); {
-		end := cl100kNext(s, i, three)
+		end := kind.next(s, i, ext)
 		ids = tk.word(ids, s, i, end, st)
 		i = end
 	}

@@ -5,15 +5,18 @@ import (
 	"unicode/utf8"
 )
 
-// encodeCL100K appends the ids of s split by the cl100k-family pattern (Qwen's or, with three,
-// Llama 3's), each match through the word cache: the hot loop of the common configuration. It
-// is `for each match of cl100kNext: t.word(...)` with the commonest pre-tokens split inline (an
-// ASCII word, alone or after one ASCII character that [^\r\n\p{L}\p{N}]? takes, and ASCII
-// digits) and wordCache.getShort inlined: Go keeps no register across a call, so two or three
-// calls per pre-token cost about as much as the rest of the work. TestEncodeCL100KMatchesWordLoop
-// holds the two to each other.
-func (t *Tokenizer) encodeCL100K(dst []int, s string, three bool, st *state) []int {
+// encodeFast appends the ids of s split by one of the patterns of the common configurations
+// (kind: Qwen's or Llama 3's cl100k-family pattern, or gpt-oss's o200k one, which needs ext),
+// each match through the word cache: the hot loop of those configurations. It is `for each
+// match of kind.next: t.word(...)` with the commonest pre-tokens split inline (for cl100k an
+// ASCII word, alone or after one ASCII character that [^\r\n\p{L}\p{N}]? takes; ASCII
+// digits for both) and wordCache.getShort inlined: Go keeps no register across a call, so two
+// or three calls per pre-token cost about as much as the rest of the work.
+// TestEncodeFastMatchesWordLoop holds the two to each other.
+func (t *Tokenizer) encodeFast(dst []int, s string, kind fastKind, ext *[classLimit]uint8, st *state) []int {
 	cache := &t.words
+	o200k := kind == fastO200K
+	three := o200k || kind == fastLlama // \p{N}{1,3}, else \p{N}
 	// The text is walked in stretches of checkEvery bytes, the limits checked between them: the
 	// hot loop's bound is the stretch's end instead of the text's, so the checks cost it nothing.
 	// A pre-token that crosses a stretch's end is split as in the whole text (j is found in s).
@@ -40,9 +43,17 @@ func (t *Tokenizer) encodeCL100K(dst []int, s string, three bool, st *state) []i
 					for j < len(s) && j < i+3 && s[j]-'0' < 10 {
 						j++
 					}
-					if j < len(s) && j < i+3 && s[j] >= utf8.RuneSelf {
-						j = cl100kNext(s, i, three) // maybe a number that is not ASCII
+					if j < len(s) && j < i+3 && s[j] >= utf8.RuneSelf { // maybe a number that is not ASCII
+						if o200k {
+							j = o200kNext(s, i, ext)
+						} else {
+							j = cl100kNext(s, i, three)
+						}
 					}
+				}
+			case o200k:
+				if j = o200kASCII(s, i); j == 0 {
+					j = o200kNext(s, i, ext)
 				}
 			case l == i:
 				// ` ?[^\s\p{L}\p{N}]+[\r\n]*` on ASCII punctuation, inline; cl100kNext for the rest
