@@ -6,16 +6,17 @@ import (
 )
 
 // encodeFast appends the ids of s split by one of the patterns of the common configurations
-// (kind: Qwen's or Llama 3's cl100k-family pattern, or gpt-oss's o200k one, which needs ext),
-// each match through the word cache: the hot loop of those configurations. It is `for each
-// match of kind.next: t.word(...)` with the commonest pre-tokens split inline (for cl100k an
-// ASCII word, alone or after one ASCII character that [^\r\n\p{L}\p{N}]? takes; ASCII
-// digits for both) and wordCache.getShort inlined: Go keeps no register across a call, so two
-// or three calls per pre-token cost about as much as the rest of the work.
-// TestEncodeFastMatchesWordLoop holds the two to each other.
+// (kind: Qwen's or Llama 3's cl100k-family pattern; gpt-oss's o200k one or DeepSeek-V3's third
+// step, on a run of its first two, which need ext), each match through the word cache: the hot
+// loop of those configurations. It is `for each match of kind.next: t.word(...)` with the
+// commonest pre-tokens split inline (ASCII digits; for cl100k an ASCII word, alone or after
+// one ASCII character that [^\r\n\p{L}\p{N}]? takes; o200kASCII, deepSeekASCII) and
+// wordCache.getShort inlined: Go keeps no register across a call, so two or three calls per
+// pre-token cost about as much as the rest of the work. TestEncodeFastMatchesWordLoop holds
+// the two to each other.
 func (t *Tokenizer) encodeFast(dst []int, s string, kind fastKind, ext *[classLimit]uint8, st *state) []int {
 	cache := &t.words
-	o200k := kind == fastO200K
+	o200k, deepSeek := kind == fastO200K, kind == fastDeepSeek
 	three := o200k || kind == fastLlama // \p{N}{1,3}, else \p{N}
 	// The text is walked in stretches of checkEvery bytes, the limits checked between them: the
 	// hot loop's bound is the stretch's end instead of the text's, so the checks cost it nothing.
@@ -36,6 +37,10 @@ func (t *Tokenizer) encodeFast(dst []int, s string, kind fastKind, ext *[classLi
 			}
 			var j int
 			switch {
+			case deepSeek:
+				if j = deepSeekASCII(s, i); j == 0 {
+					j = deepSeekNext(s, i, ext)
+				}
 			case c0-'0' < 10:
 				// \p{N}, or \p{N}{1,3} with three.
 				j = i + 1

@@ -344,14 +344,40 @@ func (t *Tokenizer) encodeDeepSeek(dst []int, s string, ext *[classLimit]uint8, 
 			i = end
 			continue
 		}
-		r := s[:end]
-		for i < end && st.err == nil {
-			j := deepSeekNext(r, i, ext)
-			dst = t.word(dst, r, i, j, st)
-			i = j
+		if st.tick(len(dst)) {
+			return dst
 		}
+		dst = t.encodeFast(dst, s[i:end], fastDeepSeek, ext, st)
+		i = end
 	}
 	return dst
+}
+
+// deepSeekASCII is deepSeekNext for a word of ASCII letters: after an ASCII punctuation or
+// symbol ([!-/:-@[-`{-~][A-Za-z]+, which any other byte ends), else after an optional
+// character that is neither a letter, punctuation, a symbol, \r nor \n
+// ([^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+, which must end at an ASCII byte: letters and marks
+// that are not ASCII go on with it). It returns 0 when the general path must decide.
+func deepSeekASCII(s string, i int) int {
+	j := i + 1
+	if c := s[i]; !asciiLetter(c) {
+		switch {
+		case j == len(s) || !asciiLetter(s[j]) || c >= utf8.RuneSelf || c == '\r' || c == '\n':
+			return 0
+		case asciiPunct(c):
+			for j++; j < len(s) && asciiLetter(s[j]); j++ {
+			}
+			return j
+		}
+		j++
+	}
+	for j < len(s) && asciiLetter(s[j]) {
+		j++
+	}
+	if j < len(s) && s[j] >= utf8.RuneSelf {
+		return 0
+	}
+	return j
 }
 
 // isDeepSeek reports whether steps are DeepSeek-V3's three Split steps, by hand and Isolated.

@@ -115,7 +115,7 @@ func FuzzSplit(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		checkSplit(t, slow, s)
 		st := new(state)
-		for _, kind := range []fastKind{fastQwen, fastLlama, fastO200K} {
+		for _, kind := range []fastKind{fastQwen, fastLlama, fastO200K, fastDeepSeek} {
 			if got, want := tk.encodeFast(nil, s, kind, ext, st), wordLoop(tk, s, kind, ext, st); !reflect.DeepEqual(got, want) {
 				t.Fatalf("%q (kind %d): encodeFast %v, word loop %v", s, kind, got, want)
 			}
@@ -200,5 +200,44 @@ func TestDeepSeekLoopMatchesSteps(t *testing.T) {
 		if got, want := fused.Encode(nil, s, false), steps.Encode(nil, s, false); !reflect.DeepEqual(got, want) {
 			t.Fatalf("%q: one loop %v, three steps %v", s, got, want)
 		}
+	}
+}
+
+// TestASCIIWordsMatchNext holds the hot loop's ASCII shortcuts to the splitters they shortcut,
+// at every position of random texts (the splitters' alphabet and ASCII words after each
+// character the patterns treat apart): where a shortcut answers, it answers as the splitter.
+func TestASCIIWordsMatchNext(t *testing.T) {
+	t.Parallel()
+	ext := extClass()
+	r := rand.New(rand.NewSource(11))
+	words := []string{"abc", "The", "HTML", "eR", "x", "'s", "'LL"}
+	answered := map[string]int{}
+	for range 20000 {
+		var b strings.Builder
+		for n := r.Intn(12); n >= 0; n-- {
+			b.WriteString(splitAlphabet[r.Intn(len(splitAlphabet))])
+			b.WriteString(words[r.Intn(len(words))])
+		}
+		s := b.String()
+		for i := range len(s) {
+			if !utf8.RuneStart(s[i]) {
+				continue
+			}
+			if j := deepSeekASCII(s, i); j != 0 {
+				answered["deepSeek"]++
+				if want := deepSeekNext(s, i, ext); j != want {
+					t.Fatalf("deepSeekASCII(%q, %d) = %d, deepSeekNext %d", s, i, j, want)
+				}
+			}
+			if j := o200kASCII(s, i); j != 0 {
+				answered["o200k"]++
+				if want := o200kNext(s, i, ext); j != want {
+					t.Fatalf("o200kASCII(%q, %d) = %d, o200kNext %d", s, i, j, want)
+				}
+			}
+		}
+	}
+	if answered["deepSeek"] < 10000 || answered["o200k"] < 10000 {
+		t.Fatalf("the shortcuts answered %v times: the texts prove little", answered)
 	}
 }

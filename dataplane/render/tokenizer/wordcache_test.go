@@ -10,8 +10,8 @@ import (
 
 // TestEncodeFastMatchesWordLoop holds the hot loop (inline splitting and cache look-ups) to
 // what it stands for, the kind's splitter and Tokenizer.word per match, on random text made of
-// the splitters' alphabet, ASCII words, numbers and punctuation, cold and warm: each cl100k
-// kind and o200k on the fixture's vocabulary (the loop takes its kind as a parameter) and on
+// the splitters' alphabet, ASCII words, numbers and punctuation, cold and warm: each kind
+// (cl100k's two, o200k, DeepSeek-V3's third step) on the fixture's vocabulary (the loop takes its kind as a parameter) and on
 // the real tokenizers that use them.
 func TestEncodeFastMatchesWordLoop(t *testing.T) {
 	t.Parallel() // pure CPU, and a tokenizer is shared by concurrent requests
@@ -25,10 +25,10 @@ func TestEncodeFastMatchesWordLoop(t *testing.T) {
 		kind fastKind
 	}
 	var runs []tokKind
-	for _, k := range []fastKind{fastQwen, fastLlama, fastO200K} {
+	for _, k := range []fastKind{fastQwen, fastLlama, fastO200K, fastDeepSeek} {
 		runs = append(runs, tokKind{"qwen-like", k})
 	}
-	for name, k := range map[string]fastKind{"qwen3": fastQwen, "llama3_1": fastLlama, "gptoss": fastO200K} {
+	for name, k := range map[string]fastKind{"qwen3": fastQwen, "llama3_1": fastLlama, "gptoss": fastO200K, "deepseek_v3": fastDeepSeek} {
 		if _, ok := loadNamed(t, name); ok {
 			runs = append(runs, tokKind{name, k})
 		}
