@@ -53,17 +53,23 @@
 // DeepSeek-V3's three) are split by hand (split_fast.go, split_more.go), held to the regexp2
 // general path by a differential test and FuzzSplit
 // (run it with -fuzzminimizetime 100x: minimizing new inputs for the default 60s stalls the fuzzer).
-// For the cl100k family followed by a plain ByteLevel (Qwen, Llama 3), one loop splits and looks
-// each pre-token up in the word cache with the common cases inlined (encode_cl100k.go). The
+// For the cl100k family and o200k followed by a plain ByteLevel (Qwen, Llama 3, gpt-oss), and
+// for DeepSeek-V3's third step on each run of its first two, one loop splits and looks each
+// pre-token up in the word cache with the common cases inlined (encode_fast.go). The
 // vocabulary and merges are in raw bytes (the byte-level alphabet is decoded once at load), so
 // encoding never maps bytes to runes. Merged words are in a lock-free per-tokenizer cache keyed
 // by their bytes (wordcache.go). Text is checked for normalization with a per-character table
 // (normquick.go), which also checks UTF-8, so already normalized text (nearly all of it) is never
-// copied; added tokens are found with IndexByte when they share their first byte. Merges live in
+// copied; added tokens are found with IndexByte when they share their first byte, else eight
+// bytes a branch, and the split says which token each match is. Merges live in
 // an open-addressing table keyed by the packed id pair; the vocabulary in one string arena with a
 // hash index; scratch buffers in a sync.Pool, so a warmed Encode allocates nothing. Long words
 // (100k spaces) merge with a heap in O(n log n). A SentencePiece vocabulary has no pre-tokenizer
 // to make words (Llama 2's and Gemma 3's sections are one pre-token each): the text is cut before
 // each "▁" that follows a character no entry joins to a "▁" (Gemma has one such entry, ">▁</"),
 // which no merge can cross, so that the pieces are words for the cache and merging stays local.
+// Where normalizing only reads spaces as "▁" (Gemma 3's Replace, Llama 2's and Mistral's Prepend
+// then Replace, no added token matched on normalized text), a section without "▁" is not
+// normalized at all: it is cut at its spaces and its pieces are looked up by their raw bytes
+// (encodeRaw); characters of the BMP find their symbol in a table, not a map.
 package tokenizer
