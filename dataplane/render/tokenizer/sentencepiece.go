@@ -199,8 +199,19 @@ func (sp *sentencePiece) encode(t *Tokenizer, dst []int, s string, st *state) []
 			return append(dst, id)
 		}
 	}
-	for i := 0; i < len(s) && st.err == nil; {
-		end := sp.cut(s, i)
+	return sp.pieces(t, dst, s, 0, false, st)
+}
+
+// pieces appends the ids of s from i on, piece by piece (cut at "▁", or with raw at spaces:
+// cutRaw), each through the word cache.
+func (sp *sentencePiece) pieces(t *Tokenizer, dst []int, s string, i int, raw bool, st *state) []int {
+	for i < len(s) && st.err == nil {
+		var end int
+		if raw {
+			end = sp.cutRaw(s, i)
+		} else {
+			end = sp.cut(s, i)
+		}
 		switch {
 		case end-i > 1:
 			dst = t.word(dst, s, i, end, st)
@@ -225,22 +236,9 @@ func (sp *sentencePiece) encodeRaw(t *Tokenizer, dst []int, s string, st *state)
 		i = sp.cutRaw(s, 0)
 		st.meta = append(append(st.meta[:0], "▁"...), s[:i]...)
 		w := bufString(st.meta)
-		dst = t.word(dst, w, 0, len(w), st)
+		dst = t.word(dst, w, 0, len(w), st) // "▁" and at least one character: a word
 	}
-	for i < len(s) && st.err == nil {
-		end := sp.cutRaw(s, i)
-		switch {
-		case end-i > 1:
-			dst = t.word(dst, s, i, end, st)
-		case sp.ascii[s[i]] >= 0: // one character: s is valid UTF-8
-			dst = append(dst, int(sp.ascii[s[i]]))
-		default:
-			k0, k1 := wordKeyTail(s, i, end)
-			dst = t.wordMiss(dst, s[i:end], k0, k1, st)
-		}
-		i = end
-	}
-	return dst
+	return sp.pieces(t, dst, s, i, true, st)
 }
 
 // cutRaw is cut for raw text: the end of the piece of s starting at i, at the first space
