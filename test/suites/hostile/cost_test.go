@@ -64,7 +64,10 @@ type costShape struct {
 
 // costModel writes a model directory (a tokenizer fixture of the render tests, qwen-like or
 // sp-gemma-like, and the chatml template) whose pre-tokenizer is pattern (empty: the fixture's
-// own, Qwen's split by hand for qwen-like; another pattern takes the general regexp path).
+// own, Qwen's split by hand for qwen-like; another pattern takes the general regexp path). A
+// SentencePiece fixture's added tokens are all matched on the raw text, as Gemma 3's and
+// Llama 2's are: its sections take the path the real files take (not normalized, cut at
+// spaces where they lie).
 func costModel(t *testing.T, fixture, pattern string) string {
 	t.Helper()
 	root := filepath.Join("..", "..", "..", "dataplane", "render")
@@ -72,13 +75,20 @@ func costModel(t *testing.T, fixture, pattern string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pattern != "" {
+	if sp := strings.HasPrefix(fixture, "sp-"); pattern != "" || sp {
 		var doc map[string]any
 		if err := json.Unmarshal(tok, &doc); err != nil {
 			t.Fatal(err)
 		}
-		split := doc["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)
-		split["pattern"] = map[string]any{"Regex": pattern}
+		if pattern != "" {
+			split := doc["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)
+			split["pattern"] = map[string]any{"Regex": pattern}
+		}
+		if sp {
+			for _, a := range doc["added_tokens"].([]any) {
+				a.(map[string]any)["normalized"] = false
+			}
+		}
 		if tok, err = json.Marshal(doc); err != nil {
 			t.Fatal(err)
 		}
@@ -221,6 +231,11 @@ func costShapes(m costModels) []costShape {
 		{name: "render, one long piece, SentencePiece", class: "in-process render of a SentencePiece-style BPE, one piece without spaces", steps: render(m.sp), path: "/v1/chat/completions",
 			body: func(n int) []byte { return chatText(strings.Repeat("字", n/3)) }, perByte: 4,
 			key: "max_word_size", limit: renderIn, limitKey: "max_input_size"},
+		{name: "render, one long run of spaces, SentencePiece", class: "in-process render of a SentencePiece-style BPE, one piece of spaces (each a symbol)", steps: render(m.sp), path: "/v1/completions",
+			body: func(n int) []byte {
+				b, _ := json.Marshal(map[string]any{"model": "sim-model", "max_tokens": 4, "prompt": "x" + strings.Repeat(" ", n) + "y"})
+				return b
+			}, perByte: 4, key: "max_word_size", limit: renderIn, limitKey: "max_input_size"},
 		{name: "render, tools of small values", class: "chat-template inputs (tools, enums)", steps: render(model), path: "/v1/chat/completions",
 			body: toolsOf, perByte: 4, key: "max_template_values", limit: renderIn, limitKey: "max_input_size"},
 		{name: "completions prompt, render", class: "in-process render of a completions prompt", steps: render(model), path: "/v1/completions",
