@@ -11,7 +11,7 @@ import (
 // (o200k's), so that it runs on the general regexp path.
 func generic(t *testing.T) *Tokenizer {
 	t.Helper()
-	doc := fixtureJSON(t)
+	doc := fixtureJSON(t, "qwen-like")
 	split := doc["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)
 	split["pattern"] = map[string]any{"Regex": `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`}
 	tk, err := New(mustJSON(t, doc))
@@ -90,7 +90,7 @@ func equalInts(a, b []int) bool {
 // hand-written splitter of the same pattern (Qwen's pattern compiled as a regexp).
 func TestGeneralPathMatchesHandSplit(t *testing.T) {
 	qwen, _ := loadNamed(t, "qwen-like")
-	slow, err := New(mustJSON(t, fixtureJSON(t)))
+	slow, err := New(mustJSON(t, fixtureJSON(t, "qwen-like")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,10 +125,10 @@ func newSentencePiece(vocab map[string]int, m *rawModel, added map[string]int) (
 // Then ' ' is made a symbol for "▁": a normalized word never holds a space.
 func (sp *sentencePiece) readRaw(t *Tokenizer) {
 	norm, prepended := t.norm, false
-	if p, ok := firstNorm[prepend](norm); ok && len(norm) == 2 && p.s == "▁" {
+	if len(norm) == 2 && norm[0] == normStep(prepend{"▁"}) {
 		norm, prepended = norm[1:], true
 	}
-	if r, ok := firstNorm[replace](norm); !ok || len(norm) != 1 || r != (replace{" ", "▁"}) || len(t.added.norm.nodes) > 1 || t.ignoreMrg || sp.meta != '▁' {
+	if len(norm) != 1 || norm[0] != normStep(replace{" ", "▁"}) || len(t.added.norm.nodes) > 1 || t.ignoreMrg || sp.meta != '▁' {
 		return
 	}
 	for _, p := range t.pre {
@@ -141,16 +141,6 @@ func (sp *sentencePiece) readRaw(t *Tokenizer) {
 		return
 	}
 	sp.raw, sp.prepend, sp.ascii[' '] = true, prepended, id
-}
-
-// firstNorm returns the first step of norm when it is a T.
-func firstNorm[T normStep](norm []normStep) (T, bool) {
-	var zero T
-	if len(norm) == 0 {
-		return zero, false
-	}
-	step, ok := norm[0].(T)
-	return step, ok
 }
 
 // symbol is the merge symbol of the character r at byte k of its word: its id, or maxID+k when no

@@ -1,10 +1,7 @@
 package tokenizer
 
 import (
-	"encoding/json"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -36,20 +33,11 @@ func TestEncodeRawMatchesNormalized(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// The test files' "<mask>" is matched on normalized text, which keeps the raw path
 			// away (TestReadRaw): here it is matched on the raw text, as the real files' are.
-			b, err := os.ReadFile(filepath.Join("testdata", name, "tokenizer.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var doc map[string]any
-			if err := json.Unmarshal(b, &doc); err != nil {
-				t.Fatal(err)
-			}
+			doc := fixtureJSON(t, name)
 			for _, a := range doc["added_tokens"].([]any) {
 				a.(map[string]any)["normalized"] = false
 			}
-			if b, err = json.Marshal(doc); err != nil {
-				t.Fatal(err)
-			}
+			b := mustJSON(t, doc)
 			withRaw, err := New(b)
 			if err != nil {
 				t.Fatal(err)

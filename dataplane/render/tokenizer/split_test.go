@@ -177,7 +177,7 @@ func TestDeepSeekLoopMatchesSteps(t *testing.T) {
 	split := func(p string) map[string]any {
 		return map[string]any{"type": "Split", "pattern": map[string]any{"Regex": p}, "behavior": "Isolated", "invert": false}
 	}
-	m := fixtureJSON(t)
+	m := fixtureJSON(t, "qwen-like")
 	m["pre_tokenizer"] = map[string]any{"type": "Sequence", "pretokenizers": []any{split(patternDigits3), split(patternCJK), split(patternDeepSeek), bl}}
 	fused, err := New(mustJSON(t, m))
 	if err != nil {

@@ -178,9 +178,10 @@ func TestTokenIDAndVocabSize(t *testing.T) {
 }
 
 // fixtureJSON returns the qwen-like fixture as a generic JSON object to patch.
-func fixtureJSON(t *testing.T) map[string]any {
+// fixtureJSON is the decoded tokenizer.json of the fixture name (testdata/name).
+func fixtureJSON(t *testing.T, name string) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile("testdata/qwen-like/tokenizer.json")
+	b, err := os.ReadFile(filepath.Join("testdata", name, "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +269,7 @@ func TestLoadRefusesWhatItCannotReproduce(t *testing.T) {
 		}, `post_processor.single[0]: special token "<|im_start|>"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := fixtureJSON(t)
+			m := fixtureJSON(t, "qwen-like")
 			tc.patch(m)
 			_, err := New(mustJSON(t, m))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {

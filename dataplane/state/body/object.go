@@ -75,18 +75,21 @@ func Parse(data []byte) (*Object, error) {
 	if !Valid(data) {
 		return nil, ErrInvalidJSON
 	}
-	s := scanner{data: data}
-	s.skipSpace()
-	return s.object(topLevelFields)
+	return parseObject(data, topLevelFields)
 }
 
 // ParseNested splits an object without validating it again: data must be a value taken from a
 // parsed Object or Array (already validated). Nested edits use it so that a large body is
 // validated once, not once per level.
 func ParseNested(data []byte) (*Object, error) {
+	return parseObject(data, nestedFields)
+}
+
+// parseObject splits the object data holds, with room for fields members to start with.
+func parseObject(data []byte, fields int) (*Object, error) {
 	s := scanner{data: data}
 	s.skipSpace()
-	return s.object(nestedFields)
+	return s.object(fields)
 }
 
 // The room an object's members start with: a request body has a dozen or so, a nested object
