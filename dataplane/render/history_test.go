@@ -382,9 +382,15 @@ coordinator_render_history_misses_total{tokenizer=%[1]q} 1
 # HELP coordinator_render_history_tokens_total Token ids taken from the rendered-history cache instead of encoded.
 # TYPE coordinator_render_history_tokens_total counter
 coordinator_render_history_tokens_total{tokenizer=%[1]q} %[2]d
-# HELP coordinator_render_history_bytes Bytes the rendered-history cache holds (rendered text, ids and bookkeeping).
+# HELP coordinator_render_history_bytes Bytes the rendered-history cache holds (rendered text, ids, decoded message strings and bookkeeping).
 # TYPE coordinator_render_history_bytes gauge
 coordinator_render_history_bytes{tokenizer=%[1]q} %[3]d
+# HELP coordinator_render_history_strings_hits_total Long message strings (with escapes) found decoded in the rendered-history cache.
+# TYPE coordinator_render_history_strings_hits_total counter
+coordinator_render_history_strings_hits_total{tokenizer=%[1]q} 1
+# HELP coordinator_render_history_strings_misses_total Long message strings (with escapes) decoded because the rendered-history cache did not hold them.
+# TYPE coordinator_render_history_strings_misses_total counter
+coordinator_render_history_strings_misses_total{tokenizer=%[1]q} 2
 `, dir, tokens, bytes)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)

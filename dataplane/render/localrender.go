@@ -30,7 +30,8 @@ type Options struct {
 	// CacheBytes bounds the cache of encoded segments (0: no cache).
 	CacheBytes int64
 	// HistoryBytes bounds the rendered-history cache (0: no cache): the rendered text and ids of
-	// the conversations rendered lately, which their next turn reuses (history.go).
+	// the conversations rendered lately, which their next turn reuses (history.go), in one half,
+	// and their long message strings decoded (chattemplate.StringCache) in the other.
 	HistoryBytes int64
 }
 
@@ -46,6 +47,7 @@ type Model struct {
 	tmpl          *chattemplate.Template
 	cache         *tokenizer.SegmentCache
 	history       *historyCache
+	strings       *chattemplate.StringCache // with history: the decoded strings of its conversations
 	contentFormat string
 	refs          int // guarded by loaded.mu
 }
@@ -85,7 +87,8 @@ func Open(dir string, o Options) (*Model, error) {
 		m.cache = tokenizer.NewSegmentCache(o.CacheBytes, minCachedSegment)
 	}
 	if o.HistoryBytes > 0 {
-		m.history = newHistoryCache(o.HistoryBytes)
+		m.history = newHistoryCache(o.HistoryBytes - o.HistoryBytes/2)
+		m.strings = chattemplate.NewStringCache(o.HistoryBytes / 2)
 	}
 	loaded.m[key] = m
 	return m, nil
@@ -116,12 +119,14 @@ func (m *Model) CacheStats() (hits, misses uint64, bytes int64) {
 
 // HistoryStats reports the rendered-history cache (zero without one): the renders that reused a
 // cached conversation's ids (hits) and those that did not (misses), the tokens reused, and the
-// bytes held.
+// bytes held (its decoded message strings included).
 func (m *Model) HistoryStats() (hits, misses, tokens uint64, bytes int64) {
 	if m.history == nil {
 		return 0, 0, 0, 0
 	}
-	return m.history.stats()
+	hits, misses, tokens, bytes = m.history.stats()
+	_, _, sb := m.strings.Stats()
+	return hits, misses, tokens, bytes + sb
 }
 
 // fingerprint identifies dir's files (each by its name, length and content) and o.
@@ -244,7 +249,7 @@ func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
 		tmpl = tmpl.WithLimits(tl)
 	}
 	text, err := tmpl.Render(msgs, chattemplate.Options{Tools: r.Tools, AddGenerationPrompt: r.AddGenerationPrompt,
-		ContinueFinalMessage: r.ContinueFinalMessage, Kwargs: r.Kwargs, Validated: true})
+		ContinueFinalMessage: r.ContinueFinalMessage, Kwargs: r.Kwargs, Validated: true, Strings: m.strings})
 	var ie *chattemplate.InputError
 	switch {
 	case errors.As(err, &ie) && ie.Limit != "":

@@ -10,6 +10,7 @@ import (
 type collector struct {
 	hits, misses, bytes                         *prometheus.Desc
 	histHits, histMisses, histTokens, histBytes *prometheus.Desc
+	strHits, strMisses                          *prometheus.Desc
 }
 
 // Collector exports the in-process renderer's caches of encoded text, per tokenizer directory:
@@ -17,8 +18,9 @@ type collector struct {
 // conversation's history should hit) and _render_cache_bytes (held); and its rendered-history
 // caches: <namespace>_render_history_hits_total and _misses_total (chat renders that reused a
 // cached conversation's ids, and those that found none to reuse), _render_history_tokens_total
-// (the ids reused) and _render_history_bytes (held). A model loaded again (its files changed)
-// starts its counts from zero.
+// (the ids reused), _render_history_strings_hits_total and _misses_total (long message strings
+// found decoded, and decoded) and _render_history_bytes (held, the decoded strings included). A
+// model loaded again (its files changed) starts its counts from zero.
 func Collector(namespace string) prometheus.Collector {
 	labels := []string{"tokenizer"}
 	return &collector{
@@ -35,7 +37,11 @@ func Collector(namespace string) prometheus.Collector {
 		histTokens: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "tokens_total"),
 			"Token ids taken from the rendered-history cache instead of encoded.", labels, nil),
 		histBytes: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "bytes"),
-			"Bytes the rendered-history cache holds (rendered text, ids and bookkeeping).", labels, nil),
+			"Bytes the rendered-history cache holds (rendered text, ids, decoded message strings and bookkeeping).", labels, nil),
+		strHits: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "strings_hits_total"),
+			"Long message strings (with escapes) found decoded in the rendered-history cache.", labels, nil),
+		strMisses: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "strings_misses_total"),
+			"Long message strings (with escapes) decoded because the rendered-history cache did not hold them.", labels, nil),
 	}
 }
 
@@ -47,6 +53,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.histMisses
 	ch <- c.histTokens
 	ch <- c.histBytes
+	ch <- c.strHits
+	ch <- c.strMisses
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -63,6 +71,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		cache, history                         bool
 		hits, misses, bytes                    float64
 		histHits, histMisses, histTok, histByt float64
+		strHits, strMisses                     float64
 	}
 	byDir := map[string]*sums{}
 	for _, m := range models {
@@ -77,9 +86,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			s.hits, s.misses, s.bytes = s.hits+float64(h), s.misses+float64(mi), s.bytes+float64(b)
 		}
 		if m.history != nil {
-			h, mi, tk, b := m.history.stats()
+			h, mi, tk, b := m.HistoryStats()
 			s.history = true
 			s.histHits, s.histMisses, s.histTok, s.histByt = s.histHits+float64(h), s.histMisses+float64(mi), s.histTok+float64(tk), s.histByt+float64(b)
+			h, mi, _ = m.strings.Stats()
+			s.strHits, s.strMisses = s.strHits+float64(h), s.strMisses+float64(mi)
 		}
 	}
 	dirs := make([]string, 0, len(byDir))
@@ -99,6 +110,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.histMisses, prometheus.CounterValue, s.histMisses, d)
 			ch <- prometheus.MustNewConstMetric(c.histTokens, prometheus.CounterValue, s.histTok, d)
 			ch <- prometheus.MustNewConstMetric(c.histBytes, prometheus.GaugeValue, s.histByt, d)
+			ch <- prometheus.MustNewConstMetric(c.strHits, prometheus.CounterValue, s.strHits, d)
+			ch <- prometheus.MustNewConstMetric(c.strMisses, prometheus.CounterValue, s.strMisses, d)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func (t *Template) Render(messages json.RawMessage, opts Options) (string, error
 	if opts.ContinueFinalMessage && opts.AddGenerationPrompt {
 		return "", inputErr("continue_final_message and add_generation_prompt are not compatible")
 	}
-	in := &inputs{t: t, validated: opts.Validated, left: t.limits.MaxValues}
+	in := &inputs{t: t, validated: opts.Validated, left: t.limits.MaxValues, strs: opts.Strings}
 	if in.left == 0 {
 		in.left = int(^uint(0) >> 1)
 	}
@@ -81,13 +81,14 @@ func (t *Template) Render(messages json.RawMessage, opts Options) (string, error
 type inputs struct {
 	t         *Template
 	validated bool
-	left      int // values that may still be decoded
+	left      int          // values that may still be decoded
+	strs      *StringCache // nil: none
 }
 
 // decode decodes raw, what the client calls what.
 func (in *inputs) decode(what string, raw json.RawMessage) (jinja.Value, error) {
 	l := &in.t.limits
-	v, err := decodeValue(raw, l.MaxDepth, in.validated, &in.left)
+	v, err := decodeValue(raw, l.MaxDepth, in.validated, &in.left, in.strs)
 	switch {
 	case errors.Is(err, errTooManyValues):
 		return v, limitErr("MaxValues", "more than %d JSON values in messages, tools and kwargs", l.MaxValues)

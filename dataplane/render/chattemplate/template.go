@@ -50,6 +50,9 @@ type Options struct {
 	// Validated says that the messages, Tools and Kwargs are valid JSON already (values of a
 	// parsed request body): they are not validated again.
 	Validated bool
+	// Strings, when not nil, keeps the long strings decoded for the renders that share it (a
+	// conversation's next turn finds its earlier messages decoded).
+	Strings *StringCache
 }
 
 // TemplateError is the error Render returns when the template itself calls raise_exception: the

@@ -25,8 +25,9 @@ import (
 // change while the value is in use.
 //
 // left, when not nil, is how many more values may be decoded (a request's budget across its
-// inputs); past it the error is errTooManyValues.
-func decodeValue(data []byte, maxDepth int, validated bool, left *int) (jinja.Value, error) {
+// inputs); past it the error is errTooManyValues. strs, when not nil, holds long strings decoded
+// before.
+func decodeValue(data []byte, maxDepth int, validated bool, left *int, strs *StringCache) (jinja.Value, error) {
 	if !validated && !body.Valid(data) {
 		return jinja.Undefined(), errors.New("invalid JSON")
 	}
@@ -34,7 +35,7 @@ func decodeValue(data []byte, maxDepth int, validated bool, left *int) (jinja.Va
 		unlimited := int(^uint(0) >> 1)
 		left = &unlimited
 	}
-	w := walker{data: data, maxDepth: maxDepth, left: left}
+	w := walker{data: data, maxDepth: maxDepth, left: left, strs: strs}
 	return w.value(0)
 }
 
@@ -52,7 +53,8 @@ type walker struct {
 	data     []byte
 	pos      int
 	maxDepth int
-	left     *int // values that may still be decoded
+	left     *int         // values that may still be decoded
+	strs     *StringCache // nil: none
 }
 
 func (w *walker) space() {
@@ -150,7 +152,7 @@ func (w *walker) dict(depth int) (jinja.Value, error) {
 }
 
 // str decodes the string at pos: its bytes when they need no decoding (no escape, valid UTF-8),
-// else a decoded copy.
+// else a decoded copy, or the copy strs holds of a long one.
 func (w *walker) str() string {
 	rest := w.data[w.pos+1:]
 	if q := bytes.IndexByte(rest, '"'); bytes.IndexByte(rest[:q], '\\') < 0 && simdutf8.Valid(rest[:q]) {
@@ -160,12 +162,29 @@ func (w *walker) str() string {
 		}
 		return unsafe.String(&rest[0], q)
 	}
+	var raw []byte // the string's JSON text, when strs may hold it
+	var key uint64
+	if w.strs != nil && len(rest) >= minCachedString {
+		if n := body.StringEnd(w.data[w.pos:]) + 1; n >= minCachedString {
+			raw = w.data[w.pos : w.pos+n]
+			text, k, ok := w.strs.get(raw)
+			if ok {
+				w.pos += n
+				return text
+			}
+			key = k
+		}
+	}
 	s, n, _ := body.DecodeString(nil, w.data[w.pos:])
 	w.pos += n
 	if len(s) == 0 {
 		return ""
 	}
-	return unsafe.String(&s[0], len(s)) // s is this string's own: no second copy
+	text := unsafe.String(&s[0], len(s)) // s is this string's own: no second copy
+	if raw != nil {
+		w.strs.put(key, raw, text)
+	}
+	return text
 }
 
 func numberValue(n json.Number) jinja.Value {

@@ -22,7 +22,7 @@ func TestDecodeValue(t *testing.T) {
 		{`{"a" 1}`, `invalid JSON`, true},
 		{``, `invalid JSON`, true},
 	} {
-		v, err := decodeValue([]byte(tc.in), 5, false, nil)
+		v, err := decodeValue([]byte(tc.in), 5, false, nil, nil)
 		if tc.err {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("decodeValue(%s): err = %v, want %q", tc.in, err, tc.want)

@@ -535,7 +535,7 @@ func (s *scanner) skipString() {
 			break
 		}
 	}
-	if end := stringEnd(s.data[s.pos:]); end >= 0 {
+	if end := StringEnd(s.data[s.pos:]); end >= 0 {
 		s.pos += end + 1
 	} else {
 		s.pos = len(s.data) // unterminated: only unvalidated data has one
@@ -723,7 +723,7 @@ func DecodeString(dst, data []byte) ([]byte, int, error) {
 	if len(data) == 0 || data[0] != '"' {
 		return dst, 0, errors.New("not a JSON string")
 	}
-	end := stringEnd(data)
+	end := StringEnd(data)
 	if end < 0 {
 		return dst, len(data), errors.New("unterminated string")
 	}
@@ -750,8 +750,9 @@ func DecodeString(dst, data []byte) ([]byte, int, error) {
 	}
 }
 
-// stringEnd is the index of the closing quote of the JSON string at the start of data, or -1.
-func stringEnd(data []byte) int {
+// StringEnd is the index of the closing quote of the JSON string at the start of data (its
+// opening quote at data[0]), or -1.
+func StringEnd(data []byte) int {
 	for i := 1; ; i++ {
 		q := bytes.IndexByte(data[i:], '"')
 		if q < 0 {
