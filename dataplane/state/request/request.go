@@ -169,16 +169,7 @@ func (rc *Context) EndStep(outcome string) StepTiming {
 // TokenIDsJSON returns TokenIDs encoded once and cached (they go into several legs).
 func (rc *Context) TokenIDsJSON() json.RawMessage {
 	if rc.tokenJSON == nil {
-		b := make([]byte, 0, 8*len(rc.TokenIDs)+2)
-		b = append(b, '[')
-		for i, t := range rc.TokenIDs {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(b, int64(t), 10)
-		}
-		b = append(b, ']')
-		rc.tokenJSON = b
+		rc.tokenJSON = body.AppendInts(nil, rc.TokenIDs)
 	}
 	return rc.tokenJSON
 }
