@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 // The rendered-history cache. A multi-turn client sends the whole conversation with every turn;
@@ -62,6 +64,7 @@ type historyCache struct {
 type historyEntry struct {
 	text   string       // the rendering up to its last cut
 	chunks [][]int32    // the ids of text, in order: the earlier turns' chunks are shared with the entries they came from
+	lists  [][]byte     // each chunk's ids as JSON, joined by commas (no brackets; a chunk without ids has none)
 	cuts   []historyCut // the cuts of text, increasing; the last is len(text)
 	held   int64        // bytes of the rendering text keeps alive (it is a slice of it)
 
@@ -97,8 +100,52 @@ func (e *historyEntry) firstChunks(n int) [][]int32 {
 	return out
 }
 
-// historyCut is a cut of an entry's text: its byte offset and the number of ids before it.
-type historyCut struct{ at, ids int32 }
+// appendList appends the first n bytes of e's ids as a JSON list (lists joined by commas: n is a
+// cut's json, so the list ends with an id).
+func (e *historyEntry) appendList(dst []byte, n int) []byte {
+	m := 0
+	for _, l := range e.lists {
+		if m >= n {
+			break
+		}
+		if len(l) == 0 {
+			continue
+		}
+		if m > 0 {
+			dst = append(dst, ',')
+			m++
+		}
+		take := min(len(l), n-m)
+		dst = append(dst, l[:take]...)
+		m += take
+	}
+	return dst
+}
+
+// firstLists are the lists of e's first n bytes of ids as JSON (shared, the last one sliced).
+func (e *historyEntry) firstLists(n int) [][]byte {
+	var out [][]byte
+	m := 0
+	for _, l := range e.lists {
+		if m >= n {
+			break
+		}
+		if len(l) == 0 {
+			continue
+		}
+		if m > 0 {
+			m++ // the comma
+		}
+		take := min(len(l), n-m)
+		out = append(out, l[:take:take])
+		m += take
+	}
+	return out
+}
+
+// historyCut is a cut of an entry's text: its byte offset, the number of ids before it, and the
+// length of their JSON list (ids joined by commas).
+type historyCut struct{ at, ids, json int32 }
 
 func newHistoryCache(maxBytes int64) *historyCache {
 	c := &historyCache{maxBytes: maxBytes, seed: maphash.MakeSeed(), keys: map[uint64]*historyEntry{}}
@@ -235,7 +282,8 @@ func (c *historyCache) store(key uint64, e, old *historyEntry) {
 			}
 		}
 	}
-	e.size = e.held + 4*int64(e.cuts[len(e.cuts)-1].ids) + 24*int64(len(e.chunks)) + 8*int64(len(e.cuts)) + historyKeyCost*int64(len(e.keys)) + historyOverhead
+	last := e.cuts[len(e.cuts)-1]
+	e.size = e.held + 4*int64(last.ids) + int64(last.json) + 48*int64(len(e.chunks)) + 12*int64(len(e.cuts)) + historyKeyCost*int64(len(e.keys)) + historyOverhead
 	if e.size > c.maxBytes/maxHistoryShare {
 		return // one conversation would evict all the others
 	}
@@ -303,12 +351,14 @@ func (c *historyCache) pushFront(e *historyEntry) {
 
 // chatHistory encodes text, a chat rendering whose request's message prefixes have keys
 // (historyKeys), with the history cache: the ids of the longest stretch the conversation it
-// continues shares are copied, the rest is encoded (cut by cut, to know the ids
-// at each) and the rendering is kept for the next turn. The result, errors included, is
-// encode's.
-func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]int, error) {
+// continues shares are copied, and their JSON list; the rest is encoded (cut by cut, to know the
+// ids at each) and listed, and the rendering is kept for the next turn. It returns the ids
+// appended to dst and their JSON array (nil with an error, or when the text is past its limits).
+// Errors are encode's.
+func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]int, []byte, error) {
 	if (l.MaxInputBytes > 0 && len(text) > l.MaxInputBytes) || len(text) > math.MaxInt32 {
-		return m.encode(dst, text, false, l) // the limit's error
+		dst, err := m.encode(dst, text, false, l) // the limit's error
+		return dst, nil, err
 	}
 	h := m.history
 	cuts := m.tok.Cuts(nil, text)
@@ -316,51 +366,67 @@ func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]
 	n0 := len(dst)
 	at := 0
 	var ecuts []historyCut
+	var js []byte // the JSON array of the ids after n0, as far as they are listed
 	if old != nil {
 		cut := old.cuts[k]
 		at = int(cut.at)
-		dst = slices.Grow(dst, int(cut.ids)+(len(text)-at)/3+8)
+		rest := (len(text)-at)/3 + 8
+		dst = slices.Grow(dst, int(cut.ids)+rest)
 		dst = old.appendIDs(dst, int(cut.ids))
+		js = old.appendList(append(make([]byte, 0, int(cut.json)+7*rest+2), '['), int(cut.json))
 		ecuts = append(make([]historyCut, 0, k+1+len(cuts)-j), old.cuts[:k+1]...)
 	} else {
 		dst = growFor(dst, text, l.Encode.MaxTokens)
+		js = append(make([]byte, 0, 7*(cap(dst)-n0)+2), '[')
 		ecuts = make([]historyCut, 0, len(cuts))
+	}
+	listed := len(dst) - n0
+	list := func() { // the ids encoded since the last call
+		js = body.AppendIntList(js, dst[n0+listed:], listed > 0 && len(dst) > n0+listed)
+		listed = len(dst) - n0
 	}
 	var err error
 	for _, c := range cuts[j+1:] {
 		if dst, err = m.encodePiece(dst, text[at:c], l); err != nil {
-			return dst, err
+			return dst, nil, err
 		}
 		at = c
-		ecuts = append(ecuts, historyCut{at: int32(c), ids: int32(len(dst) - n0)})
+		list()
+		ecuts = append(ecuts, historyCut{at: int32(c), ids: int32(listed), json: int32(len(js) - 1)})
 	}
 	if at < len(text) || l.Encode.MaxTokens > 0 || l.Encode.Context != nil { // text after a stripping token; the last checks
 		if dst, err = m.encodePiece(dst, text[at:], l); err != nil {
-			return dst, err
+			return dst, nil, err
 		}
+		list()
 	}
+	js = append(js, ']')
 	if len(ecuts) == 0 || int(ecuts[len(ecuts)-1].at) < minHistoryEntry {
-		return dst, nil
+		return dst, js, nil
 	}
 	last := ecuts[len(ecuts)-1]
-	if !h.fits(int64(len(text)) + 4*int64(last.ids)) {
-		return dst, nil // not even copied: a conversation too large to keep costs nothing more
+	if !h.fits(int64(len(text)) + 4*int64(last.ids) + int64(last.json)) {
+		return dst, js, nil // not even copied: a conversation too large to keep costs nothing more
 	}
 	e := &historyEntry{text: text[:last.at], cuts: ecuts, held: int64(len(text))}
-	from := 0
+	from, fromJSON := 0, 0
 	if old != nil {
-		from = int(old.cuts[k].ids)
-		e.chunks = old.firstChunks(from)
+		from, fromJSON = int(old.cuts[k].ids), int(old.cuts[k].json)
+		e.chunks, e.lists = old.firstChunks(from), old.firstLists(fromJSON)
 	}
 	chunk := make([]int32, int(last.ids)-from)
 	for i, id := range dst[n0+from : n0+int(last.ids)] {
 		chunk[i] = int32(id)
 	}
+	if from > 0 && len(chunk) > 0 {
+		fromJSON++ // the comma after the shared ids
+	}
 	e.chunks = append(e.chunks, chunk)
+	e.lists = append(e.lists, slices.Clone(js[1+fromJSON:1+int(last.json)]))
 	if len(keys) > 0 {
 		h.store(keys[len(keys)-1], e, old)
 	}
-	return dst, nil
+	return dst, js, nil
 }
 
 // encodePiece encodes s, a piece of a rendering between two cuts, after dst (the ids before it:

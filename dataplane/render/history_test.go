@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 // Templates that render a conversation's history differently once a turn follows: the history
@@ -88,12 +89,15 @@ func TestHistoryTurnByTurn(t *testing.T) {
 				}
 				for _, m := range []*Model{cached, segments} {
 					hits0, _, tokens0, _ := m.HistoryStats()
-					got, err := m.Chat([]int{-1}, req) // after ids already in dst
+					got, js, err := m.ChatJSON([]int{-1}, req) // after ids already in dst
 					if err != nil {
 						t.Fatal(err)
 					}
 					if got[0] != -1 || !slices.Equal(got[1:], want) {
 						t.Fatalf("turn %d: ids differ from the uncached render %s", k, idsAt(got[1:], want))
+					}
+					if wantJSON := body.AppendInts(nil, want); string(js) != string(wantJSON) {
+						t.Fatalf("turn %d: the ids' JSON differs from theirs at byte %d of %d", k, commonPrefix(string(js), string(wantJSON)), len(wantJSON))
 					}
 					hits, _, tokens, _ := m.HistoryStats()
 					reused := tokens - tokens0

@@ -231,6 +231,14 @@ type ChatRequest struct {
 // message the template refuses (*chattemplate.TemplateError), input past its limits
 // (*LimitError, or a *chattemplate.InputError), or the context's.
 func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
+	ids, _, err := m.ChatJSON(dst, r)
+	return ids, err
+}
+
+// ChatJSON is Chat, and the JSON array of the ids it appended to dst when the rendered-history
+// cache listed them (nil otherwise): a later turn copies the history's list as it copies its ids,
+// and lists only the rest.
+func (m *Model) ChatJSON(dst []int, r ChatRequest) ([]int, []byte, error) {
 	l := r.Limits
 	var keys *historyKeys
 	var each func([]byte)
@@ -240,7 +248,7 @@ func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
 	}
 	msgs, err := convertMessages(r.Messages, m.contentFormat, each)
 	if err != nil {
-		return dst, err
+		return dst, nil, err
 	}
 	tmpl := m.tmpl
 	if l.MaxInputBytes > 0 || l.MaxValues > 0 {
@@ -253,17 +261,18 @@ func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
 	var ie *chattemplate.InputError
 	switch {
 	case errors.As(err, &ie) && ie.Limit != "":
-		return dst, &LimitError{Limit: ie.Limit, Message: ie.Message}
+		return dst, nil, &LimitError{Limit: ie.Limit, Message: ie.Message}
 	case err != nil:
-		return dst, err
+		return dst, nil, err
 	}
 	if ctx := l.Encode.Context; ctx != nil && ctx.Err() != nil {
-		return dst, ctx.Err()
+		return dst, nil, ctx.Err()
 	}
 	if keys != nil {
 		return m.chatHistory(dst, text, keys.keys, l)
 	}
-	return m.encode(dst, text, r.AddSpecialTokens, l)
+	dst, err = m.encode(dst, text, r.AddSpecialTokens, l)
+	return dst, nil, err
 }
 
 // growFor makes room in dst for the ids of text, at 3 bytes a token (English prose takes about

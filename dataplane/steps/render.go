@@ -95,7 +95,7 @@ var reservedTemplateKwargs = []string{"messages", "tools", "documents", "add_gen
 // token until it ends.
 const (
 	renderCostPerByte = 28
-	tokenCost         = 12 // the id (8) and its JSON (up to 4 on average)
+	tokenCost         = 15 // the id (8) and its JSON (a comma and up to six digits)
 )
 
 // Defaults of the in-process render's bounds (docs/configuration.md gives what each allows).
@@ -485,7 +485,7 @@ func (s *renderStep) chatLocal(ctx context.Context, rc *request.Context, msgs *b
 	if err := s.reserve(rc, size); err != nil {
 		return err
 	}
-	ids, err := s.model.Chat(nil, req)
+	ids, js, err := s.model.ChatJSON(nil, req)
 	s.keep(ctx, size, len(ids))
 	if err != nil {
 		return s.renderErr(rc, err)
@@ -493,7 +493,7 @@ func (s *renderStep) chatLocal(ctx context.Context, rc *request.Context, msgs *b
 	if err := s.checkTokens(len(ids)); err != nil {
 		return err
 	}
-	rc.SetTokenIDs(ids)
+	rc.SetTokenIDsJSON(ids, js) // the legs send js: a later turn's is mostly copied from its history
 	return nil
 }
 

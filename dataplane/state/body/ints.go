@@ -11,18 +11,22 @@ import (
 // are) is written as digits computed in one 64-bit word and stored at once, more than twice
 // strconv's speed.
 func AppendInts(dst []byte, vals []int) []byte {
+	return append(AppendIntList(append(dst, '['), vals, false), ']')
+}
+
+// AppendIntList appends vals as AppendInts does, without the brackets: joined by commas, and
+// after one when comma is true (a list continued).
+func AppendIntList(dst []byte, vals []int, comma bool) []byte {
 	const per = 7 // a comma and six digits (and 8 bytes of slack: a store writes 8)
-	b, n := reserve(dst, per*len(vals)+10)
-	b[n] = '['
-	n++
+	b, n := reserve(dst, per*len(vals)+8)
 	for i, v := range vals {
-		if i > 0 {
+		if i > 0 || comma {
 			b[n] = ','
 			n++
 		}
 		if uint(v) >= 1e6 { // negative, or past any vocabulary: strconv's
 			out := strconv.AppendInt(b[:n], int64(v), 10)
-			b, n = reserve(out, per*(len(vals)-i-1)+10)
+			b, n = reserve(out, per*(len(vals)-i-1)+8)
 			continue
 		}
 		u := uint32(v)
@@ -36,8 +40,7 @@ func AppendInts(dst []byte, vals []int) []byte {
 		binary.LittleEndian.PutUint64(b[n:], x>>(8*(6-d))) // the d digits, then zeros the next value overwrites
 		n += int(d)
 	}
-	b[n] = ']'
-	return b[:n+1]
+	return b[:n]
 }
 
 // reserve returns dst's array, at least room bytes past len(dst) long, and len(dst).

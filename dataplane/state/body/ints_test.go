@@ -49,6 +49,13 @@ func TestAppendInts(t *testing.T) {
 				if got := AppendInts(dst, vals); string(got) != string(want) {
 					t.Fatalf("AppendInts(%q, %v) = %s, want %s", tc.prefix, vals[:min(len(vals), 8)], got[:min(len(got), 200)], want[:min(len(want), 200)])
 				}
+				// The same list in two calls, the second continuing the first.
+				half := len(vals) / 2
+				got := AppendIntList(append(dst[:len(tc.prefix)], '['), vals[:half], false)
+				got = append(AppendIntList(got, vals[half:], half > 0), ']')
+				if string(got) != string(want) {
+					t.Fatalf("AppendIntList in two halves = %s, want %s", got[:min(len(got), 200)], want[:min(len(want), 200)])
+				}
 			}
 		})
 	}

@@ -180,6 +180,13 @@ func (rc *Context) SetTokenIDs(ids []int) {
 	rc.tokenJSON = nil
 }
 
+// SetTokenIDsJSON replaces the token ids with ids, whose JSON array (body.AppendInts's) is js, made
+// already (nil: made when first asked for).
+func (rc *Context) SetTokenIDsJSON(ids []int, js json.RawMessage) {
+	rc.TokenIDs = ids
+	rc.tokenJSON = js
+}
+
 // LegHeader is the header set the next leg carries: Forwarded, with the values earlier answers
 // gave to pipeline.forward_response_headers. Callers must not modify it.
 func (rc *Context) LegHeader() http.Header {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/epd-dev/coordinator/dataplane/render"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 // TestHistoryTurnByTurn renders every chat case of the corpus that has more than one user turn,
@@ -47,12 +48,14 @@ func TestHistoryTurnByTurn(t *testing.T) {
 					raw, _ := json.Marshal(msgs[:k])
 					req := render.ChatRequest{Messages: raw, Tools: cs.Tools, Kwargs: cs.Kwargs, AddGenerationPrompt: true}
 					want, werr := plain.Chat(nil, req)
-					got, gerr := cached.Chat(nil, req)
+					got, js, gerr := cached.ChatJSON(nil, req)
 					switch {
 					case (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()):
 						t.Errorf("%s, turn of %d messages: error %v, without the cache %v", name, k, gerr, werr)
 					case !slices.Equal(got, want):
 						t.Errorf("%s, turn of %d messages: ids differ from the uncached render %s", name, k, idsDiff(loadVocab(t, dirs[i]), want, got))
+					case gerr == nil && string(js) != string(body.AppendInts(nil, want)):
+						t.Errorf("%s, turn of %d messages: the ids' JSON is not theirs: %.80s...", name, k, js)
 					}
 					turns++
 				}

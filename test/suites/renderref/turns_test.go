@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -99,8 +100,11 @@ func turnBodies(msgs []map[string]string, salt int) []*body.Object {
 // conversation), segments (the segment cache alone, the default before the history cache:
 // messages are found by content), history (the segment and history caches, the default) and
 // historyonly (the history cache alone). The template renders the whole conversation every turn
-// in all four. Reported: ns/turn and cpu-ns/turn (the process's CPU, which the other load of a
-// shared machine disturbs less than the wall clock), the mean of a turn.
+// in all four. Each turn ends with the JSON array of its ids, which every leg sends (with the
+// history cache, the step copies the history's from it; without, it is made when the first leg
+// asks). Reported, the mean of a turn: ns/turn and cpu-ns/turn (the process's CPU, which the
+// other load of a shared machine disturbs less than the wall clock) of the step and the ids'
+// JSON, and render-ns/turn of the step alone.
 func BenchmarkRenderTurns(b *testing.B) {
 	const turns = 10
 	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
@@ -135,12 +139,18 @@ func BenchmarkRenderTurns(b *testing.B) {
 						b.ReportAllocs()
 						b.ResetTimer()
 						cpu0 := cpuTime()
+						var rendering time.Duration
 						for _, bodies := range convs {
 							for _, obj := range bodies[len(bodies)-turns:] {
 								rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
 									Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
+								t0 := time.Now()
 								if err := step.Execute(context.Background(), rc); err != nil {
 									b.Fatal(err)
+								}
+								rendering += time.Since(t0)
+								if js := rc.TokenIDsJSON(); len(js) < 2*len(rc.TokenIDs) {
+									b.Fatalf("the JSON of %d ids is %d bytes", len(rc.TokenIDs), len(js))
 								}
 							}
 						}
@@ -148,6 +158,7 @@ func BenchmarkRenderTurns(b *testing.B) {
 						b.StopTimer()
 						b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*turns), "ns/turn")
 						b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*turns), "cpu-ns/turn")
+						b.ReportMetric(float64(rendering.Nanoseconds())/float64(b.N*turns), "render-ns/turn")
 					})
 				}
 			})
