@@ -326,6 +326,7 @@ func (s *renderStep) Prompt(ctx context.Context, rc *request.Context) error {
 	switch body.KindOf(raw) {
 	case body.KindString:
 		var ids []int
+		var js json.RawMessage // their JSON, when the render service wrote it as it is sent
 		if s.model != nil {
 			prompt, _, _ := rc.Body.String("prompt")
 			addSpecial, present, err := rc.Body.Bool("add_special_tokens")
@@ -345,18 +346,25 @@ func (s *renderStep) Prompt(ctx context.Context, rc *request.Context) error {
 			if err != nil {
 				return err
 			}
-			var answer []struct {
-				TokenIDs []int `json:"token_ids"`
+			var items []json.RawMessage
+			if body.Valid(out) {
+				items, _ = body.Array(out)
 			}
-			if err := json.Unmarshal(out, &answer); err != nil || len(answer) != 1 {
+			if len(items) != 1 || body.KindOf(items[0]) != body.KindObject {
 				return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Body: upstream.Head(out), Err: errors.New("completions render answer must be a one-element array")}
 			}
-			ids = answer[0].TokenIDs
+			answer, err := body.ParseNested(items[0])
+			if err == nil {
+				ids, js, err = answerTokenIDs(answer)
+			}
+			if err != nil {
+				return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Body: upstream.Head(out), Err: err}
+			}
 		}
 		if err := s.checkTokens(len(ids)); err != nil {
 			return err
 		}
-		rc.SetTokenIDs(ids)
+		rc.SetTokenIDsJSON(ids, js)
 		rc.Body.Set("prompt", rc.TokenIDsJSON())
 		return nil
 	case body.KindArray:
@@ -379,10 +387,19 @@ func (s *renderStep) Prompt(ctx context.Context, rc *request.Context) error {
 	return apierror.InvalidField("prompt", "\"prompt\" must be a string or an array of token ids")
 }
 
-// renderAnswer is the chat render service's reply; only token_ids and features are read.
-type renderAnswer struct {
-	TokenIDs []int          `json:"token_ids"`
-	Features *wire.Features `json:"features"`
+// answerTokenIDs reads a render service's answer's token_ids (checked as a client's are) and,
+// when they are written as the legs send them (body.AppendInts's form, as vLLM's JSON is), their
+// JSON: not written again.
+func answerTokenIDs(answer *body.Object) ([]int, json.RawMessage, error) {
+	raw, _ := answer.Get("token_ids")
+	ids, canonical, err := wire.ParseTokenIDs(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("token_ids %w", err)
+	}
+	if !canonical {
+		raw = nil
+	}
+	return ids, raw, nil
 }
 
 // Conversation renders a conversational request, in process or through the chat render
@@ -408,17 +425,28 @@ func (s *renderStep) Conversation(ctx context.Context, rc *request.Context, msgs
 	if err != nil {
 		return err
 	}
-	var answer renderAnswer
-	if err := json.Unmarshal(out, &answer); err != nil {
+	// The answer is parsed as a request body is (validated once, members split): a 32k prompt's
+	// ids through encoding/json cost more than the rest of the round trip.
+	answer, err := body.Parse(out)
+	var ids []int
+	var js json.RawMessage
+	if err == nil {
+		ids, js, err = answerTokenIDs(answer)
+	}
+	if err != nil {
 		return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Body: upstream.Head(out), Err: fmt.Errorf("decoding answer: %w", err)}
 	}
-	if err := s.checkTokens(len(answer.TokenIDs)); err != nil {
+	if err := s.checkTokens(len(ids)); err != nil {
 		return err
 	}
-	rc.SetTokenIDs(answer.TokenIDs)
+	rc.SetTokenIDsJSON(ids, js)
 	var rendered []request.MediaEntry
-	if answer.Features != nil {
-		if rendered, err = answer.Features.Entries(); err != nil {
+	if rawF, ok := answer.Get("features"); ok && body.KindOf(rawF) != body.KindNull {
+		var features wire.Features
+		if err := json.Unmarshal(rawF, &features); err != nil {
+			return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Body: upstream.Head(out), Err: fmt.Errorf("decoding answer: features: %w", err)}
+		}
+		if rendered, err = features.Entries(); err != nil {
 			return &apierror.UpstreamError{Phase: RenderStep, Status: 200, Err: fmt.Errorf("features.%w", err)}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,6 +62,28 @@ func TestRenderChat(t *testing.T) {
 	if string(rc.Body.Bytes()) != chatWithImages("data:image/png;base64,AAAA", "data:image/png;base64,BBBB") {
 		t.Fatal("render changed the chat body")
 	}
+	if js := string(rc.TokenIDsJSON()); js != "[1,4,9,32000,32000,32000,32000,32000,7]" {
+		t.Fatalf("the ids' JSON is %s", js)
+	}
+}
+
+// TestRenderAnswerIDs: the render service's token_ids are sent on as the service wrote them
+// when that is how the legs write them, and written again otherwise.
+func TestRenderAnswerIDs(t *testing.T) {
+	for _, tc := range []struct{ answer, want string }{
+		{`{"token_ids":[151643,0,7]}`, `[151643,0,7]`},
+		{`{"token_ids": [ 151643, 0,7 ] , "features": null}`, `[151643,0,7]`},
+	} {
+		svc := newFakeGateway(t, okJSON(tc.answer))
+		s := newRenderStep(t, svc.srv.URL, nil)
+		rc, _ := newRC(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, nil)
+		if err := s.Execute(context.Background(), rc); err != nil {
+			t.Fatal(err)
+		}
+		if js := string(rc.TokenIDsJSON()); !slices.Equal(rc.TokenIDs, []int{151643, 0, 7}) || js != tc.want {
+			t.Errorf("answer %s: ids %v, JSON %s; want %s", tc.answer, rc.TokenIDs, js, tc.want)
+		}
+	}
 }
 
 func TestRenderChatFailures(t *testing.T) {
@@ -87,6 +110,13 @@ func TestRenderChatFailures(t *testing.T) {
 			status: 502,
 		},
 		"garbage answer": {answer: okJSON(`<html>`), status: 502},
+		"no token_ids":   {answer: okJSON(`{"features":null}`), status: 502},
+		"a token id that is not one": {
+			answer: okJSON(`{"token_ids":[1,-2]}`), status: 502,
+		},
+		"features that are not an object": {
+			answer: okJSON(`{"token_ids":[1,2],"features":3}`), status: 502,
+		},
 		"token limit": {
 			answer: okJSON(renderedTwoImages), params: map[string]any{"max_total_tokens": 8},
 			status: 400, msg: "too many total tokens: got 9, max 8",

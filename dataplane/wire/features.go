@@ -133,22 +133,31 @@ const maxTokenID = 1 << 31
 // TokenIDs decodes an array of token ids: JSON integers written as integers (no fraction, no
 // exponent, no sign), each below 2³¹, in one pass over raw with no value per item.
 func TokenIDs(raw json.RawMessage) ([]int, error) {
+	ids, _, err := ParseTokenIDs(raw)
+	return ids, err
+}
+
+// ParseTokenIDs is TokenIDs, and reports whether raw is written as body.AppendInts writes the
+// ids (no space anywhere): then raw can be sent on as their JSON, not written again.
+func ParseTokenIDs(raw json.RawMessage) (ids []int, canonical bool, err error) {
 	i, n := 0, len(raw)
+	spaced := false
 	space := func() {
 		for i < n && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
 			i++
+			spaced = true
 		}
 	}
 	space()
 	if i == n || raw[i] != '[' {
-		return nil, errors.New("must be an array of token ids")
+		return nil, false, errors.New("must be an array of token ids")
 	}
 	i++
-	ids := make([]int, 0, len(raw)/4)
+	ids = make([]int, 0, len(raw)/4)
 	for k := 0; ; k++ {
 		space()
 		if k == 0 && i < n && raw[i] == ']' {
-			return ids, nil
+			return ids, !spaced && i+1 == n, nil
 		}
 		start, id := i, 0
 		for i < n && raw[i] >= '0' && raw[i] <= '9' && id < maxTokenID {
@@ -160,15 +169,15 @@ func TokenIDs(raw json.RawMessage) ([]int, error) {
 			end++
 		}
 		if i == start || i != end || id >= maxTokenID || raw[start] == '0' && i-start > 1 {
-			return nil, fmt.Errorf("must hold non-negative integers below %d, written as integers (item %d is %.20s)", maxTokenID, k, raw[start:end])
+			return nil, false, fmt.Errorf("must hold non-negative integers below %d, written as integers (item %d is %.20s)", maxTokenID, k, raw[start:end])
 		}
 		ids = append(ids, id)
 		space()
 		if i < n && raw[i] == ']' {
-			return ids, nil
+			return ids, !spaced && i+1 == n, nil
 		}
 		if i == n || raw[i] != ',' {
-			return nil, errors.New("must be an array of token ids")
+			return nil, false, errors.New("must be an array of token ids")
 		}
 		i++
 	}
