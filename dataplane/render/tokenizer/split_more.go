@@ -353,23 +353,50 @@ func (t *Tokenizer) encodeDeepSeek(dst []int, s string, ext *[classLimit]uint8, 
 	return dst
 }
 
-// deepSeekASCII is deepSeekNext for a word of ASCII letters: after an ASCII punctuation or
-// symbol ([!-/:-@[-`{-~][A-Za-z]+, which any other byte ends), else after an optional
-// character that is neither a letter, punctuation, a symbol, \r nor \n
+// deepSeekASCII is deepSeekNext where ASCII decides the match: a word of ASCII letters after an
+// ASCII punctuation or symbol ([!-/:-@[-`{-~][A-Za-z]+, which any other byte ends), else after an
+// optional character that is neither a letter, punctuation, a symbol, \r nor \n
 // ([^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+, which must end at an ASCII byte: letters and marks
-// that are not ASCII go on with it). It returns 0 when the general path must decide.
+// that are not ASCII go on with it); a run of ASCII punctuation and symbols, after an optional
+// space, and the newlines after it ( ?[\p{P}\p{S}]+[\r\n]*, which must end at an ASCII byte);
+// whitespace that no letter follows (wsMatch). It returns 0 when the general path must decide.
 func deepSeekASCII(s string, i int) int {
+	c := s[i]
 	j := i + 1
-	if c := s[i]; !asciiLetter(c) {
+	if !asciiLetter(c) {
+		next := byte(0)
+		if j < len(s) {
+			next = s[j]
+		}
 		switch {
-		case j == len(s) || !asciiLetter(s[j]) || c >= utf8.RuneSelf || c == '\r' || c == '\n':
+		case c >= utf8.RuneSelf:
 			return 0
-		case asciiPunct(c):
-			for j++; j < len(s) && asciiLetter(s[j]); j++ {
+		case asciiLetter(next) && c != '\r' && c != '\n':
+			if asciiPunct(c) {
+				for j++; j < len(s) && asciiLetter(s[j]); j++ {
+				}
+				return j
+			}
+			j++ // the prefix character
+		case asciiPunct(c) || c == ' ' && asciiPunct(next):
+			if c == ' ' {
+				j++
+			}
+			for j < len(s) && asciiPunct(s[j]) {
+				j++
+			}
+			if j < len(s) && s[j] >= utf8.RuneSelf {
+				return 0 // punctuation or a symbol that is not ASCII may go on with the run
+			}
+			for j < len(s) && (s[j] == '\r' || s[j] == '\n') {
+				j++
 			}
 			return j
+		case byteClass[c]&clsWS != 0 && next < utf8.RuneSelf: // (a letter that is not ASCII may follow as the prefix's)
+			return wsMatch(s, i)
+		default:
+			return 0
 		}
-		j++
 	}
 	for j < len(s) && asciiLetter(s[j]) {
 		j++

@@ -214,9 +214,12 @@ func TestASCIIWordsMatchNext(t *testing.T) {
 	answered := map[string]int{}
 	for range 20000 {
 		var b strings.Builder
-		for n := r.Intn(12); n >= 0; n-- {
-			b.WriteString(splitAlphabet[r.Intn(len(splitAlphabet))])
-			b.WriteString(words[r.Intn(len(words))])
+		for n := r.Intn(24); n >= 0; n-- { // characters, and words, in any order
+			if r.Intn(2) == 0 {
+				b.WriteString(words[r.Intn(len(words))])
+			} else {
+				b.WriteString(splitAlphabet[r.Intn(len(splitAlphabet))])
+			}
 		}
 		s := b.String()
 		for i := range len(s) {
