@@ -233,6 +233,11 @@ func o200kNext(s string, i int, ext *[classLimit]uint8) int {
 	if end := o200kASCII(s, i); end > 0 {
 		return end
 	}
+	return o200kMatch(s, i, ext)
+}
+
+// o200kMatch is o200kNext without its ASCII shortcut: the pattern's alternatives in order.
+func o200kMatch(s string, i int, ext *[classLimit]uint8) int {
 	c0 := s[i]
 	k, _, w := classes(s, i, ext)
 	prefix := c0 != '\r' && c0 != '\n' && k&(clsL|clsN) == 0 && i+w < len(s)
@@ -412,16 +417,27 @@ func isDeepSeek(steps []preStep) bool {
 	return len(steps) == 3 && steps[0].fast == fastDigits3 && steps[1].fast == fastCJK && steps[2].fast == fastDeepSeek
 }
 
-// o200kASCII is o200kNext for a word of ASCII letters (after an optional ASCII prefix
-// character) that ends at an ASCII byte: uppercase then lowercase letters (U*W+), or uppercase
-// only (U+). It returns 0 when the general path must decide.
+// o200kASCII is o200kNext where ASCII decides the match: a word of ASCII letters (after an
+// optional ASCII prefix character) that ends at an ASCII byte, uppercase then lowercase letters
+// (U*W+) or uppercase only (U+); a run of ASCII characters that are neither whitespace, letters
+// nor digits, after an optional space, and the newlines and slashes after it
+// ( ?[^\s\p{L}\p{N}]+[\r\n/]*, which must end at an ASCII byte); whitespace that no letter
+// follows (wsMatch). It returns 0 when the general path must decide (and at a digit).
 func o200kASCII(s string, i int) int {
 	j := i
 	if c := s[i]; !asciiLetter(c) {
-		if c >= utf8.RuneSelf || c == '\r' || c == '\n' || c >= '0' && c <= '9' || i+1 == len(s) || !asciiLetter(s[i+1]) {
-			return 0
+		next := byte(0)
+		if i+1 < len(s) {
+			next = s[i+1]
 		}
-		j++
+		switch {
+		case c >= utf8.RuneSelf || c-'0' < 10:
+			return 0
+		case asciiLetter(next) && c != '\r' && c != '\n':
+			j++ // the prefix character
+		default:
+			return o200kOther(s, i, c, next)
+		}
 	}
 	u := j
 	for u < len(s) && s[u] >= 'A' && s[u] <= 'Z' {
@@ -435,4 +451,29 @@ func o200kASCII(s string, i int) int {
 		return 0 // the word may go on
 	}
 	return withContraction(s, w)
+}
+
+// o200kOther is o200kASCII at the ASCII character c, neither a letter nor a digit, that no
+// letter follows as its prefix (next: the byte after it, 0 at the end).
+func o200kOther(s string, i int, c, next byte) int {
+	p := i
+	if byteClass[c]&clsWS != 0 {
+		if c != ' ' || next >= utf8.RuneSelf || byteClass[next]&(clsWS|clsL|clsN) != 0 || i+1 == len(s) {
+			if next >= utf8.RuneSelf {
+				return 0 // a letter that is not ASCII may follow, as the prefix's
+			}
+			return wsMatch(s, i)
+		}
+		p++ // ' ' before the run
+	}
+	for p < len(s) && s[p] < utf8.RuneSelf && byteClass[s[p]]&(clsWS|clsL|clsN) == 0 {
+		p++
+	}
+	if p < len(s) && s[p] >= utf8.RuneSelf {
+		return 0 // the run may go on
+	}
+	for p < len(s) && (s[p] == '\r' || s[p] == '\n' || s[p] == '/') {
+		p++
+	}
+	return p
 }
