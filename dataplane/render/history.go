@@ -14,11 +14,12 @@ import (
 
 // The rendered-history cache. A multi-turn client sends the whole conversation with every turn;
 // its template renders the history as it did the turn before, and the tokenizer would encode it
-// again. The cache keeps the conversations rendered lately: each one's rendered text, its ids,
-// and the id count at each of its cuts (tokenizer.Cuts: the offsets c where Encode(text) ==
-// Encode(text[:c]) ++ Encode(text[c:])). A new rendering takes the ids of the longest stretch,
-// up to a cut of both, that it shares byte for byte with the conversation it continues, and
-// encodes only the rest.
+// again. The cache keeps the conversations rendered lately: each one's rendered text, its ids
+// (and their JSON list, as the legs send them), and the id count at each of its cuts
+// (tokenizer.Cuts: the offsets c where Encode(text) == Encode(text[:c]) ++ Encode(text[c:])). A
+// new rendering takes the ids of the longest stretch, up to a cut of both, that it shares byte
+// for byte with the conversation it continues, and their JSON, and encodes and lists only the
+// rest.
 //
 // Why it is exact: if c is a cut of the new text t and of a cached text p, and t[:c] == p[:c],
 // then the ids p had before c are Encode(p[:c]) == Encode(t[:c]), and the ids of t are those
