@@ -104,26 +104,17 @@ func (e *historyEntry) firstChunks(n int) [][]int32 {
 // appendList appends the first n bytes of e's ids as a JSON list (lists joined by commas: n is a
 // cut's json, so the list ends with an id).
 func (e *historyEntry) appendList(dst []byte, n int) []byte {
-	m := 0
-	for _, l := range e.lists {
-		if m >= n {
-			break
-		}
-		if len(l) == 0 {
-			continue
-		}
-		if m > 0 {
+	for i, l := range e.firstLists(n) {
+		if i > 0 {
 			dst = append(dst, ',')
-			m++
 		}
-		take := min(len(l), n-m)
-		dst = append(dst, l[:take]...)
-		m += take
+		dst = append(dst, l...)
 	}
 	return dst
 }
 
-// firstLists are the lists of e's first n bytes of ids as JSON (shared, the last one sliced).
+// firstLists are the lists of e's first n bytes of ids as JSON, the empty ones left out (shared,
+// the last one sliced).
 func (e *historyEntry) firstLists(n int) [][]byte {
 	var out [][]byte
 	m := 0

@@ -1,6 +1,7 @@
 package chattemplate
 
 import (
+	"container/list"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -23,8 +24,8 @@ type StringCache struct {
 	seed     maphash.Seed
 
 	mu    sync.Mutex
-	m     map[uint64]*stringEntry
-	lru   stringEntry // sentinel: lru.next is the most recently used
+	m     map[uint64]*list.Element // of *stringEntry
+	lru   list.List                // the most recently used first
 	bytes int64
 
 	hits, misses atomic.Uint64
@@ -33,17 +34,20 @@ type StringCache struct {
 // stringEntry is one decoded string: raw, its JSON text (quotes included), and text, what it
 // stands for.
 type stringEntry struct {
-	key        uint64
-	raw, text  string
-	prev, next *stringEntry
+	key       uint64
+	raw, text string
 }
+
+// size is what e holds.
+func (e *stringEntry) size() int64 { return int64(len(e.raw)+len(e.text)) + stringOverhead }
 
 const (
 	// minCachedString is the shortest JSON string (quotes included) worth keeping: a shorter
 	// one decodes in about as long as its look-up takes.
 	minCachedString = 256
-	// stringOverhead approximates an entry's bookkeeping (the entry and its map slot).
-	stringOverhead = 96
+	// stringOverhead approximates an entry's bookkeeping (the entry, its list element and its map
+	// slot).
+	stringOverhead = 144
 	// maxStringShare is the least number of entries the cache has room for: a string over
 	// maxBytes/maxStringShare is not kept.
 	maxStringShare = 8
@@ -51,9 +55,7 @@ const (
 
 // NewStringCache returns a cache that holds at most maxBytes (texts and bookkeeping).
 func NewStringCache(maxBytes int64) *StringCache {
-	c := &StringCache{maxBytes: maxBytes, seed: maphash.MakeSeed(), m: map[uint64]*stringEntry{}}
-	c.lru.next, c.lru.prev = &c.lru, &c.lru
-	return c
+	return &StringCache{maxBytes: maxBytes, seed: maphash.MakeSeed(), m: map[uint64]*list.Element{}}
 }
 
 // Stats returns the look-ups that found their string and those that did not, and the bytes held.
@@ -67,13 +69,13 @@ func (c *StringCache) Stats() (hits, misses uint64, bytes int64) {
 func (c *StringCache) get(raw []byte) (string, uint64, bool) {
 	key := maphash.Bytes(c.seed, raw)
 	c.mu.Lock()
-	e := c.m[key]
-	if e != nil && e.raw == string(raw) {
-		c.unlink(e)
-		c.pushFront(e)
-		c.mu.Unlock()
-		c.hits.Add(1)
-		return e.text, key, true
+	if el := c.m[key]; el != nil {
+		if e := el.Value.(*stringEntry); e.raw == string(raw) {
+			c.lru.MoveToFront(el)
+			c.mu.Unlock()
+			c.hits.Add(1)
+			return e.text, key, true
+		}
 	}
 	c.mu.Unlock()
 	c.misses.Add(1)
@@ -82,37 +84,26 @@ func (c *StringCache) get(raw []byte) (string, uint64, bool) {
 
 // put keeps text, what the JSON string raw (its key: get's) stands for; raw is copied.
 func (c *StringCache) put(key uint64, raw []byte, text string) {
-	size := int64(len(raw)+len(text)) + stringOverhead
-	if size > c.maxBytes/maxStringShare {
+	e := &stringEntry{key: key, text: text}
+	if e.size()+int64(len(raw)) > c.maxBytes/maxStringShare {
 		return
 	}
-	e := &stringEntry{key: key, raw: string(raw), text: text}
+	e.raw = string(raw)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.m[key]; old != nil {
 		c.remove(old)
 	}
-	c.m[key] = e
-	c.pushFront(e)
-	c.bytes += size
+	c.m[key] = c.lru.PushFront(e)
+	c.bytes += e.size()
 	for c.bytes > c.maxBytes {
-		c.remove(c.lru.prev)
+		c.remove(c.lru.Back())
 	}
 }
 
-// remove takes e out.
-func (c *StringCache) remove(e *stringEntry) {
+// remove takes el's entry out.
+func (c *StringCache) remove(el *list.Element) {
+	e := c.lru.Remove(el).(*stringEntry)
 	delete(c.m, e.key)
-	c.unlink(e)
-	c.bytes -= int64(len(e.raw)+len(e.text)) + stringOverhead
-}
-
-func (c *StringCache) unlink(e *stringEntry) {
-	e.prev.next, e.next.prev = e.next, e.prev
-}
-
-func (c *StringCache) pushFront(e *stringEntry) {
-	e.prev, e.next = &c.lru, c.lru.next
-	c.lru.next.prev = e
-	c.lru.next = e
+	c.bytes -= e.size()
 }
