@@ -6,6 +6,7 @@
 package media
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -207,6 +208,9 @@ func walk(obj *body.Object, l Layout) ([]mediaItem, error) {
 	for mi, rawMsg := range msgs {
 		if body.KindOf(rawMsg) != body.KindObject {
 			return nil, apierror.InvalidField(key, "%s[%d] must be an object", key, mi)
+		}
+		if bytes.IndexByte(rawMsg, '[') < 0 {
+			continue // no array anywhere in it: its content is no list of parts (a memchr, not a parse)
 		}
 		msg, err := body.ParseNested(rawMsg)
 		if err != nil {
