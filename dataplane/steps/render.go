@@ -387,12 +387,12 @@ func (s *renderStep) Prompt(ctx context.Context, rc *request.Context) error {
 	return apierror.InvalidField("prompt", "\"prompt\" must be a string or an array of token ids")
 }
 
-// answerTokenIDs reads a render service's answer's token_ids (checked as a client's are) and,
-// when they are written as the legs send them (body.AppendInts's form, as vLLM's JSON is), their
-// JSON: not written again.
+// answerTokenIDs reads a render service's answer's token_ids (non-negative integers below
+// wire.MaxAnswerTokenID) and, when they are written as the legs send them (body.AppendInts's
+// form, as vLLM's JSON is), their JSON: not written again.
 func answerTokenIDs(answer *body.Object) ([]int, json.RawMessage, error) {
 	raw, _ := answer.Get("token_ids")
-	ids, canonical, err := wire.ParseTokenIDs(raw)
+	ids, canonical, err := wire.ParseTokenIDs(raw, wire.MaxAnswerTokenID)
 	if err != nil {
 		return nil, nil, fmt.Errorf("token_ids %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"testing"
 
@@ -73,6 +72,7 @@ func TestRenderAnswerIDs(t *testing.T) {
 	for _, tc := range []struct{ answer, want string }{
 		{`{"token_ids":[151643,0,7]}`, `[151643,0,7]`},
 		{`{"token_ids": [ 151643, 0,7 ] , "features": null}`, `[151643,0,7]`},
+		{`{"token_ids":[2382766391,0,7]}`, `[2382766391,0,7]`}, // the vLLM simulator's ids are 32-bit hashes
 	} {
 		svc := newFakeGateway(t, okJSON(tc.answer))
 		s := newRenderStep(t, svc.srv.URL, nil)
@@ -80,7 +80,7 @@ func TestRenderAnswerIDs(t *testing.T) {
 		if err := s.Execute(context.Background(), rc); err != nil {
 			t.Fatal(err)
 		}
-		if js := string(rc.TokenIDsJSON()); !slices.Equal(rc.TokenIDs, []int{151643, 0, 7}) || js != tc.want {
+		if js := string(rc.TokenIDsJSON()); len(rc.TokenIDs) != 3 || rc.TokenIDs[1] != 0 || js != tc.want {
 			t.Errorf("answer %s: ids %v, JSON %s; want %s", tc.answer, rc.TokenIDs, js, tc.want)
 		}
 	}
@@ -113,6 +113,9 @@ func TestRenderChatFailures(t *testing.T) {
 		"no token_ids":   {answer: okJSON(`{"features":null}`), status: 502},
 		"a token id that is not one": {
 			answer: okJSON(`{"token_ids":[1,-2]}`), status: 502,
+		},
+		"a token id past what JSON carries exactly": {
+			answer: okJSON(`{"token_ids":[1,9007199254740992]}`), status: 502,
 		},
 		"features that are not an object": {
 			answer: okJSON(`{"token_ids":[1,2],"features":3}`), status: 502,

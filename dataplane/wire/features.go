@@ -133,13 +133,18 @@ const maxTokenID = 1 << 31
 // TokenIDs decodes an array of token ids: JSON integers written as integers (no fraction, no
 // exponent, no sign), each below 2³¹, in one pass over raw with no value per item.
 func TokenIDs(raw json.RawMessage) ([]int, error) {
-	ids, _, err := ParseTokenIDs(raw)
+	ids, _, err := ParseTokenIDs(raw, maxTokenID)
 	return ids, err
 }
 
-// ParseTokenIDs is TokenIDs, and reports whether raw is written as body.AppendInts writes the
-// ids (no space anywhere): then raw can be sent on as their JSON, not written again.
-func ParseTokenIDs(raw json.RawMessage) (ids []int, canonical bool, err error) {
+// MaxAnswerTokenID bounds an id a render service answers with: any integer JSON carries exactly
+// (the vLLM simulator's are 32-bit hashes, past a client's 2³¹).
+const MaxAnswerTokenID = 1 << 53
+
+// ParseTokenIDs is TokenIDs with ids below limit (at most MaxAnswerTokenID), and reports whether
+// raw is written as body.AppendInts writes the ids (no space anywhere): then raw can be sent on
+// as their JSON, not written again.
+func ParseTokenIDs(raw json.RawMessage, limit int) (ids []int, canonical bool, err error) {
 	i, n := 0, len(raw)
 	spaced := false
 	space := func() {
@@ -160,7 +165,7 @@ func ParseTokenIDs(raw json.RawMessage) (ids []int, canonical bool, err error) {
 			return ids, !spaced && i+1 == n, nil
 		}
 		start, id := i, 0
-		for i < n && raw[i] >= '0' && raw[i] <= '9' && id < maxTokenID {
+		for i < n && raw[i] >= '0' && raw[i] <= '9' && id < limit {
 			id = id*10 + int(raw[i]-'0')
 			i++
 		}
@@ -168,8 +173,8 @@ func ParseTokenIDs(raw json.RawMessage) (ids []int, canonical bool, err error) {
 		for end < n && !strings.ContainsRune(" \t\n\r,]", rune(raw[end])) {
 			end++
 		}
-		if i == start || i != end || id >= maxTokenID || raw[start] == '0' && i-start > 1 {
-			return nil, false, fmt.Errorf("must hold non-negative integers below %d, written as integers (item %d is %.20s)", maxTokenID, k, raw[start:end])
+		if i == start || i != end || id >= limit || raw[start] == '0' && i-start > 1 {
+			return nil, false, fmt.Errorf("must hold non-negative integers below %d, written as integers (item %d is %.20s)", limit, k, raw[start:end])
 		}
 		ids = append(ids, id)
 		space()

@@ -35,7 +35,7 @@ func TestTokenIDs(t *testing.T) {
 		{in: `{"a": 1}`, err: "must be an array"},
 		{in: `[1`, err: "must be an array"},
 	} {
-		got, canonical, err := ParseTokenIDs(json.RawMessage(tc.in))
+		got, canonical, err := ParseTokenIDs(json.RawMessage(tc.in), maxTokenID)
 		switch {
 		case tc.err == "" && (err != nil || !slices.Equal(got, tc.want)):
 			t.Errorf("TokenIDs(%s) = %v, %v; want %v", tc.in, got, err, tc.want)
