@@ -162,26 +162,28 @@ func (w *walker) str() string {
 		}
 		return unsafe.String(&rest[0], q)
 	}
-	var raw []byte // the string's JSON text, when strs may hold it
-	var key uint64
-	if w.strs != nil && len(rest) >= minCachedString {
-		if n := body.StringEnd(w.data[w.pos:]) + 1; n >= minCachedString {
-			raw = w.data[w.pos : w.pos+n]
-			text, k, ok := w.strs.get(raw)
-			if ok {
-				w.pos += n
-				return text
-			}
-			key = k
-		}
+	end := body.StringEnd(w.data[w.pos:])
+	if end < 0 { // unterminated: only data decodeValue's caller wrongly vouched for has one
+		w.pos = len(w.data)
+		return ""
 	}
-	s, n, _ := body.DecodeString(nil, w.data[w.pos:])
-	w.pos += n
+	raw := w.data[w.pos : w.pos+end+1] // the string's JSON text, quotes included
+	w.pos += len(raw)
+	cached := w.strs != nil && len(raw) >= minCachedString
+	var key uint64
+	if cached {
+		text, k, ok := w.strs.get(raw)
+		if ok {
+			return text
+		}
+		key = k
+	}
+	s, _ := body.Unescape(nil, raw[1:len(raw)-1])
 	if len(s) == 0 {
 		return ""
 	}
 	text := unsafe.String(&s[0], len(s)) // s is this string's own: no second copy
-	if raw != nil {
+	if cached {
 		w.strs.put(key, raw, text)
 	}
 	return text

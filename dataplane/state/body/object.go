@@ -727,7 +727,13 @@ func DecodeString(dst, data []byte) ([]byte, int, error) {
 	if end < 0 {
 		return dst, len(data), errors.New("unterminated string")
 	}
-	s := data[1:end]
+	dst, err := Unescape(dst, data[1:end])
+	return dst, end + 1, err
+}
+
+// Unescape appends the text of s, the inside of a JSON string (between its quotes), to dst, as
+// DecodeString does.
+func Unescape(dst, s []byte) ([]byte, error) {
 	valid := simdutf8.Valid(s) // the common case: checked once (with AVX2 where the CPU has it), not run by run
 	dst = slices.Grow(dst, len(s))
 	for i := 0; ; {
@@ -741,11 +747,11 @@ func DecodeString(dst, data []byte) ([]byte, int, error) {
 			dst = appendUTF8(dst, s[i:i+b])
 		}
 		if i += b; i == len(s) {
-			return dst, end + 1, nil
+			return dst, nil
 		}
 		var err error
 		if dst, i, err = appendEscape(dst, s, i); err != nil {
-			return dst, end + 1, err
+			return dst, err
 		}
 	}
 }
