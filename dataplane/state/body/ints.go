@@ -2,16 +2,15 @@ package body
 
 import (
 	"encoding/binary"
-	"math/bits"
 	"strconv"
 )
 
 // AppendInts appends vals as a JSON array of integers to dst, as json.Marshal writes them. A
-// prompt's token ids go to every leg as such an array: an id (below 10^6, as every vocabulary's
-// are) is written as digits computed in one 64-bit word and stored at once, more than twice
-// strconv's speed.
+// prompt's token ids go to every leg as such an array: an id below 10^6 (every vocabulary's
+// are) is written from two tables, its digits and its comma stored in one 8-byte write.
 func AppendInts(dst []byte, vals []int) []byte {
-	return append(AppendIntList(append(dst, '['), vals, false), ']')
+	b, n := reserve(dst, 7*len(vals)+10)
+	return append(AppendIntList(append(b[:n], '['), vals, false), ']')
 }
 
 // AppendIntList appends vals as AppendInts does, without the brackets: joined by commas, and
@@ -20,25 +19,24 @@ func AppendIntList(dst []byte, vals []int, comma bool) []byte {
 	const per = 7 // a comma and six digits (and 8 bytes of slack: a store writes 8)
 	b, n := reserve(dst, per*len(vals)+8)
 	for i, v := range vals {
-		if i > 0 || comma {
-			b[n] = ','
-			n++
-		}
 		if uint(v) >= 1e6 { // negative, or past any vocabulary: strconv's
+			if i > 0 || comma {
+				b[n] = ','
+				n++
+			}
 			out := strconv.AppendInt(b[:n], int64(v), 10)
 			b, n = reserve(out, per*(len(vals)-i-1)+8)
 			continue
 		}
-		u := uint32(v)
-		d := uint32(bits.Len32(u|1)*1233) >> 12 // log10(u) or one less
-		if u >= pow10[d] {
-			d++
+		hi, lo := uint32(v)/10000, uint32(v)%10000 // hi < 100
+		x := uint64(digitPairs[hi]) | uint64(quads[lo])<<16
+		d := max(highDigits[hi], quadDigits[lo])                  // the number of digits
+		binary.LittleEndian.PutUint64(b[n:], x>>(8*(6-d))<<8|',') // a comma, the d digits, then zeros the next value overwrites
+		n += int(d) + 1
+		if i == 0 && !comma { // the first of a list: no comma
+			copy(b[n-int(d)-1:], b[n-int(d):n])
+			n--
 		}
-		d = max(d, 1)              // the number of digits
-		hi, lo := u/10000, u%10000 // hi < 100
-		x := uint64(digitPairs[hi]) | uint64(digitPairs[lo/100])<<16 | uint64(digitPairs[lo%100])<<32
-		binary.LittleEndian.PutUint64(b[n:], x>>(8*(6-d))) // the d digits, then zeros the next value overwrites
-		n += int(d)
 	}
 	return b[:n]
 }
@@ -51,12 +49,22 @@ func reserve(dst []byte, room int) ([]byte, int) {
 	return dst[:cap(dst)], len(dst)
 }
 
-// digitPairs[i] is the two ASCII digits of i (00 to 99), the first in the low byte.
-var digitPairs = func() (t [100]uint16) {
+// digitPairs[i] is the two ASCII digits of i (00 to 99), the first in the low byte; highDigits[i]
+// the digits of a number i*10^4 + lo, lo < 10^4, has (0 for i = 0: lo's own).
+var digitPairs, highDigits = func() (t [100]uint16, d [100]uint8) {
 	for i := range t {
 		t[i] = uint16('0'+i/10) | uint16('0'+i%10)<<8
+		d[i] = uint8(min(i, 1)*5 + min(i/10, 1))
 	}
-	return t
+	return t, d
 }()
 
-var pow10 = [...]uint32{1, 10, 100, 1000, 10000, 100000, 1000000}
+// quads[i] is the four ASCII digits of i (0000 to 9999), the first in the low byte; quadDigits[i]
+// the digits of i written without leading zeros (1 for 0).
+var quads, quadDigits = func() (t [10000]uint32, d [10000]uint8) {
+	for i := range t {
+		t[i] = uint32(digitPairs[i/100]) | uint32(digitPairs[i%100])<<16
+		d[i] = uint8(len(strconv.Itoa(i)))
+	}
+	return t, d
+}()
