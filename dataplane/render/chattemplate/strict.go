@@ -17,8 +17,10 @@ import (
 //   - Printed concatenations that splitConcat splits ({{ "lit" + a + b }}): every operand after
 //     the literal must be a string, as Python's str + requires; each is passed through __hf_cat.
 //   - Other '+' chains that are a whole printed or assigned expression ({{ a + b }},
-//     {% set x = a + b %}): each '+' is __hf_add, Python's + (strings, numbers, lists; a TypeError
-//     otherwise).
+//     {% set x = "lit" + a + b %}): the chain is one __hf_add call, Python's + applied left to
+//     right (strings, numbers, lists; a TypeError otherwise), a run of strings joined in one
+//     allocation, not copied again by every '+' after a long message. The operands are evaluated
+//     before the first '+' is applied, not in turn: a chain that fails fails either way.
 //   - The right operand of "in" and "not in" must be a container (a string, a list or a dict)
 //     or undefined (Jinja2's Undefined iterates as empty): it is passed through __hf_in. The
 //     "in" of a for tag is the loop's, not the operator.
@@ -38,10 +40,10 @@ func (e *typeError) Error() string { return "TypeError: " + e.msg }
 var strictHelpers = map[string]jinja.Value{
 	"__hf_cat": operandCheck("__hf_cat", jinja.Value.IsString, "can only concatenate str (not {type}) to str"),
 	"__hf_add": jinja.NewCallable("__hf_add", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		if len(args) != 2 {
-			return jinja.Undefined(), &typeError{"__hf_add takes two operands"}
+		if len(args) < 2 {
+			return jinja.Undefined(), &typeError{"__hf_add takes two operands or more"}
 		}
-		return pyAdd(args[0], args[1])
+		return pyAddChain(args)
 	}),
 	"__hf_def": operandCheck("__hf_def", func(v jinja.Value) bool { return !v.IsUndefined() },
 		"an attribute or item of an undefined value (jinja2.exceptions.UndefinedError)"),
@@ -181,6 +183,34 @@ func groupEnd(s string, i int) int {
 	return -1
 }
 
+// pyAddChain is Python's args[0] + args[1] + ... (applied left to right, as pyAdd), a run of
+// strings joined at once.
+func pyAddChain(args []jinja.Value) (jinja.Value, error) {
+	acc := args[0]
+	for i := 1; i < len(args); {
+		if !acc.IsString() || !args[i].IsString() {
+			var err error
+			if acc, err = pyAdd(acc, args[i]); err != nil {
+				return acc, err
+			}
+			i++
+			continue
+		}
+		j, size := i, len(acc.AsString())
+		for ; j < len(args) && args[j].IsString(); j++ {
+			size += len(args[j].AsString())
+		}
+		var s strings.Builder
+		s.Grow(size)
+		s.WriteString(acc.AsString())
+		for _, a := range args[i:j] {
+			s.WriteString(a.AsString())
+		}
+		acc, i = jinja.NewString(s.String()), j
+	}
+	return acc, nil
+}
+
 // pyAdd is Python's a + b on template values: strings, numbers (bool counts as int) and lists;
 // a TypeError otherwise, an undefined operand included (Jinja2's UndefinedError).
 func pyAdd(a, b jinja.Value) (jinja.Value, error) {
@@ -219,17 +249,14 @@ func pyFloat(v jinja.Value) float64 {
 	return float64(pyInt(v))
 }
 
-// strictAdd rewrites expr, when it is a chain of '+' (addChain), to nested __hf_add calls.
+// strictAdd rewrites expr, when it is a chain of '+' (addChain), to one __hf_add call of its
+// operands.
 func strictAdd(expr string) string {
 	parts := addChain(expr)
 	if parts == nil {
 		return expr
 	}
-	out := parts[0]
-	for _, p := range parts[1:] {
-		out = "__hf_add(" + out + ", " + p + ")"
-	}
-	return out
+	return "__hf_add(" + strings.Join(parts, ", ") + ")"
 }
 
 // assignAt is the index of the '=' of a set tag's assignment ("set x = ..."), or -1 (a block set).

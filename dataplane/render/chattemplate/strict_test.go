@@ -47,7 +47,7 @@ func TestStrictAccess(t *testing.T) {
 
 func TestStrictAdd(t *testing.T) {
 	for _, tc := range []struct{ expr, want string }{
-		{`a + b + "c"`, `__hf_add(__hf_add(a, b), "c")`},
+		{`a + b + "c"`, `__hf_add(a, b, "c")`},
 		{`a + (b - c)`, `__hf_add(a, (b - c))`},
 		{`a - b + c`, `a - b + c`},   // not a '+' chain: the engine's typing
 		{`a + b == c`, `a + b == c`}, // ditto
@@ -93,6 +93,12 @@ func TestStrictTypes(t *testing.T) {
 		{"add numbers", `{% if messages[0].n is defined %}{{ messages[0].n + 1 }} {{ messages[0].n + 0.5 }} {{ messages[0].b + 1 }}{% endif %}`, `[{"n": 2, "b": true}]`, "3 2.5 2", ""},
 		{"add lists", `{{ (messages[0].l + [3]) | length }}`, `[{"l": [1, 2]}]`, "3", ""},
 		{"add none to string", `{% set s = messages[0].content + "!" %}{{ s }}`, `[{"content": null}]`, "", `unsupported operand type(s) for +: "NoneType" and "str"`},
+		{"add a chain of strings", `{% set s = "<" + messages[0].role + ">" + messages[0].content | trim + "</" + messages[0].role + ">" %}{{ s }}`, `[{"role": "user", "content": " hi "}]`, "<user>hi</user>", ""},
+		{"add a chain of numbers", `{% if messages[0].n is defined %}{{ messages[0].n + 1 + 0.5 }} {{ messages[0].b + messages[0].n + 1 }}{% endif %}`, `[{"n": 2, "b": true}]`, "3.5 4", ""},
+		{"add a chain of lists", `{% if messages[0].l is defined %}{% set x = messages[0].l + [3] + [4, 5] %}{{ x | join(",") }}{% endif %}`, `[{"l": [1, 2]}]`, "1,2,3,4,5", ""},
+		{"add strings then a number", `{% if messages[0].n is defined %}{{ "a" + messages[0].content + messages[0].n + "b" }}{% endif %}`, `[{"content": "x", "n": 1}]`, "", `can only concatenate str (not "int") to str`},
+		{"add numbers then a string", `{% if messages[0].n is defined %}{% set s = messages[0].n + 1 + messages[0].content %}{% endif %}`, `[{"content": "x", "n": 1}]`, "", `unsupported operand type(s) for +: "int" and "str"`},
+		{"add a string to a list", `{% if messages[0].l is defined %}{% set x = messages[0].l + [3] + "x" %}{% endif %}`, `[{"l": [1]}]`, "", `unsupported operand type(s) for +: "list" and "str"`},
 		{"add number to string", `{% if messages[0].n is defined %}{{ messages[0].content + messages[0].n }}{% endif %}`, `[{"content": "a", "n": 1}]`, "", `can only concatenate str (not "int") to str`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -79,8 +79,10 @@ func cpuTime() time.Duration {
 // they do a retry or a regenerated answer) and hop, the HTTP render service: the simworker's
 // render on loopback (the same request and answer bodies as vLLM's render endpoint; its
 // tokenizer is a trivial one, so the hop's numbers are the floor of the round trip, not what a
-// real render service costs). Reported per request: ns/op (latency), ns/token and cpu-ns/token
-// (the process's CPU, the simworker's included on the hop), allocations.
+// real render service costs). Each request ends with its ids' JSON array, which every leg sends
+// (in process it is written from the ids; on the hop it is the service's answer, reused).
+// Reported per request: ns/op (latency), ns/token and cpu-ns/token (the process's CPU, the
+// simworker's included on the hop), allocations.
 func BenchmarkRender(b *testing.B) {
 	svc, err := simworker.Start(simworker.Config{Name: "render", Role: simworker.RoleBoth})
 	if err != nil {
@@ -119,6 +121,9 @@ func benchRenderStep(b *testing.B, svc *simworker.Worker, step pipeline.Step, ra
 			Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
 		if err := step.Execute(context.Background(), rc); err != nil {
 			b.Fatal(err)
+		}
+		if js := rc.TokenIDsJSON(); len(js) < 2*len(rc.TokenIDs) {
+			b.Fatalf("the JSON of %d ids is %d bytes", len(rc.TokenIDs), len(js))
 		}
 		svc.Reset() // the simworker records every request: keep its memory flat
 		return len(rc.TokenIDs)
