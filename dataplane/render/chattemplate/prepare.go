@@ -24,7 +24,8 @@ import (
 //   - Filter overrides: the engine resolves filters among its built-ins first and has no API to
 //     replace one, so "| tojson" and "| trim" are renamed to variables holding HF's versions.
 //   - Python's strictness where templates rely on it: operand types of '+' and "in", and no
-//     attribute or item of an undefined value (strict.go).
+//     attribute or item of an undefined value (strict.go; not checked on a name loopScope
+//     proves defined, scope.go).
 //
 // Tags are delimited as the engine does (quotes hide a closer; braces are not balanced), so what
 // it parses is what was whitespace-processed here.
@@ -34,6 +35,7 @@ func prepare(src string) string {
 	src = strings.TrimSuffix(src, "\n")
 	segs := lex(src)
 	trimText(segs)
+	scope := newLoopScope(segs)
 	var out strings.Builder
 	out.Grow(len(src) + len(src)/4)
 	for _, s := range segs {
@@ -44,7 +46,7 @@ func prepare(src string) string {
 				emit = `{{ "` + quoteEscaper.Replace(s.text) + `" }}`
 			}
 		case segVar:
-			expr := strictIn(strictAccess(rewriteTag(s.text)), false)
+			expr := strictIn(strictAccessIn(rewriteTag(s.text), scope.defined()), false)
 			if parts := splitConcat(expr); parts != nil {
 				for i, p := range parts[1:] {
 					if p[0] != '"' || literalEnd(p, 0) != len(p)-1 {
@@ -61,11 +63,12 @@ func prepare(src string) string {
 			switch {
 			case len(fields) > 0 && fields[0] == "set": // the target is not an access: only the value
 				if i := assignAt(tag); i > 0 {
-					tag = tag[:i+1] + " " + strictAdd(strictIn(strictAccess(strings.TrimSpace(tag[i+1:])), false))
+					tag = tag[:i+1] + " " + strictAdd(strictIn(strictAccessIn(strings.TrimSpace(tag[i+1:]), scope.defined()), false))
 				}
 			default:
-				tag = strictIn(strictAccess(tag), len(fields) > 0 && fields[0] == "for")
+				tag = strictIn(strictAccessIn(tag, scope.defined()), len(fields) > 0 && fields[0] == "for")
 			}
+			scope.enter(s.text)
 			emit = "{% " + tag + " %}"
 		}
 		out.WriteString(emit)

@@ -26,7 +26,9 @@ import (
 //     "in" of a for tag is the loop's, not the operator.
 //
 //   - An attribute or item of an undefined value: Jinja2's Undefined raises (messages[0].role on
-//     an empty list); strictAccess passes each named object through __hf_def first.
+//     an empty list); strictAccess passes each named object through __hf_def first, except the
+//     names loopScope proves defined where they stand (messages; loop and message in a loop over
+//     the conversation): a call the engine makes per access, per message.
 //
 // Other operators keep the engine's lenient typing. A failed check is a *typeError: the
 // conversation's shape, which Load's probes accept as they accept a raise_exception.
@@ -279,7 +281,12 @@ func assignAt(tag string) int {
 // item (messages[0].role on an empty list), where the engine gives undefined again. The object is
 // passed through __hf_def before each .attr and [item]; a call is not (x.items() stays a method
 // call). Literals, filter and test names, and names without an access are left as they are.
-func strictAccess(expr string) string {
+func strictAccess(expr string) string { return strictAccessIn(expr, nil) }
+
+// strictAccessIn is strictAccess where the names in defined are surely defined (loopScope's): an
+// access on one of them is not checked (its own value, message.content, still is before an
+// access of its own).
+func strictAccessIn(expr string, defined map[string]bool) string {
 	var out strings.Builder
 	prevWord, prevSig := "", byte(0) // the last word and the last non-space character written
 	for i := 0; i < len(expr); {
@@ -302,7 +309,7 @@ func strictAccess(expr string) string {
 				continue
 			}
 			end := chainEnd(expr, j)
-			out.WriteString(rewriteChain(word, expr[j:end]))
+			out.WriteString(rewriteChain(word, expr[j:end], defined))
 			prevSig, prevWord, i = 'a', word, end
 		case isIdent(c):
 			j := identEnd(expr, i)
@@ -358,20 +365,26 @@ func identEnd(s string, i int) int {
 }
 
 // rewriteChain rewrites name and its accessors (chainEnd's), the bracketed ones' contents
-// rewritten too.
-func rewriteChain(name, accessors string) string {
+// rewritten too; the first access is not checked when name is in defined.
+func rewriteChain(name, accessors string, defined map[string]bool) string {
 	cur := name
+	check := func(i int) string {
+		if i == 0 && defined[name] {
+			return cur
+		}
+		return "__hf_def(" + cur + ")"
+	}
 	for i := 0; i < len(accessors); {
 		switch accessors[i] {
 		case '.':
 			k := identEnd(accessors, i+1)
-			cur = "__hf_def(" + cur + ")" + accessors[i:k]
+			cur = check(i) + accessors[i:k]
 			i = k
 		default: // '[' or '('
 			k := groupEnd(accessors, i)
-			group := accessors[i:i+1] + strictAccess(accessors[i+1:k-1]) + accessors[k-1:k]
+			group := accessors[i:i+1] + strictAccessIn(accessors[i+1:k-1], defined) + accessors[k-1:k]
 			if accessors[i] == '[' {
-				cur = "__hf_def(" + cur + ")" + group
+				cur = check(i) + group
 			} else {
 				cur += group
 			}

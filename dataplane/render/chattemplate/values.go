@@ -126,15 +126,27 @@ func (w *walker) list(depth int) (jinja.Value, error) {
 	}
 }
 
-// dict decodes an object's members, its '{' read.
+// dict decodes an object's members, its '{' read. The members are gathered first, so that the
+// dict's key list is made at its size, not grown member by member (a conversation is hundreds
+// of small objects; its map, made by the engine, holds up to eight keys in its first group).
 func (w *walker) dict(depth int) (jinja.Value, error) {
-	obj := jinja.NewDict()
-	d := obj.AsDict()
+	type member struct {
+		key string
+		val jinja.Value
+	}
+	var buf [8]member
+	members := buf[:0]
 	for {
 		w.space()
 		switch w.data[w.pos] {
 		case '}':
 			w.pos++
+			obj := jinja.NewDict()
+			d := obj.AsDict()
+			d.Keys = make([]string, 0, len(members))
+			for _, m := range members {
+				d.Set(m.key, m.val) // a repeated key keeps its first position and its last value
+			}
 			return obj, nil
 		case ',':
 			w.pos++
@@ -147,7 +159,7 @@ func (w *walker) dict(depth int) (jinja.Value, error) {
 		if err != nil {
 			return jinja.Undefined(), err
 		}
-		d.Set(k, v)
+		members = append(members, member{k, v})
 	}
 }
 
