@@ -25,7 +25,7 @@ type loopScope struct {
 	disabled   bool
 	inputs     map[string]bool // names whose items are never undefined
 	rebound    map[string]bool // names some set tag binds
-	forTargets []string        // names some for tag binds
+	forTargets []string        // names some for tag or macro parameter binds
 	blocks     []scopeBlock
 }
 
@@ -62,11 +62,8 @@ func newLoopScope(segs []segment) *loopScope {
 			if strings.Contains(s.text, " recursive") {
 				ls.disabled = true
 			}
-			if in := strings.Index(s.text, " in "); in >= 0 {
-				for _, t := range strings.Split(strings.TrimPrefix(strings.TrimSpace(s.text[:in]), "for"), ",") {
-					ls.forTargets = append(ls.forTargets, strings.TrimSpace(t))
-				}
-			}
+			targets, _ := forParts(s.text)
+			ls.forTargets = append(ls.forTargets, targets...)
 		case "set":
 			tag := strings.TrimSpace(rewriteTag(s.text))
 			i := assignAt(tag)
@@ -109,14 +106,14 @@ func (ls *loopScope) defined() map[string]bool {
 		return nil
 	}
 	names := map[string]bool{}
-	if !ls.rebound["messages"] && !slices.Contains(ls.forTargets, "messages") {
+	if ls.unbound("messages") {
 		names["messages"] = true
 	}
 	inLoop := false
 	for _, b := range ls.blocks {
 		if b.kind == "macro" { // its body sees none of the loops around it
 			clear(names)
-			if !ls.rebound["messages"] && !slices.Contains(ls.forTargets, "messages") {
+			if ls.unbound("messages") {
 				names["messages"] = true
 			}
 			inLoop = false
@@ -134,10 +131,15 @@ func (ls *loopScope) defined() map[string]bool {
 			}
 		}
 	}
-	if inLoop && !ls.rebound["loop"] && !slices.Contains(ls.forTargets, "loop") {
+	if inLoop && ls.unbound("loop") {
 		names["loop"] = true
 	}
 	return names
+}
+
+// unbound reports whether no set tag, for loop or macro parameter of the template binds name.
+func (ls *loopScope) unbound(name string) bool {
+	return !ls.rebound[name] && !slices.Contains(ls.forTargets, name)
 }
 
 // enter follows the block tag text: a block opens, ends, or a for's else takes its targets out
@@ -174,21 +176,8 @@ func (ls *loopScope) enter(text string) {
 // never undefined, it has one target (an item unpacked into several may leave some undefined)
 // and no set tag rebinds it.
 func (ls *loopScope) loopTargets(text string) (targets []string, trusted bool) {
-	body := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(text), "for"))
-	in := strings.Index(body, " in ")
-	if in < 0 {
-		return nil, false
-	}
-	trusted = true
-	for _, t := range strings.Split(body[:in], ",") {
-		t = strings.TrimSpace(t)
-		targets = append(targets, t)
-		trusted = trusted && isName(t) && !ls.rebound[t]
-	}
-	iterable := strings.TrimSpace(body[in+len(" in "):])
-	if cond := strings.Index(iterable, " if "); cond >= 0 {
-		iterable = strings.TrimSpace(iterable[:cond])
-	}
+	targets, iterable := forParts(text)
+	trusted = len(targets) == 1 && isName(targets[0]) && !ls.rebound[targets[0]]
 	name := iterable
 	if m := inputList.FindStringSubmatch(iterable); m != nil {
 		name = m[1]
@@ -196,7 +185,24 @@ func (ls *loopScope) loopTargets(text string) (targets []string, trusted bool) {
 	for _, b := range ls.blocks { // a loop's or a macro's binding hides the input
 		trusted = trusted && !slices.Contains(b.targets, name)
 	}
-	return targets, trusted && len(targets) == 1 && isName(name) && ls.inputs[name]
+	return targets, trusted && isName(name) && ls.inputs[name]
+}
+
+// forParts are the targets of the for tag text and its iterable (before any " if " filter).
+func forParts(text string) (targets []string, iterable string) {
+	body := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(text), "for"))
+	in := strings.Index(body, " in ")
+	if in < 0 {
+		return nil, ""
+	}
+	for _, t := range strings.Split(body[:in], ",") {
+		targets = append(targets, strings.TrimSpace(t))
+	}
+	iterable = strings.TrimSpace(body[in+len(" in "):])
+	if cond := strings.Index(iterable, " if "); cond >= 0 {
+		iterable = strings.TrimSpace(iterable[:cond])
+	}
+	return targets, iterable
 }
 
 // macroParams are the parameter names of the macro tag text ("macro name(a, b=1)").
