@@ -363,7 +363,9 @@ func TestHistoryConcurrent(t *testing.T) {
 	}
 }
 
-// TestHistoryCollector: the history cache's counts are exported by directory.
+// TestHistoryCollector: the history cache's counts are exported by directory. The second turn
+// finds its first message decoded (and so looks none of its strings up) and decodes the two new
+// ones.
 func TestHistoryCollector(t *testing.T) {
 	dir := modelDir(t, "")
 	m := open(t, dir, Options{HistoryBytes: 1 << 20})
@@ -386,12 +388,18 @@ coordinator_render_history_misses_total{tokenizer=%[1]q} 1
 # HELP coordinator_render_history_tokens_total Token ids taken from the rendered-history cache instead of encoded.
 # TYPE coordinator_render_history_tokens_total counter
 coordinator_render_history_tokens_total{tokenizer=%[1]q} %[2]d
-# HELP coordinator_render_history_bytes Bytes the rendered-history cache holds (rendered text, ids, decoded message strings and bookkeeping).
+# HELP coordinator_render_history_bytes Bytes the rendered-history cache holds (rendered text, ids, decoded messages and strings, bookkeeping).
 # TYPE coordinator_render_history_bytes gauge
 coordinator_render_history_bytes{tokenizer=%[1]q} %[3]d
+# HELP coordinator_render_history_messages_hits_total Chat messages found decoded into the template's values in the rendered-history cache.
+# TYPE coordinator_render_history_messages_hits_total counter
+coordinator_render_history_messages_hits_total{tokenizer=%[1]q} 1
+# HELP coordinator_render_history_messages_misses_total Chat messages decoded because the rendered-history cache did not hold them (none while the template may change its inputs).
+# TYPE coordinator_render_history_messages_misses_total counter
+coordinator_render_history_messages_misses_total{tokenizer=%[1]q} 3
 # HELP coordinator_render_history_strings_hits_total Long message strings (with escapes) found decoded in the rendered-history cache.
 # TYPE coordinator_render_history_strings_hits_total counter
-coordinator_render_history_strings_hits_total{tokenizer=%[1]q} 1
+coordinator_render_history_strings_hits_total{tokenizer=%[1]q} 0
 # HELP coordinator_render_history_strings_misses_total Long message strings (with escapes) decoded because the rendered-history cache did not hold them.
 # TYPE coordinator_render_history_strings_misses_total counter
 coordinator_render_history_strings_misses_total{tokenizer=%[1]q} 2

@@ -31,7 +31,9 @@ type Options struct {
 	CacheBytes int64
 	// HistoryBytes bounds the rendered-history cache (0: no cache): the rendered text and ids of
 	// the conversations rendered lately, which their next turn reuses (history.go), in one half,
-	// and their long message strings decoded (chattemplate.StringCache) in the other.
+	// and in the other their messages decoded into the template's values
+	// (chattemplate.MessageCache) and their long message strings decoded
+	// (chattemplate.StringCache), a quarter each.
 	HistoryBytes int64
 }
 
@@ -47,7 +49,8 @@ type Model struct {
 	tmpl          *chattemplate.Template
 	cache         *tokenizer.SegmentCache
 	history       *historyCache
-	strings       *chattemplate.StringCache // with history: the decoded strings of its conversations
+	strings       *chattemplate.StringCache  // with history: the decoded strings of its conversations
+	messages      *chattemplate.MessageCache // with history: their decoded messages
 	contentFormat string
 	refs          int // guarded by loaded.mu
 }
@@ -88,7 +91,8 @@ func Open(dir string, o Options) (*Model, error) {
 	}
 	if o.HistoryBytes > 0 {
 		m.history = newHistoryCache(o.HistoryBytes - o.HistoryBytes/2)
-		m.strings = chattemplate.NewStringCache(o.HistoryBytes / 2)
+		m.strings = chattemplate.NewStringCache(o.HistoryBytes / 4)
+		m.messages = chattemplate.NewMessageCache(o.HistoryBytes/2 - o.HistoryBytes/4)
 	}
 	loaded.m[key] = m
 	return m, nil
@@ -119,14 +123,27 @@ func (m *Model) CacheStats() (hits, misses uint64, bytes int64) {
 
 // HistoryStats reports the rendered-history cache (zero without one): the renders that reused a
 // cached conversation's ids (hits) and those that did not (misses), the tokens reused, and the
-// bytes held (its decoded message strings included).
+// bytes held (its decoded messages and strings included).
 func (m *Model) HistoryStats() (hits, misses, tokens uint64, bytes int64) {
 	if m.history == nil {
 		return 0, 0, 0, 0
 	}
 	hits, misses, tokens, bytes = m.history.stats()
 	_, _, sb := m.strings.Stats()
-	return hits, misses, tokens, bytes + sb
+	_, _, mb := m.messages.Stats()
+	return hits, misses, tokens, bytes + sb + mb
+}
+
+// DecodedStats reports the rendered-history cache's decoded inputs (zero without one): the
+// messages found decoded into the template's values and those decoded, and the same for long
+// message strings.
+func (m *Model) DecodedStats() (msgHits, msgMisses, strHits, strMisses uint64) {
+	if m.history == nil {
+		return 0, 0, 0, 0
+	}
+	msgHits, msgMisses, _ = m.messages.Stats()
+	strHits, strMisses, _ = m.strings.Stats()
+	return msgHits, msgMisses, strHits, strMisses
 }
 
 // fingerprint identifies dir's files (each by its name, length and content) and o.
@@ -246,7 +263,7 @@ func (m *Model) ChatJSON(dst []int, r ChatRequest) ([]int, []byte, error) {
 		keys = m.history.newKeys(&r)
 		each = keys.add
 	}
-	msgs, err := convertMessages(r.Messages, m.contentFormat, each)
+	msgs, items, err := convertMessages(r.Messages, m.contentFormat, each, m.messages != nil)
 	if err != nil {
 		return dst, nil, err
 	}
@@ -257,7 +274,8 @@ func (m *Model) ChatJSON(dst []int, r ChatRequest) ([]int, []byte, error) {
 		tmpl = tmpl.WithLimits(tl)
 	}
 	text, err := tmpl.Render(msgs, chattemplate.Options{Tools: r.Tools, AddGenerationPrompt: r.AddGenerationPrompt,
-		ContinueFinalMessage: r.ContinueFinalMessage, Kwargs: r.Kwargs, Validated: true, Strings: m.strings})
+		ContinueFinalMessage: r.ContinueFinalMessage, Kwargs: r.Kwargs, Validated: true, Strings: m.strings,
+		MessageCache: m.messages, MessageItems: items})
 	var ie *chattemplate.InputError
 	switch {
 	case errors.As(err, &ie) && ie.Limit != "":

@@ -3,6 +3,7 @@ package render
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/render/chattemplate"
 	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 // fixture is a model directory: the qwen-like test tokenizer and a ChatML template (string
@@ -120,8 +122,8 @@ func TestChatErrors(t *testing.T) {
 	}
 }
 
-// TestTemplateMessages: the conversion vLLM applies before a template sees the messages, and
-// that untouched messages are passed as they are (no copy).
+// TestTemplateMessages: the conversion vLLM applies before a template sees the messages, that
+// untouched messages are passed as they are (no copy), and the converted array's elements.
 func TestTemplateMessages(t *testing.T) {
 	tests := map[string]struct {
 		in, format, want string
@@ -135,16 +137,26 @@ func TestTemplateMessages(t *testing.T) {
 			want: `[{"role":"assistant","content":"","tool_calls":[{"function":{"name":"a","arguments":{"k":[1]}}},{"function":{"name":"b","arguments":{}}},{"function":{"name":"c","arguments":{}}},{"function":{"name":"d","arguments":{"o":1}}}]}]`},
 		"only an assistant's tool calls are decoded": {in: `[{"role":"user","content":"","tool_calls":[{"function":{"name":"a","arguments":"{}"}}]}]`, format: "string",
 			want: `[{"role":"user","content":"","tool_calls":[{"function":{"name":"a","arguments":"{}"}}]}]`},
+		"changed between unchanged ones": {in: `[{"role":"user","content":"a"}, {"role":"assistant","content":null}, {"role":"user","content":"b"},{"role":"user"}]`, format: "string",
+			want: `[{"role":"user","content":"a"}, {"role":"assistant","content":""},{"role":"user","content":"b"},{"role":"user","content":""}]`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			in := []byte(tc.in)
-			got, err := templateMessages(in, tc.format)
+			got, items, err := convertMessages(in, tc.format, nil, true)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if string(got) != tc.want {
 				t.Fatalf("got  %s\nwant %s", got, tc.want)
+			}
+			// The elements returned are the converted array's, in order.
+			var want []string
+			for _, m := range body.Objects(got) {
+				want = append(want, string(m))
+			}
+			if fmt.Sprintf("%q", items) != fmt.Sprintf("%q", want) {
+				t.Fatalf("elements %q, want %q", items, want)
 			}
 			if tc.in == tc.want && &got[0] != &in[0] {
 				t.Fatal("an unchanged conversation was copied")

@@ -9,49 +9,61 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
-// templateMessages converts OpenAI chat messages into what vLLM hands a chat template: a content
+// convertMessages converts OpenAI chat messages into what vLLM hands a chat template: a content
 // list of text parts becomes their texts joined by newlines when the template reads content as a
 // string, an absent or null content an empty string, and an assistant's tool call arguments (a
 // JSON string) the value they encode ({} when empty). Each message keeps its members in the
-// client's order; when no message needs converting, raw itself is returned.
-func templateMessages(raw json.RawMessage, format string) (json.RawMessage, error) {
-	return convertMessages(raw, format, nil)
-}
-
-// convertMessages is templateMessages calling each (when not nil) with each message's bytes as
-// the client sent them, in order.
-func convertMessages(raw json.RawMessage, format string, each func([]byte)) (json.RawMessage, error) {
+// client's order; when no message needs converting, raw itself is returned. each (when not nil)
+// is called with each message's bytes as the client sent them, in order; with items, the
+// converted array's elements are returned too.
+func convertMessages(raw json.RawMessage, format string, each func([]byte), items bool) (json.RawMessage, []json.RawMessage, error) {
 	if body.KindOf(raw) != body.KindArray {
-		return nil, inputErr("messages must be an array")
+		return nil, nil, inputErr("messages must be an array")
 	}
-	var out []byte // nil until a message changes: then raw up to it, and every message after it
+	var out []byte              // nil until a message changes: then raw up to it, and every message after it
+	var elems []json.RawMessage // with items: the elements before the first change
+	var spans []int             // with items: where each element after it starts and ends in out
 	i := 0
 	for obj, m := range body.Objects(raw) {
 		if obj == nil {
-			return nil, inputErr("messages[%d] must be an object", i)
+			return nil, nil, inputErr("messages[%d] must be an object", i)
 		}
 		if each != nil {
 			each(m)
 		}
 		changed, err := convertMessage(obj, format)
 		if err != nil {
-			return nil, inputErr("messages[%d].%v", i, err)
+			return nil, nil, inputErr("messages[%d].%v", i, err)
 		}
+		start := len(out) + 1 // after the comma
 		switch {
 		case changed && out == nil:
 			out = append(make([]byte, 0, len(raw)+64), raw[:body.Offset(raw, m)]...) // "[" and the messages before
+			start = len(out)
 			out = obj.AppendTo(out)
 		case changed:
 			out = obj.AppendTo(append(out, ','))
 		case out != nil:
 			out = append(append(out, ','), m...)
+		default:
+			if items {
+				elems = append(elems, m)
+			}
+			i++
+			continue
+		}
+		if items {
+			spans = append(spans, start, len(out))
 		}
 		i++
 	}
-	if out == nil {
-		return raw, nil
+	for k := 0; k < len(spans); k += 2 {
+		elems = append(elems, out[spans[k]:spans[k+1]])
 	}
-	return append(out, ']'), nil
+	if out == nil {
+		return raw, elems, nil
+	}
+	return append(out, ']'), elems, nil
 }
 
 // inputErr is a conversation the renderer refuses, in the client's terms.

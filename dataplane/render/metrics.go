@@ -11,6 +11,7 @@ type collector struct {
 	hits, misses, bytes                         *prometheus.Desc
 	histHits, histMisses, histTokens, histBytes *prometheus.Desc
 	strHits, strMisses                          *prometheus.Desc
+	msgHits, msgMisses                          *prometheus.Desc
 }
 
 // Collector exports the in-process renderer's caches of encoded text, per tokenizer directory:
@@ -18,8 +19,10 @@ type collector struct {
 // conversation's history should hit) and _render_cache_bytes (held); and its rendered-history
 // caches: <namespace>_render_history_hits_total and _misses_total (chat renders that reused a
 // cached conversation's ids, and those that found none to reuse), _render_history_tokens_total
-// (the ids reused), _render_history_strings_hits_total and _misses_total (long message strings
-// found decoded, and decoded) and _render_history_bytes (held, the decoded strings included). A
+// (the ids reused), _render_history_messages_hits_total and _misses_total (messages found
+// decoded into the template's values, and decoded), _render_history_strings_hits_total and
+// _misses_total (long message strings found decoded, and decoded) and _render_history_bytes
+// (held, the decoded messages and strings included). A
 // model loaded again (its files changed) starts its counts from zero.
 func Collector(namespace string) prometheus.Collector {
 	labels := []string{"tokenizer"}
@@ -37,7 +40,11 @@ func Collector(namespace string) prometheus.Collector {
 		histTokens: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "tokens_total"),
 			"Token ids taken from the rendered-history cache instead of encoded.", labels, nil),
 		histBytes: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "bytes"),
-			"Bytes the rendered-history cache holds (rendered text, ids, decoded message strings and bookkeeping).", labels, nil),
+			"Bytes the rendered-history cache holds (rendered text, ids, decoded messages and strings, bookkeeping).", labels, nil),
+		msgHits: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "messages_hits_total"),
+			"Chat messages found decoded into the template's values in the rendered-history cache.", labels, nil),
+		msgMisses: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "messages_misses_total"),
+			"Chat messages decoded because the rendered-history cache did not hold them (none while the template may change its inputs).", labels, nil),
 		strHits: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "strings_hits_total"),
 			"Long message strings (with escapes) found decoded in the rendered-history cache.", labels, nil),
 		strMisses: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "strings_misses_total"),
@@ -55,6 +62,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.histBytes
 	ch <- c.strHits
 	ch <- c.strMisses
+	ch <- c.msgHits
+	ch <- c.msgMisses
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -72,6 +81,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		hits, misses, bytes                    float64
 		histHits, histMisses, histTok, histByt float64
 		strHits, strMisses                     float64
+		msgHits, msgMisses                     float64
 	}
 	byDir := map[string]*sums{}
 	for _, m := range models {
@@ -89,8 +99,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			h, mi, tk, b := m.HistoryStats()
 			s.history = true
 			s.histHits, s.histMisses, s.histTok, s.histByt = s.histHits+float64(h), s.histMisses+float64(mi), s.histTok+float64(tk), s.histByt+float64(b)
-			h, mi, _ = m.strings.Stats()
-			s.strHits, s.strMisses = s.strHits+float64(h), s.strMisses+float64(mi)
+			mh, mm, sh, sm := m.DecodedStats()
+			s.msgHits, s.msgMisses = s.msgHits+float64(mh), s.msgMisses+float64(mm)
+			s.strHits, s.strMisses = s.strHits+float64(sh), s.strMisses+float64(sm)
 		}
 	}
 	dirs := make([]string, 0, len(byDir))
@@ -112,6 +123,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.histBytes, prometheus.GaugeValue, s.histByt, d)
 			ch <- prometheus.MustNewConstMetric(c.strHits, prometheus.CounterValue, s.strHits, d)
 			ch <- prometheus.MustNewConstMetric(c.strMisses, prometheus.CounterValue, s.strMisses, d)
+			ch <- prometheus.MustNewConstMetric(c.msgHits, prometheus.CounterValue, s.msgHits, d)
+			ch <- prometheus.MustNewConstMetric(c.msgMisses, prometheus.CounterValue, s.msgMisses, d)
 		}
 	}
 }

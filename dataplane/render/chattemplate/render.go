@@ -87,17 +87,58 @@ type inputs struct {
 
 // decode decodes raw, what the client calls what.
 func (in *inputs) decode(what string, raw json.RawMessage) (jinja.Value, error) {
+	v, err := decodeValue(raw, in.t.limits.MaxDepth, in.validated, &in.left, in.strs)
+	return v, in.check(what, err)
+}
+
+// decodeMessages decodes the messages array from items, its elements in order, each found in c
+// or decoded and kept there: the values the array decodes to, counted against the same limits.
+func (in *inputs) decodeMessages(c *MessageCache, items []json.RawMessage) (jinja.Value, error) {
 	l := &in.t.limits
-	v, err := decodeValue(raw, l.MaxDepth, in.validated, &in.left, in.strs)
+	if in.left--; in.left < 0 {
+		return jinja.Undefined(), in.check("messages", errTooManyValues)
+	}
+	if l.MaxDepth <= 0 {
+		return jinja.Undefined(), in.check("messages", tooDeep(l.MaxDepth))
+	}
+	vals := make([]jinja.Value, len(items))
+	for i, raw := range items {
+		// A message past a limit is decoded again, to fail where the walk would.
+		d, key, ok := c.get(raw)
+		if ok && d.values <= in.left && d.deepest < l.MaxDepth {
+			in.left -= d.values
+			vals[i] = d.val
+			continue
+		}
+		// A message too large to keep is decoded as the array's others would be (its strings
+		// may share the request's bytes); one kept owns its strings.
+		keep := c.fits(2*int64(len(raw)) + messageOverhead)
+		left := in.left
+		w := walker{data: raw, maxDepth: l.MaxDepth, left: &in.left, strs: in.strs, own: keep}
+		v, err := w.value(1)
+		if err != nil {
+			return jinja.Undefined(), in.check("messages", err)
+		}
+		if n := left - in.left; keep {
+			c.put(key, raw, decodedMessage{v, n, w.deepest}, int64(len(raw))+valueOverhead*int64(n)+messageOverhead)
+		}
+		vals[i] = v
+	}
+	return jinja.NewList(vals), nil
+}
+
+// check returns err, a decoding's of what the client calls what, as the error Render returns.
+func (in *inputs) check(what string, err error) error {
+	l := &in.t.limits
 	switch {
 	case errors.Is(err, errTooManyValues):
-		return v, limitErr("MaxValues", "more than %d JSON values in messages, tools and kwargs", l.MaxValues)
+		return limitErr("MaxValues", "more than %d JSON values in messages, tools and kwargs", l.MaxValues)
 	case errors.As(err, new(tooDeep)):
-		return v, limitErr("MaxDepth", "%s: %v", what, err)
+		return limitErr("MaxDepth", "%s: %v", what, err)
 	case err != nil:
-		return v, inputErr("%s: %v", what, err)
+		return inputErr("%s: %v", what, err)
 	}
-	return v, nil
+	return nil
 }
 
 // decodeInputs converts and checks the client's messages and tools (tools is None when absent).
@@ -109,7 +150,12 @@ func (t *Template) decodeInputs(in *inputs, messages json.RawMessage, opts Optio
 	if size > t.limits.MaxInputBytes {
 		return msgs, tools, limitErr("MaxInputBytes", "input of %d bytes exceeds the limit of %d", size, t.limits.MaxInputBytes)
 	}
-	if msgs, err = in.decode("messages", messages); err != nil {
+	if opts.MessageCache != nil && opts.Validated && t.readsInputsOnly && len(opts.MessageItems) > 0 {
+		msgs, err = in.decodeMessages(opts.MessageCache, opts.MessageItems)
+	} else {
+		msgs, err = in.decode("messages", messages)
+	}
+	if err != nil {
 		return msgs, tools, err
 	}
 	if !msgs.IsList() {

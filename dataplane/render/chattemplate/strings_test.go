@@ -99,7 +99,7 @@ func TestStringCacheBound(t *testing.T) {
 	if _, _, ok := c.get(raws[len(raws)-1]); !ok {
 		t.Error("the last string kept is gone")
 	}
-	big := []byte(longJSON("big", bound/maxStringShare))
+	big := []byte(longJSON("big", bound/maxEntryShare))
 	_, key, _ := c.get(big)
 	c.put(key, big, string(big))
 	if _, _, ok := c.get(big); ok {

@@ -22,6 +22,9 @@ type Template struct {
 	addBOS  *bool
 	addEOS  *bool
 	limits  Limits
+	// readsInputsOnly: its templates change no value they are given (renders may share decoded
+	// messages).
+	readsInputsOnly bool
 }
 
 // compiled is one template source, ready to render.
@@ -53,6 +56,11 @@ type Options struct {
 	// Strings, when not nil, keeps the long strings decoded for the renders that share it (a
 	// conversation's next turn finds its earlier messages decoded).
 	Strings *StringCache
+	// MessageCache, when not nil, keeps the messages decoded for the renders that share it, found
+	// by MessageItems (the messages array's elements, in order: a split the caller made anyway),
+	// when the messages are Validated and the template changes no value it is given.
+	MessageCache *MessageCache
+	MessageItems []json.RawMessage
 }
 
 // TemplateError is the error Render returns when the template itself calls raise_exception: the
@@ -111,6 +119,7 @@ func Load(dir string, name string) (*Template, error) {
 			return nil, err
 		}
 	}
+	t.readsInputsOnly = readsInputsOnly(t.main.src) && (t.toolUse == nil || readsInputsOnly(t.toolUse.src))
 	if t.tokens, t.extra, err = cfg.specialTokens(); err != nil {
 		return nil, fmt.Errorf("chattemplate: %s: %w", filepath.Join(dir, "tokenizer_config.json"), err)
 	}

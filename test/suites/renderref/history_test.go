@@ -16,8 +16,8 @@ import (
 // sends a conversation), with the rendered-history cache and without any cache, for every family
 // of models: the ids (and the errors) must be the same at every turn. It adds conversations made
 // of the corpus's messages, longer than its cases, so that each turn has a long history to reuse.
-// The text is the template's either way (the cache is after it); the ids are what the cache
-// could change.
+// The template renders either way; the messages it is given are decoded or found decoded, and
+// the ids encoded or reused: both show in the ids.
 func TestHistoryTurnByTurn(t *testing.T) {
 	cases := loadCorpus(t)["chat"]
 	dirs := modelDirs(t)
@@ -105,6 +105,10 @@ func TestHistoryTurnByTurn(t *testing.T) {
 			t.Logf("%d multi-turn conversations, %d turns: history hits %d, misses %d, %d tokens reused, %d bytes held", convs, turns, hits, misses, tokens, bytes)
 			if convs < 300 || hits == 0 || tokens == 0 {
 				t.Fatalf("%d multi-turn conversations and %d hits: the cache was not exercised", convs, hits)
+			}
+			// Every family's template only reads its messages: a later turn finds them decoded.
+			if mh, mm, _, _ := cached.DecodedStats(); mh < uint64(turns) || mm == 0 {
+				t.Fatalf("messages found decoded %d times, decoded %d, over %d turns: the decoded messages were not shared", mh, mm, turns)
 			}
 		})
 	}

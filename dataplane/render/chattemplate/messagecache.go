@@ -1,0 +1,34 @@
+package chattemplate
+
+import "github.com/ardanlabs/jinja"
+
+// MessageCache is a bounded, concurrency-safe cache of decoded chat messages, for
+// Options.Messages. A multi-turn client sends every earlier message again with each turn; with
+// the cache, each message (its JSON text as the renderer is given it) is decoded into the
+// template's values once, and a later turn uses the same values. A conversation of many short
+// messages spends about a fifth of its render decoding them.
+//
+// Values are shared only between renders of templates that change nothing they are given
+// (readsInputsOnly), and own all their memory (no string shares the request that first sent the
+// message). A message found is compared byte for byte first (textCache).
+type MessageCache struct{ textCache[decodedMessage] }
+
+// decodedMessage is a message's value, the number of JSON values it holds (what it counts
+// against Limits.MaxValues) and the depth of its deepest container (against Limits.MaxDepth).
+type decodedMessage struct {
+	val             jinja.Value
+	values, deepest int
+}
+
+// messageOverhead approximates what a message's values hold besides their strings: the dict
+// and its map, each value's header, and the entry's bookkeeping.
+const (
+	valueOverhead   = 64
+	messageOverhead = 256
+)
+
+// NewMessageCache returns a cache that holds at most about maxBytes (the messages' JSON texts,
+// their values and bookkeeping).
+func NewMessageCache(maxBytes int64) *MessageCache {
+	return &MessageCache{newTextCache[decodedMessage](maxBytes)}
+}
