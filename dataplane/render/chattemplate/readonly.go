@@ -43,20 +43,12 @@ func readsInputsOnly(src string) bool {
 		case "with", "call":
 			return false // they bind names this does not follow
 		case "set":
-			tag := strings.TrimSpace(rewriteTag(s.text))
-			i := assignAt(tag)
-			target, value := strings.TrimSpace(strings.TrimPrefix(tag, "set")), ""
-			if i >= 0 {
-				target, value = strings.TrimSpace(strings.TrimPrefix(tag[:i], "set")), strings.TrimSpace(tag[i+1:])
-			}
+			target, value := setParts(s.text)
 			if name, _, ok := strings.Cut(target, "."); ok {
 				dotted = append(dotted, strings.TrimSpace(name))
 				continue
 			}
 			for _, name := range strings.Split(target, ",") {
-				if strings.Contains(target, ",") {
-					value = "" // unpacked from a value: not a namespace made here
-				}
 				values[strings.TrimSpace(name)] = append(values[strings.TrimSpace(name)], value)
 			}
 		}

@@ -65,19 +65,10 @@ func newLoopScope(segs []segment) *loopScope {
 			targets, _ := forParts(s.text)
 			ls.forTargets = append(ls.forTargets, targets...)
 		case "set":
-			tag := strings.TrimSpace(rewriteTag(s.text))
-			i := assignAt(tag)
-			target := strings.TrimSpace(strings.TrimPrefix(tag[:max(i, 0)], "set"))
-			if i < 0 { // a block set: set name %}...{% endset
-				target = strings.TrimSpace(strings.TrimPrefix(tag, "set"))
-			}
+			target, value := setParts(s.text)
 			for _, name := range strings.Split(target, ",") {
 				name = strings.TrimSpace(name)
 				ls.rebound[name] = true
-				value := "" // a block set's value is text: no list
-				if i >= 0 && !strings.Contains(target, ",") {
-					value = strings.TrimSpace(tag[i+1:])
-				}
 				sets[name] = append(sets[name], value)
 			}
 		}
@@ -186,6 +177,21 @@ func (ls *loopScope) loopTargets(text string) (targets []string, trusted bool) {
 		trusted = trusted && !slices.Contains(b.targets, name)
 	}
 	return targets, trusted && isName(name) && ls.inputs[name]
+}
+
+// setParts are the target of the set tag text, as written, and the value it binds: "" for a
+// block set (set name %}...{% endset: its value is text) and for names unpacked from one value.
+func setParts(text string) (target, value string) {
+	tag := strings.TrimSpace(rewriteTag(text))
+	i := assignAt(tag)
+	if i < 0 {
+		return strings.TrimSpace(strings.TrimPrefix(tag, "set")), ""
+	}
+	target = strings.TrimSpace(strings.TrimPrefix(tag[:i], "set"))
+	if strings.Contains(target, ",") {
+		return target, ""
+	}
+	return target, strings.TrimSpace(tag[i+1:])
 }
 
 // forParts are the targets of the for tag text and its iterable (before any " if " filter).
