@@ -6,7 +6,6 @@ require (
 	code.dny.dev/ssrf v0.3.0
 	github.com/KimMachineGun/automemlimit v0.7.5
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
-	github.com/ardanlabs/jinja v1.8.0
 	github.com/blang/semver/v4 v4.0.0
 	github.com/dlclark/regexp2/v2 v2.13.0
 	github.com/envoyproxy/go-control-plane/envoy v1.37.0

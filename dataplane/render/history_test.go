@@ -365,7 +365,7 @@ func TestHistoryConcurrent(t *testing.T) {
 
 // TestHistoryCollector: the history cache's counts are exported by directory. The second turn
 // finds its first message decoded (and so looks none of its strings up) and decodes the two new
-// ones.
+// ones; it replays the template's iteration over the first and runs those over the new ones.
 func TestHistoryCollector(t *testing.T) {
 	dir := modelDir(t, "")
 	m := open(t, dir, Options{HistoryBytes: 1 << 20})
@@ -388,9 +388,15 @@ coordinator_render_history_misses_total{tokenizer=%[1]q} 1
 # HELP coordinator_render_history_tokens_total Token ids taken from the rendered-history cache instead of encoded.
 # TYPE coordinator_render_history_tokens_total counter
 coordinator_render_history_tokens_total{tokenizer=%[1]q} %[2]d
-# HELP coordinator_render_history_bytes Bytes the rendered-history cache holds (rendered text, ids, decoded messages and strings, bookkeeping).
+# HELP coordinator_render_history_bytes Bytes the rendered-history cache holds (rendered text, ids, decoded messages and strings, template iterations, bookkeeping).
 # TYPE coordinator_render_history_bytes gauge
 coordinator_render_history_bytes{tokenizer=%[1]q} %[3]d
+# HELP coordinator_render_history_iterations_replayed_total Iterations of the chat template's loops over messages replayed from an earlier turn (everything they read unchanged).
+# TYPE coordinator_render_history_iterations_replayed_total counter
+coordinator_render_history_iterations_replayed_total{tokenizer=%[1]q} 1
+# HELP coordinator_render_history_iterations_run_total Iterations of the chat template's loops over messages run (new, changed, or not to be kept).
+# TYPE coordinator_render_history_iterations_run_total counter
+coordinator_render_history_iterations_run_total{tokenizer=%[1]q} 3
 # HELP coordinator_render_history_messages_hits_total Chat messages found decoded into the template's values in the rendered-history cache.
 # TYPE coordinator_render_history_messages_hits_total counter
 coordinator_render_history_messages_hits_total{tokenizer=%[1]q} 1

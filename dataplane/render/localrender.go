@@ -30,10 +30,11 @@ type Options struct {
 	// CacheBytes bounds the cache of encoded segments (0: no cache).
 	CacheBytes int64
 	// HistoryBytes bounds the rendered-history cache (0: no cache): the rendered text and ids of
-	// the conversations rendered lately, which their next turn reuses (history.go), in one half,
-	// and in the other their messages decoded into the template's values
+	// the conversations rendered lately, which their next turn reuses (history.go), in one half;
+	// what the template's iterations over their messages did (chattemplate.IterationCache), which
+	// their next turn replays, in a quarter; their messages decoded into the template's values
 	// (chattemplate.MessageCache) and their long message strings decoded
-	// (chattemplate.StringCache), a quarter each.
+	// (chattemplate.StringCache), an eighth each.
 	HistoryBytes int64
 }
 
@@ -49,8 +50,9 @@ type Model struct {
 	tmpl          *chattemplate.Template
 	cache         *tokenizer.SegmentCache
 	history       *historyCache
-	strings       *chattemplate.StringCache  // with history: the decoded strings of its conversations
-	messages      *chattemplate.MessageCache // with history: their decoded messages
+	strings       *chattemplate.StringCache    // with history: the decoded strings of its conversations
+	messages      *chattemplate.MessageCache   // with history: their decoded messages
+	iterations    *chattemplate.IterationCache // with history: their template's iterations
 	contentFormat string
 	refs          int // guarded by loaded.mu
 }
@@ -91,8 +93,9 @@ func Open(dir string, o Options) (*Model, error) {
 	}
 	if o.HistoryBytes > 0 {
 		m.history = newHistoryCache(o.HistoryBytes - o.HistoryBytes/2)
-		m.strings = chattemplate.NewStringCache(o.HistoryBytes / 4)
-		m.messages = chattemplate.NewMessageCache(o.HistoryBytes/2 - o.HistoryBytes/4)
+		m.iterations = chattemplate.NewIterationCache(o.HistoryBytes / 4)
+		m.strings = chattemplate.NewStringCache(o.HistoryBytes / 8)
+		m.messages = chattemplate.NewMessageCache(o.HistoryBytes/2 - o.HistoryBytes/4 - o.HistoryBytes/8)
 	}
 	loaded.m[key] = m
 	return m, nil
@@ -131,7 +134,18 @@ func (m *Model) HistoryStats() (hits, misses, tokens uint64, bytes int64) {
 	hits, misses, tokens, bytes = m.history.stats()
 	_, _, sb := m.strings.Stats()
 	_, _, mb := m.messages.Stats()
-	return hits, misses, tokens, bytes + sb + mb
+	_, _, ib := m.iterations.Stats()
+	return hits, misses, tokens, bytes + sb + mb + ib
+}
+
+// IterationStats reports the rendered-history cache's template iterations (zero without one):
+// those replayed and those run.
+func (m *Model) IterationStats() (replayed, ran uint64) {
+	if m.history == nil {
+		return 0, 0
+	}
+	replayed, ran, _ = m.iterations.Stats()
+	return replayed, ran
 }
 
 // DecodedStats reports the rendered-history cache's decoded inputs (zero without one): the
@@ -275,7 +289,7 @@ func (m *Model) ChatJSON(dst []int, r ChatRequest) ([]int, []byte, error) {
 	}
 	text, err := tmpl.Render(msgs, chattemplate.Options{Tools: r.Tools, AddGenerationPrompt: r.AddGenerationPrompt,
 		ContinueFinalMessage: r.ContinueFinalMessage, Kwargs: r.Kwargs, Validated: true, Strings: m.strings,
-		MessageCache: m.messages, MessageItems: items})
+		MessageCache: m.messages, MessageItems: items, Iterations: m.iterations})
 	var ie *chattemplate.InputError
 	switch {
 	case errors.As(err, &ie) && ie.Limit != "":

@@ -12,6 +12,7 @@ type collector struct {
 	histHits, histMisses, histTokens, histBytes *prometheus.Desc
 	strHits, strMisses                          *prometheus.Desc
 	msgHits, msgMisses                          *prometheus.Desc
+	itReplayed, itRan                           *prometheus.Desc
 }
 
 // Collector exports the in-process renderer's caches of encoded text, per tokenizer directory:
@@ -21,8 +22,10 @@ type collector struct {
 // cached conversation's ids, and those that found none to reuse), _render_history_tokens_total
 // (the ids reused), _render_history_messages_hits_total and _misses_total (messages found
 // decoded into the template's values, and decoded), _render_history_strings_hits_total and
-// _misses_total (long message strings found decoded, and decoded) and _render_history_bytes
-// (held, the decoded messages and strings included). A
+// _misses_total (long message strings found decoded, and decoded),
+// _render_history_iterations_replayed_total and _run_total (iterations of the template's loops
+// over messages replayed from an earlier turn, and run) and _render_history_bytes (held, the
+// decoded messages and strings and the iterations included). A
 // model loaded again (its files changed) starts its counts from zero.
 func Collector(namespace string) prometheus.Collector {
 	labels := []string{"tokenizer"}
@@ -40,7 +43,7 @@ func Collector(namespace string) prometheus.Collector {
 		histTokens: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "tokens_total"),
 			"Token ids taken from the rendered-history cache instead of encoded.", labels, nil),
 		histBytes: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "bytes"),
-			"Bytes the rendered-history cache holds (rendered text, ids, decoded messages and strings, bookkeeping).", labels, nil),
+			"Bytes the rendered-history cache holds (rendered text, ids, decoded messages and strings, template iterations, bookkeeping).", labels, nil),
 		msgHits: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "messages_hits_total"),
 			"Chat messages found decoded into the template's values in the rendered-history cache.", labels, nil),
 		msgMisses: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "messages_misses_total"),
@@ -49,6 +52,10 @@ func Collector(namespace string) prometheus.Collector {
 			"Long message strings (with escapes) found decoded in the rendered-history cache.", labels, nil),
 		strMisses: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "strings_misses_total"),
 			"Long message strings (with escapes) decoded because the rendered-history cache did not hold them.", labels, nil),
+		itReplayed: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "iterations_replayed_total"),
+			"Iterations of the chat template's loops over messages replayed from an earlier turn (everything they read unchanged).", labels, nil),
+		itRan: prometheus.NewDesc(prometheus.BuildFQName(namespace, "render_history", "iterations_run_total"),
+			"Iterations of the chat template's loops over messages run (new, changed, or not to be kept).", labels, nil),
 	}
 }
 
@@ -64,6 +71,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.strMisses
 	ch <- c.msgHits
 	ch <- c.msgMisses
+	ch <- c.itReplayed
+	ch <- c.itRan
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -82,6 +91,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		histHits, histMisses, histTok, histByt float64
 		strHits, strMisses                     float64
 		msgHits, msgMisses                     float64
+		itReplayed, itRan                      float64
 	}
 	byDir := map[string]*sums{}
 	for _, m := range models {
@@ -102,6 +112,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			mh, mm, sh, sm := m.DecodedStats()
 			s.msgHits, s.msgMisses = s.msgHits+float64(mh), s.msgMisses+float64(mm)
 			s.strHits, s.strMisses = s.strHits+float64(sh), s.strMisses+float64(sm)
+			ir, irun := m.IterationStats()
+			s.itReplayed, s.itRan = s.itReplayed+float64(ir), s.itRan+float64(irun)
 		}
 	}
 	dirs := make([]string, 0, len(byDir))
@@ -125,6 +137,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.strMisses, prometheus.CounterValue, s.strMisses, d)
 			ch <- prometheus.MustNewConstMetric(c.msgHits, prometheus.CounterValue, s.msgHits, d)
 			ch <- prometheus.MustNewConstMetric(c.msgMisses, prometheus.CounterValue, s.msgMisses, d)
+			ch <- prometheus.MustNewConstMetric(c.itReplayed, prometheus.CounterValue, s.itReplayed, d)
+			ch <- prometheus.MustNewConstMetric(c.itRan, prometheus.CounterValue, s.itRan, d)
 		}
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 )
 
 // continueFinal cuts rendered right after the final message's content, as transformers does for

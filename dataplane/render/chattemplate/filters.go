@@ -1,6 +1,6 @@
 package chattemplate
 
-import "github.com/ardanlabs/jinja"
+import "github.com/epd-dev/coordinator/dataplane/render/jinja"
 
 // The engine resolves a filter among its built-ins before the template's variables and cannot
 // replace a built-in, so prepare renames the filters whose HF behaviour differs to variables that
@@ -17,3 +17,16 @@ var overrideFilters = map[string]jinja.Value{
 	"tojson": jinja.NewCallable("tojson", filterToJSON),
 	"trim":   jinja.NewCallable("trim", filterTrim),
 }
+
+// templateGlobals are the variables prepare's rewrites call (filterOverrides' replacements and
+// strictHelpers), which every template is compiled with.
+var templateGlobals = func() map[string]jinja.Value {
+	g := make(map[string]jinja.Value, len(filterOverrides)+len(strictHelpers))
+	for name, repl := range filterOverrides {
+		g[repl] = overrideFilters[name]
+	}
+	for name, fn := range strictHelpers {
+		g[name] = fn
+	}
+	return g
+}()

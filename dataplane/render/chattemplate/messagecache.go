@@ -1,6 +1,6 @@
 package chattemplate
 
-import "github.com/ardanlabs/jinja"
+import "github.com/epd-dev/coordinator/dataplane/render/jinja"
 
 // MessageCache is a bounded, concurrency-safe cache of decoded chat messages, for
 // Options.Messages. A multi-turn client sends every earlier message again with each turn; with

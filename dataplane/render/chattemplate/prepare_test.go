@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 )
 
 // TestWhitespaceAndLiterals pins Jinja2's lexer behaviour with HF's trim_blocks and lstrip_blocks

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 )
 
 // InputError is a request Render refuses before rendering: input past the limits or of the wrong
@@ -60,7 +60,15 @@ func (t *Template) Render(messages json.RawMessage, opts Options) (string, error
 	if err != nil {
 		return "", err
 	}
-	out, err := c.tmpl.RenderValues(vars)
+	ro := jinja.RenderOptions{SizeHint: len(messages) + len(opts.Tools)}
+	var stats jinja.MemoStats
+	if in.shared && opts.Iterations != nil {
+		ro.Memo, ro.Stats = opts.Iterations, &stats
+	}
+	out, err := c.tmpl.RenderWith(vars, ro)
+	if ro.Memo != nil {
+		opts.Iterations.count(&stats)
+	}
 	if err != nil {
 		var te *TemplateError
 		if errors.As(err, &te) {
@@ -83,6 +91,7 @@ type inputs struct {
 	validated bool
 	left      int          // values that may still be decoded
 	strs      *StringCache // nil: none
+	shared    bool         // the messages are a MessageCache's, shared between renders
 }
 
 // decode decodes raw, what the client calls what.
@@ -151,6 +160,7 @@ func (t *Template) decodeInputs(in *inputs, messages json.RawMessage, opts Optio
 		return msgs, tools, limitErr("MaxInputBytes", "input of %d bytes exceeds the limit of %d", size, t.limits.MaxInputBytes)
 	}
 	if opts.MessageCache != nil && opts.Validated && t.readsInputsOnly && len(opts.MessageItems) > 0 {
+		in.shared = true
 		msgs, err = in.decodeMessages(opts.MessageCache, opts.MessageItems)
 	} else {
 		msgs, err = in.decode("messages", messages)
@@ -225,11 +235,5 @@ func (t *Template) variables(in *inputs, c *compiled, msgs, tools jinja.Value, o
 		}
 		return jinja.NewString(strftime(now(), args[0].AsString())), nil
 	})
-	for name, repl := range filterOverrides {
-		vars[repl] = overrideFilters[name]
-	}
-	for name, fn := range strictHelpers {
-		vars[name] = fn
-	}
 	return vars, nil
 }

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 )
 
 // The engine never fails on operand types: "x" + {...} prints the dict, and "x" in None is false.
@@ -38,7 +38,7 @@ type typeError struct{ msg string }
 
 func (e *typeError) Error() string { return "TypeError: " + e.msg }
 
-// strictHelpers are the variables prepare's rewrites call, bound by Render.
+// strictHelpers are the variables prepare's rewrites call (templateGlobals).
 var strictHelpers = map[string]jinja.Value{
 	"__hf_cat": operandCheck("__hf_cat", jinja.Value.IsString, "can only concatenate str (not {type}) to str"),
 	"__hf_add": jinja.NewCallable("__hf_add", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
@@ -57,11 +57,11 @@ var strictHelpers = map[string]jinja.Value{
 // operandCheck is a helper of one operand, passed through when ok holds; otherwise it raises the
 // TypeError msg, "{type}" in it replaced by the operand's Python type name, quoted.
 func operandCheck(name string, ok func(jinja.Value) bool, msg string) jinja.Value {
-	return jinja.NewCallable(name, func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
-		if len(args) != 1 || !ok(args[0]) {
-			return jinja.Undefined(), &typeError{strings.ReplaceAll(msg, "{type}", strconv.Quote(pyTypeName(args)))}
+	return jinja.NewCheck(name, func(v jinja.Value) error {
+		if !ok(v) {
+			return &typeError{strings.ReplaceAll(msg, "{type}", strconv.Quote(pyTypeName([]jinja.Value{v})))}
 		}
-		return args[0], nil
+		return nil
 	})
 }
 

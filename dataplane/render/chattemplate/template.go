@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 )
 
 // Template is a model's compiled chat template plus the special tokens HF passes to it. It is safe
@@ -61,6 +61,10 @@ type Options struct {
 	// when the messages are Validated and the template changes no value it is given.
 	MessageCache *MessageCache
 	MessageItems []json.RawMessage
+	// Iterations, when not nil with MessageCache (and under the same conditions), keeps what the
+	// iterations of the template's loops over messages did, and replays those whose reads are
+	// unchanged (jinja.Memo).
+	Iterations *IterationCache
 }
 
 // TemplateError is the error Render returns when the template itself calls raise_exception: the
@@ -134,7 +138,7 @@ func Load(dir string, name string) (*Template, error) {
 }
 
 func compile(s source) (*compiled, error) {
-	tmpl, err := jinja.Compile(prepare(s.text))
+	tmpl, err := jinja.CompileWith(prepare(s.text), templateGlobals)
 	if err != nil {
 		return nil, fmt.Errorf("chattemplate: %s: %w", s.file, err)
 	}

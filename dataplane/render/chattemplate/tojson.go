@@ -9,7 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 )
 
 // jsonOptions are the json.dumps arguments HF's tojson filter exposes.

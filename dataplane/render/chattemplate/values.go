@@ -9,8 +9,9 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/ardanlabs/jinja"
 	simdutf8 "github.com/segmentio/asm/utf8"
+
+	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 )

@@ -16,8 +16,8 @@ import (
 // sends a conversation), with the rendered-history cache and without any cache, for every family
 // of models: the ids (and the errors) must be the same at every turn. It adds conversations made
 // of the corpus's messages, longer than its cases, so that each turn has a long history to reuse.
-// The template renders either way; the messages it is given are decoded or found decoded, and
-// the ids encoded or reused: both show in the ids.
+// The messages the template is given are decoded or found decoded, its iterations over them run
+// or replayed, and the ids encoded or reused: all show in the ids.
 func TestHistoryTurnByTurn(t *testing.T) {
 	cases := loadCorpus(t)["chat"]
 	dirs := modelDirs(t)
@@ -109,6 +109,12 @@ func TestHistoryTurnByTurn(t *testing.T) {
 			// Every family's template only reads its messages: a later turn finds them decoded.
 			if mh, mm, _, _ := cached.DecodedStats(); mh < uint64(turns) || mm == 0 {
 				t.Fatalf("messages found decoded %d times, decoded %d, over %d turns: the decoded messages were not shared", mh, mm, turns)
+			}
+			// ... and each later turn replays the template's iterations over the messages it had.
+			replayed, ran := cached.IterationStats()
+			t.Logf("template iterations replayed %d, run %d", replayed, ran)
+			if replayed < uint64(turns) || ran == 0 {
+				t.Fatalf("template iterations replayed %d times, run %d, over %d turns: the iterations were not replayed", replayed, ran, turns)
 			}
 		})
 	}

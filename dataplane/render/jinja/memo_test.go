@@ -1,0 +1,142 @@
+package jinja
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// mapMemo is a Memo in a map, counting what it finds and keeps.
+type mapMemo struct {
+	m    map[IterationKey]*Iteration
+	kept int
+}
+
+func (m *mapMemo) Iteration(key IterationKey) *Iteration {
+	return m.m[key]
+}
+
+func (m *mapMemo) Keep(key IterationKey, it *Iteration) {
+	if m.m == nil {
+		m.m = map[IterationKey]*Iteration{}
+	}
+	m.kept++
+	m.m[key] = it
+}
+
+// memoTemplates are templates whose loops over messages read, write and output in the ways a
+// memoized iteration must replay exactly, or must not be replayed at all.
+var memoTemplates = []struct {
+	name, src string
+	// replayed: the later turns replay some iterations (false: none may be kept or found).
+	replayed bool
+}{
+	{"plain", `{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}{% endfor %}`, true},
+	{"index and first", `{% for m in messages %}{% if loop.first %}{{ bos }}{% endif %}{{ loop.index0 }}:{{ m['content'] }};{% endfor %}`, true},
+	{"last", `{% for m in messages %}{{ m.content }}{% if loop.last %}[end]{% endif %}|{% endfor %}`, true},
+	{"length", `{% for m in messages %}{{ loop.length }}{{ m.content }}{% endfor %}`, false},
+	{"revindex", `{% for m in messages %}{{ loop.revindex0 }}{% endfor %}`, false},
+	{"nextitem", `{% for m in messages %}{% if loop.nextitem is defined %}{{ loop.nextitem.role }}{% endif %}{{ m.content }}{% endfor %}`, true},
+	{"neighbours", `{% for m in messages %}{% if loop.index0 == 0 or messages[loop.index0 - 1].role != m.role %}[{{ m.role }}]{% endif %}{{ m.content }}{% if loop.last or messages[loop.index0 + 1].role != m.role %}[/]{% endif %}{% endfor %}`, true},
+	{"messages length", `{% for m in messages %}{{ messages|length }}{{ m.content }}{% endfor %}`, false},
+	{"messages last", `{% for m in messages %}{% if m == messages[-1] %}*{% endif %}{{ m.content }}{% endfor %}`, true},
+	{"messages last output", `{% for m in messages %}{{ m == messages[-1] }}{{ m.content }}{% endfor %}`, false},
+	{"namespace counter", `{% set ns = namespace(n=0, seen='') %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.n = ns.n + 1 %}{% endif %}{% set ns.seen = ns.seen + m.role[0] %}{{ ns.n }}{{ ns.seen[-3:] }}{{ m.content }}{% endfor %}{{ ns.n }}/{{ ns.seen }}`, true},
+	{"reverse scan", `{% set ns = namespace(last=messages|length - 1, on=true) %}{% for m in messages[::-1] %}{% if ns.on and m.role == 'user' %}{% set ns.on = false %}{% set ns.last = messages|length - 1 - loop.index0 %}{% endif %}{% endfor %}{% for m in messages %}{% if loop.index0 > ns.last %}>{% endif %}{{ m.content }}{% endfor %}`, true},
+	{"loop scope set", `{% for m in messages %}{% if m.role == 'user' %}{% set last_user = m.content %}{% endif %}{{ last_user }}:{{ m.content }};{% endfor %}`, true},
+	{"set block", `{% for m in messages %}{% set body %}{{ m.role|upper }}={{ m.content }}{% endset %}{{ body }}{{ prev }}{% set prev = body|length %}{% endfor %}`, true},
+	{"nested loop", `{% for m in messages %}{% for c in m.parts %}{{ loop.index }}{{ c }}{% if not loop.last %},{% endif %}{% endfor %}.{% endfor %}`, true},
+	{"break", `{% for m in messages %}{% if m.content == 'stop' %}{% break %}{% endif %}{{ m.content }}{% endfor %}`, true},
+	{"continue", `{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}{{ m.content }}{% endfor %}`, true},
+	{"macro", `{% macro show(m) %}{{ m.role }}:{{ m.content }}{% endmacro %}{% for m in messages %}{{ show(m) }}{% endfor %}`, false},
+	{"namespace per message", `{% for m in messages %}{% set f = namespace(found=false) %}{% for x in messages[loop.index:] %}{% if x.role == 'user' %}{% set f.found = true %}{% endif %}{% endfor %}{{ f.found }}{% endfor %}`, false},
+	{"cycle", `{% for m in messages %}{{ loop.cycle('a', 'b') }}{{ m.content }}{% endfor %}`, false},
+	{"clock", `{% for m in messages %}{{ strftime_now('%S') }}{{ m.content }}{% endfor %}`, false},
+	{"string methods", `{% for m in messages %}{% if m.content.startswith('a') %}{{ m.content.split(' ')[0] }}{% endif %}{{ m.content.replace('a', 'A') }}{% endfor %}`, true},
+	{"outside value", `{% for m in messages %}{{ greeting if loop.first }}{{ m.content }}{% if flag %}!{% endif %}{% endfor %}`, true},
+	{"filter if", `{% for m in messages if m.role != 'system' %}{{ loop.index }}{{ m.content }}{% endfor %}`, true},
+	{"two loops", `{% for m in messages %}{{ m.role }}{% endfor %}|{% for m in messages %}{{ m.content }}{% endfor %}`, true},
+	{"call block", `{% macro wrap() %}[{{ caller() }}]{% endmacro %}{% for m in messages %}{% call wrap() %}{{ m.content }}{% endcall %}{% endfor %}`, false},
+}
+
+// memoConversation is n messages: a system prompt, then users and assistants in turn, with
+// content drawn by r (sometimes 'stop'), each with parts.
+func memoConversation(r *rand.Rand, n int) []Value {
+	words := []string{"a b", "abc", " padded ", "stop", "x y z", "", "ab cd"}
+	msgs := make([]Value, n)
+	for i := range msgs {
+		role := [...]string{"user", "assistant"}[i%2]
+		if i == 0 {
+			role = "system"
+		} else if r.IntN(5) == 0 {
+			role = "tool"
+		}
+		d := NewDict()
+		d.AsDict().Set("role", NewString(role))
+		d.AsDict().Set("content", NewString(words[r.IntN(len(words))]))
+		d.AsDict().Set("parts", NewList([]Value{NewString(fmt.Sprint(i)), NewString(words[r.IntN(len(words))])}))
+		msgs[i] = d
+	}
+	return msgs
+}
+
+// TestMemo renders every template over the turns of random conversations (each turn the
+// messages so far, sharing the earlier turns' dicts, sometimes with one earlier message
+// replaced) with a memo and without: every turn must be equal, and the memo must replay where the
+// template allows and never where it does not.
+func TestMemo(t *testing.T) {
+	for _, tc := range memoTemplates {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl, err := Compile(tc.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := rand.New(rand.NewPCG(1, 2))
+			memo := &mapMemo{}
+			var stats MemoStats
+			for conv := range 20 {
+				msgs := memoConversation(r, 2+r.IntN(12))
+				for k := 1; k <= len(msgs); k++ {
+					if k > 2 && r.IntN(6) == 0 { // an edited history: a new dict where an old one was
+						i := 1 + r.IntN(k-1)
+						d := NewDict()
+						d.AsDict().Set("role", msgs[i].AsDict().Data["role"])
+						d.AsDict().Set("content", NewString("edited"))
+						d.AsDict().Set("parts", NewList(nil))
+						msgs[i] = d
+					}
+					data := func() map[string]Value {
+						return map[string]Value{
+							"messages": NewList(append([]Value(nil), msgs[:k]...)), "bos": NewString("<s>"),
+							"greeting": NewString("hi"), "flag": NewBool(k/5%2 == 0),
+							"strftime_now": NewCallable("strftime_now", func([]Value, map[string]Value) (Value, error) {
+								return NewString(fmt.Sprint(k)), nil
+							}),
+						}
+					}
+					want, err := tmpl.RenderValues(data())
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := tmpl.RenderWith(data(), RenderOptions{Memo: memo, SizeHint: len(want), Stats: &stats})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got != want {
+						t.Fatalf("conversation %d, turn %d: memoized render differs from the plain one\n got %q\nwant %q", conv, k, got, want)
+					}
+				}
+			}
+			t.Logf("%+v", stats)
+			if stats.Kept != memo.kept {
+				t.Errorf("%d iterations counted kept, the memo was given %d", stats.Kept, memo.kept)
+			}
+			if tc.replayed && stats.Replayed < stats.Kept/2 {
+				t.Errorf("%+v: fewer iterations replayed than half of those run", stats)
+			}
+			if !tc.replayed && stats.Replayed != 0 {
+				t.Errorf("%+v: a template whose iterations must not be replayed had some replayed", stats)
+			}
+		})
+	}
+}
