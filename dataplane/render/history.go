@@ -211,12 +211,11 @@ func writeLenBytes(h *maphash.Hash, b []byte) {
 	h.Write(b)
 }
 
-// lookup returns the entry of the longest message prefix kept (keys are the request's, one per
-// message prefix: keys[j] of messages[0..j+1)), and the stretch of text it answers: the index in
-// the entry's cuts and in cuts (text's cuts) of the longest cut of both within the bytes the
-// entry's text and text share (-1, -1: none).
-func (c *historyCache) lookup(text string, cuts []int, keys []uint64) (e *historyEntry, k, j int) {
+// find returns the entry of the longest message prefix kept (keys are the request's, one per
+// message prefix: keys[j] of messages[0..j+1)), or nil.
+func (c *historyCache) find(keys []uint64) (e *historyEntry) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	for j := len(keys) - 1; j >= 0 && e == nil; j-- {
 		e = c.keys[keys[j]]
 	}
@@ -224,7 +223,13 @@ func (c *historyCache) lookup(text string, cuts []int, keys []uint64) (e *histor
 		c.unlink(e)
 		c.pushFront(e)
 	}
-	c.mu.Unlock()
+	return e
+}
+
+// match returns the stretch of text that e (found, or nil) answers: the index in e's cuts and
+// in cuts (text's cuts) of the longest cut of both within the bytes e's text and text share
+// (nil, -1, -1: none); it counts the hit or miss.
+func (c *historyCache) match(e *historyEntry, text string, cuts []int) (_ *historyEntry, k, j int) {
 	if e != nil {
 		shared := commonPrefix(e.text, text)
 		j = sort.SearchInts(cuts, shared+1) - 1 // the last cut of text within the shared bytes
@@ -353,8 +358,9 @@ func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]
 		return dst, nil, err
 	}
 	h := m.history
-	cuts := m.tok.Cuts(nil, text)
-	old, k, j := h.lookup(text, cuts, keys)
+	found := h.find(keys)
+	cuts := m.textCuts(found, text)
+	old, k, j := h.match(found, text, cuts)
 	n0 := len(dst)
 	at := 0
 	var ecuts []historyCut
@@ -419,6 +425,30 @@ func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]
 		h.store(keys[len(keys)-1], e, old)
 	}
 	return dst, js, nil
+}
+
+// textCuts are the cuts of text (tokenizer.Cuts). With e, a conversation text continues, they
+// are e's as far as the two texts' shared bytes decide them (CutReach) and the text after is
+// scanned alone: a later turn scans its new turns, not its history.
+func (m *Model) textCuts(e *historyEntry, text string) []int {
+	reach := m.tok.CutReach()
+	if e == nil || reach < 0 {
+		return m.tok.Cuts(nil, text)
+	}
+	safe := commonPrefix(e.text, text) - reach
+	n := sort.Search(len(e.cuts), func(i int) bool { return int(e.cuts[i].at) > safe })
+	cuts := make([]int, n, len(e.cuts)+8)
+	for i, c := range e.cuts[:n] {
+		cuts[i] = int(c.at)
+	}
+	from := 0
+	if n > 0 {
+		from = cuts[n-1]
+	}
+	for _, c := range m.tok.Cuts(nil, text[from:]) {
+		cuts = append(cuts, from+c)
+	}
+	return cuts
 }
 
 // encodePiece encodes s, a piece of a rendering between two cuts, after dst (the ids before it:

@@ -277,7 +277,11 @@ func (m *Model) ChatJSON(dst []int, r ChatRequest) ([]int, []byte, error) {
 		keys = m.history.newKeys(&r)
 		each = keys.add
 	}
-	msgs, items, err := convertMessages(r.Messages, m.contentFormat, each, m.messages != nil)
+	var known func([]byte) bool
+	if m.messages != nil {
+		known = m.messages.Has
+	}
+	msgs, items, err := convertMessages(r.Messages, m.contentFormat, each, m.messages != nil, known)
 	if err != nil {
 		return dst, nil, err
 	}

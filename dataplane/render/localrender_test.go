@@ -123,7 +123,8 @@ func TestChatErrors(t *testing.T) {
 }
 
 // TestTemplateMessages: the conversion vLLM applies before a template sees the messages, that
-// untouched messages are passed as they are (no copy), and the converted array's elements.
+// untouched messages are passed as they are (no copy), the converted array's elements, and that
+// a converted conversation converts to itself.
 func TestTemplateMessages(t *testing.T) {
 	tests := map[string]struct {
 		in, format, want string
@@ -143,9 +144,17 @@ func TestTemplateMessages(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			in := []byte(tc.in)
-			got, items, err := convertMessages(in, tc.format, nil, true)
+			got, items, err := convertMessages(in, tc.format, nil, true, nil)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// A converted message converts to itself (what lets a message the cache holds skip
+			// the conversion): converting again, or with every message known, changes nothing.
+			for _, known := range []func([]byte) bool{nil, func([]byte) bool { return true }} {
+				again, _, err := convertMessages(got, tc.format, nil, true, known)
+				if err != nil || string(again) != string(got) {
+					t.Fatalf("converted again: %s, %v; want %s", again, err, got)
+				}
 			}
 			if string(got) != tc.want {
 				t.Fatalf("got  %s\nwant %s", got, tc.want)

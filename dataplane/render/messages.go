@@ -15,8 +15,10 @@ import (
 // JSON string) the value they encode ({} when empty). Each message keeps its members in the
 // client's order; when no message needs converting, raw itself is returned. each (when not nil)
 // is called with each message's bytes as the client sent them, in order; with items, the
-// converted array's elements are returned too.
-func convertMessages(raw json.RawMessage, format string, each func([]byte), items bool) (json.RawMessage, []json.RawMessage, error) {
+// converted array's elements are returned too. A message known (when not nil) to be one a
+// conversion left as it is, is neither parsed nor converted: a converted message converts to
+// itself, so the messages a MessageCache holds (converted ones) are known.
+func convertMessages(raw json.RawMessage, format string, each func([]byte), items bool, known func([]byte) bool) (json.RawMessage, []json.RawMessage, error) {
 	if body.KindOf(raw) != body.KindArray {
 		return nil, nil, inputErr("messages must be an array")
 	}
@@ -24,16 +26,20 @@ func convertMessages(raw json.RawMessage, format string, each func([]byte), item
 	var elems []json.RawMessage // with items: the elements before the first change
 	var spans []int             // with items: where each element after it starts and ends in out
 	i := 0
-	for obj, m := range body.Objects(raw) {
-		if obj == nil {
-			return nil, nil, inputErr("messages[%d] must be an object", i)
-		}
+	for m := range body.Elements(raw) {
 		if each != nil {
 			each(m)
 		}
-		changed, err := convertMessage(obj, format)
-		if err != nil {
-			return nil, nil, inputErr("messages[%d].%v", i, err)
+		var obj *body.Object
+		changed := false
+		if known == nil || !known(m) {
+			var err error
+			if obj, err = body.ParseNested(m); err != nil {
+				return nil, nil, inputErr("messages[%d] must be an object", i)
+			}
+			if changed, err = convertMessage(obj, format); err != nil {
+				return nil, nil, inputErr("messages[%d].%v", i, err)
+			}
 		}
 		start := len(out) + 1 // after the comma
 		switch {

@@ -27,6 +27,11 @@ const (
 	messageOverhead = 256
 )
 
+// Has reports whether the message raw (its JSON text) is kept decoded. Only messages as a
+// template is given them are kept: converted ones (render's conversion of OpenAI messages maps a
+// converted message to itself).
+func (c *MessageCache) Has(raw []byte) bool { return c.has(raw) }
+
 // NewMessageCache returns a cache that holds at most about maxBytes (the messages' JSON texts,
 // their values and bookkeeping).
 func NewMessageCache(maxBytes int64) *MessageCache {

@@ -65,6 +65,15 @@ func (c *textCache[V]) get(raw []byte) (V, uint64, bool) {
 	return zero, key, false
 }
 
+// has reports whether the JSON text raw is kept (not counted as a look-up, nor as a use).
+func (c *textCache[V]) has(raw []byte) bool {
+	key := maphash.Bytes(c.seed, raw)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el := c.m[key]
+	return el != nil && el.Value.(*textEntry[V]).raw == string(raw)
+}
+
 // fits reports whether an entry of size bytes (its JSON text included) may be kept.
 func (c *textCache[V]) fits(size int64) bool { return size <= c.maxBytes/maxEntryShare }
 

@@ -54,6 +54,19 @@ func (t *Tokenizer) Cuts(dst []int, text string) []int {
 	return dst
 }
 
+// CutReach bounds how far past a position the cuts before it depend on: when two texts share
+// their first n bytes, their cuts up to n-CutReach() are the same, and Cuts of the text after one
+// of them (a cut: the scan starts there afresh) are the rest of its cuts, shifted. The scan
+// decides at each position on the longest added token there, which reads no further than the
+// longest token's bytes; a cut needs nothing of what follows it (no rstrip, no trailing space
+// for an lstrip to trim). It is -1 for a tokenizer with no cut but the end.
+func (t *Tokenizer) CutReach() int {
+	if t.firstDiffers {
+		return -1
+	}
+	return t.added.maxKey
+}
+
 // endsInSpace reports whether s ends in the whitespace an lstrip token trims (isJSSpace).
 func endsInSpace(s string) bool {
 	r, n := utf8.DecodeLastRuneInString(s)

@@ -2,9 +2,11 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -112,5 +114,54 @@ func TestCutsFirstScheme(t *testing.T) {
 	whole := tok.Encode(nil, text, false)
 	if parts := tok.Encode(tok.Encode(nil, text[:3], false), text[3:], false); slices.Equal(parts, whole) {
 		t.Fatalf("the end of <s> encodes apart the same (%v): the test shows nothing", whole)
+	}
+}
+
+// TestCutReach: two texts that share a prefix have the same cuts up to CutReach() before its
+// end, and the cuts of a text after one of its cuts are Cuts of the rest, shifted (what lets the
+// history cache scan only the text after the stretch it shares). The texts are random runs of
+// the fixture's added tokens, their beginnings, and text.
+func TestCutReach(t *testing.T) {
+	tok := stretchedTokenizer(t)
+	reach := tok.CutReach()
+	if reach < len("<mask>") {
+		t.Fatalf("CutReach %d is shorter than a token", reach)
+	}
+	frags := []string{"<s>", "<s", "<s>x", "</s>", "<mask>", "<pad>", " <sp> ", " <sp", "a", " ", "  ", "Hi", "\n", "<", "Hello World"}
+	r := rand.New(rand.NewPCG(3, 4))
+	text := func(n int) string {
+		var b strings.Builder
+		for range n {
+			b.WriteString(frags[r.IntN(len(frags))])
+		}
+		return b.String()
+	}
+	for range 2000 {
+		shared := text(r.IntN(12))
+		a, b := shared+text(r.IntN(6)), shared+text(r.IntN(6))
+		n := len(shared)
+		for i := 0; i < min(len(a), len(b)) && a[i] == b[i]; i++ {
+			n = i + 1
+		}
+		ca, cb := tok.Cuts(nil, a), tok.Cuts(nil, b)
+		upTo := func(cs []int) []int {
+			return slices.DeleteFunc(slices.Clone(cs), func(c int) bool { return c > n-reach })
+		}
+		if !slices.Equal(upTo(ca), upTo(cb)) {
+			t.Fatalf("%q and %q share %d bytes: cuts %v and %v differ before %d", a, b, n, ca, cb, n-reach)
+		}
+		for _, c := range ca {
+			var rest []int
+			for _, d := range tok.Cuts(nil, a[c:]) {
+				rest = append(rest, c+d)
+			}
+			want := slices.DeleteFunc(slices.Clone(ca), func(d int) bool { return d <= c })
+			if !slices.Equal(rest, want) {
+				t.Fatalf("%q: the cuts after %d are %v, Cuts of the rest %v", a, c, want, rest)
+			}
+		}
+	}
+	if first, _ := loadNamed(t, "sp-mistral-like"); first.CutReach() != -1 {
+		t.Fatal("a tokenizer with no cut but the end has a reach")
 	}
 }

@@ -104,7 +104,9 @@ func turnBodies(msgs []map[string]string, salt int) []*body.Object {
 // history cache, the step copies the history's from it; without, it is made when the first leg
 // asks). Reported, the mean of a turn: ns/turn and cpu-ns/turn (the process's CPU, which the
 // other load of a shared machine disturbs less than the wall clock) of the step and the ids'
-// JSON, and render-ns/turn of the step alone.
+// JSON, and render-ns/turn of the step alone; of the step alone too, first-ns/turn, a
+// conversation's first turn measured (the caches hold none of it: its history is new), and
+// later-ns/turn, the nine after it (each follows a turn the caches hold).
 func BenchmarkRenderTurns(b *testing.B) {
 	const turns = 10
 	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
@@ -139,16 +141,20 @@ func BenchmarkRenderTurns(b *testing.B) {
 						b.ReportAllocs()
 						b.ResetTimer()
 						cpu0 := cpuTime()
-						var rendering time.Duration
+						var rendering, first time.Duration
 						for _, bodies := range convs {
-							for _, obj := range bodies[len(bodies)-turns:] {
+							for t, obj := range bodies[len(bodies)-turns:] {
 								rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
 									Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
 								t0 := time.Now()
 								if err := step.Execute(context.Background(), rc); err != nil {
 									b.Fatal(err)
 								}
-								rendering += time.Since(t0)
+								d := time.Since(t0)
+								rendering += d
+								if t == 0 {
+									first += d
+								}
 								if js := rc.TokenIDsJSON(); len(js) < 2*len(rc.TokenIDs) {
 									b.Fatalf("the JSON of %d ids is %d bytes", len(rc.TokenIDs), len(js))
 								}
@@ -159,6 +165,8 @@ func BenchmarkRenderTurns(b *testing.B) {
 						b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*turns), "ns/turn")
 						b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*turns), "cpu-ns/turn")
 						b.ReportMetric(float64(rendering.Nanoseconds())/float64(b.N*turns), "render-ns/turn")
+						b.ReportMetric(float64(first.Nanoseconds())/float64(b.N), "first-ns/turn")
+						b.ReportMetric(float64((rendering-first).Nanoseconds())/float64(b.N*(turns-1)), "later-ns/turn")
 					})
 				}
 			})
