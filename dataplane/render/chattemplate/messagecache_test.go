@@ -58,9 +58,10 @@ func chatItems(t *testing.T, raw json.RawMessage) []json.RawMessage {
 	return items
 }
 
-// TestMessageCacheRender renders a conversation and its next turn through one cache, and each
-// without: equal, with the earlier messages found; a template that changes its messages never
-// shares them (a render that did would see the change the one before made).
+// TestMessageCacheRender renders a conversation and its next turn through one cache (and one
+// iteration cache), and each without: equal, with the earlier messages found and their
+// iterations replayed; a template that changes its messages never shares them (a render that did
+// would see the change the one before made), nor replays an iteration.
 func TestMessageCacheRender(t *testing.T) {
 	turn1 := json.RawMessage(`[{"role":"system","content":"be brief"},{"role":"user","content":"hi \"there\"","name":"a"},{"role":"assistant","content":"hello","tool_calls":[{"function":{"name":"f","arguments":{"x":[1,2.5,null,true]}}}]}]`)
 	turn2 := json.RawMessage(strings.TrimSuffix(string(turn1), "]") + `,{"role":"user","content":"more"}]`)
@@ -68,26 +69,30 @@ func TestMessageCacheRender(t *testing.T) {
 		name         string
 		src          string
 		hits, misses uint64 // over the three renders
+		replayed     uint64
 	}{
-		{"reads only", `{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ m.tool_calls | tojson if m.tool_calls }}|{% endfor %}`, 7, 4},
-		{"changes its messages", `{% for m in messages %}{% set _ = m.update({'content': m.content + '!'}) %}{{ m.content }}|{% endfor %}`, 0, 0},
-		{"sets an attribute of one", `{% for m in messages %}{% set m.content = m.content + '!' %}{{ m.content }}|{% endfor %}`, 0, 0},
+		{"reads only", `{% for m in messages %}[{{ m.role }}] {{ m.content }}{{ m.tool_calls | tojson if m.tool_calls }}|{% endfor %}`, 7, 4, 7},
+		{"changes its messages", `{% for m in messages %}{% set _ = m.update({'content': m.content + '!'}) %}{{ m.content }}|{% endfor %}`, 0, 0, 0},
+		{"sets an attribute of one", `{% for m in messages %}{% set m.content = m.content + '!' %}{{ m.content }}|{% endfor %}`, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tmpl := loadInline(t, tc.src)
-			c := NewMessageCache(1 << 20)
+			c, ic := NewMessageCache(1<<20), NewIterationCache(1<<20)
 			for _, msgs := range []json.RawMessage{turn1, turn2, turn2} {
 				want, err := tmpl.Render(msgs, Options{Validated: true})
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, err := tmpl.Render(msgs, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, msgs)})
+				got, err := tmpl.Render(msgs, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, msgs), Iterations: ic})
 				if err != nil || got != want {
 					t.Fatalf("through the cache: %q (%v), want %q", got, err, want)
 				}
 			}
 			if h, m, _ := c.Stats(); h != tc.hits || m != tc.misses {
 				t.Errorf("hits %d, misses %d; want %d, %d", h, m, tc.hits, tc.misses)
+			}
+			if r, _, _ := ic.Stats(); r != tc.replayed {
+				t.Errorf("%d iterations replayed, want %d", r, tc.replayed)
 			}
 		})
 	}
@@ -147,8 +152,9 @@ func TestMessageCacheLimits(t *testing.T) {
 	}
 }
 
-// TestMessageCacheConcurrent renders one conversation from many goroutines through one cache:
-// the same text each time (and, under the race detector, no write to a shared value).
+// TestMessageCacheConcurrent renders one conversation from many goroutines through one cache
+// and one iteration cache (whose iterations write a namespace): the same text each time (and,
+// under the race detector, no write to a shared value).
 func TestMessageCacheConcurrent(t *testing.T) {
 	tmpl := loadInline(t, `{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{{ ns.n }} {{ m.role }}: {{ m.content | trim }}{{ m.tool_calls | tojson if m.tool_calls }}|{% endfor %}`)
 	var b strings.Builder
@@ -165,13 +171,13 @@ func TestMessageCacheConcurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := NewMessageCache(1 << 20)
+	c, ic := NewMessageCache(1<<20), NewIterationCache(1<<20)
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for range 16 {
 		wg.Go(func() {
 			for range 20 {
-				got, err := tmpl.Render(msgs, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, msgs)})
+				got, err := tmpl.Render(msgs, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, msgs), Iterations: ic})
 				if err != nil || got != want {
 					errs <- fmt.Errorf("%q (%w)", got, err)
 					return
@@ -186,6 +192,9 @@ func TestMessageCacheConcurrent(t *testing.T) {
 	}
 	if h, _, _ := c.Stats(); h < 50*(16*20-16) {
 		t.Errorf("%d hits", h)
+	}
+	if r, _, _ := ic.Stats(); r < 50*(16*20-16) {
+		t.Errorf("%d iterations replayed", r)
 	}
 }
 

@@ -58,6 +58,7 @@ type evaluator struct {
 	render   uint64            // with memo, the render's number (renders)
 	over1    overlay           // the replays' checks' overlay, reused
 	recorder *recorder         // the iterations' recorder, reused
+	checker  *evaluator        // the evaluator of the replays' compounds, reused
 }
 
 func (e *evaluator) execNodes(nodes []node) error {

@@ -29,7 +29,9 @@ import (
 // messages). A value made anew by each render (the messages list itself, a namespace) never
 // matches one of an earlier render, so an iteration that reads one whole is run again. An
 // iteration that calls a macro, makes a namespace, calls a clock or a stateful helper (cycler,
-// joiner), or stores a callable is not kept.
+// joiner), or stores a callable is not kept. The one other value that changes, a loop object,
+// is read whole by identity (its own loop's, which every render makes anew) or is a nested
+// loop's that has ended by the time the iteration is kept: its attributes no longer change.
 //
 // Only the iterations over dicts of the first run of each loop in a render are looked up or
 // kept, and only outside another kept iteration; an iteration kept by a render is not replayed
@@ -438,7 +440,12 @@ func (e *evaluator) readsSame(o *overlay, base *scope, it *Iteration, i int) boo
 
 // holds reports whether the compound ev, evaluated again in base over o, comes out as it did.
 func (e *evaluator) holds(o *overlay, base *scope, ev *memoEvent) bool {
-	check := evaluator{scope: base, builtins: e.builtins, over: o}
+	check := e.checker
+	if check == nil {
+		check = &evaluator{builtins: e.builtins}
+		e.checker = check
+	}
+	check.scope, check.over = base, o
 	v, err := check.evalExpr(ev.expr)
 	if err != nil {
 		return false

@@ -57,6 +57,24 @@ var memoTemplates = []struct {
 	{"filter if", `{% for m in messages if m.role != 'system' %}{{ loop.index }}{{ m.content }}{% endfor %}`, true},
 	{"two loops", `{% for m in messages %}{{ m.role }}{% endfor %}|{% for m in messages %}{{ m.content }}{% endfor %}`, true},
 	{"call block", `{% macro wrap() %}[{{ caller() }}]{% endmacro %}{% for m in messages %}{% call wrap() %}{{ m.content }}{% endcall %}{% endfor %}`, false},
+	{"globals and checks", `{% for m in messages %}{{ chk(m).role }}{{ chk(chk(m).parts)[0] }}{{ glob }}{% if chk(loop).index0 > 2 %}+{% endif %}{% endfor %}`, true},
+	{"check of a moving value", `{% for m in messages %}{{ chk(messages)[loop.index0 + 1].role }}{{ m.content }}{% endfor %}`, true},
+	{"set a global's name", `{% for m in messages %}{% if m.role == 'user' %}{% set glob = m.content %}{% endif %}{{ glob }}{% endfor %}`, true},
+	{"item variable set", `{% for m in messages %}{% if m.role == 'tool' %}{% set m = messages[0] %}{% endif %}{{ m.role }}{{ m.content }}{% endfor %}`, true},
+	{"a nested loop kept", `{% set ns = namespace(l=none) %}{% for m in messages %}{% if ns.l %}{{ ns.l.index }}{% endif %}{% for p in m.parts %}{% set ns.l = loop %}{% endfor %}{{ m.content }}{% endfor %}`, true},
+	{"a nested loop in a list", `{% set ns = namespace(l=[]) %}{% for m in messages %}{% if ns.l %}{{ ns.l[0].index }}{% endif %}{% for p in m.parts %}{% set ns.l = [loop] %}{% endfor %}{{ m.content }}{% endfor %}`, true},
+	{"written then read", `{% set ns = namespace(last='') %}{% for m in messages %}{% set prev = ns.last %}{% set ns.last = m.content %}{{ prev }}>{{ ns.last }}{% endfor %}`, true},
+}
+
+// memoGlobals are the globals the templates are compiled with: a check (NewCheck) and a string.
+var memoGlobals = map[string]Value{
+	"chk": NewCheck("chk", func(v Value) error {
+		if v.IsUndefined() {
+			return fmt.Errorf("undefined")
+		}
+		return nil
+	}),
+	"glob": NewString("G"),
 }
 
 // memoConversation is n messages: a system prompt, then users and assistants in turn, with
@@ -87,7 +105,7 @@ func memoConversation(r *rand.Rand, n int) []Value {
 func TestMemo(t *testing.T) {
 	for _, tc := range memoTemplates {
 		t.Run(tc.name, func(t *testing.T) {
-			tmpl, err := Compile(tc.src)
+			tmpl, err := CompileWith(tc.src, memoGlobals)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,5 +156,31 @@ func TestMemo(t *testing.T) {
 				t.Errorf("%+v: a template whose iterations must not be replayed had some replayed", stats)
 			}
 		})
+	}
+}
+
+// TestLoopAttributes: the loop object's attributes, computed when read, are Jinja2's at each
+// iteration, inside a nested loop too, and a loop object kept past its loop keeps its last place.
+func TestLoopAttributes(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{`{% for x in items %}{{ loop.index }}{{ loop.index0 }}{{ loop.revindex }}{{ loop.revindex0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }};{% endfor %}`,
+			"1032TrueFalse3;2121FalseFalse3;3210FalseTrue3;"},
+		{`{% for x in items %}{{ loop.previtem is defined }}{{ loop.previtem }}{{ loop.nextitem }}{{ loop.cycle('a', 'b') }};{% endfor %}`,
+			"Falseba;Trueacb;Trueba;"},
+		{`{% for x in items %}{% for y in items[:2] %}{{ loop.index }}{% endfor %}{{ loop.index }}{{ ' ' }}{% endfor %}`, "121 122 123 "},
+		{`{% set ns = namespace() %}{% for x in items %}{% set ns.l = loop %}{% endfor %}{{ ns.l.index }}{{ ns.l.last }}{{ ns.l['index0'] }}{{ 'index' in ns.l }}{{ ns.l['revindex'] }}`, "3True2True1"},
+		{`{% for x in items %}{{ loop.keys()|list }}{% endfor %}`, "['length']['length']['length']"},
+	} {
+		tmpl, err := Compile(tc.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := tmpl.Render(map[string]any{"items": []any{"a", "b", "c"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("%s\n got %q\nwant %q", tc.src, got, tc.want)
+		}
 	}
 }
