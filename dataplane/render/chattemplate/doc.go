@@ -7,7 +7,10 @@
 //
 // # Engine
 //
-// The engine is github.com/ardanlabs/jinja, chosen over github.com/nikolalohinski/gonja/v2 after
+// The engine is dataplane/render/jinja: github.com/ardanlabs/jinja v1.8.0, forked in-tree only
+// for what a multi-turn render needs of the engine itself (the memo of a loop's iterations, which
+// replays a conversation's earlier turns: IterationCache; its FORK.md lists every change). It was
+// chosen over github.com/nikolalohinski/gonja/v2 after
 // rendering Qwen3's and Llama 3's templates and the features chat templates use (namespace,
 // loop.index0, [::-1], tojson, string methods, raise_exception, strftime_now, macros,
 // "is defined", |items, dict literals) with both:
@@ -21,7 +24,8 @@
 //     strftime_now, str.replace requires its optional count, it pulls in several modules, and it
 //     takes data as Go maps (no key order).
 //
-// What ardanlabs/jinja v1.8.0 gets wrong is repaired here rather than forked:
+// What ardanlabs/jinja v1.8.0 gets wrong is repaired here, not in the fork (which stays upstream's
+// but for the memo):
 //
 //   - It cannot replace a built-in filter: the source is rewritten so that tojson and trim name
 //     our implementations (tojson.go: Python's json.dumps, where the engine escapes U+2028,
