@@ -1,7 +1,6 @@
 package chattemplate
 
 import (
-	"container/list"
 	"sync"
 	"sync/atomic"
 
@@ -14,20 +13,10 @@ import (
 // message, as a rule) instead of running them. It is used with a MessageCache, whose shared
 // message values make an iteration's item the same value turn after turn.
 type IterationCache struct {
-	maxBytes int64
-
-	mu    sync.Mutex
-	m     map[jinja.IterationKey]*list.Element // of *iterationEntry
-	lru   list.List                            // the most recently used first
-	bytes int64
+	mu      sync.Mutex
+	entries byteLRU[jinja.IterationKey, *jinja.Iteration]
 
 	replayed, ran atomic.Uint64
-}
-
-type iterationEntry struct {
-	key  jinja.IterationKey
-	it   *jinja.Iteration
-	size int64
 }
 
 // iterationOverhead approximates an entry's bookkeeping besides its Size.
@@ -36,43 +25,26 @@ const iterationOverhead = 160
 // NewIterationCache returns a cache that holds at most about maxBytes (the iterations' output,
 // their reads and writes, bookkeeping).
 func NewIterationCache(maxBytes int64) *IterationCache {
-	return &IterationCache{maxBytes: maxBytes, m: map[jinja.IterationKey]*list.Element{}}
+	return &IterationCache{entries: newByteLRU[jinja.IterationKey, *jinja.Iteration](maxBytes)}
 }
 
 // Iteration implements jinja.Memo.
 func (c *IterationCache) Iteration(key jinja.IterationKey) *jinja.Iteration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	el := c.m[key]
-	if el == nil {
-		return nil
-	}
-	c.lru.MoveToFront(el)
-	return el.Value.(*iterationEntry).it
+	it, _ := c.entries.get(key, true)
+	return it
 }
 
 // Keep implements jinja.Memo: an iteration over an eighth of the cache is not kept.
 func (c *IterationCache) Keep(key jinja.IterationKey, it *jinja.Iteration) {
-	e := &iterationEntry{key: key, it: it, size: it.Size() + iterationOverhead}
-	if e.size > c.maxBytes/maxEntryShare {
+	size := it.Size(c.entries.maxBytes/maxEntryShare) + iterationOverhead
+	if !c.entries.fits(size) {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old := c.m[key]; old != nil {
-		c.remove(old)
-	}
-	c.m[key] = c.lru.PushFront(e)
-	c.bytes += e.size
-	for c.bytes > c.maxBytes {
-		c.remove(c.lru.Back())
-	}
-}
-
-func (c *IterationCache) remove(el *list.Element) {
-	e := c.lru.Remove(el).(*iterationEntry)
-	delete(c.m, e.key)
-	c.bytes -= e.size
+	c.entries.put(key, it, size)
 }
 
 // count adds a render's iterations to the cache's counts.
@@ -85,5 +57,5 @@ func (c *IterationCache) count(s *jinja.MemoStats) {
 func (c *IterationCache) Stats() (replayed, ran uint64, bytes int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.replayed.Load(), c.ran.Load(), c.bytes
+	return c.replayed.Load(), c.ran.Load(), c.entries.bytes
 }

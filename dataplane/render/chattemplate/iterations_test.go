@@ -49,3 +49,22 @@ func TestIterationCacheBounds(t *testing.T) {
 		t.Errorf("a long message's iteration: %d replayed, %d run; want 0, 1", r-r0, n-n0)
 	}
 }
+
+// TestIterationCacheCountsValues: an iteration is counted with the values it keeps alive, its
+// message and what it made (here a list of a word per space of its message, 24 B and more per
+// byte of the message): one that would keep more than an eighth of the cache is run every turn,
+// not kept small-looking.
+func TestIterationCacheCountsValues(t *testing.T) {
+	tmpl := loadInline(t, `{% for m in messages %}{% set words = m.content.split(' ') %}{{ words | length }}|{% endfor %}`)
+	const budget = 64 << 10
+	msgs := json.RawMessage(`[{"role":"user","content":"` + strings.Repeat(" ", budget/8/24+1) + `"}]`)
+	c, ic := NewMessageCache(1<<20), NewIterationCache(budget)
+	for range 2 {
+		if _, err := tmpl.Render(msgs, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, msgs), Iterations: ic}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, n, bytes := ic.Stats(); r != 0 || n != 2 || bytes != 0 {
+		t.Errorf("%d replayed, %d run, %d bytes held: want the iteration run twice and not kept", r, n, bytes)
+	}
+}

@@ -61,6 +61,7 @@ type Loop = forNode
 
 // Iteration is what one iteration read, wrote and output. It is immutable once kept.
 type Iteration struct {
+	item   *Dict
 	events []memoEvent // in order; a compound's reads follow it
 	steps  []pathStep  // the reads' paths, each a range of them
 	out    string
@@ -73,14 +74,48 @@ type Iteration struct {
 // since).
 var renders atomic.Uint64
 
-// Size approximates the bytes the iteration holds: its output, events and path steps, and the
-// names they hold.
-func (it *Iteration) Size() int64 {
-	n := int64(len(it.out)) + 96 + int64(len(it.events))*int64(unsafe.Sizeof(memoEvent{})) + int64(len(it.steps))*int64(unsafe.Sizeof(pathStep{}))
-	for i := range it.events {
-		n += int64(len(it.events[i].root) + len(it.events[i].attr))
+// Size approximates the bytes the iteration holds and keeps alive, counted up to limit (past
+// it, the count stops): its output, events and path steps, and the values they refer to (its
+// item, what it read and wrote), shared with others or not.
+func (it *Iteration) Size(limit int64) int64 {
+	s := sizer{n: int64(len(it.out)) + 96 + int64(len(it.events))*int64(unsafe.Sizeof(memoEvent{})) + int64(len(it.steps))*int64(unsafe.Sizeof(pathStep{})), limit: limit}
+	if it.item != nil {
+		s.value(Value{kind: KindDict, v: it.item})
 	}
-	return n
+	for i := range it.events {
+		ev := &it.events[i]
+		s.n += int64(len(ev.root) + len(ev.attr))
+		s.value(ev.val)
+	}
+	for i := range it.steps {
+		s.value(it.steps[i].key)
+	}
+	return s.n
+}
+
+// sizer adds up the bytes values hold, until the count passes limit (then it stops: what is
+// over the limit is not kept, however much over).
+type sizer struct{ n, limit int64 }
+
+func (s *sizer) value(v Value) {
+	if s.n > s.limit {
+		return
+	}
+	s.n += int64(unsafe.Sizeof(v))
+	switch v.kind {
+	case KindString:
+		s.n += int64(len(v.v.(string)))
+	case KindList:
+		for _, item := range v.v.(*List).Items {
+			s.value(item)
+		}
+	case KindDict:
+		d := v.v.(*Dict)
+		for k, item := range d.Data {
+			s.n += int64(len(k)) + 16
+			s.value(item)
+		}
+	}
 }
 
 // Output returns the text the iteration output.
@@ -533,7 +568,7 @@ func (e *evaluator) memoIteration(n *forNode, item Value, base *scope) error {
 		return err
 	}
 	e.stats.Kept++
-	e.memo.Keep(key, &Iteration{events: slices.Clone(r.events), steps: slices.Clone(r.steps),
+	e.memo.Keep(key, &Iteration{item: key.Item, events: slices.Clone(r.events), steps: slices.Clone(r.steps),
 		out: strings.Clone(e.output.String()[start:]), flow: err, render: e.render})
 	return err
 }
