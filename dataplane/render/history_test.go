@@ -417,3 +417,30 @@ coordinator_render_history_strings_misses_total{tokenizer=%[1]q} 2
 		t.Fatal("no tokens reused")
 	}
 }
+
+// TestHistoryConvertedMessages: a message the conversion changes (a null content, a list of
+// text parts) is looked up as converted, so a later turn finds it decoded as it finds the others;
+// each message is counted once a turn, and every turn renders as without the cache.
+func TestHistoryConvertedMessages(t *testing.T) {
+	dir := modelDir(t, "")
+	m := open(t, dir, Options{HistoryBytes: 1 << 20})
+	plain := open(t, dir, Options{})
+	turns := []string{
+		`[{"role":"user","content":"a"},{"role":"assistant","content":null},{"role":"user","content":[{"type":"text","text":"b"},{"type":"text","text":"c"}]}]`,
+		`[{"role":"user","content":"a"},{"role":"assistant","content":null},{"role":"user","content":[{"type":"text","text":"b"},{"type":"text","text":"c"}]},{"role":"assistant","content":"d"},{"role":"user","content":"e"}]`,
+	}
+	for _, msgs := range turns {
+		req := ChatRequest{Messages: json.RawMessage(msgs), AddGenerationPrompt: true}
+		want, err := plain.Chat(nil, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.Chat(nil, req)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("%s: ids %v (%v), want %v", msgs, got, err, want)
+		}
+	}
+	if hits, misses, _, _ := m.DecodedStats(); hits != 3 || misses != 5 {
+		t.Fatalf("messages found decoded %d times, decoded %d; want 3 (the second turn's first three, two of them converted) and 5", hits, misses)
+	}
+}

@@ -278,8 +278,13 @@ func (m *Model) ChatJSON(dst []int, r ChatRequest) ([]int, []byte, error) {
 		each = keys.add
 	}
 	var known func([]byte) bool
+	var found []chattemplate.FoundMessage // the messages looked up in m.messages, in order
 	if m.messages != nil {
-		known = m.messages.Has
+		known = func(msg []byte) bool {
+			f := m.messages.Find(msg)
+			found = append(found, f)
+			return f.Found()
+		}
 	}
 	msgs, items, err := convertMessages(r.Messages, m.contentFormat, each, m.messages != nil, known)
 	if err != nil {
@@ -293,7 +298,7 @@ func (m *Model) ChatJSON(dst []int, r ChatRequest) ([]int, []byte, error) {
 	}
 	text, err := tmpl.Render(msgs, chattemplate.Options{Tools: r.Tools, AddGenerationPrompt: r.AddGenerationPrompt,
 		ContinueFinalMessage: r.ContinueFinalMessage, Kwargs: r.Kwargs, Validated: true, Strings: m.strings,
-		MessageCache: m.messages, MessageItems: items, Iterations: m.iterations})
+		MessageCache: m.messages, MessageItems: items, MessageFound: found, Iterations: m.iterations})
 	var ie *chattemplate.InputError
 	switch {
 	case errors.As(err, &ie) && ie.Limit != "":

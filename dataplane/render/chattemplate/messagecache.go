@@ -27,10 +27,31 @@ const (
 	messageOverhead = 256
 )
 
-// Has reports whether the message raw (its JSON text) is kept decoded. Only messages as a
-// template is given them are kept: converted ones (render's conversion of OpenAI messages maps a
-// converted message to itself).
-func (c *MessageCache) Has(raw []byte) bool { return c.has(raw) }
+// FoundMessage is a message looked up in a MessageCache before a render (Find), for
+// Options.MessageFound: the render uses it instead of looking the message up again, and counts
+// it then.
+type FoundMessage struct {
+	raw []byte
+	d   decodedMessage
+	key uint64
+	ok  bool
+}
+
+// Find looks the message raw (its JSON text) up. Found reports whether it is kept decoded: only
+// messages as a template is given them are kept, converted ones (render's conversion of OpenAI
+// messages maps a converted message to itself).
+func (c *MessageCache) Find(raw []byte) FoundMessage {
+	d, key, ok := c.find(raw)
+	return FoundMessage{raw, d, key, ok}
+}
+
+// Found reports whether the message was found decoded.
+func (f FoundMessage) Found() bool { return f.ok }
+
+// of reports whether f is the look-up of the message raw.
+func (f *FoundMessage) of(raw []byte) bool {
+	return len(f.raw) == len(raw) && (len(raw) == 0 || &f.raw[0] == &raw[0] || string(f.raw) == string(raw))
+}
 
 // NewMessageCache returns a cache that holds at most about maxBytes (the messages' JSON texts,
 // their values and bookkeeping).

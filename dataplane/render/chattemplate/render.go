@@ -101,8 +101,9 @@ func (in *inputs) decode(what string, raw json.RawMessage) (jinja.Value, error) 
 }
 
 // decodeMessages decodes the messages array from items, its elements in order, each found in c
-// or decoded and kept there: the values the array decodes to, counted against the same limits.
-func (in *inputs) decodeMessages(c *MessageCache, items []json.RawMessage) (jinja.Value, error) {
+// (or in found, looked up there already) or decoded and kept there: the values the array decodes
+// to, counted against the same limits.
+func (in *inputs) decodeMessages(c *MessageCache, items []json.RawMessage, found []FoundMessage) (jinja.Value, error) {
 	l := &in.t.limits
 	if in.left--; in.left < 0 {
 		return jinja.Undefined(), in.check("messages", errTooManyValues)
@@ -113,7 +114,15 @@ func (in *inputs) decodeMessages(c *MessageCache, items []json.RawMessage) (jinj
 	vals := make([]jinja.Value, len(items))
 	for i, raw := range items {
 		// A message past a limit is decoded again, to fail where the walk would.
-		d, key, ok := c.get(raw)
+		var d decodedMessage
+		var key uint64
+		var ok bool
+		if i < len(found) && found[i].of(raw) { // looked up as it is (not converted since)
+			d, key, ok = found[i].d, found[i].key, found[i].ok
+			c.count(ok)
+		} else {
+			d, key, ok = c.get(raw)
+		}
 		if ok && d.values <= in.left && d.deepest < l.MaxDepth {
 			in.left -= d.values
 			vals[i] = d.val
@@ -161,7 +170,7 @@ func (t *Template) decodeInputs(in *inputs, messages json.RawMessage, opts Optio
 	}
 	if opts.MessageCache != nil && opts.Validated && t.readsInputsOnly && len(opts.MessageItems) > 0 {
 		in.shared = true
-		msgs, err = in.decodeMessages(opts.MessageCache, opts.MessageItems)
+		msgs, err = in.decodeMessages(opts.MessageCache, opts.MessageItems, opts.MessageFound)
 	} else {
 		msgs, err = in.decode("messages", messages)
 	}

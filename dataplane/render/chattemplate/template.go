@@ -61,6 +61,9 @@ type Options struct {
 	// when the messages are Validated and the template changes no value it is given.
 	MessageCache *MessageCache
 	MessageItems []json.RawMessage
+	// MessageFound, when not nil, is MessageItems looked up in MessageCache already (Find), in
+	// the same order: each is used instead of a second look-up.
+	MessageFound []FoundMessage
 	// Iterations, when not nil with MessageCache (and under the same conditions), keeps what the
 	// iterations of the template's loops over messages did, and replays those whose reads are
 	// unchanged (jinja.Memo).

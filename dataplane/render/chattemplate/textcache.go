@@ -36,28 +36,32 @@ func (c *textCache[V]) Stats() (hits, misses uint64, bytes int64) {
 	return c.hits.Load(), c.misses.Load(), c.entries.bytes
 }
 
-// get returns what the JSON text raw decodes to, when kept, and raw's key.
+// get returns what the JSON text raw decodes to, when kept, and raw's key, counted.
 func (c *textCache[V]) get(raw []byte) (V, uint64, bool) {
+	v, key, ok := c.find(raw)
+	c.count(ok)
+	return v, key, ok
+}
+
+// find is get, not counted.
+func (c *textCache[V]) find(raw []byte) (V, uint64, bool) {
 	key := maphash.Bytes(c.seed, raw)
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if e, ok := c.entries.get(key, true); ok && e.raw == string(raw) {
-		c.mu.Unlock()
-		c.hits.Add(1)
 		return e.val, key, true
 	}
-	c.mu.Unlock()
-	c.misses.Add(1)
 	var zero V
 	return zero, key, false
 }
 
-// has reports whether the JSON text raw is kept (not counted as a look-up, nor as a use).
-func (c *textCache[V]) has(raw []byte) bool {
-	key := maphash.Bytes(c.seed, raw)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.entries.get(key, false)
-	return ok && e.raw == string(raw)
+// count counts a look-up that found its text (hit) or did not.
+func (c *textCache[V]) count(hit bool) {
+	if hit {
+		c.hits.Add(1)
+	} else {
+		c.misses.Add(1)
+	}
 }
 
 // fits reports whether an entry of size bytes (its JSON text included) may be kept.

@@ -59,6 +59,7 @@ type evaluator struct {
 	over1    overlay           // the replays' checks' overlay, reused
 	recorder *recorder         // the iterations' recorder, reused
 	checker  *evaluator        // the evaluator of the replays' compounds, reused
+	sizes    map[any]int64     // the sizes of the containers the render's kept iterations hold
 }
 
 func (e *evaluator) execNodes(nodes []node) error {

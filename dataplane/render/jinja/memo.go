@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"unsafe"
+	"weak"
 )
 
 // Memo keeps, across renders, what iterations of a template's loops did, so that a later render
@@ -61,6 +62,7 @@ type Loop = forNode
 
 // Iteration is what one iteration read, wrote and output. It is immutable once kept.
 type Iteration struct {
+	sizes  map[any]int64 // the render's container sizes, until Size
 	item   *Dict
 	events []memoEvent // in order; a compound's reads follow it
 	steps  []pathStep  // the reads' paths, each a range of them
@@ -75,17 +77,22 @@ type Iteration struct {
 var renders atomic.Uint64
 
 // Size approximates the bytes the iteration holds and keeps alive, counted up to limit (past
-// it, the count stops): its output, events and path steps, and the values they refer to (its
-// item, what it read and wrote), shared with others or not.
+// it, the count stops): its output, events and path steps, and the values they hold: its item
+// and what it wrote, whole. A list, dict or callable it read is held by a weak pointer (its
+// identity, which is all a replay compares), so it keeps none alive. Within a render each
+// container is walked once (what several iterations share is counted for each, not walked again).
 func (it *Iteration) Size(limit int64) int64 {
-	s := sizer{n: int64(len(it.out)) + 96 + int64(len(it.events))*int64(unsafe.Sizeof(memoEvent{})) + int64(len(it.steps))*int64(unsafe.Sizeof(pathStep{})), limit: limit}
+	s := sizer{n: int64(len(it.out)) + 96 + int64(len(it.events))*int64(unsafe.Sizeof(memoEvent{})) + int64(len(it.steps))*int64(unsafe.Sizeof(pathStep{})), limit: limit, sizes: it.sizes}
+	it.sizes = nil
 	if it.item != nil {
 		s.value(Value{kind: KindDict, v: it.item})
 	}
 	for i := range it.events {
 		ev := &it.events[i]
 		s.n += int64(len(ev.root) + len(ev.attr))
-		s.value(ev.val)
+		if ev.id == nil {
+			s.value(ev.val)
+		}
 	}
 	for i := range it.steps {
 		s.value(it.steps[i].key)
@@ -94,8 +101,12 @@ func (it *Iteration) Size(limit int64) int64 {
 }
 
 // sizer adds up the bytes values hold, until the count passes limit (then it stops: what is
-// over the limit is not kept, however much over).
-type sizer struct{ n, limit int64 }
+// over the limit is not kept, however much over). sizes are the sizes of the containers walked
+// whole in the render (nil: none kept).
+type sizer struct {
+	n, limit int64
+	sizes    map[any]int64
+}
 
 func (s *sizer) value(v Value) {
 	if s.n > s.limit {
@@ -105,15 +116,24 @@ func (s *sizer) value(v Value) {
 	switch v.kind {
 	case KindString:
 		s.n += int64(len(v.v.(string)))
-	case KindList:
-		for _, item := range v.v.(*List).Items {
-			s.value(item)
+	case KindList, KindDict:
+		if n, ok := s.sizes[v.v]; ok {
+			s.n += n
+			return
 		}
-	case KindDict:
-		d := v.v.(*Dict)
-		for k, item := range d.Data {
-			s.n += int64(len(k)) + 16
-			s.value(item)
+		n0 := s.n
+		if v.kind == KindList {
+			for _, item := range v.v.(*List).Items {
+				s.value(item)
+			}
+		} else {
+			for k, item := range v.v.(*Dict).Data {
+				s.n += int64(len(k)) + 16
+				s.value(item)
+			}
+		}
+		if s.sizes != nil && s.n <= s.limit {
+			s.sizes[v.v] = s.n - n0
 		}
 	}
 }
@@ -129,7 +149,8 @@ type memoEvent struct {
 	from, to int32  // a read's path: steps[from:to]
 	root     string // the variable read or written, or the namespace written
 	attr     string // the attribute written, for eventSetAttr
-	val      Value  // the value found or written; a compound's value, or its truth as a bool
+	val      Value  // the value found (its kind alone when id is set) or written; a compound's value, or its truth as a bool
+	id       any    // a read list, dict or callable: its identity
 	expr     expr   // a compound's expression
 }
 
@@ -202,7 +223,34 @@ func (r *recorder) read(ref *pathRef, v Value) {
 	from := len(r.steps)
 	r.steps = append(r.steps, ref.steps[:min(ref.n, len(ref.steps))]...)
 	r.steps = append(r.steps, ref.more...)
-	r.events = append(r.events, memoEvent{kind: eventRead, root: ref.root, from: int32(from), to: int32(len(r.steps)), val: v})
+	ev := memoEvent{kind: eventRead, root: ref.root, from: int32(from), to: int32(len(r.steps)), val: v}
+	if id := identity(v); id != nil {
+		ev.val, ev.id = Value{kind: v.kind}, id
+	}
+	r.events = append(r.events, ev)
+}
+
+// identity is a weak pointer to the list, dict or callable v (nil for another value): equal to
+// another's exactly when both are made from the same object, which it does not keep alive (a
+// new object at the address of one collected gets a pointer of its own).
+func identity(v Value) any {
+	switch v.kind {
+	case KindList:
+		return weak.Make(v.v.(*List))
+	case KindDict:
+		return weak.Make(v.v.(*Dict))
+	case KindCallable:
+		return weak.Make(v.v.(*Callable))
+	}
+	return nil
+}
+
+// sameRead reports whether v is what the read ev found.
+func sameRead(v Value, ev *memoEvent) bool {
+	if ev.id != nil {
+		return v.kind == ev.val.kind && identity(v) == ev.id
+	}
+	return same(v, ev.val)
 }
 
 // same reports whether a and b are the same value: equal scalars, or the same list, dict or
@@ -462,7 +510,7 @@ func (e *evaluator) readsSame(o *overlay, base *scope, it *Iteration, i int) boo
 	ev := &it.events[i]
 	if ev.kind == eventRead {
 		v, ok := o.resolve(base, ev.root, it.steps[ev.from:ev.to])
-		return ok && same(v, ev.val)
+		return ok && sameRead(v, ev)
 	}
 	for j := i + 1; j <= i+int(ev.span); j++ {
 		if !e.readsSame(o, base, it, j) {
@@ -568,7 +616,10 @@ func (e *evaluator) memoIteration(n *forNode, item Value, base *scope) error {
 		return err
 	}
 	e.stats.Kept++
-	e.memo.Keep(key, &Iteration{item: key.Item, events: slices.Clone(r.events), steps: slices.Clone(r.steps),
+	if e.sizes == nil {
+		e.sizes = map[any]int64{}
+	}
+	e.memo.Keep(key, &Iteration{sizes: e.sizes, item: key.Item, events: slices.Clone(r.events), steps: slices.Clone(r.steps),
 		out: strings.Clone(e.output.String()[start:]), flow: err, render: e.render})
 	return err
 }

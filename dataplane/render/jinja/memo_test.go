@@ -17,6 +17,9 @@ func (m *mapMemo) Iteration(key IterationKey) *Iteration {
 }
 
 func (m *mapMemo) Keep(key IterationKey, it *Iteration) {
+	if it.Size(1<<20) <= 0 {
+		panic("an iteration of no size")
+	}
 	if m.m == nil {
 		m.m = map[IterationKey]*Iteration{}
 	}
@@ -181,6 +184,37 @@ func TestLoopAttributes(t *testing.T) {
 		}
 		if got != tc.want {
 			t.Errorf("%s\n got %q\nwant %q", tc.src, got, tc.want)
+		}
+	}
+}
+
+// TestMemoSizeOfReads: an iteration that reads a large list whole (the messages, in a condition,
+// as Qwen3's scan does) holds it by a weak pointer: its size does not count the list, and the
+// iterations' sizes together stay linear in the conversation, not quadratic.
+func TestMemoSizeOfReads(t *testing.T) {
+	tmpl, err := Compile(`{% for m in messages %}{% if messages|length > loop.index0 %}{{ m.content }}{% endif %}{% set w = m.content.split(' ') %}{% endfor %}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 500
+	msgs := make([]Value, n)
+	for i := range msgs {
+		d := NewDict()
+		d.AsDict().Set("content", NewString(fmt.Sprintf("message %d of many words", i)))
+		msgs[i] = d
+	}
+	memo := &mapMemo{}
+	if _, err := tmpl.RenderWith(map[string]Value{"messages": NewList(msgs)}, RenderOptions{Memo: memo}); err != nil {
+		t.Fatal(err)
+	}
+	if len(memo.m) != n {
+		t.Fatalf("%d iterations kept, want %d", len(memo.m), n)
+	}
+	for key, it := range memo.m {
+		// The item, the split list it made, the output and the events: well under a KiB; the
+		// messages list alone would be 24 B × 500.
+		if size := it.Size(1 << 20); size > 1024 {
+			t.Fatalf("iteration over %q: %d bytes", key.Item.Data["content"].AsString(), size)
 		}
 	}
 }
