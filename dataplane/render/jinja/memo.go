@@ -23,7 +23,9 @@ import (
 // boolean or none by value, a list, dict or callable by identity. The engine is deterministic
 // given what it reads, so the replay writes and outputs what running it would.
 //
-// Identity is what makes this sound, with two conditions the caller guarantees: a list or dict
+// Identity is held by a weak pointer, so a record keeps no list or dict it read alive, and an
+// object collected and another made at its address are never taken for one another. Identity is
+// what makes this sound, with two conditions the caller guarantees: a list or dict
 // is never changed once made, except a namespace's attributes by set tags (the template calls no
 // mutator such as append or update, and sets an attribute only of a namespace), and a value
 // found by identity in a later render is one the renders share unchanged (their decoded
