@@ -226,12 +226,11 @@ func (c *historyCache) find(keys []uint64) (e *historyEntry) {
 	return e
 }
 
-// match returns the stretch of text that e (found, or nil) answers: the index in e's cuts and
-// in cuts (text's cuts) of the longest cut of both within the bytes e's text and text share
-// (nil, -1, -1: none); it counts the hit or miss.
-func (c *historyCache) match(e *historyEntry, text string, cuts []int) (_ *historyEntry, k, j int) {
+// match returns the stretch of a text that e (found, or nil) answers: the index in e's cuts and
+// in cuts (the text's cuts) of the longest cut of both within the shared bytes e's text and the
+// text begin with (nil, -1, -1: none); it counts the hit or miss.
+func (c *historyCache) match(e *historyEntry, shared int, cuts []int) (_ *historyEntry, k, j int) {
 	if e != nil {
-		shared := commonPrefix(e.text, text)
 		j = sort.SearchInts(cuts, shared+1) - 1 // the last cut of text within the shared bytes
 		for k = len(e.cuts) - 1; j >= 0 && k >= 0; {
 			switch at := int(e.cuts[k].at); {
@@ -358,9 +357,12 @@ func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]
 		return dst, nil, err
 	}
 	h := m.history
-	found := h.find(keys)
-	cuts := m.textCuts(found, text)
-	old, k, j := h.match(found, text, cuts)
+	found, shared := h.find(keys), 0
+	if found != nil {
+		shared = commonPrefix(found.text, text)
+	}
+	cuts := m.textCuts(found, text, shared)
+	old, k, j := h.match(found, shared, cuts)
 	n0 := len(dst)
 	at := 0
 	var ecuts []historyCut
@@ -427,15 +429,15 @@ func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]
 	return dst, js, nil
 }
 
-// textCuts are the cuts of text (tokenizer.Cuts). With e, a conversation text continues, they
-// are e's as far as the two texts' shared bytes decide them (CutReach) and the text after is
-// scanned alone: a later turn scans its new turns, not its history.
-func (m *Model) textCuts(e *historyEntry, text string) []int {
+// textCuts are the cuts of text (tokenizer.Cuts). With e, a conversation text continues and
+// begins with shared bytes of, they are e's as far as those bytes decide them (CutReach) and the
+// text after is scanned alone: a later turn scans its new turns, not its history.
+func (m *Model) textCuts(e *historyEntry, text string, shared int) []int {
 	reach := m.tok.CutReach()
 	if e == nil || reach < 0 {
 		return m.tok.Cuts(nil, text)
 	}
-	safe := commonPrefix(e.text, text) - reach
+	safe := shared - reach
 	n := sort.Search(len(e.cuts), func(i int) bool { return int(e.cuts[i].at) > safe })
 	cuts := make([]int, n, len(e.cuts)+8)
 	for i, c := range e.cuts[:n] {

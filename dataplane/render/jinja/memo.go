@@ -140,9 +140,6 @@ func (s *sizer) value(v Value) {
 	}
 }
 
-// Output returns the text the iteration output.
-func (it *Iteration) Output() string { return it.out }
-
 // memoEvent is a read, a compound, or a write of a variable or a namespace's attribute.
 type memoEvent struct {
 	kind     eventKind
