@@ -194,6 +194,22 @@ func chatMessages(obj *body.Object, key string) (json.RawMessage, []json.RawMess
 	return raw, msgs, nil
 }
 
+// partsContent reports whether a message's content (its last, as a parse keeps) is a list of
+// parts, without parsing the message: no array anywhere in it is a memchr, else its members are
+// scanned, nothing allocated (the body passed body.Valid, so every key decodes).
+func partsContent(msg []byte) bool {
+	if bytes.IndexByte(msg, '[') < 0 {
+		return false
+	}
+	array := false
+	for key, value := range body.Members(msg) {
+		if key == "content" {
+			array = body.KindOf(value) == body.KindArray
+		}
+	}
+	return array
+}
+
 // walk walks messages[*].content[*] of a chat body, or input[*].content[*] of a Responses
 // body (l: the only places these APIs carry media; completions and generate carry none) and
 // returns every media part, and every part refused for carrying a URL elsewhere, in document
@@ -209,8 +225,8 @@ func walk(obj *body.Object, l Layout) ([]mediaItem, error) {
 		if body.KindOf(rawMsg) != body.KindObject {
 			return nil, apierror.InvalidField(key, "%s[%d] must be an object", key, mi)
 		}
-		if bytes.IndexByte(rawMsg, '[') < 0 {
-			continue // no array anywhere in it: its content is no list of parts (a memchr, not a parse)
+		if !partsContent(rawMsg) {
+			continue // plain string content carries no media
 		}
 		msg, err := body.ParseNested(rawMsg)
 		if err != nil {

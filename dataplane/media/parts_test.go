@@ -77,3 +77,29 @@ func mustParse(t *testing.T, raw string) *body.Object {
 	}
 	return obj
 }
+
+// TestPartsContent: a message is parsed for media parts only when its content, the last one as a
+// parse keeps, is an array; brackets elsewhere (in a string, another member) are not enough.
+func TestPartsContent(t *testing.T) {
+	for _, c := range []struct {
+		msg  string
+		want bool
+	}{
+		{`{"role":"user","content":"plain"}`, false},
+		{`{"role":"user","content":"[1] a list [x](y)"}`, false},
+		{`{"role":"assistant","content":"x","tool_calls":[{"id":"a"}]}`, false},
+		{`{"role":"user","content":[{"type":"text","text":"hi"}]}`, true},
+		{`{"role":"user","content" : [ ]}`, true},
+		{`{"content":[{"type":"text","text":"a"}],"content":"b"}`, false},
+		{`{"content":"b","content":[{"type":"text","text":"a"}]}`, true},
+		{`{"role":"user","con\u0074ent":[{"type":"text","text":"a"}]}`, true},
+		{`{"role":"user","content":null,"x":[1]}`, false},
+	} {
+		if !body.Valid([]byte(c.msg)) {
+			t.Fatalf("%s is not valid JSON", c.msg)
+		}
+		if got := partsContent([]byte(c.msg)); got != c.want {
+			t.Errorf("partsContent(%s) = %v, want %v", c.msg, got, c.want)
+		}
+	}
+}
