@@ -74,20 +74,6 @@ type historyEntry struct {
 	prev, next *historyEntry
 }
 
-// appendIDs appends the first n ids of e to dst.
-func (e *historyEntry) appendIDs(dst []int, n int) []int {
-	for _, ch := range e.chunks {
-		if n <= 0 {
-			break
-		}
-		for _, id := range ch[:min(n, len(ch))] {
-			dst = append(dst, int(id))
-		}
-		n -= len(ch)
-	}
-	return dst
-}
-
 // firstChunks are the chunks of e's first n ids (shared, the last one sliced: nothing copied).
 func (e *historyEntry) firstChunks(n int) [][]int32 {
 	var out [][]int32
@@ -99,18 +85,6 @@ func (e *historyEntry) firstChunks(n int) [][]int32 {
 		n -= len(ch)
 	}
 	return out
-}
-
-// appendList appends the first n bytes of e's ids as a JSON list (lists joined by commas: n is a
-// cut's json, so the list ends with an id).
-func (e *historyEntry) appendList(dst []byte, n int) []byte {
-	for i, l := range e.firstLists(n) {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, l...)
-	}
-	return dst
 }
 
 // firstLists are the lists of e's first n bytes of ids as JSON, the empty ones left out (shared,
@@ -347,14 +321,14 @@ func (c *historyCache) pushFront(e *historyEntry) {
 
 // chatHistory encodes text, a chat rendering whose request's message prefixes have keys
 // (historyKeys), with the history cache: the ids of the longest stretch the conversation it
-// continues shares are copied, and their JSON list; the rest is encoded (cut by cut, to know the
-// ids at each) and listed, and the rendering is kept for the next turn. It returns the ids
-// appended to dst and their JSON array (nil with an error, or when the text is past its limits).
-// Errors are encode's.
-func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]int, []byte, error) {
+// continues shares, and their JSON lists, are shared with it (nothing copied); the rest is
+// encoded (cut by cut, to know the ids at each) and listed, and the rendering is kept for the
+// next turn. Its JSON is nil with an error, or when the text is past its limits. Errors are
+// encode's.
+func (m *Model) chatHistory(text string, keys []uint64, l Limits) (Tokens, error) {
 	if (l.MaxInputBytes > 0 && len(text) > l.MaxInputBytes) || len(text) > math.MaxInt32 {
-		dst, err := m.encode(dst, text, false, l) // the limit's error
-		return dst, nil, err
+		ids, err := m.encode(nil, text, false, l) // the limit's error
+		return Tokens{Own: ids}, err
 	}
 	h := m.history
 	found, shared := h.find(keys), 0
@@ -363,71 +337,94 @@ func (m *Model) chatHistory(dst []int, text string, keys []uint64, l Limits) ([]
 	}
 	cuts := m.textCuts(found, text, shared)
 	old, k, j := h.match(found, shared, cuts)
-	n0 := len(dst)
-	at := 0
+	// The ids and JSON lists of the shared stretch (from ids, fromJSON bytes of list), then
+	// own, the ids encoded here, and js, their list: after a comma when the stretch has ids,
+	// else after the array's opening bracket (jsonBase makes js's length a cut's json).
+	var t Tokens
+	at, from, fromJSON, jsonBase := 0, 0, 0, -1
+	var lists [][]byte
 	var ecuts []historyCut
-	var js []byte // the JSON array of the ids after n0, as far as they are listed
 	if old != nil {
 		cut := old.cuts[k]
-		at = int(cut.at)
-		rest := (len(text)-at)/3 + 8
-		dst = slices.Grow(dst, int(cut.ids)+rest)
-		dst = old.appendIDs(dst, int(cut.ids))
-		js = old.appendList(append(make([]byte, 0, int(cut.json)+7*rest+2), '['), int(cut.json))
+		at, from, fromJSON = int(cut.at), int(cut.ids), int(cut.json)
+		t.Shared, lists = old.firstChunks(from), old.firstLists(fromJSON)
 		ecuts = append(make([]historyCut, 0, k+1+len(cuts)-j), old.cuts[:k+1]...)
 	} else {
-		dst = growFor(dst, text, l.Encode.MaxTokens)
-		js = append(make([]byte, 0, 7*(cap(dst)-n0)+2), '[')
 		ecuts = make([]historyCut, 0, len(cuts))
 	}
-	listed := len(dst) - n0
+	own := growFor(nil, text[at:], l.Encode.MaxTokens)
+	js := make([]byte, 0, 7*cap(own)+2)
+	if from > 0 {
+		jsonBase = fromJSON
+	} else {
+		js = append(js, '[')
+	}
+	listed := 0
 	list := func() { // the ids encoded since the last call
-		js = body.AppendIntList(js, dst[n0+listed:], listed > 0 && len(dst) > n0+listed)
-		listed = len(dst) - n0
+		js = body.AppendIntList(js, own[listed:], from+listed > 0 && len(own) > listed)
+		listed = len(own)
 	}
 	var err error
 	for _, c := range cuts[j+1:] {
-		if dst, err = m.encodePiece(dst, text[at:c], l); err != nil {
-			return dst, nil, err
+		if own, err = m.encodePiece(own, text[at:c], l, from); err != nil {
+			t.Own = own
+			return t, err
 		}
 		at = c
 		list()
-		ecuts = append(ecuts, historyCut{at: int32(c), ids: int32(listed), json: int32(len(js) - 1)})
+		ecuts = append(ecuts, historyCut{at: int32(c), ids: int32(from + listed), json: int32(jsonBase + len(js))})
 	}
 	if at < len(text) || l.Encode.MaxTokens > 0 || l.Encode.Context != nil { // text after a stripping token; the last checks
-		if dst, err = m.encodePiece(dst, text[at:], l); err != nil {
-			return dst, nil, err
+		if own, err = m.encodePiece(own, text[at:], l, from); err != nil {
+			t.Own = own
+			return t, err
 		}
 		list()
 	}
 	js = append(js, ']')
+	t.Own, t.JSON = own, jsonSegments(lists, js)
 	if len(ecuts) == 0 || int(ecuts[len(ecuts)-1].at) < minHistoryEntry {
-		return dst, js, nil
+		return t, nil
 	}
 	last := ecuts[len(ecuts)-1]
 	if !h.fits(int64(len(text)) + 4*int64(last.ids) + int64(last.json)) {
-		return dst, js, nil // not even copied: a conversation too large to keep costs nothing more
+		return t, nil // not even copied: a conversation too large to keep costs nothing more
 	}
-	e := &historyEntry{text: text[:last.at], cuts: ecuts, held: int64(len(text))}
-	from, fromJSON := 0, 0
-	if old != nil {
-		from, fromJSON = int(old.cuts[k].ids), int(old.cuts[k].json)
-		e.chunks, e.lists = old.firstChunks(from), old.firstLists(fromJSON)
+	e := &historyEntry{text: text[:last.at], cuts: ecuts, held: int64(len(text)), chunks: t.Shared, lists: lists}
+	if n := int(last.ids) - from; n > 0 {
+		chunk := make([]int32, n)
+		for i, id := range own[:n] {
+			chunk[i] = int32(id)
+		}
+		e.chunks = append(e.chunks[:len(e.chunks):len(e.chunks)], chunk)
+		e.lists = append(e.lists[:len(e.lists):len(e.lists)], slices.Clone(js[1:int(last.json)-jsonBase]))
 	}
-	chunk := make([]int32, int(last.ids)-from)
-	for i, id := range dst[n0+from : n0+int(last.ids)] {
-		chunk[i] = int32(id)
-	}
-	if from > 0 && len(chunk) > 0 {
-		fromJSON++ // the comma after the shared ids
-	}
-	e.chunks = append(e.chunks, chunk)
-	e.lists = append(e.lists, slices.Clone(js[1+fromJSON:1+int(last.json)]))
 	if len(keys) > 0 {
 		h.store(keys[len(keys)-1], e, old)
 	}
-	return dst, js, nil
+	return t, nil
 }
+
+// jsonSegments is a JSON array of ids as pieces: lists (each ids joined by commas) joined by
+// commas, then tail (the rest of the array: its ids after a comma, and the closing bracket; the
+// whole array when lists is empty).
+func jsonSegments(lists [][]byte, tail []byte) [][]byte {
+	if len(lists) == 0 {
+		return [][]byte{tail}
+	}
+	segs := make([][]byte, 0, 2*len(lists)+1)
+	segs = append(segs, openBracket)
+	for i, l := range lists {
+		if i > 0 {
+			segs = append(segs, comma)
+		}
+		segs = append(segs, l)
+	}
+	return append(segs, tail)
+}
+
+// The glue of jsonSegments' pieces (never modified).
+var openBracket, comma = []byte("["), []byte(",")
 
 // textCuts are the cuts of text (tokenizer.Cuts). With e, a conversation text continues and
 // begins with shared bytes of, they are e's as far as those bytes decide them (CutReach) and the
@@ -453,9 +450,11 @@ func (m *Model) textCuts(e *historyEntry, text string, shared int) []int {
 	return cuts
 }
 
-// encodePiece encodes s, a piece of a rendering between two cuts, after dst (the ids before it:
-// the token limit counts them) under l.
-func (m *Model) encodePiece(dst []int, s string, l Limits) ([]int, error) {
-	ids, err := m.tok.EncodeLimited(dst, s, false, m.cache, l.Encode)
+// encodePiece encodes s, a piece of a rendering between two cuts, after dst and before ids shared
+// ahead of it (the token limit counts both) under l.
+func (m *Model) encodePiece(dst []int, s string, l Limits, before int) ([]int, error) {
+	el := l.Encode
+	el.Before = before
+	ids, err := m.tok.EncodeLimited(dst, s, false, m.cache, el)
 	return ids, encodeErr(err)
 }

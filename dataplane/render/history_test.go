@@ -89,19 +89,23 @@ func TestHistoryTurnByTurn(t *testing.T) {
 				}
 				for _, m := range []*Model{cached, segments} {
 					hits0, _, tokens0, _ := m.HistoryStats()
-					got, js, err := m.ChatJSON([]int{-1}, req) // after ids already in dst
+					toks, err := m.ChatTokens(req)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if got[0] != -1 || !slices.Equal(got[1:], want) {
+					got := toks.AppendIDs([]int{-1}) // after ids already in dst
+					if got[0] != -1 || !slices.Equal(got[1:], want) || toks.Len() != len(want) {
 						t.Fatalf("turn %d: ids differ from the uncached render %s", k, idsAt(got[1:], want))
 					}
-					if wantJSON := body.AppendInts(nil, want); string(js) != string(wantJSON) {
+					if js, wantJSON := body.Join(toks.JSON), body.AppendInts(nil, want); string(js) != string(wantJSON) {
 						t.Fatalf("turn %d: the ids' JSON differs from theirs at byte %d of %d", k, commonPrefix(string(js), string(wantJSON)), len(wantJSON))
 					}
 					hits, _, tokens, _ := m.HistoryStats()
 					reused := tokens - tokens0
+					shared := toks.Len() - len(toks.Own)
 					switch {
+					case uint64(shared) != reused:
+						t.Fatalf("turn %d: %d ids shared with the cache, %d counted reused", k, shared, reused)
 					case k > 1 && tc.reuses && (hits != hits0+1 || reused < uint64(prev*9/10)):
 						t.Fatalf("turn %d: reused %d of %d ids: the turn before (%d ids) is the history", k, reused, len(want), prev)
 					case !tc.reuses && reused > 1:

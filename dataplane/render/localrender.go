@@ -262,14 +262,46 @@ type ChatRequest struct {
 // message the template refuses (*chattemplate.TemplateError), input past its limits
 // (*LimitError, or a *chattemplate.InputError), or the context's.
 func (m *Model) Chat(dst []int, r ChatRequest) ([]int, error) {
-	ids, _, err := m.ChatJSON(dst, r)
-	return ids, err
+	t, err := m.ChatTokens(r)
+	return t.AppendIDs(dst), err
 }
 
-// ChatJSON is Chat, and the JSON array of the ids it appended to dst when the rendered-history
-// cache listed them (nil otherwise): a later turn copies the history's list as it copies its ids,
-// and lists only the rest.
-func (m *Model) ChatJSON(dst []int, r ChatRequest) ([]int, []byte, error) {
+// Tokens are a rendering's token ids as ChatTokens makes them: Shared, chunks the
+// rendered-history cache holds, then Own; and JSON, their JSON array as the pieces it is made of
+// (nil when the history cache is off: made by whoever needs it). Shared and JSON are never to be
+// modified: a later turn's history goes to its legs as the cache holds it, not copied.
+type Tokens struct {
+	Shared [][]int32
+	Own    []int
+	JSON   [][]byte
+}
+
+// Len is the number of ids.
+func (t Tokens) Len() int {
+	n := len(t.Own)
+	for _, ch := range t.Shared {
+		n += len(ch)
+	}
+	return n
+}
+
+// AppendIDs appends the ids to dst.
+func (t Tokens) AppendIDs(dst []int) []int {
+	if len(t.Shared) == 0 && dst == nil {
+		return t.Own
+	}
+	dst = slices.Grow(dst, t.Len())
+	for _, ch := range t.Shared {
+		for _, id := range ch {
+			dst = append(dst, int(id))
+		}
+	}
+	return append(dst, t.Own...)
+}
+
+// ChatTokens is Chat's rendering, as Tokens: with the rendered-history cache, a later turn
+// shares its history's ids and their JSON with the cache, and makes only the rest.
+func (m *Model) ChatTokens(r ChatRequest) (Tokens, error) {
 	l := r.Limits
 	var keys *historyKeys
 	var each func([]byte)
@@ -288,7 +320,7 @@ func (m *Model) ChatJSON(dst []int, r ChatRequest) ([]int, []byte, error) {
 	}
 	msgs, items, err := convertMessages(r.Messages, m.contentFormat, each, m.messages != nil, known)
 	if err != nil {
-		return dst, nil, err
+		return Tokens{}, err
 	}
 	tmpl := m.tmpl
 	if l.MaxInputBytes > 0 || l.MaxValues > 0 {
@@ -302,18 +334,18 @@ func (m *Model) ChatJSON(dst []int, r ChatRequest) ([]int, []byte, error) {
 	var ie *chattemplate.InputError
 	switch {
 	case errors.As(err, &ie) && ie.Limit != "":
-		return dst, nil, &LimitError{Limit: ie.Limit, Message: ie.Message}
+		return Tokens{}, &LimitError{Limit: ie.Limit, Message: ie.Message}
 	case err != nil:
-		return dst, nil, err
+		return Tokens{}, err
 	}
 	if ctx := l.Encode.Context; ctx != nil && ctx.Err() != nil {
-		return dst, nil, ctx.Err()
+		return Tokens{}, ctx.Err()
 	}
 	if keys != nil {
-		return m.chatHistory(dst, text, keys.keys, l)
+		return m.chatHistory(text, keys.keys, l)
 	}
-	dst, err = m.encode(dst, text, r.AddSpecialTokens, l)
-	return dst, nil, err
+	ids, err := m.encode(nil, text, r.AddSpecialTokens, l)
+	return Tokens{Own: ids}, err
 }
 
 // growFor makes room in dst for the ids of text, at 3 bytes a token (English prose takes about

@@ -172,7 +172,7 @@ func (x *exchange) requestEnd(responseBytes int) observe.RequestEnd {
 	if rc == nil {
 		return e
 	}
-	e.Ran, e.Stream, e.InputTokens = true, rc.Stream, len(rc.TokenIDs)
+	e.Ran, e.Stream, e.InputTokens = true, rc.Stream, rc.TokenCount()
 	if e.ErrorCode == "" && x.status != http.StatusAccepted { // a 202 was queued (async broker): nothing ran yet
 		e.Path = executionPath(rc)
 	}

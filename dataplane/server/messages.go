@@ -68,5 +68,5 @@ func (s *Server) handleCountTokens(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, struct {
 		InputTokens int `json:"input_tokens"`
-	}{len(rc.TokenIDs)})
+	}{rc.TokenCount()})
 }

@@ -263,8 +263,8 @@ func (s *renderStep) checkPlaceholders(rc *request.Context, fromClient bool) err
 	total := 0
 	for i, m := range rc.Media {
 		ph := m.Placeholder
-		if ph.Offset < 0 || ph.Length < 0 || ph.Offset >= len(rc.TokenIDs) || ph.Length > len(rc.TokenIDs)-ph.Offset {
-			msg := fmt.Sprintf("placeholder %d {offset %d, length %d} lies outside the %d prompt tokens", i, ph.Offset, ph.Length, len(rc.TokenIDs))
+		if ph.Offset < 0 || ph.Length < 0 || ph.Offset >= rc.TokenCount() || ph.Length > rc.TokenCount()-ph.Offset {
+			msg := fmt.Sprintf("placeholder %d {offset %d, length %d} lies outside the %d prompt tokens", i, ph.Offset, ph.Length, rc.TokenCount())
 			if fromClient {
 				return apierror.InvalidField("features", "%s", msg)
 			}
@@ -513,15 +513,16 @@ func (s *renderStep) chatLocal(ctx context.Context, rc *request.Context, msgs *b
 	if err := s.reserve(rc, size); err != nil {
 		return err
 	}
-	ids, js, err := s.model.ChatJSON(nil, req)
-	s.keep(ctx, size, len(ids))
+	toks, err := s.model.ChatTokens(req)
+	n := toks.Len()
+	s.keep(ctx, size, n)
 	if err != nil {
 		return s.renderErr(rc, err)
 	}
-	if err := s.checkTokens(len(ids)); err != nil {
+	if err := s.checkTokens(n); err != nil {
 		return err
 	}
-	rc.SetTokenIDsJSON(ids, js) // the legs send js: a later turn's is mostly copied from its history
+	rc.SetTokenChunks(toks.Shared, toks.Own, toks.JSON) // a later turn's history goes to the legs as the cache holds it
 	return nil
 }
 

@@ -76,8 +76,8 @@ func TestRenderTemplateKwargs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := tok.Encode(nil, tc.want, false); !slices.Equal(rc.TokenIDs, want) {
-				t.Fatalf("tokens %v, want those of %q: %v", rc.TokenIDs, tc.want, want)
+			if want := tok.Encode(nil, tc.want, false); !slices.Equal(rc.TokenIDs(), want) {
+				t.Fatalf("tokens %v, want those of %q: %v", rc.TokenIDs(), tc.want, want)
 			}
 		})
 	}

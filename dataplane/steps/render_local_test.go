@@ -142,8 +142,8 @@ func TestRenderLocal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !rc.Rendered || !slices.Equal(rc.TokenIDs, tc.want) {
-				t.Fatalf("tokens %v\nwant   %v", rc.TokenIDs, tc.want)
+			if !rc.Rendered || !slices.Equal(rc.TokenIDs(), tc.want) {
+				t.Fatalf("tokens %v\nwant   %v", rc.TokenIDs(), tc.want)
 			}
 			if rc.API.String() == "completions" {
 				if p, _ := rc.Body.Get("prompt"); string(p) != string(rc.TokenIDsJSON()) {
@@ -217,7 +217,7 @@ func TestRenderLocalHistory(t *testing.T) {
 			if err := s.Execute(context.Background(), rc); err != nil {
 				t.Fatal(err)
 			}
-			ids = append(ids, rc.TokenIDs)
+			ids = append(ids, rc.TokenIDs())
 		}
 		hits, _, _, _ := s.(*renderStep).model.HistoryStats()
 		return ids, hits
@@ -242,8 +242,8 @@ func TestRenderLocalRequestHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc, _ := newRC(t, "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"x"}]}`, http.Header{"Authorization": {"Bearer k"}})
-	if err := s.Execute(context.Background(), rc); err != nil || len(rc.TokenIDs) == 0 {
-		t.Fatalf("err %v, %d tokens", err, len(rc.TokenIDs))
+	if err := s.Execute(context.Background(), rc); err != nil || rc.TokenCount() == 0 {
+		t.Fatalf("err %v, %d tokens", err, rc.TokenCount())
 	}
 }
 
@@ -343,7 +343,7 @@ func TestRenderBudget(t *testing.T) {
 	if err := s.Execute(ctx, rc); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := b.Held(), int64(tokenCost*len(rc.TokenIDs)); got != want {
+	if got, want := b.Held(), int64(tokenCost*rc.TokenCount()); got != want {
 		t.Fatalf("held %d after the render, want its ids' %d", got, want)
 	}
 	end()

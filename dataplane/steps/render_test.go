@@ -50,7 +50,7 @@ func TestRenderChat(t *testing.T) {
 		leg.Header.Get("Authorization") != "Bearer k" {
 		t.Fatalf("render leg %s %v", leg.Path, leg.Header)
 	}
-	if !rc.Rendered || len(rc.TokenIDs) != 9 || len(rc.Media) != 2 {
+	if !rc.Rendered || rc.TokenCount() != 9 || len(rc.Media) != 2 {
 		t.Fatalf("rc = %+v", rc)
 	}
 	a, b := rc.Media[0], rc.Media[1]
@@ -80,8 +80,8 @@ func TestRenderAnswerIDs(t *testing.T) {
 		if err := s.Execute(context.Background(), rc); err != nil {
 			t.Fatal(err)
 		}
-		if js := string(rc.TokenIDsJSON()); len(rc.TokenIDs) != 3 || rc.TokenIDs[1] != 0 || js != tc.want {
-			t.Errorf("answer %s: ids %v, JSON %s; want %s", tc.answer, rc.TokenIDs, js, tc.want)
+		if js := string(rc.TokenIDsJSON()); rc.TokenCount() != 3 || rc.TokenID(1) != 0 || js != tc.want {
+			t.Errorf("answer %s: ids %v, JSON %s; want %s", tc.answer, rc.TokenIDs(), js, tc.want)
 		}
 	}
 }
@@ -182,12 +182,12 @@ func TestRenderCompletions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(rc.TokenIDs) != len(tc.want) {
-				t.Fatalf("tokens %v, want %v", rc.TokenIDs, tc.want)
+			if rc.TokenCount() != len(tc.want) {
+				t.Fatalf("tokens %v, want %v", rc.TokenIDs(), tc.want)
 			}
 			for i := range tc.want {
-				if rc.TokenIDs[i] != tc.want[i] {
-					t.Fatalf("tokens %v, want %v", rc.TokenIDs, tc.want)
+				if rc.TokenID(i) != tc.want[i] {
+					t.Fatalf("tokens %v, want %v", rc.TokenIDs(), tc.want)
 				}
 			}
 			if tc.rewrite {

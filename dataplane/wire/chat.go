@@ -36,7 +36,7 @@ func (chat) Render(ctx context.Context, rc *request.Context, r Renderer) error {
 }
 
 func (chat) Conditional(rc *request.Context) *body.Object {
-	return conditional(rc, "tokens", tokensJSON)
+	return conditional(rc, "tokens", tokensSegments)
 }
 
 func (c chat) Decode(rc *request.Context, base *body.Object, kv json.RawMessage) (*body.Object, error) {
@@ -80,7 +80,7 @@ func (c conversation) decode(rc *request.Context, base *body.Object, kv json.Raw
 		if err := media.SetUUIDs(obj, *c.layout, rc.Media); err != nil {
 			return nil, err
 		}
-		obj.Set("tokens", tokensJSON(rc))
+		obj.SetSegments("tokens", tokensSegments(rc)...)
 	}
 	if kv != nil {
 		obj.Set("kv_transfer_params", kv)
@@ -93,7 +93,7 @@ func (c conversation) decode(rc *request.Context, base *body.Object, kv json.Raw
 func (conversation) prefill(rc *request.Context, t Transfer) *body.Object {
 	obj := rc.Body.Clone()
 	if rc.Rendered {
-		obj.Set("tokens", tokensJSON(rc))
+		obj.SetSegments("tokens", tokensSegments(rc)...)
 	}
 	if t.KV != nil {
 		obj.Set("kv_transfer_params", t.KV)
@@ -114,12 +114,12 @@ func (c conversation) encoder(rc *request.Context, path string) (string, func(in
 
 // conditional is the conditional-decode leg: the client's body, with the rendered prompt as its
 // member key (encoded by prompt) when render ran.
-func conditional(rc *request.Context, key string, prompt func(*request.Context) json.RawMessage) *body.Object {
-	if !rc.Rendered || len(rc.TokenIDs) == 0 {
+func conditional(rc *request.Context, key string, prompt func(*request.Context) [][]byte) *body.Object {
+	if !rc.Rendered || rc.TokenCount() == 0 {
 		return rc.Body
 	}
 	obj := rc.Body.Clone()
-	obj.Set(key, prompt(rc))
+	obj.SetSegments(key, prompt(rc)...)
 	return obj
 }
 

@@ -38,13 +38,13 @@ func (completions) Render(ctx context.Context, rc *request.Context, r Renderer) 
 }
 
 func (completions) Conditional(rc *request.Context) *body.Object {
-	return conditional(rc, "prompt", (*request.Context).TokenIDsJSON)
+	return conditional(rc, "prompt", (*request.Context).TokenIDsSegments)
 }
 
 func (completions) Decode(rc *request.Context, base *body.Object, kv json.RawMessage) (*body.Object, error) {
 	obj := base.Clone()
-	if rc.Rendered && len(rc.TokenIDs) > 0 {
-		obj.Set("prompt", rc.TokenIDsJSON())
+	if rc.Rendered && rc.TokenCount() > 0 {
+		obj.SetSegments("prompt", rc.TokenIDsSegments()...)
 	}
 	if kv != nil {
 		obj.Set("kv_transfer_params", kv)
@@ -58,8 +58,8 @@ func (completions) Decode(rc *request.Context, base *body.Object, kv json.RawMes
 func (completions) Prefill(rc *request.Context, t Transfer) (*body.Object, error) {
 	obj := rc.Body.Clone()
 	obj.Set("request_id", body.AppendQuote(nil, rc.ID))
-	if rc.Rendered && len(rc.TokenIDs) > 0 {
-		obj.Set("prompt", rc.TokenIDsJSON())
+	if rc.Rendered && rc.TokenCount() > 0 {
+		obj.SetSegments("prompt", rc.TokenIDsSegments()...)
 	}
 	if t.KV != nil {
 		obj.Set("kv_transfer_params", t.KV)

@@ -183,20 +183,21 @@ func featuresJSON(items []request.MediaEntry, payload mmPayload) json.RawMessage
 	return append(b, '}')
 }
 
-// tokensJSON builds the chat-format tokens field {"token_ids":[..],"features":{..}} (features
-// without kwargs, omitted without media) that lets workers and the EPP skip tokenizing.
-func tokensJSON(rc *request.Context) json.RawMessage {
-	ids := rc.TokenIDsJSON()
-	feats := featuresJSON(rc.Media, mmNone)
-	b := make([]byte, 0, len(ids)+len(feats)+32)
-	b = append(b, `{"token_ids":`...)
-	b = append(b, ids...)
-	if feats != nil {
-		b = append(b, `,"features":`...)
-		b = append(b, feats...)
+// tokensSegments is the chat-format tokens field {"token_ids":[..],"features":{..}} (features
+// without kwargs, omitted without media), that lets workers and the EPP skip tokenizing, as
+// pieces for body.Object.SetSegments: the ids' JSON is spliced in as it is held, not copied.
+func tokensSegments(rc *request.Context) [][]byte {
+	ids := rc.TokenIDsSegments()
+	segs := make([][]byte, 0, len(ids)+2)
+	segs = append(append(segs, tokenIDsOpen), ids...)
+	if feats := featuresJSON(rc.Media, mmNone); feats != nil {
+		return append(segs, append(append([]byte(`,"features":`), feats...), '}'))
 	}
-	return append(b, '}')
+	return append(segs, closeBrace)
 }
+
+// The glue of tokensSegments (never modified).
+var tokenIDsOpen, closeBrace = []byte(`{"token_ids":`), []byte("}")
 
 // partitionKeys are the members of a client's body that partition the workers' caches and the
 // endpoint picker's prefix affinity: the model (a LoRA adapter is a model name), vLLM's
@@ -223,11 +224,11 @@ func copyPartition(obj, client *body.Object) {
 func encodeItem(rc *request.Context, msgs []json.RawMessage, i int, tokensIn bool) *body.Object {
 	m := rc.Media[i]
 	bos, ph := 1, 0
-	if len(rc.TokenIDs) > 0 {
-		bos = rc.TokenIDs[0]
+	if rc.TokenCount() > 0 {
+		bos = rc.TokenID(0)
 	}
-	if m.Placeholder.Offset >= 0 && m.Placeholder.Offset < len(rc.TokenIDs) {
-		ph = rc.TokenIDs[m.Placeholder.Offset]
+	if m.Placeholder.Offset >= 0 && m.Placeholder.Offset < rc.TokenCount() {
+		ph = rc.TokenID(m.Placeholder.Offset)
 	}
 	ids := make([]byte, 0, 8*m.Placeholder.Length+16)
 	ids = append(ids, '[')
@@ -282,7 +283,7 @@ func tokensIn(rc *request.Context, payload mmPayload) *body.Object {
 	} else {
 		obj = &body.Object{}
 		copyPartition(obj, rc.Body)
-		obj.Set("token_ids", rc.TokenIDsJSON())
+		obj.SetSegments("token_ids", rc.TokenIDsSegments()...)
 		if f := featuresJSON(rc.Media, payload); f != nil {
 			obj.Set("features", f)
 		}

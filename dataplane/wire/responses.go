@@ -46,7 +46,7 @@ func (responses) Render(ctx context.Context, rc *request.Context, r Renderer) er
 }
 
 func (r responses) Conditional(rc *request.Context) *body.Object {
-	return conditional(rc, "tokens", tokensJSON)
+	return conditional(rc, "tokens", tokensSegments)
 }
 
 func (r responses) Decode(rc *request.Context, base *body.Object, kv json.RawMessage) (*body.Object, error) {

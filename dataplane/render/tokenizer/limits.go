@@ -9,8 +9,9 @@ import (
 type Limits struct {
 	// Context stops the encoding when it is done (the client left); nil never does.
 	Context context.Context
-	// MaxTokens stops the encoding once it has produced more ids (0: no limit).
-	MaxTokens int
+	// MaxTokens stops the encoding once it has produced more ids (0: no limit), Before of them
+	// counted as made already (the ids the encoded text follows, kept elsewhere).
+	MaxTokens, Before int
 	// MaxWordBytes refuses a pre-token longer than this before it is merged (0: no limit). BPE
 	// on one pre-token costs about 40 bytes of scratch per byte of it (a heap of candidate
 	// pairs over a linked list of symbols), where text of ordinary words costs a few.
@@ -43,8 +44,8 @@ const checkEvery = 64 << 10
 func (st *state) check(n int) bool {
 	switch {
 	case st.err != nil:
-	case st.lim.MaxTokens > 0 && n > st.lim.MaxTokens:
-		st.err = &LimitError{Tokens: true, Limit: st.lim.MaxTokens, Got: n}
+	case st.lim.MaxTokens > 0 && n+st.lim.Before > st.lim.MaxTokens:
+		st.err = &LimitError{Tokens: true, Limit: st.lim.MaxTokens, Got: n + st.lim.Before}
 	case st.lim.Context != nil:
 		st.err = st.lim.Context.Err()
 	}

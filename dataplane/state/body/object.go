@@ -39,17 +39,22 @@ type Field struct {
 // raw returns the field's value, joining segments on demand.
 func (f *Field) raw() json.RawMessage {
 	if f.segs != nil && f.Value == nil {
-		n := 0
-		for _, s := range f.segs {
-			n += len(s)
-		}
-		b := make([]byte, 0, n)
-		for _, s := range f.segs {
-			b = append(b, s...)
-		}
-		f.Value = b
+		f.Value = Join(f.segs)
 	}
 	return f.Value
+}
+
+// Join is the concatenation of segs in a new slice.
+func Join(segs [][]byte) []byte {
+	n := 0
+	for _, s := range segs {
+		n += len(s)
+	}
+	b := make([]byte, 0, n)
+	for _, s := range segs {
+		b = append(b, s...)
+	}
+	return b
 }
 
 func (f *Field) size() int {

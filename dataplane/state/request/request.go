@@ -99,9 +99,8 @@ type Context struct {
 	Model  string
 	Stream bool
 
-	// TokenIDs is the tokenized prompt (render, or the client's own tokens).
-	TokenIDs []int
-	// Rendered is true once render ran and TokenIDs/Media hashes are authoritative.
+	// Rendered is true once render ran and the token ids (TokenIDs) and Media hashes are
+	// authoritative.
 	Rendered bool
 	// Media are the multimodal items in document order.
 	Media []MediaEntry
@@ -145,7 +144,7 @@ type Context struct {
 	// Timings is filled by the executor (StartStep, EndStep).
 	Timings []StepTiming
 
-	tokenJSON json.RawMessage
+	tokens tokenIDs // the tokenized prompt (render's, or the client's own tokens)
 	// fwdMu guards Forwarded once legs run (encode legs answer concurrently).
 	fwdMu sync.Mutex
 	// step and stepStart are the running step, for a Server-Timing header sent mid-step.
@@ -164,27 +163,6 @@ func (rc *Context) EndStep(outcome string) StepTiming {
 	rc.Timings = append(rc.Timings, t)
 	rc.step = ""
 	return t
-}
-
-// TokenIDsJSON returns TokenIDs encoded once and cached (they go into several legs).
-func (rc *Context) TokenIDsJSON() json.RawMessage {
-	if rc.tokenJSON == nil {
-		rc.tokenJSON = body.AppendInts(nil, rc.TokenIDs)
-	}
-	return rc.tokenJSON
-}
-
-// SetTokenIDs replaces the token ids (and drops the cached encoding).
-func (rc *Context) SetTokenIDs(ids []int) {
-	rc.TokenIDs = ids
-	rc.tokenJSON = nil
-}
-
-// SetTokenIDsJSON replaces the token ids with ids, whose JSON array (body.AppendInts's) is js, made
-// already (nil: made when first asked for).
-func (rc *Context) SetTokenIDsJSON(ids []int, js json.RawMessage) {
-	rc.TokenIDs = ids
-	rc.tokenJSON = js
 }
 
 // LegHeader is the header set the next leg carries: Forwarded, with the values earlier answers

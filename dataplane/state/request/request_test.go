@@ -20,15 +20,3 @@ func TestTimings(t *testing.T) {
 		t.Fatalf("summary %v", kv)
 	}
 }
-
-func TestTokenIDsJSON(t *testing.T) {
-	rc := &Context{}
-	rc.SetTokenIDs([]int{1, -2, 30})
-	if got := string(rc.TokenIDsJSON()); got != "[1,-2,30]" {
-		t.Fatalf("TokenIDsJSON = %s", got)
-	}
-	rc.SetTokenIDs(nil)
-	if got := string(rc.TokenIDsJSON()); got != "[]" {
-		t.Fatalf("TokenIDsJSON = %s", got)
-	}
-}

@@ -48,7 +48,8 @@ func TestHistoryTurnByTurn(t *testing.T) {
 					raw, _ := json.Marshal(msgs[:k])
 					req := render.ChatRequest{Messages: raw, Tools: cs.Tools, Kwargs: cs.Kwargs, AddGenerationPrompt: true}
 					want, werr := plain.Chat(nil, req)
-					got, js, gerr := cached.ChatJSON(nil, req)
+					toks, gerr := cached.ChatTokens(req)
+					got, js := toks.AppendIDs(nil), body.Join(toks.JSON)
 					switch {
 					case (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()):
 						t.Errorf("%s, turn of %d messages: error %v, without the cache %v", name, k, gerr, werr)

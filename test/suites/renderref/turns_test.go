@@ -155,8 +155,8 @@ func BenchmarkRenderTurns(b *testing.B) {
 								if t == 0 {
 									first += d
 								}
-								if js := rc.TokenIDsJSON(); len(js) < 2*len(rc.TokenIDs) {
-									b.Fatalf("the JSON of %d ids is %d bytes", len(rc.TokenIDs), len(js))
+								if js := idsJSONSize(rc); js < 2*rc.TokenCount() {
+									b.Fatalf("the JSON of %d ids is %d bytes", rc.TokenCount(), js)
 								}
 							}
 						}
