@@ -74,6 +74,37 @@ type historyEntry struct {
 	prev, next *historyEntry
 }
 
+// maxChunks bounds an entry's chunks, and so the pieces a leg sends its ids in: a conversation of
+// many turns has its chunks joined into one when it passes maxChunks, a copy of its ids paid once
+// in maxChunks turns that copied none.
+const maxChunks = 32
+
+// compact joins e's chunks into one, and its lists into one, when it has more than maxChunks
+// (the cuts stay true: the lists joined by commas are the same bytes).
+func (e *historyEntry) compact() {
+	if len(e.chunks) <= maxChunks {
+		return
+	}
+	n, m := 0, 0
+	for _, ch := range e.chunks {
+		n += len(ch)
+	}
+	for _, l := range e.lists {
+		m += len(l) + 1
+	}
+	ids, list := make([]int32, 0, n), make([]byte, 0, m)
+	for _, ch := range e.chunks {
+		ids = append(ids, ch...)
+	}
+	for _, l := range e.lists {
+		if len(l) > 0 && len(list) > 0 {
+			list = append(list, ',')
+		}
+		list = append(list, l...)
+	}
+	e.chunks, e.lists = [][]int32{ids}, [][]byte{list}
+}
+
 // firstChunks are the chunks of e's first n ids (shared, the last one sliced: nothing copied).
 func (e *historyEntry) firstChunks(n int) [][]int32 {
 	var out [][]int32
@@ -398,6 +429,7 @@ func (m *Model) chatHistory(text string, keys []uint64, l Limits) (Tokens, error
 		}
 		e.chunks = append(e.chunks[:len(e.chunks):len(e.chunks)], chunk)
 		e.lists = append(e.lists[:len(e.lists):len(e.lists)], slices.Clone(js[1:int(last.json)-jsonBase]))
+		e.compact()
 	}
 	if len(keys) > 0 {
 		h.store(keys[len(keys)-1], e, old)

@@ -121,6 +121,44 @@ func TestHistoryTurnByTurn(t *testing.T) {
 	}
 }
 
+// TestHistoryChunksBounded: a conversation of many turns is held in at most maxChunks chunks
+// (joined when it passes them), so a leg sends its ids in a bounded number of pieces, and every
+// turn still renders exactly, its JSON too.
+func TestHistoryChunksBounded(t *testing.T) {
+	dir := modelDir(t, "")
+	cached := open(t, dir, Options{HistoryBytes: 8 << 20})
+	plain := open(t, dir, Options{})
+	msgs := conversation("many", 3*maxChunks)
+	most := 0
+	for k := 1; k <= len(msgs)/2; k++ {
+		req := turn(t, msgs, k)
+		want, err := plain.Chat(nil, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, err := cached.ChatTokens(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := toks.AppendIDs(nil); !slices.Equal(got, want) {
+			t.Fatalf("turn %d: ids differ from the uncached render %s", k, idsAt(got, want))
+		}
+		if js, wantJSON := body.Join(toks.JSON), body.AppendInts(nil, want); string(js) != string(wantJSON) {
+			t.Fatalf("turn %d: the ids' JSON differs from theirs at byte %d of %d", k, commonPrefix(string(js), string(wantJSON)), len(wantJSON))
+		}
+		if k > 1 && len(toks.Shared) == 0 {
+			t.Fatalf("turn %d shares no ids with the turn before", k)
+		}
+		most = max(most, len(toks.Shared))
+		if len(toks.Shared) > maxChunks || len(toks.JSON) > 2*maxChunks+1 {
+			t.Fatalf("turn %d: %d chunks, %d pieces of JSON", k, len(toks.Shared), len(toks.JSON))
+		}
+	}
+	if most != maxChunks {
+		t.Fatalf("at most %d chunks over %d turns, want %d: the test does not reach the bound", most, len(msgs)/2, maxChunks)
+	}
+}
+
 // idsAt says where two id sequences part.
 func idsAt(got, want []int) string {
 	i := 0

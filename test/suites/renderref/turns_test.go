@@ -100,9 +100,9 @@ func turnBodies(msgs []map[string]string, salt int) []*body.Object {
 // conversation), segments (the segment cache alone, the default before the history cache:
 // messages are found by content), history (the segment and history caches, the default) and
 // historyonly (the history cache alone). The template renders the whole conversation every turn
-// in all four. Each turn ends with the JSON array of its ids, which every leg sends (with the
-// history cache, the step copies the history's from it; without, it is made when the first leg
-// asks). Reported, the mean of a turn: ns/turn and cpu-ns/turn (the process's CPU, which the
+// in all four. Each turn ends with the JSON array of its ids as every leg sends it (the pieces
+// TokenIDsSegments hands the legs: with the history cache, the history's lists as the cache holds
+// them and the new ids' list; without, the array, made when the first leg asks). Reported, the mean of a turn: ns/turn and cpu-ns/turn (the process's CPU, which the
 // other load of a shared machine disturbs less than the wall clock) of the step and the ids'
 // JSON, and render-ns/turn of the step alone; of the step alone too, first-ns/turn, a
 // conversation's first turn measured (the caches hold none of it: its history is new), and
