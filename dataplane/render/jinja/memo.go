@@ -244,12 +244,21 @@ func identity(v Value) any {
 	return nil
 }
 
-// sameRead reports whether v is what the read ev found.
+// sameRead reports whether v is what the read ev found: for a list, dict or callable, the object
+// its weak pointer still points to (nil once collected), found without making a weak pointer.
 func sameRead(v Value, ev *memoEvent) bool {
-	if ev.id != nil {
-		return v.kind == ev.val.kind && identity(v) == ev.id
+	if ev.id == nil {
+		return same(v, ev.val)
 	}
-	return same(v, ev.val)
+	switch id := ev.id.(type) {
+	case weak.Pointer[List]:
+		return v.kind == KindList && id.Value() == v.v.(*List)
+	case weak.Pointer[Dict]:
+		return v.kind == KindDict && id.Value() == v.v.(*Dict)
+	case weak.Pointer[Callable]:
+		return v.kind == KindCallable && id.Value() == v.v.(*Callable)
+	}
+	return false
 }
 
 // same reports whether a and b are the same value: equal scalars, or the same list, dict or

@@ -55,8 +55,21 @@ func NewBool(b bool) Value {
 
 // NewInt returns an integer value.
 func NewInt(n int64) Value {
+	if uint64(n) < uint64(len(boxedInts)) {
+		return Value{kind: KindInt, v: boxedInts[n]}
+	}
 	return Value{kind: KindInt, v: n}
 }
+
+// boxedInts are the integers below 4096 in interfaces, made once: a loop's index and a message's
+// position (index arithmetic a chat template does for every message) are not allocated each
+// time (Go boxes integers below 256 without allocating, not above).
+var boxedInts = func() (b [4096]any) {
+	for i := range b {
+		b[i] = int64(i)
+	}
+	return b
+}()
 
 // NewFloat returns a floating-point value.
 func NewFloat(f float64) Value {
