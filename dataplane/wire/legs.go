@@ -188,16 +188,16 @@ func featuresJSON(items []request.MediaEntry, payload mmPayload) json.RawMessage
 // pieces for body.Object.SetSegments: the ids' JSON is spliced in as it is held, not copied.
 func tokensSegments(rc *request.Context) [][]byte {
 	ids := rc.TokenIDsSegments()
-	segs := make([][]byte, 0, len(ids)+2)
+	segs := make([][]byte, 0, len(ids)+4)
 	segs = append(append(segs, tokenIDsOpen), ids...)
 	if feats := featuresJSON(rc.Media, mmNone); feats != nil {
-		return append(segs, append(append([]byte(`,"features":`), feats...), '}'))
+		segs = append(segs, featuresKey, feats)
 	}
 	return append(segs, closeBrace)
 }
 
 // The glue of tokensSegments (never modified).
-var tokenIDsOpen, closeBrace = []byte(`{"token_ids":`), []byte("}")
+var tokenIDsOpen, featuresKey, closeBrace = []byte(`{"token_ids":`), []byte(`,"features":`), []byte("}")
 
 // partitionKeys are the members of a client's body that partition the workers' caches and the
 // endpoint picker's prefix affinity: the model (a LoRA adapter is a model name), vLLM's

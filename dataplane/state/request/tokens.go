@@ -65,10 +65,10 @@ func (rc *Context) TokenIDsJSON() json.RawMessage {
 // TokenIDsSegments is the JSON array of the token ids as the pieces it is made of, for
 // body.Object.SetSegments: a leg sends a later turn's history as the cache holds it.
 func (rc *Context) TokenIDsSegments() [][]byte {
-	if rc.tokens.segs != nil {
-		return rc.tokens.segs
+	if rc.tokens.segs == nil {
+		rc.tokens.segs = [][]byte{rc.TokenIDsJSON()} // made once: every leg asks
 	}
-	return [][]byte{rc.TokenIDsJSON()}
+	return rc.tokens.segs
 }
 
 // SetTokenIDs replaces the token ids (their JSON is made when first asked for).
