@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -97,7 +98,7 @@ func TestHistoryTurnByTurn(t *testing.T) {
 					if got[0] != -1 || !slices.Equal(got[1:], want) || toks.Len() != len(want) {
 						t.Fatalf("turn %d: ids differ from the uncached render %s", k, idsAt(got[1:], want))
 					}
-					if js, wantJSON := body.Join(toks.JSON), body.AppendInts(nil, want); string(js) != string(wantJSON) {
+					if js, wantJSON := bytes.Join(toks.JSON, nil), body.AppendInts(nil, want); string(js) != string(wantJSON) {
 						t.Fatalf("turn %d: the ids' JSON differs from theirs at byte %d of %d", k, commonPrefix(string(js), string(wantJSON)), len(wantJSON))
 					}
 					hits, _, tokens, _ := m.HistoryStats()
@@ -143,7 +144,7 @@ func TestHistoryChunksBounded(t *testing.T) {
 		if got := toks.AppendIDs(nil); !slices.Equal(got, want) {
 			t.Fatalf("turn %d: ids differ from the uncached render %s", k, idsAt(got, want))
 		}
-		if js, wantJSON := body.Join(toks.JSON), body.AppendInts(nil, want); string(js) != string(wantJSON) {
+		if js, wantJSON := bytes.Join(toks.JSON, nil), body.AppendInts(nil, want); string(js) != string(wantJSON) {
 			t.Fatalf("turn %d: the ids' JSON differs from theirs at byte %d of %d", k, commonPrefix(string(js), string(wantJSON)), len(wantJSON))
 		}
 		if k > 1 && len(toks.Shared) == 0 {

@@ -39,22 +39,9 @@ type Field struct {
 // raw returns the field's value, joining segments on demand.
 func (f *Field) raw() json.RawMessage {
 	if f.segs != nil && f.Value == nil {
-		f.Value = Join(f.segs)
+		f.Value = bytes.Join(f.segs, nil)
 	}
 	return f.Value
-}
-
-// Join is the concatenation of segs in a new slice.
-func Join(segs [][]byte) []byte {
-	n := 0
-	for _, s := range segs {
-		n += len(s)
-	}
-	b := make([]byte, 0, n)
-	for _, s := range segs {
-		b = append(b, s...)
-	}
-	return b
 }
 
 func (f *Field) size() int {

@@ -1,6 +1,7 @@
 package request
 
 import (
+	"bytes"
 	"encoding/json"
 
 	"github.com/epd-dev/coordinator/dataplane/state/body"
@@ -55,7 +56,7 @@ func (rc *Context) TokenIDsJSON() json.RawMessage {
 	switch {
 	case t.json != nil:
 	case t.segs != nil:
-		t.json = body.Join(t.segs)
+		t.json = bytes.Join(t.segs, nil)
 	default:
 		t.json = body.AppendInts(nil, rc.TokenIDs())
 	}

@@ -1,11 +1,10 @@
 package request
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"testing"
-
-	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 // TestTokenIDs: the prompt's ids, set in one slice or as shared chunks followed by own ids,
@@ -45,7 +44,7 @@ func TestTokenIDs(t *testing.T) {
 				wantJSON = []byte("[]")
 			}
 			segs := rc.TokenIDsSegments()
-			if len(segs) != tc.segs || string(body.Join(segs)) != string(wantJSON) {
+			if len(segs) != tc.segs || string(bytes.Join(segs, nil)) != string(wantJSON) {
 				t.Fatalf("TokenIDsSegments = %q, want %d pieces of %s", segs, tc.segs, wantJSON)
 			}
 			if got := string(rc.TokenIDsJSON()); got != string(wantJSON) {

@@ -1,6 +1,7 @@
 package renderref_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -49,7 +50,7 @@ func TestHistoryTurnByTurn(t *testing.T) {
 					req := render.ChatRequest{Messages: raw, Tools: cs.Tools, Kwargs: cs.Kwargs, AddGenerationPrompt: true}
 					want, werr := plain.Chat(nil, req)
 					toks, gerr := cached.ChatTokens(req)
-					got, js := toks.AppendIDs(nil), body.Join(toks.JSON)
+					got, js := toks.AppendIDs(nil), bytes.Join(toks.JSON, nil)
 					switch {
 					case (werr == nil) != (gerr == nil) || (werr != nil && werr.Error() != gerr.Error()):
 						t.Errorf("%s, turn of %d messages: error %v, without the cache %v", name, k, gerr, werr)
