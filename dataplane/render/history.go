@@ -188,14 +188,14 @@ func (c *historyCache) newKeys(r *ChatRequest) *historyKeys {
 	return &historyKeys{seed: c.seed, last: h.Sum64()}
 }
 
-// add hashes the next message (its bytes as the client sent them) and keeps the key of the
-// messages so far. (maphash.Bytes hashes a long message at memory speed; a Hash written to
-// in one call goes 128 bytes at a time, several times slower.)
-func (k *historyKeys) add(msg []byte) {
+// add keeps the key of the messages so far, given the next message's length and hash (its bytes
+// as the client sent them, hashed with a seed of the process: the message cache's look-up hash,
+// chattemplate.FoundMessage.Hash, so that a message is hashed once).
+func (k *historyKeys) add(n int, hash uint64) {
 	var b [24]byte
 	binary.LittleEndian.PutUint64(b[:], k.last)
-	binary.LittleEndian.PutUint64(b[8:], uint64(len(msg)))
-	binary.LittleEndian.PutUint64(b[16:], maphash.Bytes(k.seed, msg))
+	binary.LittleEndian.PutUint64(b[8:], uint64(n))
+	binary.LittleEndian.PutUint64(b[16:], hash)
 	k.last = maphash.Bytes(k.seed, b[:])
 	k.keys = append(k.keys, k.last)
 }

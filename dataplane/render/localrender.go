@@ -27,7 +27,8 @@ import (
 type Options struct {
 	// ChatTemplate names one of the directory's named chat templates ("" : the default one).
 	ChatTemplate string
-	// CacheBytes bounds the cache of encoded segments (0: no cache).
+	// CacheBytes bounds the cache of encoded segments (0: no cache). With the rendered-history
+	// cache, it keeps a segment encoded a second time (tokenizer.SegmentCache.AdmitOnSecondSight).
 	CacheBytes int64
 	// HistoryBytes bounds the rendered-history cache (0: no cache): the rendered text and ids of
 	// the conversations rendered lately, which their next turn reuses (history.go), in one half;
@@ -92,6 +93,9 @@ func Open(dir string, o Options) (*Model, error) {
 		m.cache = tokenizer.NewSegmentCache(o.CacheBytes, minCachedSegment)
 	}
 	if o.HistoryBytes > 0 {
+		if m.cache != nil { // a conversation's own messages are found in m.history by its next turn
+			m.cache.AdmitOnSecondSight()
+		}
 		m.history = newHistoryCache(o.HistoryBytes - o.HistoryBytes/2)
 		m.iterations = chattemplate.NewIterationCache(o.HistoryBytes / 4)
 		m.strings = chattemplate.NewStringCache(o.HistoryBytes / 8)
@@ -304,21 +308,23 @@ func (t Tokens) AppendIDs(dst []int) []int {
 func (m *Model) ChatTokens(r ChatRequest) (Tokens, error) {
 	l := r.Limits
 	var keys *historyKeys
-	var each func([]byte)
 	if m.history != nil && !r.AddSpecialTokens {
 		keys = m.history.newKeys(&r)
-		each = keys.add
 	}
 	var known func([]byte) bool
 	var found []chattemplate.FoundMessage // the messages looked up in m.messages, in order
 	if m.messages != nil {
+		// m.messages is made with m.history: a message's hash serves both.
 		known = func(msg []byte) bool {
 			f := m.messages.Find(msg)
 			found = append(found, f)
+			if keys != nil {
+				keys.add(len(msg), f.Hash())
+			}
 			return f.Found()
 		}
 	}
-	msgs, items, err := convertMessages(r.Messages, m.contentFormat, each, m.messages != nil, known)
+	msgs, items, err := convertMessages(r.Messages, m.contentFormat, m.messages != nil, known)
 	if err != nil {
 		return Tokens{}, err
 	}

@@ -144,14 +144,14 @@ func TestTemplateMessages(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			in := []byte(tc.in)
-			got, items, err := convertMessages(in, tc.format, nil, true, nil)
+			got, items, err := convertMessages(in, tc.format, true, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			// A converted message converts to itself (what lets a message the cache holds skip
 			// the conversion): converting again, or with every message known, changes nothing.
 			for _, known := range []func([]byte) bool{nil, func([]byte) bool { return true }} {
-				again, _, err := convertMessages(got, tc.format, nil, true, known)
+				again, _, err := convertMessages(got, tc.format, true, known)
 				if err != nil || string(again) != string(got) {
 					t.Fatalf("converted again: %s, %v; want %s", again, err, got)
 				}

@@ -13,12 +13,12 @@ import (
 // list of text parts becomes their texts joined by newlines when the template reads content as a
 // string, an absent or null content an empty string, and an assistant's tool call arguments (a
 // JSON string) the value they encode ({} when empty). Each message keeps its members in the
-// client's order; when no message needs converting, raw itself is returned. each (when not nil)
-// is called with each message's bytes as the client sent them, in order; with items, the
-// converted array's elements are returned too. A message known (when not nil) to be one a
-// conversion left as it is, is neither parsed nor converted: a converted message converts to
-// itself, so the messages a MessageCache holds (converted ones) are known.
-func convertMessages(raw json.RawMessage, format string, each func([]byte), items bool, known func([]byte) bool) (json.RawMessage, []json.RawMessage, error) {
+// client's order; when no message needs converting, raw itself is returned. With items, the
+// converted array's elements are returned too. known (when not nil) is called with each
+// message's bytes as the client sent them, in order: a message it reports to be one a
+// conversion left as it is, is neither parsed nor converted (a converted message converts to
+// itself, so the messages a MessageCache holds, converted ones, are known).
+func convertMessages(raw json.RawMessage, format string, items bool, known func([]byte) bool) (json.RawMessage, []json.RawMessage, error) {
 	if body.KindOf(raw) != body.KindArray {
 		return nil, nil, inputErr("messages must be an array")
 	}
@@ -27,9 +27,6 @@ func convertMessages(raw json.RawMessage, format string, each func([]byte), item
 	var spans []int             // with items: where each element after it starts and ends in out
 	i := 0
 	for m := range body.Elements(raw) {
-		if each != nil {
-			each(m)
-		}
 		var obj *body.Object
 		changed := false
 		if known == nil || !known(m) {

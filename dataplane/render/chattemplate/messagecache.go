@@ -45,6 +45,10 @@ func (c *MessageCache) Find(raw []byte) FoundMessage {
 	return FoundMessage{raw, d, key, ok}
 }
 
+// Hash is the message's hash (of its JSON text, with a seed made for the process): the
+// cache's key, for a caller that keys the message elsewhere too.
+func (f FoundMessage) Hash() uint64 { return f.key }
+
 // Found reports whether the message was found decoded.
 func (f FoundMessage) Found() bool { return f.ok }
 

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"fmt"
 	"math/rand"
 	"reflect"
 	"strings"
@@ -43,6 +44,51 @@ func TestEncodeAllocatesNothing(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("%s: %v allocations per Encode, want 0", name, allocs)
 		}
+	}
+}
+
+// TestSegmentCacheSecondSight: a cache that admits on second sight keeps a segment the second time
+// it is encoded, finds it the third, and keeps none of a flood of segments each encoded once; its
+// slots come out of its budget.
+func TestSegmentCacheSecondSight(t *testing.T) {
+	tk, _ := loadNamed(t, "qwen-like")
+	c := NewSegmentCache(1<<20, 8)
+	c.AdmitOnSecondSight()
+	if got, want := c.maxBytes, int64(1<<20-8*256); got != want {
+		t.Fatalf("budget %d, want %d (256 slots taken from it)", got, want)
+	}
+	text := "<|im_start|>user\na message worth keeping<|im_end|>"
+	want := tk.Encode(nil, text, false)
+	for i, w := range []struct {
+		hits, misses uint64
+		kept         bool
+	}{{0, 1, false}, {0, 2, true}, {1, 2, true}} {
+		if got := tk.EncodeCached(nil, text, false, c); !reflect.DeepEqual(got, want) {
+			t.Fatalf("encoding %d: %v, want %v", i+1, got, want)
+		}
+		hits, misses, bytes := c.Stats()
+		if hits != w.hits || misses != w.misses || (bytes > 0) != w.kept {
+			t.Fatalf("encoding %d: hits %d, misses %d, bytes %d; want %d, %d, kept %v", i+1, hits, misses, bytes, w.hits, w.misses, w.kept)
+		}
+	}
+	_, _, held := c.Stats()
+	for i := range 10000 {
+		tk.EncodeCached(nil, fmt.Sprintf("one-off segment number %d", i), false, c)
+	}
+	if _, _, bytes := c.Stats(); bytes != held {
+		t.Fatalf("bytes %d after segments encoded once, want %d (none kept)", bytes, held)
+	}
+	if got := tk.EncodeCached(nil, text, false, c); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the flood: %v, want %v", got, want)
+	}
+	if hits, _, _ := c.Stats(); hits != 2 {
+		t.Fatalf("hits %d after the flood, want 2: the segment kept was evicted", hits)
+	}
+	// The smallest budget has one slot.
+	tiny := NewSegmentCache(4096, 1)
+	tiny.AdmitOnSecondSight()
+	if len(tiny.seen) != 1 || tiny.maxBytes != 4096-8 {
+		t.Fatalf("a 4 KiB cache: %d slots, budget %d; want 1, 4088", len(tiny.seen), tiny.maxBytes)
 	}
 }
 

@@ -1,6 +1,8 @@
 package tokenizer
 
 import (
+	"hash/maphash"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,11 @@ type SegmentCache struct {
 	bytes   int64
 
 	hits, misses atomic.Uint64
+
+	// seen, when not nil, admits a segment the second time it is encoded: each slot holds the
+	// hash of the last segment encoded once whose hash falls in it (a doorkeeper).
+	seen []atomic.Uint64
+	seed maphash.Seed
 }
 
 type segKey struct {
@@ -49,6 +56,42 @@ func NewSegmentCache(maxBytes int64, minSegmentBytes int) *SegmentCache {
 	return c
 }
 
+// A doorkeeper has a slot (8 bytes) for each seenBytesPerSlot of the cache's budget, a power of
+// two, at least one and at most maxSeenSlots.
+const (
+	seenBytesPerSlot = 4 << 10
+	maxSeenSlots     = 1 << 16
+)
+
+// AdmitOnSecondSight makes c keep a segment only when it is encoded the second time (seen within
+// a fixed number of slots, a hash each, taken from c's budget: 8 bytes for each 4 KiB, at most
+// 512 KiB). Where a conversation's next turn finds its history elsewhere (the rendered-history
+// cache), a segment encoded once is most often one of its own new messages, which no later turn
+// looks up here: not keeping it saves copying it into the cache each turn, and keeps a client's
+// one-off segments from evicting those encoded again (a system prompt or a document several
+// conversations send). Call it before c is used.
+func (c *SegmentCache) AdmitOnSecondSight() {
+	n := 1
+	if per := uint64(c.maxBytes / seenBytesPerSlot); per > 1 {
+		n = min(maxSeenSlots, 1<<(bits.Len64(per)-1))
+	}
+	c.seen = make([]atomic.Uint64, n)
+	c.seed = maphash.MakeSeed()
+	c.maxBytes -= int64(8 * n)
+}
+
+// secondSight reports whether the segment text of tokenizer tok was encoded before (as far as
+// c's slots remember), and notes it.
+func (c *SegmentCache) secondSight(tok uint64, text string) bool {
+	h := maphash.String(c.seed, text) ^ tok*0x9e3779b97f4a7c15 | 1 // 0 is an empty slot
+	slot := &c.seen[h>>1&uint64(len(c.seen)-1)]
+	if slot.Load() == h {
+		return true
+	}
+	slot.Store(h)
+	return false
+}
+
 // Stats returns the lookups that hit and missed, and the bytes held (for metrics and tests).
 func (c *SegmentCache) Stats() (hits, misses uint64, bytes int64) {
 	c.mu.Lock()
@@ -76,6 +119,9 @@ func (c *SegmentCache) put(tok uint64, text string, ids []int) {
 	size := int64(len(text)) + 4*int64(len(ids)) + segOverhead
 	if size > c.maxBytes/maxEntryShare {
 		return // one long segment would evict the conversations the cache is for, for a copy of itself
+	}
+	if c.seen != nil && !c.secondSight(tok, text) {
+		return
 	}
 	e := &segEntry{key: segKey{tok, strings.Clone(text)}, ids: make([]int32, len(ids)), size: size}
 	for i, id := range ids {
