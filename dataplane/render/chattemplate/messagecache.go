@@ -9,8 +9,9 @@ import "github.com/epd-dev/coordinator/dataplane/render/jinja"
 // messages spends about a fifth of its render decoding them.
 //
 // Values are shared only between renders of templates that change nothing they are given
-// (readsInputsOnly), and own all their memory (no string shares the request that first sent the
-// message). A message found is compared byte for byte first (textCache).
+// (readsInputsOnly), and own all their memory: a message kept is copied once, and its strings
+// share that copy (the cache's key text), never the request that first sent it. A message found
+// is compared byte for byte first (textCache).
 type MessageCache struct{ textCache[decodedMessage] }
 
 // decodedMessage is a message's value, the number of JSON values it holds (what it counts

@@ -1,12 +1,14 @@
 package chattemplate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 )
@@ -129,16 +131,21 @@ func (in *inputs) decodeMessages(c *MessageCache, items []json.RawMessage, found
 			continue
 		}
 		// A message too large to keep is decoded as the array's others would be (its strings
-		// may share the request's bytes); one kept owns its strings.
-		keep := c.fits(2*int64(len(raw)) + messageOverhead)
+		// may share the request's bytes); one kept is copied first, and decoded from the copy
+		// the cache keeps: its strings share the copy, never the request.
+		data := raw
+		keep := c.fits(int64(len(raw)) + messageOverhead)
+		if keep {
+			data = bytes.Clone(raw)
+		}
 		left := in.left
-		w := walker{data: raw, maxDepth: l.MaxDepth, left: &in.left, strs: in.strs, own: keep}
+		w := walker{data: data, maxDepth: l.MaxDepth, left: &in.left, strs: in.strs}
 		v, err := w.value(1)
 		if err != nil {
 			return jinja.Undefined(), in.check("messages", err)
 		}
 		if n := left - in.left; keep {
-			c.put(key, raw, decodedMessage{v, n, w.deepest}, int64(len(raw))+valueOverhead*int64(n)+messageOverhead)
+			c.put(key, unsafe.String(unsafe.SliceData(data), len(data)), decodedMessage{v, n, w.deepest}, valueOverhead*int64(n)+messageOverhead)
 		}
 		vals[i] = v
 	}

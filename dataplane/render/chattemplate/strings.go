@@ -27,5 +27,5 @@ func NewStringCache(maxBytes int64) *StringCache {
 
 // put keeps text, what the JSON string raw (its key: get's) stands for; raw is copied.
 func (c *StringCache) put(key uint64, raw []byte, text string) {
-	c.textCache.put(key, raw, text, int64(len(text))+stringOverhead)
+	c.textCache.put(key, string(raw), text, int64(len(text))+stringOverhead)
 }

@@ -68,13 +68,13 @@ func (c *textCache[V]) count(hit bool) {
 func (c *textCache[V]) fits(size int64) bool { return c.entries.fits(size) }
 
 // put keeps val, what the JSON text raw (its key: get's) decodes to, holding size bytes besides
-// raw; raw is copied.
-func (c *textCache[V]) put(key uint64, raw []byte, val V, size int64) {
+// raw (which is kept as it is: a caller's copy nothing modifies).
+func (c *textCache[V]) put(key uint64, raw string, val V, size int64) {
 	size += int64(len(raw))
 	if !c.fits(size) {
 		return
 	}
-	e := textEntry[V]{raw: string(raw), val: val}
+	e := textEntry[V]{raw: raw, val: val}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.entries.put(key, e, size)

@@ -56,7 +56,6 @@ type walker struct {
 	maxDepth int
 	left     *int         // values that may still be decoded
 	strs     *StringCache // nil: none
-	own      bool         // no string shares data's memory (the value outlives data)
 	deepest  int          // the depth of the deepest container decoded
 }
 
@@ -167,17 +166,14 @@ func (w *walker) dict(depth int) (jinja.Value, error) {
 	}
 }
 
-// str decodes the string at pos: its bytes when they need no decoding (no escape, valid UTF-8)
-// and own is false, else a decoded copy, or the copy strs holds of a long one.
+// str decodes the string at pos: its bytes when they need no decoding (no escape, valid UTF-8),
+// else a decoded copy, or the copy strs holds of a long one.
 func (w *walker) str() string {
 	rest := w.data[w.pos+1:]
 	if q := bytes.IndexByte(rest, '"'); bytes.IndexByte(rest[:q], '\\') < 0 && simdutf8.Valid(rest[:q]) {
 		w.pos += q + 2
-		switch {
-		case q == 0:
+		if q == 0 {
 			return ""
-		case w.own:
-			return string(rest[:q])
 		}
 		return unsafe.String(&rest[0], q)
 	}
