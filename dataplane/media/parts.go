@@ -215,22 +215,28 @@ func partsContent(msg []byte) bool {
 // returns every media part, and every part refused for carrying a URL elsewhere, in document
 // order.
 func walk(obj *body.Object, l Layout) ([]mediaItem, error) {
+	items, _, err := walkMessages(obj, l)
+	return items, err
+}
+
+// walkMessages is walk, and returns the messages (or input items) it split too.
+func walkMessages(obj *body.Object, l Layout) ([]mediaItem, []json.RawMessage, error) {
 	key := l.Messages
 	_, msgs, err := chatMessages(obj, key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []mediaItem
 	for mi, rawMsg := range msgs {
 		if body.KindOf(rawMsg) != body.KindObject {
-			return nil, apierror.InvalidField(key, "%s[%d] must be an object", key, mi)
+			return nil, nil, apierror.InvalidField(key, "%s[%d] must be an object", key, mi)
 		}
 		if !partsContent(rawMsg) {
 			continue // plain string content carries no media
 		}
 		msg, err := body.ParseNested(rawMsg)
 		if err != nil {
-			return nil, apierror.InvalidField(key, "%s[%d]: %v", key, mi, err)
+			return nil, nil, apierror.InvalidField(key, "%s[%d]: %v", key, mi, err)
 		}
 		rawContent, ok := msg.Get("content")
 		if !ok || body.KindOf(rawContent) != body.KindArray {
@@ -238,7 +244,7 @@ func walk(obj *body.Object, l Layout) ([]mediaItem, error) {
 		}
 		parts, err := body.Array(rawContent)
 		if err != nil {
-			return nil, apierror.InvalidField(key, "%s[%d].content must be an array", key, mi)
+			return nil, nil, apierror.InvalidField(key, "%s[%d].content must be an array", key, mi)
 		}
 		for pi, rawPart := range parts {
 			if body.KindOf(rawPart) != body.KindObject {
@@ -254,7 +260,7 @@ func walk(obj *body.Object, l Layout) ([]mediaItem, error) {
 			}
 		}
 	}
-	return out, nil
+	return out, msgs, nil
 }
 
 // classify fills in it from its part and reports whether the part is media (or refused).
@@ -366,9 +372,16 @@ func urlOutside(o *body.Object, skip string) bool {
 // would refuse are left out. It is render's fallback when no replace-media-urls step ran: the
 // URLs are then the client's own, remote ones included.
 func Scan(obj *body.Object, l Layout) ([]request.MediaEntry, error) {
-	items, err := walk(obj, l)
+	entries, _, err := ScanMessages(obj, l)
+	return entries, err
+}
+
+// ScanMessages is Scan, and returns the elements of obj's messages array (l.Messages) too, as
+// the scan split them (nil when it has none), for a caller that walks them next.
+func ScanMessages(obj *body.Object, l Layout) ([]request.MediaEntry, []json.RawMessage, error) {
+	items, msgs, err := walkMessages(obj, l)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []request.MediaEntry
 	for _, it := range items {
@@ -376,7 +389,7 @@ func Scan(obj *body.Object, l Layout) ([]request.MediaEntry, error) {
 			out = append(out, request.MediaEntry{Message: it.msg, Part: it.part, Kind: it.kind.partType, URL: it.url})
 		}
 	}
-	return out, nil
+	return out, msgs, nil
 }
 
 // SetUUIDs gives each rendered media part of obj, a conversational body laid out as l, its

@@ -251,6 +251,9 @@ func (m *Model) Prompt(dst []int, text string, addSpecial bool, l Limits) ([]int
 type ChatRequest struct {
 	// Messages is the request's messages array (OpenAI chat format).
 	Messages json.RawMessage
+	// Split, when not nil, is Messages' elements, as the caller split them already (slices of
+	// Messages; the media scan's): the render does not split the array again.
+	Split []json.RawMessage
 	// Tools is the tools array, or nil.
 	Tools json.RawMessage
 	// AddGenerationPrompt (default true), ContinueFinalMessage and AddSpecialTokens (default
@@ -324,7 +327,7 @@ func (m *Model) ChatTokens(r ChatRequest) (Tokens, error) {
 			return f.Found()
 		}
 	}
-	msgs, items, err := convertMessages(r.Messages, m.contentFormat, m.messages != nil, known)
+	msgs, items, err := convertMessages(r.Messages, r.Split, m.contentFormat, m.messages != nil, known)
 	if err != nil {
 		return Tokens{}, err
 	}

@@ -144,14 +144,23 @@ func TestTemplateMessages(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			in := []byte(tc.in)
-			got, items, err := convertMessages(in, tc.format, true, nil)
+			got, items, err := convertMessages(in, nil, tc.format, true, nil)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The elements split by a caller (the media scan) convert as the array does; a split
+			// of other bytes is not used.
+			split, _ := body.Array(in)
+			foreign, _ := body.Array([]byte(tc.in))
+			for _, sp := range [][]json.RawMessage{split, foreign} {
+				if again, _, err := convertMessages(in, sp, tc.format, true, nil); err != nil || string(again) != string(got) {
+					t.Fatalf("converted from a split: %s, %v; want %s", again, err, got)
+				}
 			}
 			// A converted message converts to itself (what lets a message the cache holds skip
 			// the conversion): converting again, or with every message known, changes nothing.
 			for _, known := range []func([]byte) bool{nil, func([]byte) bool { return true }} {
-				again, _, err := convertMessages(got, tc.format, true, known)
+				again, _, err := convertMessages(got, nil, tc.format, true, known)
 				if err != nil || string(again) != string(got) {
 					t.Fatalf("converted again: %s, %v; want %s", again, err, got)
 				}

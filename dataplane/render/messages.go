@@ -17,16 +17,27 @@ import (
 // converted array's elements are returned too. known (when not nil) is called with each
 // message's bytes as the client sent them, in order: a message it reports to be one a
 // conversion left as it is, is neither parsed nor converted (a converted message converts to
-// itself, so the messages a MessageCache holds, converted ones, are known).
-func convertMessages(raw json.RawMessage, format string, items bool, known func([]byte) bool) (json.RawMessage, []json.RawMessage, error) {
+// itself, so the messages a MessageCache holds, converted ones, are known). split, when not nil,
+// is raw's elements as a caller split them already (slices of raw: else raw is split again).
+func convertMessages(raw json.RawMessage, split []json.RawMessage, format string, items bool, known func([]byte) bool) (json.RawMessage, []json.RawMessage, error) {
 	if body.KindOf(raw) != body.KindArray {
 		return nil, nil, inputErr("messages must be an array")
+	}
+	elements := body.Elements(raw)
+	if len(split) > 0 && body.Offset(raw, split[0]) >= 0 && body.Offset(raw, split[len(split)-1]) >= 0 {
+		elements = func(yield func([]byte) bool) {
+			for _, m := range split {
+				if !yield(m) {
+					return
+				}
+			}
+		}
 	}
 	var out []byte              // nil until a message changes: then raw up to it, and every message after it
 	var elems []json.RawMessage // with items: the elements before the first change
 	var spans []int             // with items: where each element after it starts and ends in out
 	i := 0
-	for m := range body.Elements(raw) {
+	for m := range elements {
 		var obj *body.Object
 		changed := false
 		if known == nil || !known(m) {

@@ -405,17 +405,21 @@ func answerTokenIDs(answer *body.Object) ([]int, json.RawMessage, error) {
 // Conversation renders a conversational request, in process or through the chat render
 // service: msgs is its chat body (the client's own, or a Responses request's messages).
 func (s *renderStep) Conversation(ctx context.Context, rc *request.Context, msgs *body.Object) error {
+	var split []json.RawMessage // msgs' messages, as the scan split them
 	if !rc.MediaScanned {
-		entries, err := media.Scan(rc.Body, *wire.Of(rc.API).Media())
+		entries, elems, err := media.ScanMessages(rc.Body, *wire.Of(rc.API).Media())
 		if err != nil {
 			return err
 		}
 		rc.Media, rc.MediaScanned = entries, true
+		if msgs == rc.Body {
+			split = elems
+		}
 	}
 	if s.model != nil {
 		why := localChatRefusal(rc, msgs)
 		if why == "" {
-			return s.chatLocal(ctx, rc, msgs)
+			return s.chatLocal(ctx, rc, msgs, split)
 		}
 		if s.client == nil {
 			return apierror.BadRequest("not_renderable", "this pipeline renders text in process and has no render service for %s", why)
@@ -471,9 +475,9 @@ func localChatRefusal(rc *request.Context, msgs *body.Object) string {
 	return ""
 }
 
-// chatLocal renders msgs, a chat body, in process.
-func (s *renderStep) chatLocal(ctx context.Context, rc *request.Context, msgs *body.Object) error {
-	req := render.ChatRequest{AddGenerationPrompt: true}
+// chatLocal renders msgs, a chat body, in process; split, when not nil, is its messages' elements.
+func (s *renderStep) chatLocal(ctx context.Context, rc *request.Context, msgs *body.Object, split []json.RawMessage) error {
+	req := render.ChatRequest{AddGenerationPrompt: true, Split: split}
 	req.Messages, _ = msgs.Get("messages")
 	if tools, ok := msgs.Get("tools"); ok && body.KindOf(tools) != body.KindNull {
 		req.Tools = tools
