@@ -217,3 +217,31 @@ func TestMessageCacheTooLarge(t *testing.T) {
 		t.Errorf("hits %d, misses %d, %d bytes: want the short message alone kept", h, m, bytes)
 	}
 }
+
+// TestMessageCacheCountsCopies: a message kept is counted for its JSON text (which its plain
+// strings share) and for each string decoded into a copy of its own (escapes), besides its
+// values' overhead.
+func TestMessageCacheCountsCopies(t *testing.T) {
+	tmpl := loadInline(t, `{% for m in messages %}{{ m.content }}|{% endfor %}`)
+	for name, content := range map[string]string{
+		"plain":   strings.Repeat("plain ", 100),
+		"escaped": strings.Repeat(`line\n`, 100),
+	} {
+		t.Run(name, func(t *testing.T) {
+			msgs := json.RawMessage(`[{"role":"user","content":"` + content + `"}]`)
+			c := NewMessageCache(1 << 20)
+			if _, err := tmpl.Render(msgs, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, msgs)}); err != nil {
+				t.Fatal(err)
+			}
+			item := int64(len(msgs) - 2) // the message's JSON text
+			copied := int64(0)
+			if name == "escaped" {
+				copied = int64(len(strings.ReplaceAll(content, `\n`, "\n")))
+			}
+			want := item + copied + 3*valueOverhead + messageOverhead // three values: the dict and its two strings
+			if _, _, bytes := c.Stats(); bytes != want {
+				t.Errorf("%d bytes held, want %d (JSON %d, copies %d)", bytes, want, item, copied)
+			}
+		})
+	}
+}

@@ -145,7 +145,7 @@ func (in *inputs) decodeMessages(c *MessageCache, items []json.RawMessage, found
 			return jinja.Undefined(), in.check("messages", err)
 		}
 		if n := left - in.left; keep {
-			c.put(key, unsafe.String(unsafe.SliceData(data), len(data)), decodedMessage{v, n, w.deepest}, valueOverhead*int64(n)+messageOverhead)
+			c.put(key, unsafe.String(unsafe.SliceData(data), len(data)), decodedMessage{v, n, w.deepest}, int64(w.copied)+valueOverhead*int64(n)+messageOverhead)
 		}
 		vals[i] = v
 	}

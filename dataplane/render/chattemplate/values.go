@@ -57,6 +57,7 @@ type walker struct {
 	left     *int         // values that may still be decoded
 	strs     *StringCache // nil: none
 	deepest  int          // the depth of the deepest container decoded
+	copied   int          // the bytes of the strings decoded into copies of their own
 }
 
 func (w *walker) space() {
@@ -200,6 +201,8 @@ func (w *walker) str() string {
 	text := unsafe.String(&s[0], len(s)) // s is this string's own: no second copy
 	if cached {
 		w.strs.put(key, raw, text)
+	} else {
+		w.copied += len(s)
 	}
 	return text
 }
