@@ -220,7 +220,7 @@ func TestMessageCacheTooLarge(t *testing.T) {
 
 // TestMessageCacheCountsCopies: a message kept is counted for its JSON text (which its plain
 // strings share) and for each string decoded into a copy of its own (escapes), besides its
-// values' overhead.
+// values' overhead; its strings are not kept in the string cache too.
 func TestMessageCacheCountsCopies(t *testing.T) {
 	tmpl := loadInline(t, `{% for m in messages %}{{ m.content }}|{% endfor %}`)
 	for name, content := range map[string]string{
@@ -229,9 +229,12 @@ func TestMessageCacheCountsCopies(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			msgs := json.RawMessage(`[{"role":"user","content":"` + content + `"}]`)
-			c := NewMessageCache(1 << 20)
-			if _, err := tmpl.Render(msgs, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, msgs)}); err != nil {
+			c, sc := NewMessageCache(1<<20), NewStringCache(1<<20)
+			if _, err := tmpl.Render(msgs, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, msgs), Strings: sc}); err != nil {
 				t.Fatal(err)
+			}
+			if _, _, bytes := sc.Stats(); bytes != 0 {
+				t.Errorf("the string cache holds %d bytes of a message the message cache keeps", bytes)
 			}
 			item := int64(len(msgs) - 2) // the message's JSON text
 			copied := int64(0)

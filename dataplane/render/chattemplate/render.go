@@ -131,15 +131,17 @@ func (in *inputs) decodeMessages(c *MessageCache, items []json.RawMessage, found
 			continue
 		}
 		// A message too large to keep is decoded as the array's others would be (its strings
-		// may share the request's bytes); one kept is copied first, and decoded from the copy
-		// the cache keeps: its strings share the copy, never the request.
-		data := raw
+		// may share the request's bytes, its long ones with escapes found in the string
+		// cache); one kept is copied first, and decoded from the copy the cache keeps: its
+		// strings share the copy, never the request, and those with escapes are its own (the
+		// message is found whole next turn: its strings need no cache of their own).
+		data, strs := raw, in.strs
 		keep := c.fits(int64(len(raw)) + messageOverhead)
 		if keep {
-			data = bytes.Clone(raw)
+			data, strs = bytes.Clone(raw), nil
 		}
 		left := in.left
-		w := walker{data: data, maxDepth: l.MaxDepth, left: &in.left, strs: in.strs}
+		w := walker{data: data, maxDepth: l.MaxDepth, left: &in.left, strs: strs}
 		v, err := w.value(1)
 		if err != nil {
 			return jinja.Undefined(), in.check("messages", err)

@@ -7,8 +7,9 @@ package chattemplate
 //
 // Only strings that need decoding are kept (those with escapes, or with bytes that are not
 // UTF-8: a plain string shares the request's memory and costs nothing), and only long ones
-// (minCachedString). A string found is compared byte for byte first (textCache). What is shared
-// is a Go string, which nothing can change.
+// (minCachedString), of messages a MessageCache does not keep (one it keeps is found whole: its
+// strings are its own). A string found is compared byte for byte first (textCache). What is
+// shared is a Go string, which nothing can change.
 type StringCache struct{ textCache[string] }
 
 const (
