@@ -195,10 +195,11 @@ func chatMessages(obj *body.Object, key string) (json.RawMessage, []json.RawMess
 }
 
 // partsContent reports whether a message's content (its last, as a parse keeps) is a list of
-// parts, without parsing the message: no array anywhere in it is a memchr, else its members are
-// scanned, nothing allocated (the body passed body.Valid, so every key decodes).
+// parts, without parsing the message: a message with no array value is found by memchr (a
+// bracket in its text is not one), else its members are scanned, nothing allocated (the body
+// passed body.Valid, so every key decodes).
 func partsContent(msg []byte) bool {
-	if bytes.IndexByte(msg, '[') < 0 {
+	if !arrayValue(msg) {
 		return false
 	}
 	array := false
@@ -208,6 +209,27 @@ func partsContent(msg []byte) bool {
 		}
 	}
 	return array
+}
+
+// arrayValue reports whether the JSON object msg may have a member whose value is an array: a
+// '[' after a ':' (JSON whitespace between). A member's value follows its colon, so an object
+// without one has none; a string may hold one too (text such as "a: [1]"), which costs only the
+// scan partsContent would have made anyway.
+func arrayValue(msg []byte) bool {
+	for i := 0; ; i++ {
+		j := bytes.IndexByte(msg[i:], '[')
+		if j < 0 {
+			return false
+		}
+		i += j
+		k := i - 1
+		for k > 0 && (msg[k] == ' ' || msg[k] == '\t' || msg[k] == '\n' || msg[k] == '\r') {
+			k--
+		}
+		if k > 0 && msg[k] == ':' {
+			return true
+		}
+	}
 }
 
 // walk walks messages[*].content[*] of a chat body, or input[*].content[*] of a Responses

@@ -94,12 +94,29 @@ func TestPartsContent(t *testing.T) {
 		{`{"content":"b","content":[{"type":"text","text":"a"}]}`, true},
 		{`{"role":"user","con\u0074ent":[{"type":"text","text":"a"}]}`, true},
 		{`{"role":"user","content":null,"x":[1]}`, false},
+		{`{"role":"user","content":"[1] a: [list] after a colon in text"}`, false},
+		{"{\"role\":\"user\",\"content\":\t\n\r [{\"type\":\"text\",\"text\":\"a\"}]}", true},
+		{`{"role":"user","content":"[x]","content":[]}`, true},
 	} {
 		if !body.Valid([]byte(c.msg)) {
 			t.Fatalf("%s is not valid JSON", c.msg)
 		}
 		if got := partsContent([]byte(c.msg)); got != c.want {
 			t.Errorf("partsContent(%s) = %v, want %v", c.msg, got, c.want)
+		}
+		// A message whose content is a list has an array value.
+		if c.want && !arrayValue([]byte(c.msg)) {
+			t.Errorf("arrayValue(%s) = false", c.msg)
+		}
+	}
+	// Brackets in text are not array values: such a message's members are not scanned.
+	for msg, want := range map[string]bool{
+		`{"role":"user","content":"[1] a list [x](y) payload[\"items\"]"}`: false,
+		`{"role":"user","content":"a: [1]"}`:                               true, // text, scanned
+		`{"role":"assistant","content":"x","tool_calls":[{"id":"a"}]}`:     true,
+	} {
+		if got := arrayValue([]byte(msg)); got != want {
+			t.Errorf("arrayValue(%s) = %v, want %v", msg, got, want)
 		}
 	}
 }
