@@ -59,7 +59,7 @@ func FuzzScanMedia(f *testing.F) {
 				t.Fatalf("%s: URL %q, the body has %q", it.where(), it.url, want)
 			}
 		}
-		entries, err := Scan(obj, chat)
+		entries, _, err := Scan(obj, chat)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -392,15 +392,10 @@ func urlOutside(o *body.Object, skip string) bool {
 // Scan returns one entry per media part of an entry kind (images, audio and video) of obj, laid
 // out as l, in document order, with its URL (an input_audio's base64 data); parts the walker
 // would refuse are left out. It is render's fallback when no replace-media-urls step ran: the
-// URLs are then the client's own, remote ones included.
-func Scan(obj *body.Object, l Layout) ([]request.MediaEntry, error) {
-	entries, _, err := ScanMessages(obj, l)
-	return entries, err
-}
-
-// ScanMessages is Scan, and returns the elements of obj's messages array (l.Messages) too, as
-// the scan split them (nil when it has none), for a caller that walks them next.
-func ScanMessages(obj *body.Object, l Layout) ([]request.MediaEntry, []json.RawMessage, error) {
+// URLs are then the client's own, remote ones included. It returns the elements of obj's messages
+// array (l.Messages) too, as it split them (nil when there is none), for a caller that walks
+// them next.
+func Scan(obj *body.Object, l Layout) ([]request.MediaEntry, []json.RawMessage, error) {
 	items, msgs, err := walkMessages(obj, l)
 	if err != nil {
 		return nil, nil, err

@@ -2,6 +2,7 @@ package media
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -28,9 +29,13 @@ func TestScanMedia(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := Scan(obj, chat)
+	got, msgs, err := Scan(obj, chat)
 	if err != nil {
 		t.Fatal(err)
+	}
+	raw, _ := obj.Get("messages")
+	if split, _ := body.Array(raw); fmt.Sprintf("%q", msgs) != fmt.Sprintf("%q", split) || body.Offset(raw, msgs[len(msgs)-1]) < 0 {
+		t.Fatalf("messages split %q, want the body's own %q", msgs, split)
 	}
 	want := []request.MediaEntry{
 		{Message: 1, Part: 1, Kind: "image_url", URL: "http://a/1.png"},
@@ -49,7 +54,7 @@ func TestScanMedia(t *testing.T) {
 			t.Errorf("entry %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}
-	if _, err := Scan(mustParse(t, `{"messages":[1]}`), chat); err == nil || !strings.Contains(err.Error(), "messages[0] must be an object") {
+	if _, _, err := Scan(mustParse(t, `{"messages":[1]}`), chat); err == nil || !strings.Contains(err.Error(), "messages[0] must be an object") {
 		t.Fatalf("err = %v", err)
 	}
 }

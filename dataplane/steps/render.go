@@ -407,7 +407,7 @@ func answerTokenIDs(answer *body.Object) ([]int, json.RawMessage, error) {
 func (s *renderStep) Conversation(ctx context.Context, rc *request.Context, msgs *body.Object) error {
 	var split []json.RawMessage // msgs' messages, as the scan split them
 	if !rc.MediaScanned {
-		entries, elems, err := media.ScanMessages(rc.Body, *wire.Of(rc.API).Media())
+		entries, elems, err := media.Scan(rc.Body, *wire.Of(rc.API).Media())
 		if err != nil {
 			return err
 		}
