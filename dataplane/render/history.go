@@ -63,11 +63,11 @@ type historyCache struct {
 // historyEntry is one rendered conversation. text, ids and cuts are never modified once stored
 // (they are read without the lock); keys, size and the links are guarded by the cache's mu.
 type historyEntry struct {
-	text   string       // the rendering up to its last cut
+	text   pieces       // the rendering up to its last cut: the earlier turns' pieces are shared with the entries they came from
 	chunks [][]int32    // the ids of text, in order: the earlier turns' chunks are shared with the entries they came from
 	lists  [][]byte     // each chunk's ids as JSON, joined by commas (no brackets; a chunk without ids has none)
 	cuts   []historyCut // the cuts of text, increasing; the last is len(text)
-	held   int64        // bytes of the rendering text keeps alive (it is a slice of it)
+	held   int64        // bytes of the renderings text keeps alive (its pieces are slices of them)
 
 	keys       []uint64
 	size       int64
@@ -80,8 +80,13 @@ type historyEntry struct {
 const maxChunks = 32
 
 // compact joins e's chunks into one, and its lists into one, when it has more than maxChunks
-// (the cuts stay true: the lists joined by commas are the same bytes).
+// (the cuts stay true: the lists joined by commas are the same bytes), and its text's pieces
+// into one when they are more than maxChunks.
 func (e *historyEntry) compact() {
+	if len(e.text) > maxChunks {
+		e.text = pieces{e.text.slice(0, e.text.len())}
+		e.held = int64(len(e.text[0]))
+	}
 	if len(e.chunks) <= maxChunks {
 		return
 	}
@@ -350,63 +355,77 @@ func (c *historyCache) pushFront(e *historyEntry) {
 	c.lru.next = e
 }
 
-// chatHistory encodes text, a chat rendering whose request's message prefixes have keys
-// (historyKeys), with the history cache: the ids of the longest stretch the conversation it
-// continues shares, and their JSON lists, are shared with it (nothing copied); the rest is
-// encoded (cut by cut, to know the ids at each) and listed, and the rendering is kept for the
-// next turn. Its JSON is nil with an error, or when the text is past its limits. Errors are
-// encode's.
-func (m *Model) chatHistory(text string, keys []uint64, l Limits) (Tokens, error) {
-	if (l.MaxInputBytes > 0 && len(text) > l.MaxInputBytes) || len(text) > math.MaxInt32 {
-		ids, err := m.encode(nil, text, false, l) // the limit's error
+// chatHistory encodes a chat rendering whose request's message prefixes have keys
+// (historyKeys), with the history cache: the rendering is found's text's first matched bytes
+// (the template compared them with found's, chattemplate.Template.RenderAfter) followed by rest
+// (found nil: rest alone). The ids of the longest stretch it shares with found, and their JSON
+// lists, are shared with found (nothing copied); the rest is encoded (cut by cut, to know the
+// ids at each) and listed, and the rendering is kept for the next turn, its shared bytes as
+// found's pieces. Its JSON is nil with an error, or when the text is past its limits. Errors
+// are encode's.
+func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys []uint64, l Limits) (Tokens, error) {
+	var text pieces // the rendering
+	if found != nil {
+		text = found.text.first(matched)
+	}
+	text = append(text, rest)
+	size := matched + len(rest)
+	if l.MaxInputBytes > 0 && size > l.MaxInputBytes {
+		return Tokens{}, inputLimitErr(size, l.MaxInputBytes)
+	}
+	if size > math.MaxInt32 {
+		ids, err := m.encode(nil, text.slice(0, size), false, l)
 		return Tokens{Own: ids}, err
 	}
 	h := m.history
-	found, shared := h.find(keys), 0
-	if found != nil {
-		shared = commonPrefix(found.text, text)
+	shared := matched // the bytes found's text and the rendering begin with
+	if found != nil && matched == 0 {
+		shared = found.text.commonPrefix(rest) // rendered whole (continue_final_message)
 	}
-	cuts := m.textCuts(found, text, shared)
+	cuts, from, tail := m.textCuts(found, text, shared)
 	old, k, j := h.match(found, shared, cuts)
-	// The ids and JSON lists of the shared stretch (from ids, fromJSON bytes of list), then
+	// The ids and JSON lists of the shared stretch (before, fromJSON bytes of list), then
 	// own, the ids encoded here, and js, their list: after a comma when the stretch has ids,
 	// else after the array's opening bracket (jsonBase makes js's length a cut's json).
 	var t Tokens
-	at, from, fromJSON, jsonBase := 0, 0, 0, -1
+	at, before, fromJSON, jsonBase := 0, 0, 0, -1
 	var lists [][]byte
 	var ecuts []historyCut
 	if old != nil {
 		cut := old.cuts[k]
-		at, from, fromJSON = int(cut.at), int(cut.ids), int(cut.json)
-		t.Shared, lists = old.firstChunks(from), old.firstLists(fromJSON)
+		at, before, fromJSON = int(cut.at), int(cut.ids), int(cut.json)
+		t.Shared, lists = old.firstChunks(before), old.firstLists(fromJSON)
 		ecuts = append(make([]historyCut, 0, k+1+len(cuts)-j), old.cuts[:k+1]...)
 	} else {
 		ecuts = make([]historyCut, 0, len(cuts))
 	}
-	own := growFor(nil, text[at:], l.Encode.MaxTokens)
+	if at < from { // never: a cut the scan did not read is one of found's, before at
+		tail, from = text.slice(at, size), at
+	}
+	own := growFor(nil, tail[at-from:], l.Encode.MaxTokens)
 	js := make([]byte, 0, 7*cap(own)+2)
-	if from > 0 {
+	if before > 0 {
 		jsonBase = fromJSON
 	} else {
 		js = append(js, '[')
 	}
 	listed := 0
 	list := func() { // the ids encoded since the last call
-		js = body.AppendIntList(js, own[listed:], from+listed > 0 && len(own) > listed)
+		js = body.AppendIntList(js, own[listed:], before+listed > 0 && len(own) > listed)
 		listed = len(own)
 	}
 	var err error
 	for _, c := range cuts[j+1:] {
-		if own, err = m.encodePiece(own, text[at:c], l, from); err != nil {
+		if own, err = m.encodePiece(own, tail[at-from:c-from], l, before); err != nil {
 			t.Own = own
 			return t, err
 		}
 		at = c
 		list()
-		ecuts = append(ecuts, historyCut{at: int32(c), ids: int32(from + listed), json: int32(jsonBase + len(js))})
+		ecuts = append(ecuts, historyCut{at: int32(c), ids: int32(before + listed), json: int32(jsonBase + len(js))})
 	}
-	if at < len(text) || l.Encode.MaxTokens > 0 || l.Encode.Context != nil { // text after a stripping token; the last checks
-		if own, err = m.encodePiece(own, text[at:], l, from); err != nil {
+	if at < size || l.Encode.MaxTokens > 0 || l.Encode.Context != nil { // text after a stripping token; the last checks
+		if own, err = m.encodePiece(own, tail[at-from:], l, before); err != nil {
 			t.Own = own
 			return t, err
 		}
@@ -418,19 +437,23 @@ func (m *Model) chatHistory(text string, keys []uint64, l Limits) (Tokens, error
 		return t, nil
 	}
 	last := ecuts[len(ecuts)-1]
-	if !h.fits(int64(len(text)) + 4*int64(last.ids) + int64(last.json)) {
+	held := int64(len(rest)) // the renderings the entry's text keeps alive: rest's, and found's
+	if found != nil && matched > 0 {
+		held += found.held
+	}
+	if !h.fits(held + 4*int64(last.ids) + int64(last.json)) {
 		return t, nil // not even copied: a conversation too large to keep costs nothing more
 	}
-	e := &historyEntry{text: text[:last.at], cuts: ecuts, held: int64(len(text)), chunks: t.Shared, lists: lists}
-	if n := int(last.ids) - from; n > 0 {
+	e := &historyEntry{text: text.first(int(last.at)), cuts: ecuts, held: held, chunks: t.Shared, lists: lists}
+	if n := int(last.ids) - before; n > 0 {
 		chunk := make([]int32, n)
 		for i, id := range own[:n] {
 			chunk[i] = int32(id)
 		}
 		e.chunks = append(e.chunks[:len(e.chunks):len(e.chunks)], chunk)
 		e.lists = append(e.lists[:len(e.lists):len(e.lists)], slices.Clone(js[1:int(last.json)-jsonBase]))
-		e.compact()
 	}
+	e.compact()
 	if len(keys) > 0 {
 		h.store(keys[len(keys)-1], e, old)
 	}
@@ -458,28 +481,30 @@ func jsonSegments(lists [][]byte, tail []byte) [][]byte {
 // The glue of jsonSegments' pieces (never modified).
 var openBracket, comma = []byte("["), []byte(",")
 
-// textCuts are the cuts of text (tokenizer.Cuts). With e, a conversation text continues and
-// begins with shared bytes of, they are e's as far as those bytes decide them (CutReach) and the
-// text after is scanned alone: a later turn scans its new turns, not its history.
-func (m *Model) textCuts(e *historyEntry, text string, shared int) []int {
+// textCuts are the cuts of text (tokenizer.Cuts), and the text the scan read: from byte from
+// on (tail). With e, a conversation text continues and begins with shared bytes of, they are e's
+// as far as those bytes decide them (CutReach) and the text after is scanned alone: a later turn
+// scans its new turns, not its history.
+func (m *Model) textCuts(e *historyEntry, text pieces, shared int) (cuts []int, from int, tail string) {
 	reach := m.tok.CutReach()
 	if e == nil || reach < 0 {
-		return m.tok.Cuts(nil, text)
+		tail = text.slice(0, text.len())
+		return m.tok.Cuts(nil, tail), 0, tail
 	}
 	safe := shared - reach
 	n := sort.Search(len(e.cuts), func(i int) bool { return int(e.cuts[i].at) > safe })
-	cuts := make([]int, n, len(e.cuts)+8)
+	cuts = make([]int, n, len(e.cuts)+8)
 	for i, c := range e.cuts[:n] {
 		cuts[i] = int(c.at)
 	}
-	from := 0
 	if n > 0 {
 		from = cuts[n-1]
 	}
-	for _, c := range m.tok.Cuts(nil, text[from:]) {
+	tail = text.slice(from, text.len())
+	for _, c := range m.tok.Cuts(nil, tail) {
 		cuts = append(cuts, from+c)
 	}
-	return cuts
+	return cuts, from, tail
 }
 
 // encodePiece encodes s, a piece of a rendering between two cuts, after dst and before ids shared

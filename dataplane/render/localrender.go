@@ -221,10 +221,15 @@ func (e *LimitError) Error() string { return "render: " + e.Message }
 // encode encodes text under l.
 func (m *Model) encode(dst []int, text string, addSpecial bool, l Limits) ([]int, error) {
 	if l.MaxInputBytes > 0 && len(text) > l.MaxInputBytes {
-		return dst, &LimitError{Limit: "MaxInputBytes", Message: fmt.Sprintf("%d bytes of text to tokenize exceed the limit of %d", len(text), l.MaxInputBytes)}
+		return dst, inputLimitErr(len(text), l.MaxInputBytes)
 	}
 	ids, err := m.tok.EncodeLimited(growFor(dst, text, l.Encode.MaxTokens), text, addSpecial, m.cache, l.Encode)
 	return ids, encodeErr(err)
+}
+
+// inputLimitErr is the error for n bytes of text to tokenize, over limit.
+func inputLimitErr(n, limit int) error {
+	return &LimitError{Limit: "MaxInputBytes", Message: fmt.Sprintf("%d bytes of text to tokenize exceed the limit of %d", n, limit)}
 }
 
 // encodeErr is the render's error for the tokenizer's.
@@ -337,9 +342,18 @@ func (m *Model) ChatTokens(r ChatRequest) (Tokens, error) {
 		tl.MaxInputBytes, tl.MaxValues = cmp.Or(l.MaxInputBytes, tl.MaxInputBytes), cmp.Or(l.MaxValues, tl.MaxValues)
 		tmpl = tmpl.WithLimits(tl)
 	}
-	text, err := tmpl.Render(msgs, chattemplate.Options{Tools: r.Tools, AddGenerationPrompt: r.AddGenerationPrompt,
+	// A conversation the history cache holds is expected to render as it did: its text is
+	// compared, not copied again.
+	var history *historyEntry
+	var expect []string
+	if keys != nil {
+		if history = m.history.find(keys.keys); history != nil {
+			expect = history.text
+		}
+	}
+	matched, text, err := tmpl.RenderAfter(msgs, chattemplate.Options{Tools: r.Tools, AddGenerationPrompt: r.AddGenerationPrompt,
 		ContinueFinalMessage: r.ContinueFinalMessage, Kwargs: r.Kwargs, Validated: true, Strings: m.strings,
-		MessageCache: m.messages, MessageItems: items, MessageFound: found, Iterations: m.iterations})
+		MessageCache: m.messages, MessageItems: items, MessageFound: found, Iterations: m.iterations}, expect)
 	var ie *chattemplate.InputError
 	switch {
 	case errors.As(err, &ie) && ie.Limit != "":
@@ -351,7 +365,7 @@ func (m *Model) ChatTokens(r ChatRequest) (Tokens, error) {
 		return Tokens{}, ctx.Err()
 	}
 	if keys != nil {
-		return m.chatHistory(text, keys.keys, l)
+		return m.chatHistory(history, matched, text, keys.keys, l)
 	}
 	ids, err := m.encode(nil, text, r.AddSpecialTokens, l)
 	return Tokens{Own: ids}, err

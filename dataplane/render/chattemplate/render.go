@@ -43,8 +43,20 @@ var reservedVars = []string{"messages", "tools", "documents", "add_generation_pr
 // add_generation_prompt, the special tokens that are set, the kwargs, and the functions
 // raise_exception and strftime_now. An error from raise_exception is a *TemplateError.
 func (t *Template) Render(messages json.RawMessage, opts Options) (string, error) {
+	_, out, err := t.RenderAfter(messages, opts, nil)
+	return out, err
+}
+
+// RenderAfter is Render for a rendering expected to begin with the text expect (in pieces: a
+// conversation's rendering the turn before): the bytes it begins with that match expect are
+// compared, never copied (matched counts them), and rest is the rendering after them. With
+// ContinueFinalMessage nothing is expected (matched is 0).
+func (t *Template) RenderAfter(messages json.RawMessage, opts Options, expect []string) (matched int, rest string, err error) {
 	if opts.ContinueFinalMessage && opts.AddGenerationPrompt {
-		return "", inputErr("continue_final_message and add_generation_prompt are not compatible")
+		return 0, "", inputErr("continue_final_message and add_generation_prompt are not compatible")
+	}
+	if opts.ContinueFinalMessage {
+		expect = nil
 	}
 	in := &inputs{t: t, validated: opts.Validated, left: t.limits.MaxValues, strs: opts.Strings}
 	if in.left == 0 {
@@ -52,7 +64,7 @@ func (t *Template) Render(messages json.RawMessage, opts Options) (string, error
 	}
 	msgs, tools, err := t.decodeInputs(in, messages, opts)
 	if err != nil {
-		return "", err
+		return 0, "", err
 	}
 	c := t.main
 	if t.toolUse != nil && !tools.IsNone() {
@@ -60,31 +72,31 @@ func (t *Template) Render(messages json.RawMessage, opts Options) (string, error
 	}
 	vars, err := t.variables(in, c, msgs, tools, opts)
 	if err != nil {
-		return "", err
+		return 0, "", err
 	}
 	ro := jinja.RenderOptions{SizeHint: len(messages) + len(opts.Tools)}
 	var stats jinja.MemoStats
 	if in.shared && opts.Iterations != nil {
 		ro.Memo, ro.Stats = opts.Iterations, &stats
 	}
-	out, err := c.tmpl.RenderWith(vars, ro)
+	matched, out, err := c.tmpl.RenderAfter(vars, ro, expect)
 	if ro.Memo != nil {
 		opts.Iterations.count(&stats)
 	}
 	if err != nil {
 		var te *TemplateError
 		if errors.As(err, &te) {
-			return "", te
+			return 0, "", te
 		}
-		return "", fmt.Errorf("chattemplate: %s: render: %w", c.file, err)
+		return 0, "", fmt.Errorf("chattemplate: %s: render: %w", c.file, err)
 	}
-	if len(out) > t.limits.MaxOutputBytes {
-		return "", fmt.Errorf("chattemplate: %s: output of %d bytes exceeds the limit of %d", c.file, len(out), t.limits.MaxOutputBytes)
+	if n := matched + len(out); n > t.limits.MaxOutputBytes {
+		return 0, "", fmt.Errorf("chattemplate: %s: output of %d bytes exceeds the limit of %d", c.file, n, t.limits.MaxOutputBytes)
 	}
 	if opts.ContinueFinalMessage {
-		return continueFinal(out, msgs.AsList())
+		out, err = continueFinal(out, msgs.AsList())
 	}
-	return out, nil
+	return matched, out, err
 }
 
 // inputs decodes one render's inputs (messages, tools, kwargs) against one count of values.

@@ -134,3 +134,48 @@ func TestRenderErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderAfter: a turn rendered after the turn before's text matches as much of it as it
+// begins with, and what it returns after the match is the rest of Render's text; with
+// continue_final_message it matches nothing and returns the whole.
+func TestRenderAfter(t *testing.T) {
+	tmpl := loadInline(t, `{% for m in messages %}<{{ m.role }}>{{ m.content }}</>{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}`)
+	turn1 := json.RawMessage(`[{"role":"user","content":"hi"}]`)
+	turn2 := json.RawMessage(`[{"role":"user","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":"more"}]`)
+	edited := json.RawMessage(`[{"role":"user","content":"ho"},{"role":"assistant","content":"hello"},{"role":"user","content":"more"}]`)
+	prev, err := tmpl.Render(turn1, Options{AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		msgs    json.RawMessage
+		opts    Options
+		expect  []string
+		matched int
+	}{
+		{"next turn", turn2, Options{AddGenerationPrompt: true}, []string{prev}, len(prev)},
+		{"in pieces", turn2, Options{AddGenerationPrompt: true}, []string{prev[:3], "", prev[3:]}, len(prev)},
+		{"more expected than matches", turn2, Options{AddGenerationPrompt: true}, []string{prev + "hex"}, len(prev) + 2},
+		{"an edited history", edited, Options{AddGenerationPrompt: true}, []string{prev}, len("<user>h")},
+		{"nothing expected", turn2, Options{AddGenerationPrompt: true}, nil, 0},
+		{"continue_final_message", turn2, Options{ContinueFinalMessage: true}, []string{prev}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, err := tmpl.Render(tc.msgs, tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			matched, rest, err := tmpl.RenderAfter(tc.msgs, tc.opts, tc.expect)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if matched != tc.matched {
+				t.Errorf("matched %d bytes, want %d", matched, tc.matched)
+			}
+			if got := strings.Join(tc.expect, "")[:matched] + rest; got != want {
+				t.Errorf("got %q, want %q", got, want)
+			}
+		})
+	}
+}

@@ -48,7 +48,7 @@ func (s *scope) set(name string, val Value) {
 type evaluator struct {
 	scope    *scope
 	builtins *scope
-	output   strings.Builder
+	output   output
 
 	memo     Memo              // nil: no iteration is memoized (memo.go)
 	memoized map[*forNode]bool // the loops whose iterations this render looked up

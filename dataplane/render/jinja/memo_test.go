@@ -3,6 +3,8 @@ package jinja
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -117,6 +119,7 @@ func TestMemo(t *testing.T) {
 			var stats MemoStats
 			for conv := range 20 {
 				msgs := memoConversation(r, 2+r.IntN(12))
+				prev := ""
 				for k := 1; k <= len(msgs); k++ {
 					if k > 2 && r.IntN(6) == 0 { // an edited history: a new dict where an old one was
 						i := 1 + r.IntN(k-1)
@@ -139,13 +142,21 @@ func TestMemo(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					got, err := tmpl.RenderWith(data(), RenderOptions{Memo: memo, SizeHint: len(want), Stats: &stats})
+					// Expected to begin with the turn before's text (in pieces; sometimes with a
+					// byte changed, or none), as a conversation's next turn is.
+					expect := expectedPieces(r, prev)
+					matched, rest, err := tmpl.RenderAfter(data(), RenderOptions{Memo: memo, SizeHint: len(want), Stats: &stats}, expect)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if got != want {
+					joined := strings.Join(expect, "")
+					if got := joined[:matched] + rest; got != want {
 						t.Fatalf("conversation %d, turn %d: memoized render differs from the plain one\n got %q\nwant %q", conv, k, got, want)
 					}
+					if n := prefixLen(joined, want); matched != n {
+						t.Fatalf("conversation %d, turn %d: %d bytes matched of %q, want %d", conv, k, matched, joined, n)
+					}
+					prev = want
 				}
 			}
 			t.Logf("%+v", stats)
@@ -160,6 +171,38 @@ func TestMemo(t *testing.T) {
 			}
 		})
 	}
+}
+
+// expectedPieces is text cut at up to three places drawn by r (empty pieces too), one time in five
+// with a byte changed, one time in eight none.
+func expectedPieces(r *rand.Rand, text string) []string {
+	if r.IntN(8) == 0 {
+		return nil
+	}
+	if text != "" && r.IntN(5) == 0 {
+		b := []byte(text)
+		b[r.IntN(len(b))] ^= 1
+		text = string(b)
+	}
+	cuts := []int{0, len(text)}
+	for range r.IntN(4) {
+		cuts = append(cuts, r.IntN(len(text)+1))
+	}
+	slices.Sort(cuts)
+	var pieces []string
+	for i := 1; i < len(cuts); i++ {
+		pieces = append(pieces, text[cuts[i-1]:cuts[i]])
+	}
+	return pieces
+}
+
+// prefixLen is the length of the longest common prefix of a and b.
+func prefixLen(a, b string) int {
+	n := 0
+	for n < min(len(a), len(b)) && a[n] == b[n] {
+		n++
+	}
+	return n
 }
 
 // TestLoopAttributes: the loop object's attributes, computed when read, are Jinja2's at each

@@ -2,7 +2,6 @@ package jinja
 
 import (
 	"fmt"
-	"strings"
 )
 
 // Template is a compiled Jinja template ready for rendering.
@@ -53,12 +52,12 @@ func (t *Template) Render(data map[string]any) (string, error) {
 		vals[k] = FromGoValue(v)
 	}
 
-	return t.render(vals, RenderOptions{})
+	return t.RenderWith(vals, RenderOptions{})
 }
 
 // RenderValues is like Render but accepts pre-converted Value data.
 func (t *Template) RenderValues(data map[string]Value) (string, error) {
-	return t.render(data, RenderOptions{})
+	return t.RenderWith(data, RenderOptions{})
 }
 
 // RenderOptions are a render's options besides its data.
@@ -66,7 +65,8 @@ type RenderOptions struct {
 	// Memo, when not nil, replays the iterations of loops it kept from earlier renders and keeps
 	// this render's (see Memo for what it needs of the template and data).
 	Memo Memo
-	// SizeHint is the output's expected size in bytes: its buffer is made that large at once.
+	// SizeHint is the output's expected size in bytes: its buffer is made that large at once
+	// (less what RenderAfter expects).
 	SizeHint int
 	// Stats, when not nil, counts the memoized loops' iterations of the render.
 	Stats *MemoStats
@@ -80,15 +80,24 @@ type MemoStats struct {
 
 // RenderWith is like RenderValues, with o.
 func (t *Template) RenderWith(data map[string]Value, o RenderOptions) (string, error) {
-	return t.render(data, o)
+	_, out, err := t.render(data, o, nil)
+	return out, err
+}
+
+// RenderAfter is RenderWith for a render expected to begin with the text expect (in pieces):
+// the bytes of the output that match it are compared, never copied, and counted (matched); rest
+// is the output after them. o.SizeHint counts the whole output.
+func (t *Template) RenderAfter(data map[string]Value, o RenderOptions, expect []string) (matched int, rest string, err error) {
+	return t.render(data, o, expect)
 }
 
 // =============================================================================
 
-// render executes the AST with the given data and returns the result.
-func (t *Template) render(data map[string]Value, o RenderOptions) (string, error) {
+// render executes the AST with the given data and returns the bytes of expect the output
+// begins with, and the rest of the output.
+func (t *Template) render(data map[string]Value, o RenderOptions, expect []string) (int, string, error) {
 	e := evaluator{
-		output: strings.Builder{},
+		output: output{expect: expect, all: expect},
 		memo:   o.Memo,
 		stats:  o.Stats,
 	}
@@ -98,8 +107,12 @@ func (t *Template) render(data map[string]Value, o RenderOptions) (string, error
 	if e.memo != nil {
 		e.render = renders.Add(1)
 	}
-	if o.SizeHint > 0 {
-		e.output.Grow(o.SizeHint)
+	hint := o.SizeHint
+	for _, p := range expect {
+		hint -= len(p)
+	}
+	if hint > 0 {
+		e.output.Grow(hint)
 	}
 
 	// Use the cached builtins scope directly. The scope is initialized
@@ -119,8 +132,8 @@ func (t *Template) render(data map[string]Value, o RenderOptions) (string, error
 	}
 
 	if err := e.execNodes(t.nodes); err != nil {
-		return "", err
+		return 0, "", err
 	}
 
-	return e.output.String(), nil
+	return e.output.matched, e.output.String(), nil
 }
