@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,10 @@ func turnBodies(msgs []map[string]string, salt int) []*body.Object {
 	return out
 }
 
+// turnLabels label a CPU profile's samples of a conversation's first turn and of its later
+// ones (go tool pprof -tagfocus turn=later).
+var turnLabels = [2]pprof.LabelSet{pprof.Labels("turn", "first"), pprof.Labels("turn", "later")}
+
 // BenchmarkRenderTurns measures the render step over the turns of conversations, each new (no
 // message of one was seen before: every content is marked with the iteration), for each family
 // (models), in two shapes: grow, 10 turns of a conversation that grows to about 32k tokens
@@ -106,7 +111,8 @@ func turnBodies(msgs []map[string]string, salt int) []*body.Object {
 // other load of a shared machine disturbs less than the wall clock) of the step and the ids'
 // JSON, and render-ns/turn of the step alone; of the step alone too, first-ns/turn, a
 // conversation's first turn measured (the caches hold none of it: its history is new), and
-// later-ns/turn, the nine after it (each follows a turn the caches hold).
+// later-ns/turn, the nine after it (each follows a turn the caches hold). A CPU profile's samples
+// of the step carry the label turn (first or later).
 func BenchmarkRenderTurns(b *testing.B) {
 	const turns = 10
 	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
@@ -147,7 +153,11 @@ func BenchmarkRenderTurns(b *testing.B) {
 								rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
 									Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
 								t0 := time.Now()
-								if err := step.Execute(context.Background(), rc); err != nil {
+								var err error
+								pprof.Do(context.Background(), turnLabels[min(t, 1)], func(ctx context.Context) {
+									err = step.Execute(ctx, rc)
+								})
+								if err != nil {
 									b.Fatal(err)
 								}
 								d := time.Since(t0)
