@@ -385,10 +385,9 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys 
 	cuts, from, tail := m.textCuts(found, text, shared)
 	old, k, j := h.match(found, shared, cuts)
 	// The ids and JSON lists of the shared stretch (before, fromJSON bytes of list), then
-	// own, the ids encoded here, and js, their list: after a comma when the stretch has ids,
-	// else after the array's opening bracket (jsonBase makes js's length a cut's json).
+	// own, the ids encoded here, and js, their list.
 	var t Tokens
-	at, before, fromJSON, jsonBase := 0, 0, 0, -1
+	at, before, fromJSON := 0, 0, 0
 	var lists [][]byte
 	var ecuts []historyCut
 	if old != nil {
@@ -403,17 +402,7 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys 
 		tail, from = text.slice(at, size), at
 	}
 	own := growFor(nil, tail[at-from:], l.Encode.MaxTokens)
-	js := make([]byte, 0, 7*cap(own)+2)
-	if before > 0 {
-		jsonBase = fromJSON
-	} else {
-		js = append(js, '[')
-	}
-	listed := 0
-	list := func() { // the ids encoded since the last call
-		js = body.AppendIntList(js, own[listed:], before+listed > 0 && len(own) > listed)
-		listed = len(own)
-	}
+	firstNew := len(ecuts) // the cuts after the shared stretch, their JSON offsets unset
 	var err error
 	for _, c := range cuts[j+1:] {
 		if own, err = m.encodePiece(own, tail[at-from:c-from], l, before); err != nil {
@@ -421,17 +410,33 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys 
 			return t, err
 		}
 		at = c
-		list()
-		ecuts = append(ecuts, historyCut{at: int32(c), ids: int32(before + listed), json: int32(jsonBase + len(js))})
+		ecuts = append(ecuts, historyCut{at: int32(c), ids: int32(before + len(own))})
 	}
 	if at < size || l.Encode.MaxTokens > 0 || l.Encode.Context != nil { // text after a stripping token; the last checks
 		if own, err = m.encodePiece(own, tail[at-from:], l, before); err != nil {
 			t.Own = own
 			return t, err
 		}
-		list()
 	}
-	js = append(js, ']')
+	// The new ids' JSON, written once at its size: after the array's opening bracket, or after a
+	// comma when the shared stretch has ids, then the closing bracket (the tail of the legs'
+	// array). A cut's offset is the length of the conversation's list of ids before it.
+	js := make([]byte, 0, body.IntListLen(own)+2)
+	switch {
+	case before == 0:
+		js = append(js, '[')
+	case len(own) > 0:
+		js = append(js, ',')
+	}
+	js = append(body.AppendIntList(js, own, false), ']')
+	counted, listLen := 0, 0 // the new ids before the last cut seen, and their list's length
+	for i := firstNew; i < len(ecuts); i++ {
+		if n := int(ecuts[i].ids) - before; n > counted {
+			listLen += min(counted, 1) + body.IntListLen(own[counted:n])
+			counted = n
+		}
+		ecuts[i].json = int32(fromJSON + listLen + min(before, 1)*min(counted, 1))
+	}
 	t.Own, t.JSON = own, jsonSegments(lists, js)
 	if len(ecuts) == 0 || int(ecuts[len(ecuts)-1].at) < minHistoryEntry {
 		return t, nil
@@ -440,6 +445,11 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys 
 	held := int64(len(rest)) // the renderings the entry's text keeps alive: rest's, and found's
 	if found != nil && matched > 0 {
 		held += found.held
+	}
+	newLen := 0 // the new ids' list the entry keeps, js[1:1+newLen], and with it the rest of js
+	if last.ids > int32(before) {
+		newLen = int(last.json) - fromJSON - min(before, 1)
+		held += int64(len(js) - newLen)
 	}
 	if !h.fits(held + 4*int64(last.ids) + int64(last.json)) {
 		return t, nil // not even copied: a conversation too large to keep costs nothing more
@@ -451,7 +461,7 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys 
 			chunk[i] = int32(id)
 		}
 		e.chunks = append(e.chunks[:len(e.chunks):len(e.chunks)], chunk)
-		e.lists = append(e.lists[:len(e.lists):len(e.lists)], slices.Clone(js[1:int(last.json)-jsonBase]))
+		e.lists = append(e.lists[:len(e.lists):len(e.lists)], js[1:1+newLen:1+newLen])
 	}
 	e.compact()
 	if len(keys) > 0 {

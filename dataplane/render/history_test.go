@@ -123,14 +123,15 @@ func TestHistoryTurnByTurn(t *testing.T) {
 }
 
 // TestHistoryChunksBounded: a conversation of many turns is held in at most maxChunks chunks
-// (joined when it passes them), so a leg sends its ids in a bounded number of pieces, and every
-// turn still renders exactly, its JSON too.
+// (joined when it passes them), so a leg sends its ids in a bounded number of pieces, and its
+// text in at most maxChunks pieces, counted for at least their bytes; every turn still renders
+// exactly, its JSON too.
 func TestHistoryChunksBounded(t *testing.T) {
 	dir := modelDir(t, "")
 	cached := open(t, dir, Options{HistoryBytes: 8 << 20})
 	plain := open(t, dir, Options{})
 	msgs := conversation("many", 3*maxChunks)
-	most := 0
+	most, mostPieces := 0, 0
 	for k := 1; k <= len(msgs)/2; k++ {
 		req := turn(t, msgs, k)
 		want, err := plain.Chat(nil, req)
@@ -154,9 +155,15 @@ func TestHistoryChunksBounded(t *testing.T) {
 		if len(toks.Shared) > maxChunks || len(toks.JSON) > 2*maxChunks+1 {
 			t.Fatalf("turn %d: %d chunks, %d pieces of JSON", k, len(toks.Shared), len(toks.JSON))
 		}
+		for _, e := range cached.history.keys {
+			mostPieces = max(mostPieces, len(e.text))
+			if len(e.text) > maxChunks || e.held < int64(e.text.len()) {
+				t.Fatalf("turn %d: a text of %d bytes in %d pieces counted as holding %d", k, e.text.len(), len(e.text), e.held)
+			}
+		}
 	}
-	if most != maxChunks {
-		t.Fatalf("at most %d chunks over %d turns, want %d: the test does not reach the bound", most, len(msgs)/2, maxChunks)
+	if most != maxChunks || mostPieces != maxChunks {
+		t.Fatalf("at most %d chunks and %d pieces of text over %d turns, want %d: the test does not reach the bound", most, mostPieces, len(msgs)/2, maxChunks)
 	}
 }
 

@@ -3,7 +3,6 @@ package jinja
 import (
 	"errors"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"unsafe"
 	"weak"
@@ -628,6 +627,6 @@ func (e *evaluator) memoIteration(n *forNode, item Value, base *scope) error {
 		e.sizes = map[any]int64{}
 	}
 	e.memo.Keep(key, &Iteration{sizes: e.sizes, item: key.Item, events: slices.Clone(r.events), steps: slices.Clone(r.steps),
-		out: strings.Clone(e.output.since(start)), flow: err, render: e.render})
+		out: e.output.since(start), flow: err, render: e.render})
 	return err
 }

@@ -54,10 +54,10 @@ func (o *output) match(s string) int {
 // Len is the text's length so far, matched bytes included.
 func (o *output) Len() int { return o.matched + o.b.Len() }
 
-// since is the text from byte start on (a copy when it begins in the matched bytes).
+// since is the text from byte start on, its own copy.
 func (o *output) since(start int) string {
 	if start >= o.matched {
-		return o.b.String()[start-o.matched:]
+		return strings.Clone(o.b.String()[start-o.matched:])
 	}
 	var s strings.Builder
 	s.Grow(o.Len() - start)

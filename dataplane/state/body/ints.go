@@ -41,6 +41,21 @@ func AppendIntList(dst []byte, vals []int, comma bool) []byte {
 	return b[:n]
 }
 
+// IntListLen is the length of AppendIntList(nil, vals, false): a list can be made at its size
+// before it is written.
+func IntListLen(vals []int) int {
+	n := max(len(vals)-1, 0) // the commas
+	var buf [20]byte
+	for _, v := range vals {
+		if uint(v) >= 1e6 {
+			n += len(strconv.AppendInt(buf[:0], int64(v), 10))
+			continue
+		}
+		n += int(max(highDigits[uint32(v)/10000], quadDigits[uint32(v)%10000]))
+	}
+	return n
+}
+
 // reserve returns dst's array, at least room bytes past len(dst) long, and len(dst).
 func reserve(dst []byte, room int) ([]byte, int) {
 	if cap(dst)-len(dst) < room {

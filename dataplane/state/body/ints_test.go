@@ -56,6 +56,9 @@ func TestAppendInts(t *testing.T) {
 				if string(got) != string(want) {
 					t.Fatalf("AppendIntList in two halves = %s, want %s", got[:min(len(got), 200)], want[:min(len(want), 200)])
 				}
+				if n, want := IntListLen(vals), len(AppendIntList(nil, vals, false)); n != want {
+					t.Fatalf("IntListLen(%v) = %d, want %d", vals[:min(len(vals), 8)], n, want)
+				}
 			}
 		})
 	}
