@@ -421,14 +421,6 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys 
 	// The new ids' JSON, written once at its size: after the array's opening bracket, or after a
 	// comma when the shared stretch has ids, then the closing bracket (the tail of the legs'
 	// array). A cut's offset is the length of the conversation's list of ids before it.
-	js := make([]byte, 0, body.IntListLen(own)+2)
-	switch {
-	case before == 0:
-		js = append(js, '[')
-	case len(own) > 0:
-		js = append(js, ',')
-	}
-	js = append(body.AppendIntList(js, own, false), ']')
 	counted, listLen := 0, 0 // the new ids before the last cut seen, and their list's length
 	for i := firstNew; i < len(ecuts); i++ {
 		if n := int(ecuts[i].ids) - before; n > counted {
@@ -437,6 +429,17 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys 
 		}
 		ecuts[i].json = int32(fromJSON + listLen + min(before, 1)*min(counted, 1))
 	}
+	if len(own) > counted {
+		listLen += min(counted, 1) + body.IntListLen(own[counted:])
+	}
+	js := make([]byte, 0, listLen+2)
+	switch {
+	case before == 0:
+		js = append(js, '[')
+	case len(own) > 0:
+		js = append(js, ',')
+	}
+	js = append(body.AppendIntList(js, own, false), ']')
 	t.Own, t.JSON = own, jsonSegments(lists, js)
 	if len(ecuts) == 0 || int(ecuts[len(ecuts)-1].at) < minHistoryEntry {
 		return t, nil
