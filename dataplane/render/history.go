@@ -398,9 +398,8 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys 
 	} else {
 		ecuts = make([]historyCut, 0, len(cuts))
 	}
-	if at < from { // never: a cut the scan did not read is one of found's, before at
-		tail, from = text.slice(at, size), at
-	}
+	// at >= from: from is a cut of found's within the shared bytes, so a cut of both, and at is
+	// the last such cut.
 	own := growFor(nil, tail[at-from:], l.Encode.MaxTokens)
 	firstNew := len(ecuts) // the cuts after the shared stretch, their JSON offsets unset
 	var err error

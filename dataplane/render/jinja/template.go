@@ -1,8 +1,6 @@
 package jinja
 
-import (
-	"fmt"
-)
+import "fmt"
 
 // Template is a compiled Jinja template ready for rendering.
 type Template struct {
