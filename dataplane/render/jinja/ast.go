@@ -205,6 +205,10 @@ type filterExpr struct {
 	name   string
 	args   []expr
 	kwargs []kwarg
+	// builtin is the builtin filter of that name, when isBuiltin: found when parsed, since the
+	// builtins never change (every render's are cachedBuiltins).
+	builtin   Value
+	isBuiltin bool
 }
 
 func (n *filterExpr) nodeType() string { return "filter" }

@@ -979,8 +979,8 @@ func (e *evaluator) evalFilter(n *filterExpr) (Value, error) {
 		return Undefined(), err
 	}
 
-	// Look up filter in builtins.
-	filterVal, ok := lookupFilter(e.builtins, n.name)
+	// The builtin filter, found when parsed (e.builtins is cachedBuiltins).
+	filterVal, ok := n.builtin, n.isBuiltin
 	if !ok {
 		// Also check scope for user-defined filters.
 		filterVal, ok = e.scope.get(n.name)

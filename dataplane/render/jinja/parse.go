@@ -640,12 +640,14 @@ func (p *exprParser) parsePostfix() (expr, error) {
 				}
 			}
 
-			e = &filterExpr{
+			fe := &filterExpr{
 				expr:   e,
 				name:   filterTok.val,
 				args:   filterArgs,
 				kwargs: filterKwargs,
 			}
+			fe.builtin, fe.isBuiltin = lookupFilter(cachedBuiltins, fe.name)
+			e = fe
 			continue
 		}
 
