@@ -107,12 +107,14 @@ var turnLabels = [2]pprof.LabelSet{pprof.Labels("turn", "first"), pprof.Labels("
 // historyonly (the history cache alone). The template renders the whole conversation every turn
 // in all four. Each turn ends with the JSON array of its ids as every leg sends it (the pieces
 // TokenIDsSegments hands the legs: with the history cache, the history's lists as the cache holds
-// them and the new ids' list; without, the array, made when the first leg asks). Reported, the mean of a turn: ns/turn and cpu-ns/turn (the process's CPU, which the
+// them and the new ids' list, written in the step; without, the array, made when the first leg
+// asks). Reported, the mean of a turn: ns/turn and cpu-ns/turn (the process's CPU, which the
 // other load of a shared machine disturbs less than the wall clock) of the step and the ids'
-// JSON, and render-ns/turn of the step alone; of the step alone too, first-ns/turn, a
-// conversation's first turn measured (the caches hold none of it: its history is new), and
-// later-ns/turn, the nine after it (each follows a turn the caches hold). A CPU profile's samples
-// of the step carry the label turn (first or later).
+// JSON, and render-ns/turn of the step alone; of the whole turn too (the step and the ids'
+// JSON, whichever of the two writes it), first-ns/turn, a conversation's first turn measured
+// (the caches hold none of it: its history is new), and later-ns/turn, the nine after it (each
+// follows a turn the caches hold). A CPU profile's samples of the turn carry the label turn
+// (first or later).
 func BenchmarkRenderTurns(b *testing.B) {
 	const turns = 10
 	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
@@ -147,25 +149,32 @@ func BenchmarkRenderTurns(b *testing.B) {
 						b.ReportAllocs()
 						b.ResetTimer()
 						cpu0 := cpuTime()
-						var rendering, first time.Duration
+						var rendering, first, later time.Duration
 						for _, bodies := range convs {
 							for t, obj := range bodies[len(bodies)-turns:] {
 								rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
 									Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
 								t0 := time.Now()
 								var err error
+								var rendered time.Time
+								js := 0
 								pprof.Do(context.Background(), turnLabels[min(t, 1)], func(ctx context.Context) {
-									err = step.Execute(ctx, rc)
+									if err = step.Execute(ctx, rc); err == nil {
+										rendered = time.Now()
+										js = idsJSONSize(rc)
+									}
 								})
 								if err != nil {
 									b.Fatal(err)
 								}
-								d := time.Since(t0)
-								rendering += d
+								whole := time.Since(t0)
+								rendering += rendered.Sub(t0)
 								if t == 0 {
-									first += d
+									first += whole
+								} else {
+									later += whole
 								}
-								if js := idsJSONSize(rc); js < 2*rc.TokenCount() {
+								if js < 2*rc.TokenCount() {
 									b.Fatalf("the JSON of %d ids is %d bytes", rc.TokenCount(), js)
 								}
 							}
@@ -176,7 +185,7 @@ func BenchmarkRenderTurns(b *testing.B) {
 						b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*turns), "cpu-ns/turn")
 						b.ReportMetric(float64(rendering.Nanoseconds())/float64(b.N*turns), "render-ns/turn")
 						b.ReportMetric(float64(first.Nanoseconds())/float64(b.N), "first-ns/turn")
-						b.ReportMetric(float64((rendering-first).Nanoseconds())/float64(b.N*(turns-1)), "later-ns/turn")
+						b.ReportMetric(float64(later.Nanoseconds())/float64(b.N*(turns-1)), "later-ns/turn")
 					})
 				}
 			})
