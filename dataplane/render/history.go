@@ -190,7 +190,7 @@ func (c *historyCache) newKeys(r *ChatRequest) *historyKeys {
 		writeLenBytes(&h, []byte(name))
 		writeLenBytes(&h, r.Kwargs[name])
 	}
-	return &historyKeys{seed: c.seed, last: h.Sum64()}
+	return &historyKeys{seed: c.seed, last: h.Sum64(), keys: make([]uint64, 0, len(r.Split))} // a key a message, when split already
 }
 
 // add keeps the key of the messages so far, given the next message's length and hash (its bytes

@@ -322,6 +322,7 @@ func (m *Model) ChatTokens(r ChatRequest) (Tokens, error) {
 	var known func([]byte) bool
 	var found []chattemplate.FoundMessage // the messages looked up in m.messages, in order
 	if m.messages != nil {
+		found = make([]chattemplate.FoundMessage, 0, len(r.Split)) // the messages, when split already
 		// m.messages is made with m.history: a message's hash serves both.
 		known = func(msg []byte) bool {
 			f := m.messages.Find(msg)
