@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/render"
 	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
@@ -70,16 +71,17 @@ func turnConversation(tok *tokenizer.Tokenizer, seed uint64, history, perHistory
 	return msgs
 }
 
-// turnBodies are the chat bodies a client sends over the turns of msgs (one per user message
-// after the system prompt), each message's content marked with salt (so that no two
+// turnBodies are the chat bodies a client sends over the last turns of msgs (one per user
+// message after the system prompt), each message's content marked with salt (so that no two
 // conversations share a message).
-func turnBodies(msgs []map[string]string, salt int) []*body.Object {
+func turnBodies(msgs []map[string]string, salt, turns int) []*body.Object {
 	salted := make([]map[string]string, len(msgs))
 	for i, m := range msgs {
 		salted[i] = map[string]string{"role": m["role"], "content": fmt.Sprintf("[%d] %s", salt, m["content"])}
 	}
-	var out []*body.Object
-	for k := 2; k <= len(salted); k += 2 {
+	last := len(salted) &^ 1 // the messages of the last turn: the answer to it is never sent
+	out := make([]*body.Object, 0, turns)
+	for k := max(last-2*(turns-1), 2); k <= last; k += 2 {
 		raw, _ := json.Marshal(salted[:k])
 		obj, err := body.Parse([]byte(`{"model":"sim-model","max_tokens":1,"messages":` + string(raw) + `}`))
 		if err != nil {
@@ -143,7 +145,7 @@ func BenchmarkRenderTurns(b *testing.B) {
 						step := newRenderStep(b, w.own)
 						convs := make([][]*body.Object, b.N) // made before the clock starts: its garbage is not the turns'
 						for i := range convs {
-							convs[i] = turnBodies(msgs, i+1)
+							convs[i] = turnBodies(msgs, i+1, turns)
 						}
 						runtime.GC()
 						b.ReportAllocs()
@@ -151,7 +153,7 @@ func BenchmarkRenderTurns(b *testing.B) {
 						cpu0 := cpuTime()
 						var rendering, first, later time.Duration
 						for _, bodies := range convs {
-							for t, obj := range bodies[len(bodies)-turns:] {
+							for t, obj := range bodies {
 								rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
 									Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
 								t0 := time.Now()
@@ -188,6 +190,68 @@ func BenchmarkRenderTurns(b *testing.B) {
 						b.ReportMetric(float64(later.Nanoseconds())/float64(b.N*(turns-1)), "later-ns/turn")
 					})
 				}
+			})
+		}
+	})
+}
+
+// BenchmarkRenderFirstTurn measures a conversation's first turn (its history new to the
+// caches) for each family, in the long and chatty shapes of BenchmarkRenderTurns, the uncached
+// and the cached way alternating in one process, so that the machine's other load weighs on
+// both alike: a turn (the step and its ids' JSON) is timed, nocache-ns/turn and
+// history-ns/turn, and history/nocache is their ratio, what the caches add to a turn that
+// finds nothing (keeping the messages, the iterations, the ids). A CPU profile's samples of the
+// turns carry the label way (nocache or history).
+func BenchmarkRenderFirstTurn(b *testing.B) {
+	const turns = 10
+	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
+		for _, sh := range []struct {
+			name                            string
+			history, perHistory, perMessage int // tokens
+		}{
+			{"long", 32 << 10, 16 << 10, 300},
+			{"chatty", 32 << 10, 48, 48},
+		} {
+			msgs := turnConversation(tok, 1, sh.history, sh.perHistory, turns, sh.perMessage)
+			b.Run(sh.name, func(b *testing.B) {
+				steps := [2]pipeline.Step{
+					newRenderStep(b, map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0}),
+					newRenderStep(b, map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 256}),
+				}
+				labels := [2]pprof.LabelSet{pprof.Labels("way", "nocache"), pprof.Labels("way", "history")}
+				firsts := make([]*body.Object, 2*b.N) // made before the clock starts, each new to the caches
+				for i := range firsts {
+					firsts[i] = turnBodies(msgs, i+1, turns)[0]
+				}
+				runtime.GC()
+				b.ReportAllocs()
+				b.ResetTimer()
+				var took [2]time.Duration
+				for i := range b.N {
+					for w, step := range steps {
+						rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
+							Forwarded: http.Header{}, Body: firsts[2*i+w], Model: "sim-model", Log: logr.Discard()}
+						t0 := time.Now()
+						var err error
+						js := 0
+						pprof.Do(context.Background(), labels[w], func(ctx context.Context) {
+							if err = step.Execute(ctx, rc); err == nil {
+								js = idsJSONSize(rc)
+							}
+						})
+						took[w] += time.Since(t0)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if js < 2*rc.TokenCount() {
+							b.Fatalf("the JSON of %d ids is %d bytes", rc.TokenCount(), js)
+						}
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "nocache-ns/turn")
+				b.ReportMetric(float64(took[1].Nanoseconds())/float64(b.N), "history-ns/turn")
+				b.ReportMetric(float64(took[1])/float64(took[0]), "history/nocache")
 			})
 		}
 	})
