@@ -118,31 +118,14 @@ var turnLabels = [2]pprof.LabelSet{pprof.Labels("turn", "first"), pprof.Labels("
 // follows a turn the caches hold). A CPU profile's samples of the turn carry the label turn
 // (first or later).
 func BenchmarkRenderTurns(b *testing.B) {
-	const turns = 10
+	const turns = benchTurns
 	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
-		shapes := []struct {
-			name                            string
-			history, perHistory, perMessage int // tokens
-		}{
-			{"grow", 0, 0, (32 << 10) / turns / 2},
-			{"long", 32 << 10, 16 << 10, 300},
-			{"chatty", 32 << 10, 48, 48},
-		}
-		ways := []struct {
-			name string
-			own  map[string]any
-		}{
-			{"nocache", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0}},
-			{"segments", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 0}},
-			{"history", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 256}},
-			{"historyonly", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 256}},
-		}
-		for _, sh := range shapes {
+		for _, sh := range turnShapes {
 			msgs := turnConversation(tok, 1, sh.history, sh.perHistory, turns, sh.perMessage)
 			b.Run(sh.name, func(b *testing.B) {
-				for _, w := range ways {
+				for _, w := range turnWays {
 					b.Run(w.name, func(b *testing.B) {
-						step := newRenderStep(b, w.own)
+						step := newRenderStep(b, w.params(dir))
 						convs := make([][]*body.Object, b.N) // made before the clock starts: its garbage is not the turns'
 						for i := range convs {
 							convs[i] = turnBodies(msgs, i+1, turns)
@@ -154,30 +137,12 @@ func BenchmarkRenderTurns(b *testing.B) {
 						var rendering, first, later time.Duration
 						for _, bodies := range convs {
 							for t, obj := range bodies {
-								rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
-									Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
-								t0 := time.Now()
-								var err error
-								var rendered time.Time
-								js := 0
-								pprof.Do(context.Background(), turnLabels[min(t, 1)], func(ctx context.Context) {
-									if err = step.Execute(ctx, rc); err == nil {
-										rendered = time.Now()
-										js = idsJSONSize(rc)
-									}
-								})
-								if err != nil {
-									b.Fatal(err)
-								}
-								whole := time.Since(t0)
-								rendering += rendered.Sub(t0)
+								stepOnly, whole := timeTurn(b, step, obj, turnLabels[min(t, 1)])
+								rendering += stepOnly
 								if t == 0 {
 									first += whole
 								} else {
 									later += whole
-								}
-								if js < 2*rc.TokenCount() {
-									b.Fatalf("the JSON of %d ids is %d bytes", rc.TokenCount(), js)
 								}
 							}
 						}
@@ -203,22 +168,17 @@ func BenchmarkRenderTurns(b *testing.B) {
 // finds nothing (keeping the messages, the iterations, the ids). A CPU profile's samples of the
 // turns carry the label way (nocache or history).
 func BenchmarkRenderFirstTurn(b *testing.B) {
-	const turns = 10
+	const turns = benchTurns
 	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
-		for _, sh := range []struct {
-			name                            string
-			history, perHistory, perMessage int // tokens
-		}{
-			{"long", 32 << 10, 16 << 10, 300},
-			{"chatty", 32 << 10, 48, 48},
-		} {
+		for _, sh := range turnShapes[1:] { // long and chatty: a growing conversation's first turn is one message
 			msgs := turnConversation(tok, 1, sh.history, sh.perHistory, turns, sh.perMessage)
 			b.Run(sh.name, func(b *testing.B) {
-				steps := [2]pipeline.Step{
-					newRenderStep(b, map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0}),
-					newRenderStep(b, map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 256}),
+				ways := [2]turnWay{turnWays[0], turnWays[2]} // nocache, history
+				var steps [2]pipeline.Step
+				var labels [2]pprof.LabelSet
+				for w, way := range ways {
+					steps[w], labels[w] = newRenderStep(b, way.params(dir)), pprof.Labels("way", way.name)
 				}
-				labels := [2]pprof.LabelSet{pprof.Labels("way", "nocache"), pprof.Labels("way", "history")}
 				firsts := make([]*body.Object, 2*b.N) // made before the clock starts, each new to the caches
 				for i := range firsts {
 					firsts[i] = turnBodies(msgs, i+1, turns)[0]
@@ -229,23 +189,8 @@ func BenchmarkRenderFirstTurn(b *testing.B) {
 				var took [2]time.Duration
 				for i := range b.N {
 					for w, step := range steps {
-						rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
-							Forwarded: http.Header{}, Body: firsts[2*i+w], Model: "sim-model", Log: logr.Discard()}
-						t0 := time.Now()
-						var err error
-						js := 0
-						pprof.Do(context.Background(), labels[w], func(ctx context.Context) {
-							if err = step.Execute(ctx, rc); err == nil {
-								js = idsJSONSize(rc)
-							}
-						})
-						took[w] += time.Since(t0)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if js < 2*rc.TokenCount() {
-							b.Fatalf("the JSON of %d ids is %d bytes", rc.TokenCount(), js)
-						}
+						_, whole := timeTurn(b, step, firsts[2*i+w], labels[w])
+						took[w] += whole
 					}
 				}
 				b.StopTimer()
@@ -255,4 +200,57 @@ func BenchmarkRenderFirstTurn(b *testing.B) {
 			})
 		}
 	})
+}
+
+// benchTurns is the number of turns the turn benchmarks measure of each conversation.
+const benchTurns = 10
+
+// turnShapes are the conversations BenchmarkRenderTurns describes (token counts: a history of
+// messages of perHistory each, then turns of perMessage each).
+var turnShapes = []struct {
+	name                            string
+	history, perHistory, perMessage int
+}{
+	{"grow", 0, 0, (32 << 10) / benchTurns / 2},
+	{"long", 32 << 10, 16 << 10, 300},
+	{"chatty", 32 << 10, 48, 48},
+}
+
+// turnWay is a render step's caches, in MiB.
+type turnWay struct {
+	name              string
+	segments, history int
+}
+
+// turnWays are the ways BenchmarkRenderTurns describes.
+var turnWays = []turnWay{{"nocache", 0, 0}, {"segments", 256, 0}, {"history", 256, 256}, {"historyonly", 0, 256}}
+
+// params are the render step's parameters for the model directory dir.
+func (w turnWay) params(dir string) map[string]any {
+	return map[string]any{"tokenizer": dir, "cache_size": w.segments, "history_cache_size": w.history}
+}
+
+// timeTurn runs step on a turn's body, labelled for a CPU profile, and ends it as a leg would,
+// taking the ids' JSON: it returns the time of the step alone and of the whole turn.
+func timeTurn(b *testing.B, step pipeline.Step, obj *body.Object, label pprof.LabelSet) (stepOnly, whole time.Duration) {
+	rc := &request.Context{ID: "bench", API: request.APIChat, Path: "/v1/chat/completions", Header: http.Header{},
+		Forwarded: http.Header{}, Body: obj, Model: "sim-model", Log: logr.Discard()}
+	t0 := time.Now()
+	var err error
+	var rendered time.Time
+	js := 0
+	pprof.Do(context.Background(), label, func(ctx context.Context) {
+		if err = step.Execute(ctx, rc); err == nil {
+			rendered = time.Now()
+			js = idsJSONSize(rc)
+		}
+	})
+	whole = time.Since(t0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if js < 2*rc.TokenCount() {
+		b.Fatalf("the JSON of %d ids is %d bytes", rc.TokenCount(), js)
+	}
+	return rendered.Sub(t0), whole
 }
