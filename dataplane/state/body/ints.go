@@ -9,15 +9,36 @@ import (
 // prompt's token ids go to every leg as such an array: an id below 10^6 (every vocabulary's
 // are) is written from two tables, its digits and its comma stored in one 8-byte write.
 func AppendInts(dst []byte, vals []int) []byte {
-	b, n := reserve(dst, 7*len(vals)+10)
+	b, n := reserve(dst, intListRoom(len(vals))+2)
 	return append(AppendIntList(append(b[:n], '['), vals, false), ']')
 }
 
 // AppendIntList appends vals as AppendInts does, without the brackets: joined by commas, and
 // after one when comma is true (a list continued).
 func AppendIntList(dst []byte, vals []int, comma bool) []byte {
-	const per = 7 // a comma and six digits (and 8 bytes of slack: a store writes 8)
-	b, n := reserve(dst, per*len(vals)+8)
+	b, n := reserve(dst, intListRoom(len(vals)))
+	return appendIntList(b, n, vals, comma)
+}
+
+// AppendIntListSized is AppendIntList for a list whose length, size (IntListLen, and the comma
+// before it), the caller knows: dst needs room for size and IntListSlack bytes more, not for
+// six digits an id, to be written in place.
+func AppendIntListSized(dst []byte, vals []int, comma bool, size int) []byte {
+	b, n := reserve(dst, size+IntListSlack)
+	return appendIntList(b, n, vals, comma)
+}
+
+// IntListSlack is the bytes past a list its writing may store to: an id's digits are stored
+// eight bytes at a time.
+const IntListSlack = 7
+
+// intListRoom is the room past a slice's length AppendIntList makes for n ids: seven bytes an
+// id below 10^6 (a comma and six digits) and the slack of the last store.
+func intListRoom(n int) int { return 7*n + IntListSlack }
+
+// appendIntList writes vals after b[:n], b's room past n at least what the list needs and
+// IntListSlack bytes more (reserve it grows by, after an id past 10^6), and returns the slice.
+func appendIntList(b []byte, n int, vals []int, comma bool) []byte {
 	for i, v := range vals {
 		if uint(v) >= 1e6 { // negative, or past any vocabulary: strconv's
 			if i > 0 || comma {
@@ -25,7 +46,7 @@ func AppendIntList(dst []byte, vals []int, comma bool) []byte {
 				n++
 			}
 			out := strconv.AppendInt(b[:n], int64(v), 10)
-			b, n = reserve(out, per*(len(vals)-i-1)+8)
+			b, n = reserve(out, intListRoom(len(vals)-i-1))
 			continue
 		}
 		hi, lo := uint32(v)/10000, uint32(v)%10000 // hi < 100

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -58,6 +59,18 @@ func TestAppendInts(t *testing.T) {
 				}
 				if n, want := IntListLen(vals), len(AppendIntList(nil, vals, false)); n != want {
 					t.Fatalf("IntListLen(%v) = %d, want %d", vals[:min(len(vals), 8)], n, want)
+				}
+				// Written at its size, after a comma: in place, when no id is past 10^6.
+				list, _ := json.Marshal(append([]int{}, vals...))
+				list = list[1 : len(list)-1]
+				size := min(len(vals), 1) + len(list)
+				room := make([]byte, 0, size+IntListSlack)
+				sized := AppendIntListSized(room, vals, true, size)
+				if len(vals) > 0 && string(sized) != ","+string(list) || len(vals) == 0 && len(sized) > 0 {
+					t.Fatalf("AppendIntListSized = %s, want ,%s", sized[:min(len(sized), 200)], list[:min(len(list), 200)])
+				}
+				if big := slices.ContainsFunc(vals, func(v int) bool { return uint(v) >= 1e6 }); !big && cap(sized) != cap(room) {
+					t.Fatalf("AppendIntListSized of %d ids grew the room for %d bytes it was given", len(vals), size+IntListSlack)
 				}
 			}
 		})
