@@ -40,8 +40,10 @@ import (
 // long as its lookup takes.
 const minHistoryEntry = 256
 
-// historyOverhead approximates an entry's bookkeeping (entry, slice headers, list links).
-const historyOverhead = 160
+// historyOverhead approximates an entry's bookkeeping besides what is counted per piece, chunk,
+// cut and key: the entry (160 bytes) and its small arrays' rounding to Go's size classes
+// (TestHistoryHeld measures the whole on the heap).
+const historyOverhead = 256
 
 // historyKeyCost is what a key costs (its map slot).
 const historyKeyCost = 32
@@ -67,7 +69,7 @@ type historyEntry struct {
 	chunks [][]int32    // the ids of text, in order: the earlier turns' chunks are shared with the entries they came from
 	lists  [][]byte     // each chunk's ids as JSON, joined by commas (no brackets; a chunk without ids has none)
 	cuts   []historyCut // the cuts of text, increasing; the last is len(text)
-	held   int64        // bytes of the renderings text keeps alive (its pieces are slices of them)
+	held   int64        // bytes of the arrays it keeps past their contents' lengths (text, ids at 4 a token, lists): Go rounds an allocation up, a list is written with room to spare
 
 	keys       []uint64
 	size       int64
@@ -81,11 +83,12 @@ const maxChunks = 32
 
 // compact joins e's chunks into one, and its lists into one, when it has more than maxChunks
 // (the cuts stay true: the lists joined by commas are the same bytes), and its text's pieces
-// into one when they are more than maxChunks.
+// into one when they are more than maxChunks. The slack of the arrays it drops stays counted in
+// held (at most an eighth of what they held): held never shrinks below what e keeps.
 func (e *historyEntry) compact() {
 	if len(e.text) > maxChunks {
-		e.text = pieces{e.text.slice(0, e.text.len())}
-		e.held = int64(len(e.text[0]))
+		text, size := e.text.own()
+		e.text, e.held = pieces{text}, e.held+int64(size-len(text))
 	}
 	if len(e.chunks) <= maxChunks {
 		return
@@ -97,7 +100,7 @@ func (e *historyEntry) compact() {
 	for _, l := range e.lists {
 		m += len(l) + 1
 	}
-	ids, list := make([]int32, 0, n), make([]byte, 0, m)
+	ids, list := slices.Grow([]int32(nil), n), slices.Grow([]byte(nil), m)
 	for _, ch := range e.chunks {
 		ids = append(ids, ch...)
 	}
@@ -108,6 +111,7 @@ func (e *historyEntry) compact() {
 		list = append(list, l...)
 	}
 	e.chunks, e.lists = [][]int32{ids}, [][]byte{list}
+	e.held += 4*int64(cap(ids)-len(ids)) + int64(cap(list)-len(list))
 }
 
 // firstChunks are the chunks of e's first n ids (shared, the last one sliced: nothing copied).
@@ -289,7 +293,7 @@ func (c *historyCache) store(key uint64, e, old *historyEntry) {
 		}
 	}
 	last := e.cuts[len(e.cuts)-1]
-	e.size = e.held + 4*int64(last.ids) + int64(last.json) + 48*int64(len(e.chunks)) + 12*int64(len(e.cuts)) + historyKeyCost*int64(len(e.keys)) + historyOverhead
+	e.size = int64(e.text.len()) + e.held + 4*int64(last.ids) + int64(last.json) + 16*int64(len(e.text)) + 48*int64(len(e.chunks)) + 12*int64(len(e.cuts)) + historyKeyCost*int64(len(e.keys)) + historyOverhead
 	if e.size > c.maxBytes/maxHistoryShare {
 		return // one conversation would evict all the others
 	}
@@ -431,40 +435,48 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys 
 	if len(own) > counted {
 		listLen += min(counted, 1) + body.IntListLen(own[counted:])
 	}
-	js := make([]byte, 0, listLen+2)
+	js := slices.Grow([]byte(nil), 1+listLen+body.IntListSlack) // a bracket or comma, the list, and its slack (the closing bracket in it), at the allocation's size
 	switch {
 	case before == 0:
 		js = append(js, '[')
 	case len(own) > 0:
 		js = append(js, ',')
 	}
-	js = append(body.AppendIntList(js, own, false), ']')
+	js = append(body.AppendIntListSized(js, own, false, listLen), ']')
 	t.Own, t.JSON = own, jsonSegments(lists, js)
 	if len(ecuts) == 0 || int(ecuts[len(ecuts)-1].at) < minHistoryEntry {
 		return t, nil
 	}
 	last := ecuts[len(ecuts)-1]
-	held := int64(len(rest)) // the renderings the entry's text keeps alive: rest's, and found's
+	held := int64(0) // the slack of the arrays the entry keeps: found's, then its own
 	if found != nil && matched > 0 {
-		held += found.held
+		held = found.held
 	}
-	newLen := 0 // the new ids' list the entry keeps, js[1:1+newLen], and with it the rest of js
+	newLen := 0 // the new ids' list the entry keeps, js[1:1+newLen], and with it the rest of js's array
 	if last.ids > int32(before) {
 		newLen = int(last.json) - fromJSON - min(before, 1)
-		held += int64(len(js) - newLen)
+		held += int64(cap(js) - newLen)
 	}
-	if !h.fits(held + 4*int64(last.ids) + int64(last.json)) {
+	if !h.fits(int64(size) + held + 4*int64(last.ids) + int64(last.json)) {
 		return t, nil // not even copied: a conversation too large to keep costs nothing more
 	}
-	e := &historyEntry{text: text.first(int(last.at)), cuts: ecuts, held: held, chunks: t.Shared, lists: lists}
+	e := &historyEntry{text: text.first(int(last.at)), cuts: ecuts, chunks: t.Shared, lists: lists}
+	if int(last.at) > matched { // rest's piece, in an array of its own: the template's has room to spare
+		piece := e.text[len(e.text)-1:]
+		var n int
+		piece[0], n = piece.own()
+		held += int64(n - len(piece[0]))
+	}
 	if n := int(last.ids) - before; n > 0 {
-		chunk := make([]int32, n)
+		chunk := slices.Grow([]int32(nil), n)[:n] // an array of the allocation's size: its slack counted
 		for i, id := range own[:n] {
 			chunk[i] = int32(id)
 		}
+		held += 4 * int64(cap(chunk)-n)
 		e.chunks = append(e.chunks[:len(e.chunks):len(e.chunks)], chunk)
 		e.lists = append(e.lists[:len(e.lists):len(e.lists)], js[1:1+newLen:1+newLen])
 	}
+	e.held = held
 	e.compact()
 	if len(keys) > 0 {
 		h.store(keys[len(keys)-1], e, old)

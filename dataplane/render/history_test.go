@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -157,8 +158,8 @@ func TestHistoryChunksBounded(t *testing.T) {
 		}
 		for _, e := range cached.history.keys {
 			mostPieces = max(mostPieces, len(e.text))
-			if len(e.text) > maxChunks || e.held < int64(e.text.len()) {
-				t.Fatalf("turn %d: a text of %d bytes in %d pieces counted as holding %d", k, e.text.len(), len(e.text), e.held)
+			if len(e.text) > maxChunks || e.held < 0 {
+				t.Fatalf("turn %d: a text of %d bytes in %d pieces, %d bytes of slack counted", k, e.text.len(), len(e.text), e.held)
 			}
 		}
 	}
@@ -493,5 +494,47 @@ func TestHistoryConvertedMessages(t *testing.T) {
 	}
 	if hits, misses, _, _ := m.DecodedStats(); hits != 3 || misses != 5 {
 		t.Fatalf("messages found decoded %d times, decoded %d; want 3 (the second turn's first three, two of them converted) and 5", hits, misses)
+	}
+}
+
+// TestHistoryHeld: the history caches' bound holds for the memory they keep, not only for their
+// own count of it. A model with the caches, after more conversations than they hold, keeps on
+// the heap (measured after a collection) no more than the bound beyond what the same
+// conversations leave with a model without them, and no more than a tenth over its count (the
+// count's per-entry approximations: Go's size classes, maps' slots). Before, an entry's JSON
+// list kept an array of seven bytes an id and counted its length, and its text the template's
+// buffer and counted the rendering's: the caches kept 4.67 MB under a bound of 4 MiB, 27% over
+// their count of 3.67 MB.
+func TestHistoryHeld(t *testing.T) {
+	dir := modelDir(t, "")
+	const bound = 4 << 20
+	heap := func() int64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	kept := func(o Options) int64 {
+		m := open(t, dir, o)
+		before := heap()
+		for i := range 600 {
+			msgs := conversation(fmt.Sprint("held", i), 4)
+			for k := 1; k <= 4; k++ {
+				if _, err := m.Chat(nil, turn(t, msgs, k)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		after := heap()
+		runtime.KeepAlive(m)
+		return after - before
+	}
+	plain := kept(Options{})
+	cached := kept(Options{HistoryBytes: bound})
+	m := open(t, dir, Options{HistoryBytes: bound})
+	_, _, _, counted := m.HistoryStats()
+	t.Logf("kept %d bytes without the caches, %d with (bound %d, counted %d)", plain, cached, bound, counted)
+	if cached-plain > bound || cached-plain > counted+counted/10 {
+		t.Fatalf("the caches keep %d bytes on the heap: their bound is %d, their count %d", cached-plain, bound, counted)
 	}
 }

@@ -1,6 +1,10 @@
 package render
 
-import "strings"
+import (
+	"slices"
+	"strings"
+	"unsafe"
+)
 
 // pieces is a text held in pieces, read as one: a conversation's rendering, whose earlier
 // turns' bytes are shared with the entries they came from (historyEntry).
@@ -13,6 +17,16 @@ func (p pieces) len() int {
 		n += len(s)
 	}
 	return n
+}
+
+// own is the text in an array of its own (the pieces' arrays, which may be larger, are not
+// kept), and that array's size: Go rounds an allocation up to a size class.
+func (p pieces) own() (string, int) {
+	b := slices.Grow([]byte(nil), p.len())
+	for _, s := range p {
+		b = append(b, s...)
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b)), cap(b)
 }
 
 // first are the pieces of the text's first n bytes (shared, the last one sliced: nothing copied).
