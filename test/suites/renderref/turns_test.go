@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/render"
@@ -106,8 +109,9 @@ var turnLabels = [2]pprof.LabelSet{pprof.Labels("turn", "first"), pprof.Labels("
 // minimum, as an agent's many small steps). Four ways: nocache (every turn encodes the whole
 // conversation), segments (the segment cache alone, the default before the history cache:
 // messages are found by content), history (the segment and history caches, the default) and
-// historyonly (the history cache alone). The template renders the whole conversation every turn
-// in all four. Each turn ends with the JSON array of its ids as every leg sends it (the pieces
+// historyonly (the history cache alone), each cache at the render step's default size and, when
+// the clock starts, full of other conversations (warmUp: the reported warm-up-convs). The
+// template renders the whole conversation every turn in all four. Each turn ends with the JSON array of its ids as every leg sends it (the pieces
 // TokenIDsSegments hands the legs: with the history cache, the history's lists as the cache holds
 // them and the new ids' list, written in the step; without, the array, made when the first leg
 // asks). Reported, the mean of a turn: ns/turn and cpu-ns/turn (the process's CPU, which the
@@ -116,7 +120,7 @@ var turnLabels = [2]pprof.LabelSet{pprof.Labels("turn", "first"), pprof.Labels("
 // JSON, whichever of the two writes it), first-ns/turn, a conversation's first turn measured
 // (the caches hold none of it: its history is new), and later-ns/turn, the nine after it (each
 // follows a turn the caches hold). A CPU profile's samples of the turn carry the label turn
-// (first or later).
+// (first or later), and warmUp's the label warm-up.
 func BenchmarkRenderTurns(b *testing.B) {
 	const turns = benchTurns
 	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
@@ -126,16 +130,17 @@ func BenchmarkRenderTurns(b *testing.B) {
 				for _, w := range turnWays {
 					b.Run(w.name, func(b *testing.B) {
 						step := newRenderStep(b, w.params(dir))
-						convs := make([][]*body.Object, b.N) // made before the clock starts: its garbage is not the turns'
-						for i := range convs {
-							convs[i] = turnBodies(msgs, i+1, turns)
-						}
-						runtime.GC()
+						warm := warmUp(b, step, dir, msgs)
 						b.ReportAllocs()
 						b.ResetTimer()
-						cpu0 := cpuTime()
-						var rendering, first, later time.Duration
-						for _, bodies := range convs {
+						var cpu, rendering, first, later time.Duration
+						for i := range b.N {
+							// Each conversation's bodies are made off the clock, just before its
+							// turns, as a coordinator parses each request: none is held longer.
+							b.StopTimer()
+							bodies := turnBodies(msgs, i+1, turns)
+							b.StartTimer()
+							cpu0 := cpuTime()
 							for t, obj := range bodies {
 								stepOnly, whole := timeTurn(b, step, obj, turnLabels[min(t, 1)])
 								rendering += stepOnly
@@ -145,14 +150,15 @@ func BenchmarkRenderTurns(b *testing.B) {
 									later += whole
 								}
 							}
+							cpu += cpuTime() - cpu0
 						}
-						cpu := cpuTime() - cpu0
 						b.StopTimer()
 						b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*turns), "ns/turn")
 						b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*turns), "cpu-ns/turn")
 						b.ReportMetric(float64(rendering.Nanoseconds())/float64(b.N*turns), "render-ns/turn")
 						b.ReportMetric(float64(first.Nanoseconds())/float64(b.N), "first-ns/turn")
 						b.ReportMetric(float64(later.Nanoseconds())/float64(b.N*(turns-1)), "later-ns/turn")
+						b.ReportMetric(float64(warm), "warm-up-convs")
 					})
 				}
 			})
@@ -176,14 +182,14 @@ func BenchmarkRenderFirstTurn(b *testing.B) {
 				ways := [2]turnWay{turnWays[0], turnWays[2]} // nocache, history
 				var steps [2]pipeline.Step
 				var labels [2]pprof.LabelSet
-				for w, way := range ways {
-					steps[w], labels[w] = newRenderStep(b, way.params(dir)), pprof.Labels("way", way.name)
-				}
 				firsts := make([]*body.Object, 2*b.N) // made before the clock starts, each new to the caches
 				for i := range firsts {
 					firsts[i] = turnBodies(msgs, i+1, turns)[0]
 				}
-				runtime.GC()
+				for w, way := range ways {
+					steps[w], labels[w] = newRenderStep(b, way.params(dir)), pprof.Labels("way", way.name)
+					warmUp(b, steps[w], dir, msgs)
+				}
 				b.ReportAllocs()
 				b.ResetTimer()
 				var took [2]time.Duration
@@ -216,18 +222,92 @@ var turnShapes = []struct {
 	{"chatty", 32 << 10, 48, 48},
 }
 
-// turnWay is a render step's caches, in MiB.
+// turnWay is a render step's caches: the parameters it sets (a cache it leaves out has the
+// step's default size, the size a deployment has unless it says otherwise).
 type turnWay struct {
-	name              string
-	segments, history int
+	name   string
+	caches map[string]any
 }
 
 // turnWays are the ways BenchmarkRenderTurns describes.
-var turnWays = []turnWay{{"nocache", 0, 0}, {"segments", 256, 0}, {"history", 256, 256}, {"historyonly", 0, 256}}
+var turnWays = []turnWay{
+	{"nocache", map[string]any{"cache_size": 0, "history_cache_size": 0}},
+	{"segments", map[string]any{"history_cache_size": 0}},
+	{"history", map[string]any{}},
+	{"historyonly", map[string]any{"cache_size": 0}},
+}
 
 // params are the render step's parameters for the model directory dir.
 func (w turnWay) params(dir string) map[string]any {
-	return map[string]any{"tokenizer": dir, "cache_size": w.segments, "history_cache_size": w.history}
+	p := map[string]any{"tokenizer": dir}
+	maps.Copy(p, w.caches)
+	return p
+}
+
+// warmUp brings step and the process to the state a coordinator that has served many
+// conversations is in, before the clock starts: it renders whole conversations like msgs (salted
+// apart from the measured ones) through step until its caches are full (a conversation adds to
+// the bytes they hold, render's metrics for dir, less than a tenth of what the first added) and
+// the heap has reached its working size (the last warmUpQuiet conversations touched fewer than
+// warmUpQuiet new pages between them), or warmUpMax conversations. The measured turns then find
+// caches that evict as they keep, and a heap that reuses its memory: before, a run found them
+// empty and growing, and each turn paid the first touch of the pages its caches grew into (a
+// Qwen3 growing later turn with the history cache, 0.16-0.35 ms and 1-16 page faults a turn
+// depending on the run's length). It returns the number of conversations it rendered.
+func warmUp(b *testing.B, step pipeline.Step, dir string, msgs []map[string]string) int {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(render.Collector("warm"))
+	var faults [warmUpQuiet + 1]int64 // page faults before each of the last conversations, a ring
+	var first, last float64
+	for n := 1; ; n++ {
+		faults[n%len(faults)] = pageFaults()
+		timeTurn(b, step, turnBodies(msgs, -n, 1)[0], warmUpLabel)
+		held := cachedBytes(b, reg, dir)
+		grew := held - last
+		if n == 1 {
+			first = grew
+		}
+		last = held
+		quiet := n > warmUpQuiet && pageFaults()-faults[(n+1)%len(faults)] < warmUpQuiet
+		if n == warmUpMax || quiet && grew <= first/10 {
+			runtime.GC()
+			return n
+		}
+	}
+}
+
+// warmUpQuiet and warmUpMax bound the conversations warmUp renders.
+const warmUpQuiet, warmUpMax = 32, 1024
+
+// pageFaults are the process's minor page faults so far (the first touch of a page).
+func pageFaults() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Minflt
+}
+
+// warmUpLabel labels a CPU profile's samples of warmUp's turns.
+var warmUpLabel = pprof.Labels("warm-up", "yes")
+
+// cachedBytes are the bytes render's caches for the model directory dir hold (the metrics
+// render_cache_bytes and render_history_bytes of the collector reg has).
+func cachedBytes(b *testing.B, reg *prometheus.Registry, dir string) float64 {
+	fams, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	held := 0.0
+	for _, f := range fams {
+		if f.GetName() != "warm_render_cache_bytes" && f.GetName() != "warm_render_history_bytes" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if m.GetLabel()[0].GetValue() == dir {
+				held += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return held
 }
 
 // timeTurn runs step on a turn's body, labelled for a CPU profile, and ends it as a leg would,
