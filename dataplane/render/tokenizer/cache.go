@@ -3,9 +3,10 @@ package tokenizer
 import (
 	"hash/maphash"
 	"math/bits"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // SegmentCache is a bounded, concurrency-safe cache of encoded segments keyed by their content
@@ -45,8 +46,10 @@ type segEntry struct {
 // maxBytes/maxEntryShare is not cached.
 const maxEntryShare = 8
 
-// segOverhead approximates an entry's bookkeeping (map slot, entry, slice and string headers).
-const segOverhead = 128
+// segOverhead approximates an entry's bookkeeping: the entry (80 bytes) and its map slot, with
+// the map's room to grow and the slots its evictions leave deleted until it is rehashed
+// (TestSegmentCacheHeld measures the whole on the heap).
+const segOverhead = 256
 
 // NewSegmentCache returns a cache holding at most maxBytes (segment text plus 4 bytes an id plus
 // bookkeeping) of segments at least minSegmentBytes long.
@@ -116,17 +119,20 @@ func (c *SegmentCache) get(tok uint64, text string) ([]int32, bool) {
 }
 
 func (c *SegmentCache) put(tok uint64, text string, ids []int) {
-	size := int64(len(text)) + 4*int64(len(ids)) + segOverhead
-	if size > c.maxBytes/maxEntryShare {
+	if int64(len(text))+4*int64(len(ids))+segOverhead > c.maxBytes/maxEntryShare {
 		return // one long segment would evict the conversations the cache is for, for a copy of itself
 	}
 	if c.seen != nil && !c.secondSight(tok, text) {
 		return
 	}
-	e := &segEntry{key: segKey{tok, strings.Clone(text)}, ids: make([]int32, len(ids)), size: size}
+	// The text and ids in arrays of the allocations' sizes (Go rounds an allocation up to a size
+	// class): what they keep is what is counted.
+	copied := append(slices.Grow([]byte(nil), len(text)), text...)
+	e := &segEntry{key: segKey{tok, unsafe.String(unsafe.SliceData(copied), len(copied))}, ids: slices.Grow([]int32(nil), len(ids))[:len(ids)]}
 	for i, id := range ids {
 		e.ids[i] = int32(id)
 	}
+	e.size = int64(cap(copied)) + 4*int64(cap(e.ids)) + segOverhead
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.entries[e.key]; ok {
@@ -135,7 +141,7 @@ func (c *SegmentCache) put(tok uint64, text string, ids []int) {
 	}
 	c.entries[e.key] = e
 	c.pushFront(e)
-	c.bytes += size
+	c.bytes += e.size
 	for c.bytes > c.maxBytes {
 		last := c.lru.prev
 		c.unlink(last)
