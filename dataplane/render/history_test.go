@@ -17,6 +17,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
+	"github.com/epd-dev/coordinator/test/harness/heap"
 )
 
 // Templates that render a conversation's history differently once a turn follows: the history
@@ -508,15 +509,9 @@ func TestHistoryConvertedMessages(t *testing.T) {
 func TestHistoryHeld(t *testing.T) {
 	dir := modelDir(t, "")
 	const bound = 4 << 20
-	heap := func() int64 {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
 	kept := func(o Options) int64 {
 		m := open(t, dir, o)
-		before := heap()
+		before := heap.Live()
 		for i := range 600 {
 			msgs := conversation(fmt.Sprint("held", i), 4)
 			for k := 1; k <= 4; k++ {
@@ -525,7 +520,7 @@ func TestHistoryHeld(t *testing.T) {
 				}
 			}
 		}
-		after := heap()
+		after := heap.Live()
 		runtime.KeepAlive(m)
 		return after - before
 	}

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/epd-dev/coordinator/test/harness/heap"
 )
 
 // TestSegmentCacheHeld: the segment cache's bound holds for the memory it keeps, not only for
@@ -13,22 +15,16 @@ import (
 // than its bound, and no more than a tenth over its count.
 func TestSegmentCacheHeld(t *testing.T) {
 	const bound = 4 << 20
-	heap := func() int64 {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
 	for _, size := range []int{256, 300, 1000, 5000} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
-			before := heap()
+			before := heap.Live()
 			c := NewSegmentCache(bound, 256)
 			ids := make([]int, size/4)
 			for i := range 4 * bound / size {
 				text := fmt.Sprintf("%08d", i) + strings.Repeat("x", size-8)
 				c.put(1, text, ids)
 			}
-			kept := heap() - before
+			kept := heap.Live() - before
 			_, _, counted := c.Stats()
 			runtime.KeepAlive(c)
 			t.Logf("segments of %d B: %d bytes kept, %d counted, bound %d", size, kept, counted, bound)
