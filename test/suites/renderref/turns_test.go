@@ -171,8 +171,9 @@ func BenchmarkRenderTurns(b *testing.B) {
 // and the cached way alternating in one process, so that the machine's other load weighs on
 // both alike: a turn (the step and its ids' JSON) is timed, nocache-ns/turn and
 // history-ns/turn, and history/nocache is their ratio, what the caches add to a turn that
-// finds nothing (keeping the messages, the iterations, the ids). A CPU profile's samples of the
-// turns carry the label way (nocache or history).
+// finds nothing (keeping the messages, the iterations, the ids). The caches are those of
+// BenchmarkRenderTurns, full of other conversations when the clock starts (warmUp). A CPU
+// profile's samples of the turns carry the label way (nocache or history).
 func BenchmarkRenderFirstTurn(b *testing.B) {
 	const turns = benchTurns
 	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
@@ -182,10 +183,6 @@ func BenchmarkRenderFirstTurn(b *testing.B) {
 				ways := [2]turnWay{turnWays[0], turnWays[2]} // nocache, history
 				var steps [2]pipeline.Step
 				var labels [2]pprof.LabelSet
-				firsts := make([]*body.Object, 2*b.N) // made before the clock starts, each new to the caches
-				for i := range firsts {
-					firsts[i] = turnBodies(msgs, i+1, turns)[0]
-				}
 				for w, way := range ways {
 					steps[w], labels[w] = newRenderStep(b, way.params(dir)), pprof.Labels("way", way.name)
 					warmUp(b, steps[w], dir, msgs)
@@ -193,9 +190,13 @@ func BenchmarkRenderFirstTurn(b *testing.B) {
 				b.ReportAllocs()
 				b.ResetTimer()
 				var took [2]time.Duration
+				first := msgs[:len(msgs)-2*(turns-1)] // up to the first turn the other benchmark measures
 				for i := range b.N {
 					for w, step := range steps {
-						_, whole := timeTurn(b, step, firsts[2*i+w], labels[w])
+						b.StopTimer() // its body is made just before it, off the clock, each new to the caches
+						obj := turnBodies(first, 2*i+w+1, 1)[0]
+						b.StartTimer()
+						_, whole := timeTurn(b, step, obj, labels[w])
 						took[w] += whole
 					}
 				}
