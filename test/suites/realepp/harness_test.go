@@ -19,10 +19,7 @@
 package realepp
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -56,18 +53,10 @@ import (
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	"github.com/epd-dev/coordinator/test/doubles/extprocgw"
-	"github.com/epd-dev/coordinator/test/harness/cluster"
 	"github.com/epd-dev/coordinator/test/harness/prereq"
 	coordinatorproc "github.com/epd-dev/coordinator/test/internal/coordinator"
 	"github.com/epd-dev/coordinator/test/internal/loopback"
-)
-
-// Environment variables naming the peer binaries (uncompressed, executable) and the directory
-// of llm-d's CRDs (llm-d-router config/crd/bases, llm-d.ai_*.yaml), which the EPP watches.
-const (
-	EPPBinEnv = "LLMD_EPP_BIN"
-	SimBinEnv = "LLMD_SIM_BIN"
-	CRDsEnv   = "LLMD_CRDS"
+	"github.com/epd-dev/coordinator/test/internal/peers"
 )
 
 // model is the model name every simulator serves.
@@ -133,24 +122,23 @@ func (s *tier) init() {
 			"Run `make test`, or `KUBEBUILDER_ASSETS=$(hack/setup-envtest-assets.sh) go test ./test/suites/realepp/`."
 		return
 	}
-	root, err := cluster.Root()
+	dir, err := peers.Dir()
 	if err != nil {
 		s.err = err
 		return
 	}
-	peers := filepath.Join(root, "..", "shared", "peers")
-	if s.eppBin, s.missing, s.err = peerBinary(EPPBinEnv, filepath.Join(peers, "llm-d-epp.xz")); s.missing != "" || s.err != nil {
+	if s.eppBin, s.missing, s.err = peers.Binary(peers.EPPBinEnv, filepath.Join(dir, "llm-d-epp.xz")); s.missing != "" || s.err != nil {
 		return
 	}
-	if s.simBin, s.missing, s.err = peerBinary(SimBinEnv, filepath.Join(peers, "llm-d-inference-sim.xz")); s.missing != "" || s.err != nil {
+	if s.simBin, s.missing, s.err = peers.Binary(peers.SimBinEnv, filepath.Join(dir, "llm-d-inference-sim.xz")); s.missing != "" || s.err != nil {
 		return
 	}
-	crds := os.Getenv(CRDsEnv)
+	crds := os.Getenv(peers.CRDsEnv)
 	if crds == "" {
-		crds = filepath.Join(peers, "crds")
+		crds = filepath.Join(dir, "crds")
 	}
 	if matches, _ := filepath.Glob(filepath.Join(crds, "llm-d.ai_*.yaml")); len(matches) == 0 {
-		s.missing = fmt.Sprintf("no llm-d CRDs (llm-d.ai_*.yaml) in %s: set %s to llm-d-router's config/crd/bases", crds, CRDsEnv)
+		s.missing = fmt.Sprintf("no llm-d CRDs (llm-d.ai_*.yaml) in %s: set %s to llm-d-router's config/crd/bases", crds, peers.CRDsEnv)
 		return
 	}
 	if s.binDir, s.err = os.MkdirTemp("", "realepp-bin-"); s.err != nil {
@@ -160,62 +148,6 @@ func (s *tier) init() {
 		return
 	}
 	s.err = s.startAPIServer(crds, assets)
-}
-
-// peerBinary returns the binary envVar names, or decompresses xzPath into the cache. A missing
-// file or xz is a missing prerequisite; a named binary that is not there is an error.
-func peerBinary(envVar, xzPath string) (path, missing string, err error) {
-	if p := os.Getenv(envVar); p != "" {
-		if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			return "", "", fmt.Errorf("%s=%s is not an executable file", envVar, p)
-		}
-		return p, "", nil
-	}
-	f, err := os.Open(xzPath)
-	if err != nil {
-		return "", fmt.Sprintf("%s is not set and %s is not readable (%v): this tier runs llm-d's EPP and simulator; "+
-			"set %s and %s to their binaries", envVar, xzPath, err, EPPBinEnv, SimBinEnv), nil
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", "", err
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		return "", "", err
-	}
-	dir := filepath.Join(cache, "epd-coordinator", "peers", hex.EncodeToString(h.Sum(nil))[:16])
-	path = filepath.Join(dir, strings.TrimSuffix(filepath.Base(xzPath), ".xz"))
-	if st, err := os.Stat(path); err == nil && st.Mode()&0o111 != 0 {
-		return path, "", nil
-	}
-	if _, err := exec.LookPath("xz"); err != nil {
-		return "", fmt.Sprintf("xz is not installed (Debian: xz-utils): it decompresses %s", xzPath), nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
-	}
-	tmp, err := os.CreateTemp(dir, ".tmp-")
-	if err != nil {
-		return "", "", err
-	}
-	defer os.Remove(tmp.Name())
-	cmd := exec.Command("xz", "-dc", xzPath)
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = tmp, &stderr
-	if err := cmd.Run(); err != nil {
-		tmp.Close()
-		return "", "", fmt.Errorf("xz -dc %s: %w: %s", xzPath, err, stderr.String())
-	}
-	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
-		return "", "", err
-	}
-	if err := tmp.Close(); err != nil {
-		return "", "", err
-	}
-	return path, "", os.Rename(tmp.Name(), path) // atomic: a concurrent run sees a whole file or none
 }
 
 // startAPIServer starts kube-apiserver and etcd with the InferencePool CRD and llm-d's CRDs,

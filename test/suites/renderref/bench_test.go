@@ -22,6 +22,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/state/request"
 	_ "github.com/epd-dev/coordinator/dataplane/steps" // the render step
 	"github.com/epd-dev/coordinator/test/doubles/simworker"
+	"github.com/epd-dev/coordinator/test/internal/peers"
 )
 
 // benchParagraphs are what the benchmark conversations are made of: prose, code, CJK, emoji,
@@ -74,44 +75,51 @@ func cpuTime() time.Duration {
 
 // BenchmarkRender measures the render step on one-message chats of about 1k, 32k and 128k
 // tokens, for each family (models: a family whose tokenizer or template does not load
-// fails its own sub-benchmarks, naming why), three ways: inprocess (no cache: every request new),
+// fails its own sub-benchmarks, naming why), four ways: inprocess (no cache: every request new),
 // warm (in process, the conversation sent before: the segment and history caches answer it, as
-// they do a retry or a regenerated answer) and hop, the HTTP render service: the simworker's
-// render on loopback (the same request and answer bodies as vLLM's render endpoint; its
-// tokenizer is a trivial one, so the hop's numbers are the floor of the round trip, not what a
-// real render service costs). Each request ends with its ids' JSON array, which every leg sends
-// (in process it is written from the ids; on the hop it is the service's answer, reused).
-// Reported per request: ns/op (latency), ns/token and cpu-ns/token (the process's CPU, the
-// simworker's included on the hop), allocations.
+// they do a retry or a regenerated answer), hop, the HTTP render service at its floor: the
+// simworker's render on loopback (the same request and answer bodies as vLLM's render endpoint;
+// its tokenizer is a trivial one, so the hop's numbers are the floor of the round trip, not what
+// a real render service costs), and hopsim, the same hop to llm-d's vLLM simulator (the render
+// service upstream's coordinator runs in its e2e tests: a real peer, with its dummy tokenizer,
+// in its own process). Each request ends with its ids' JSON array, which every leg sends (in
+// process it is written from the ids; on a hop it is the service's answer, reused). Reported
+// per request: ns/op (latency), ns/token and cpu-ns/token (the process's CPU, and the render
+// service's on a hop: the simworker runs in the process, the simulator's is read from /proc),
+// allocations.
 func BenchmarkRender(b *testing.B) {
 	svc, err := simworker.Start(simworker.Config{Name: "render", Role: simworker.RoleBoth})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = svc.Close() })
+	sim := peers.StartSim(b, "sim-model", "--max-model-len", "1048576", "--max-request-body-size-mb", "64")
 	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
 		ways := []struct {
 			name string
 			own  map[string]any
-			warm bool // render the request once before measuring
+			warm bool                          // render the request once before measuring
+			cpu  func() (time.Duration, error) // the render service's CPU, when in another process
 		}{
-			{"inprocess", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0}, false},
-			{"warm", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 256}, true},
-			{"hop", map[string]any{"address": svc.URL()}, false},
+			{"inprocess", map[string]any{"tokenizer": dir, "cache_size": 0, "history_cache_size": 0}, false, nil},
+			{"warm", map[string]any{"tokenizer": dir, "cache_size": 256, "history_cache_size": 256}, true, nil},
+			{"hop", map[string]any{"address": svc.URL()}, false, nil},
+			{"hopsim", map[string]any{"address": sim.URL}, false, sim.CPU},
 		}
 		for _, n := range []int{1 << 10, 32 << 10, 128 << 10} {
 			raw := benchConversation(tok, n)
 			b.Run(fmt.Sprintf("%dk", n>>10), func(b *testing.B) {
 				for _, w := range ways {
-					b.Run(w.name, func(b *testing.B) { benchRenderStep(b, svc, newRenderStep(b, w.own), raw, w.warm) })
+					b.Run(w.name, func(b *testing.B) { benchRenderStep(b, svc, newRenderStep(b, w.own), raw, w.warm, w.cpu) })
 				}
 			})
 		}
 	})
 }
 
-// benchRenderStep runs step on the chat body raw.
-func benchRenderStep(b *testing.B, svc *simworker.Worker, step pipeline.Step, raw []byte, warm bool) {
+// benchRenderStep runs step on the chat body raw; serviceCPU, when set, is the CPU of a render
+// service in another process, counted with the process's.
+func benchRenderStep(b *testing.B, svc *simworker.Worker, step pipeline.Step, raw []byte, warm bool, serviceCPU func() (time.Duration, error)) {
 	obj, err := body.Parse(raw) // the server's parse, not the step's: outside the loop (render leaves a chat body as it is)
 	if err != nil {
 		b.Fatal(err)
@@ -131,17 +139,27 @@ func benchRenderStep(b *testing.B, svc *simworker.Worker, step pipeline.Step, ra
 	if warm {
 		run()
 	}
+	cpu := cpuTime
+	if serviceCPU != nil {
+		cpu = func() time.Duration {
+			d, err := serviceCPU()
+			if err != nil {
+				b.Fatal(err)
+			}
+			return cpuTime() + d
+		}
+	}
 	runtime.GC()
 	b.ReportAllocs()
 	b.ResetTimer()
-	tokens, cpu0 := 0, cpuTime()
+	tokens, cpu0 := 0, cpu()
 	for b.Loop() {
 		tokens += run()
 	}
 	b.StopTimer()
 	if tokens > 0 {
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(tokens), "ns/token")
-		b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(tokens), "cpu-ns/token")
+		b.ReportMetric(float64((cpu()-cpu0).Nanoseconds())/float64(tokens), "cpu-ns/token")
 	}
 }
 
