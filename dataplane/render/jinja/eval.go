@@ -16,29 +16,76 @@ var (
 // Scope
 // =============================================================================
 
+// scope is one level of variables. Its first few are held in place and found by comparing
+// names: the scopes of a render, a loop or a call hold a handful, and hashing a name for each
+// set and lookup (a loop sets its variables every iteration) cost a long conversation's render
+// more than comparing a few short names. Past fewVars, and for the builtins, a map holds them.
 type scope struct {
-	vars   map[string]Value
+	few    [fewVars]binding
+	nfew   int
+	vars   map[string]Value // nil while the scope holds fewVars or fewer
 	parent *scope
 	// constant: the builtins' or a template's globals, which no render changes.
 	constant bool
 }
 
+// fewVars is how many variables a scope holds in place.
+const fewVars = 8
+
+type binding struct {
+	name string
+	val  Value
+}
+
 func newScope(parent *scope) *scope {
-	return &scope{vars: make(map[string]Value, 4), parent: parent}
+	return &scope{parent: parent}
+}
+
+// own is the variable name of this level, not of its parents.
+func (s *scope) own(name string) (Value, bool) {
+	if s.vars != nil {
+		v, ok := s.vars[name]
+		return v, ok
+	}
+	for i := range s.nfew {
+		if s.few[i].name == name {
+			return s.few[i].val, true
+		}
+	}
+	return Undefined(), false
 }
 
 func (s *scope) get(name string) (Value, bool) {
-	if v, ok := s.vars[name]; ok {
-		return v, true
-	}
-	if s.parent != nil {
-		return s.parent.get(name)
+	for ; s != nil; s = s.parent {
+		if v, ok := s.own(name); ok {
+			return v, true
+		}
 	}
 	return Undefined(), false
 }
 
 func (s *scope) set(name string, val Value) {
+	if s.vars != nil {
+		s.vars[name] = val
+		return
+	}
+	for i := range s.nfew {
+		if s.few[i].name == name {
+			s.few[i].val = val
+			return
+		}
+	}
+	if s.nfew < fewVars {
+		s.few[s.nfew] = binding{name, val}
+		s.nfew++
+		return
+	}
+	s.vars = make(map[string]Value, 2*fewVars)
+	for _, b := range s.few[:s.nfew] {
+		s.vars[b.name] = b.val
+	}
 	s.vars[name] = val
+	s.few, s.nfew = [fewVars]binding{}, 0
 }
 
 // =============================================================================

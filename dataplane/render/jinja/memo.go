@@ -298,7 +298,7 @@ func (e *evaluator) lookup(name string) (v Value, external bool) {
 		if below && s == r.base {
 			below = false
 		}
-		if v, ok := s.vars[name]; ok {
+		if v, ok := s.own(name); ok {
 			if r == nil || below || s.constant {
 				return v, false
 			}

@@ -33,9 +33,9 @@ func CompileWith(source string, globals map[string]Value) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.globals = &scope{vars: make(map[string]Value, len(globals)), parent: cachedBuiltins, constant: true}
+	t.globals = &scope{parent: cachedBuiltins, constant: true}
 	for k, v := range globals {
-		t.globals.vars[k] = v
+		t.globals.set(k, v)
 	}
 	return t, nil
 }
