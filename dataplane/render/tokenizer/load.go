@@ -217,6 +217,9 @@ func (t *Tokenizer) parseModel(m *rawModel, added []rawAddedToken) error {
 	if err := t.merges.build(merges, &t.vocab, t.alpha); err != nil {
 		return err
 	}
+	if t.sp != nil {
+		t.sp.readDigits(&t.merges)
+	}
 	return t.added.build(added, t.norm)
 }
 

@@ -54,6 +54,10 @@ type sentencePiece struct {
 	// raw: a section without "▁" is encoded where it lies, its spaces read as "▁"
 	// (encodeRaw); prepend: the normalizer puts "▁" first.
 	raw, prepend bool
+	// digitsAlone: every ASCII digit is an entry and no merge makes an entry holding one (as
+	// Llama 2's, Mistral's and Gemma 3's vocabularies, trained with split digits): a digit is
+	// its own id wherever it is, and no merge joins across it (wordDigits).
+	digitsAlone bool
 }
 
 // newSentencePiece indexes the characters of a literal vocabulary.
@@ -141,6 +145,14 @@ func (sp *sentencePiece) readRaw(t *Tokenizer) {
 		return
 	}
 	sp.raw, sp.prepend, sp.ascii[' '] = true, prepended, id
+}
+
+// readDigits decides digitsAlone, once the merges are read.
+func (sp *sentencePiece) readDigits(m *mergeTable) {
+	sp.digitsAlone = !m.digitMerged
+	for c := '0'; c <= '9'; c++ {
+		sp.digitsAlone = sp.digitsAlone && sp.ascii[c] >= 0
+	}
 }
 
 // symbol is the merge symbol of the character r at byte k of its word: its id, or maxID+k when no

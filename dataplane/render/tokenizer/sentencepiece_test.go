@@ -96,3 +96,67 @@ func TestReadRaw(t *testing.T) {
 		})
 	}
 }
+
+// TestWordDigits: where a vocabulary's digits stand alone, a word with digits is encoded run by
+// run around them (wordDigits) with the ids of the whole word merged; where a merge makes an
+// entry holding a digit, the path is not taken.
+func TestWordDigits(t *testing.T) {
+	cases := []string{
+		"1", "12", "a1", "1a", "a1b", "handler_12345(request):", "第12345章讨论了分词", "https://example.com/issues?id=98765",
+		"v1.2.3", "2024-01-01T00:00:00Z", "▁12▁ab3", "a 1 b 22 c", "0x1F 0xff", "\xff1\xfe2", "🎉1🚀22", "x1\u2581y2 z3",
+		"Zoë9Ångström", "| 98765 | Zoë Ångström | 98.6 |", strings.Repeat("a1", 2_000), strings.Repeat("語9", 1_000),
+	}
+	r := rand.New(rand.NewPCG(37, 9))
+	atoms := []string{" ", "a", "b", "the", "é", "日", "本語", "🎉", "\t", "\n", "\xff", "0", "1", "42", "987", "_", ".", "(", "▁", "<s>"}
+	for range 3_000 {
+		var b strings.Builder
+		for n := r.IntN(16); n >= 0; n-- {
+			b.WriteString(atoms[r.IntN(len(atoms))])
+		}
+		cases = append(cases, b.String())
+	}
+	for _, name := range []string{"sp-gemma-like", "sp-llama-like", "sp-mistral-like"} {
+		t.Run(name, func(t *testing.T) {
+			b := mustJSON(t, fixtureJSON(t, name))
+			digits, err := New(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole, err := New(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !digits.sp.digitsAlone {
+				t.Fatalf("%s: digitsAlone is false; its merges make no entry with a digit", name)
+			}
+			whole.sp.digitsAlone = false
+			for _, add := range []bool{false, true} {
+				for _, c := range cases {
+					// Twice: the first meets the runs new to the cache, the second finds them.
+					for range 2 {
+						if got, want := digits.Encode(nil, c, add), whole.Encode(nil, c, add); !slices.Equal(got, want) {
+							t.Fatalf("Encode(%q, %t):\n around digits %v\n whole         %v", c, add, got, want)
+						}
+					}
+				}
+			}
+		})
+	}
+	t.Run("a merge makes a number", func(t *testing.T) {
+		doc := fixtureJSON(t, "sp-gemma-like")
+		model := doc["model"].(map[string]any)
+		vocab := model["vocab"].(map[string]any)
+		vocab["12"] = float64(len(vocab) + 10)
+		model["merges"] = append(model["merges"].([]any), "1 2")
+		tok, err := New(mustJSON(t, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok.sp.digitsAlone {
+			t.Fatal("digitsAlone with a merge that makes \"12\"")
+		}
+		if got := tok.Encode(nil, "a12b", false); !slices.Contains(got, int(vocab["12"].(float64))) {
+			t.Fatalf("Encode(\"a12b\") = %v: want the merged \"12\" (id %v) in it", got, vocab["12"])
+		}
+	})
+}

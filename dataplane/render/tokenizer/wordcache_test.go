@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"math/rand"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -109,6 +110,37 @@ func TestWordCache(t *testing.T) {
 	if _, ok := c.getLong(long[1:]); ok {
 		t.Fatal("another long word hits")
 	}
+}
+
+// TestWordCacheKeepsUpToMaxCachedWord: a merged word of maxCachedWord bytes is kept, a longer
+// one is merged each time and kept nowhere.
+func TestWordCacheKeepsUpToMaxCachedWord(t *testing.T) {
+	tk, ok := loadNamed(t, "sp-gemma-like")
+	if !ok {
+		t.Fatal("the sp-gemma-like fixture does not load")
+	}
+	for _, tc := range []struct {
+		n    int
+		kept bool
+	}{{maxShortWord + 1, true}, {maxCachedWord, true}, {maxCachedWord + 1, false}, {4 * maxCachedWord, false}} {
+		w := strings.Repeat("ab", tc.n/2) + strings.Repeat("c", tc.n%2) // no space: one word
+		ids := tk.Encode(nil, w, false)
+		got, kept := tk.words.getLong(w)
+		if kept != tc.kept {
+			t.Errorf("a word of %d bytes: kept %t, want %t", tc.n, kept, tc.kept)
+		}
+		if kept && !slices.Equal(int32sToInts(got), ids) {
+			t.Errorf("a word of %d bytes: kept %v, encoded %v", tc.n, got, ids)
+		}
+	}
+}
+
+func int32sToInts(s []int32) []int {
+	out := make([]int, len(s))
+	for i, v := range s {
+		out[i] = int(v)
+	}
+	return out
 }
 
 // TestWordCacheConcurrent has writers keep replacing the entries of one set with different words
