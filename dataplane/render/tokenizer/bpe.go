@@ -143,8 +143,8 @@ type mergeTable struct {
 	slots  []mergeSlot
 	shift  uint
 	byteID [256]int32 // the id of each single byte
-	// digitMerged: some merge makes an entry that holds an ASCII digit (sentencePiece's
-	// digitsAlone).
+	// digitMerged: some merge of a literal vocabulary makes an entry that holds an ASCII digit
+	// (sentencePiece's digitsAlone).
 	digitMerged bool
 }
 
@@ -183,7 +183,7 @@ func (m *mergeTable) build(merges [][]byte, v *vocabIndex, alpha alphabet) error
 			}
 			ids[k] = id
 		}
-		m.digitMerged = m.digitMerged || strings.ContainsAny(a+b, "0123456789")
+		m.digitMerged = m.digitMerged || alpha == literalAlphabet && (strings.ContainsAny(a, "0123456789") || strings.ContainsAny(b, "0123456789"))
 		m.put(pairKey(int32(ids[0]), int32(ids[1])), uint32(i), int32(ids[2])) // a later duplicate wins, as in both references
 	}
 	return nil

@@ -6,22 +6,21 @@ package peers
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/epd-dev/coordinator/test/harness/bench"
 	"github.com/epd-dev/coordinator/test/harness/cluster"
 	"github.com/epd-dev/coordinator/test/harness/prereq"
 	"github.com/epd-dev/coordinator/test/internal/loopback"
@@ -105,15 +104,14 @@ func Binary(envVar, xzPath string) (path, missing string, err error) {
 // Sim is a running llm-d simulator.
 type Sim struct {
 	// URL is its base URL (http://127.0.0.1:port).
-	URL    string
-	cmd    *exec.Cmd
-	logs   *loopback.Log
-	exited chan struct{}
+	URL  string
+	proc *bench.Proc
 }
 
 // StartSim runs llm-d's simulator serving model in echo mode with its dummy tokenizer and the
-// flags extra, and returns it once its /health answers; it is killed when tb ends. A binary
-// that cannot be found is a missing prerequisite (prereq.Missing: fails under CI).
+// flags extra (bench.Start: its log in tb's temporary directory, ready when /health answers),
+// and stops it when tb ends. A binary that cannot be found is a missing prerequisite
+// (prereq.Missing: fails under CI).
 func StartSim(tb testing.TB, model string, extra ...string) *Sim {
 	tb.Helper()
 	dir, err := Dir()
@@ -132,60 +130,20 @@ func StartSim(tb testing.TB, model string, extra ...string) *Sim {
 		tb.Fatal(err)
 	}
 	_, port, _ := net.SplitHostPort(addr)
-	s := &Sim{URL: "http://" + addr, logs: &loopback.Log{}, exited: make(chan struct{})}
-	s.cmd = exec.Command(bin, append([]string{"--model", model, "--port", port, "--mode", "echo", "--force-dummy-tokenizer"}, extra...)...)
-	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
-	if err := s.cmd.Start(); err != nil {
+	p, err := bench.Start(context.Background(), bench.StartOptions{Name: "llm-d-inference-sim", Bin: bin,
+		Args:   append([]string{"--model", model, "--port", port, "--mode", "echo", "--force-dummy-tokenizer"}, extra...),
+		LogDir: tb.TempDir(), URL: "http://" + addr, ReadyPath: "/health"})
+	if err != nil {
 		tb.Fatal(err)
 	}
-	go func() {
-		_ = s.cmd.Wait()
-		close(s.exited)
-	}()
-	tb.Cleanup(s.kill)
-	if err := s.waitHealthy(20 * time.Second); err != nil {
-		tb.Fatal(err)
-	}
-	return s
-}
-
-// waitHealthy polls the simulator's /health until it answers 200, it exits, or timeout passes.
-func (s *Sim) waitHealthy(timeout time.Duration) error {
-	c := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(timeout)
-	for {
-		if resp, err := c.Get(s.URL + "/health"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-s.exited:
-			return fmt.Errorf("the simulator exited:\n%s", s.logs.Tail(3000))
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return errors.New("the simulator is not healthy in " + timeout.String() + ":\n" + s.logs.Tail(3000))
-		}
-	}
-}
-
-// kill SIGKILLs the simulator (idempotent) and waits for it.
-func (s *Sim) kill() {
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.exited
+	tb.Cleanup(p.Stop)
+	return &Sim{URL: p.URL, proc: p}
 }
 
 // CPU is the simulator process's user and system time so far (/proc, in the kernel's clock
 // ticks: 10 ms steps at the usual 100 Hz).
 func (s *Sim) CPU() (time.Duration, error) {
-	path := fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid)
+	path := fmt.Sprintf("/proc/%d/stat", s.proc.Pid())
 	stat, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
