@@ -246,18 +246,6 @@ func baseParams(s *redistest.Server) map[string]any {
 	return map[string]any{"redis_url": s.URL()}
 }
 
-// deadAddr is a loopback address nothing listens on.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
-
 // popEnvelope takes the next envelope of queue, waiting up to 10s (a fake consumer).
 func popEnvelope(t *testing.T, rdb *redis.Client, queue string) (Envelope, string) {
 	t.Helper()

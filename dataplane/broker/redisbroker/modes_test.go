@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/epd-dev/coordinator/dataplane/broker"
+	"github.com/epd-dev/coordinator/test/harness/refused"
 )
 
 func TestNoModeHeaderIsUntouched(t *testing.T) {
 	// Redis is down: a request without the mode header must not need it.
-	c := startCoord(t, quotaParams("redis://"+deadAddr(t)), fastHooks)
+	c := startCoord(t, quotaParams("redis://"+refused.Addr(t)), fastHooks)
 	r := c.chat(hdr("X-Team", "teamA", "X-Gateway-Inference-Objective", "client-choice", "X-Gateway-Inference-Fairness-Id", "client-fid"))
 	got := sinkHeaders(t, r)
 	// The step stamps nothing; the client's own routing headers were dropped by the server
@@ -48,7 +49,7 @@ func TestPassthroughStampsHeaders(t *testing.T) {
 
 func TestInvalidRequests(t *testing.T) {
 	// Redis is down: every rejection below happens before Redis is asked.
-	c := startCoord(t, map[string]any{"redis_url": "redis://" + deadAddr(t)}, fastHooks)
+	c := startCoord(t, map[string]any{"redis_url": "redis://" + refused.Addr(t)}, fastHooks)
 	const chatStream = `{"model":"m1","messages":[],"stream":true}`
 	for _, tc := range []struct {
 		name, body string
@@ -197,7 +198,7 @@ func TestEnqueueIsIdempotentPerRequestID(t *testing.T) {
 }
 
 func TestRedisDown(t *testing.T) {
-	params := quotaParams("redis://" + deadAddr(t))
+	params := quotaParams("redis://" + refused.Addr(t))
 	params["redis_timeout"] = "500ms"
 	c := startCoord(t, params, fastHooks)
 	for _, mode := range []string{"enqueue", "wait"} {
@@ -320,7 +321,7 @@ func TestRoutesValidationAndDelete(t *testing.T) {
 }
 
 func TestServeModels(t *testing.T) {
-	params := map[string]any{"redis_url": "redis://" + deadAddr(t), "serve_models": true,
+	params := map[string]any{"redis_url": "redis://" + refused.Addr(t), "serve_models": true,
 		"routes": []any{map[string]any{"model": "m1"}, map[string]any{"model": "m2", "tenant": "a"}, map[string]any{"model": "m1", "tenant": "b"}, map[string]any{"model": "*"}}}
 	c := startCoord(t, params, fastHooks)
 	r := c.must(http.MethodGet, "/v1/models", "", nil)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/epd-dev/coordinator/test/harness/refused"
 )
 
 // The acquire script must hand out exactly limit slots however many replicas race for them.
@@ -128,7 +130,7 @@ func TestPassthroughReservedThenOverflow(t *testing.T) {
 }
 
 func TestPassthroughQuotaFailsOpen(t *testing.T) {
-	params := quotaParams("redis://" + deadAddr(t))
+	params := quotaParams("redis://" + refused.Addr(t))
 	c := startCoord(t, params, fastHooks)
 	start := time.Now()
 	for i := 0; i < 3; i++ {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/base/apierror"
 	"github.com/epd-dev/coordinator/dataplane/transport/upstream"
+	"github.com/epd-dev/coordinator/test/harness/refused"
 )
 
 // fakeClock is a settable clock for Budget.now.
@@ -352,23 +353,9 @@ func TestClassifyStatus(t *testing.T) {
 	}
 }
 
-// closedAddr is a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 func refusedDial(t *testing.T) error {
 	t.Helper()
-	c, err := net.Dial("tcp", closedAddr(t))
+	c, err := net.Dial("tcp", refused.Addr(t))
 	if err == nil {
 		c.Close()
 		t.Fatal("dialled a closed port")
@@ -395,7 +382,7 @@ func get(t *testing.T, tr *http.Transport, url string) error {
 
 func refusedGet(t *testing.T) error {
 	t.Helper()
-	return get(t, &http.Transport{}, "http://"+closedAddr(t)+"/")
+	return get(t, &http.Transport{}, "http://"+refused.Addr(t)+"/")
 }
 
 // hangUp is the error of a GET to a server that reads the request, then closes the connection

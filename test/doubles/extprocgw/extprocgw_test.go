@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/epd-dev/coordinator/test/harness/refused"
 	"github.com/epd-dev/coordinator/test/internal/loopback"
 )
 
@@ -247,16 +248,6 @@ func (w *worker) requests() int {
 	return len(w.got)
 }
 
-// deadAddr is a loopback address nothing listens on (a killed worker: connection refused).
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	a, err := loopback.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
 // resetAddr accepts connections, reads the request's first line and resets the connection
 // before any response (a worker that dies mid-request).
 func resetAddr(t *testing.T) string {
@@ -351,12 +342,12 @@ func TestGateway(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := startWorker(t, "a"), startWorker(t, "b")
-			addrs := map[endpoint]string{workerA: a.addr, workerB: b.addr, dead: deadAddr(t), reset: resetAddr(t)}
+			addrs := map[endpoint]string{workerA: a.addr, workerB: b.addr, dead: refused.Addr(t), reset: resetAddr(t)}
 			var pick []string
 			for i, e := range tc.pick {
 				addr := addrs[e]
 				if e == dead && i > 0 {
-					addr = deadAddr(t) // a second dead endpoint
+					addr = refused.Addr(t) // a second dead endpoint
 				}
 				pick = append(pick, addr)
 			}
@@ -494,7 +485,7 @@ func TestBrokenAfterHeaders(t *testing.T) {
 
 // An unreachable EPP is a 500, as Envoy answers with failure_mode_allow false.
 func TestEPPUnreachable(t *testing.T) {
-	gw, err := Start(Config{EPP: deadAddr(t), Plaintext: true})
+	gw, err := Start(Config{EPP: refused.Addr(t), Plaintext: true})
 	if err != nil {
 		t.Fatal(err)
 	}
