@@ -99,6 +99,8 @@ type evaluator struct {
 
 	memo     Memo              // nil: no iteration is memoized (memo.go)
 	memoized map[*forNode]bool // the loops whose iterations this render looked up
+	bound    map[string]bool   // with memo, the names the template binds (Template.bound)
+	shadows  string            // with memo, the constants the render's data shadows (Template.shadows)
 	rec      *recorder         // not nil while an iteration is recorded
 	over     *overlay          // not nil while a kept iteration's condition is checked
 	stats    *MemoStats        // not nil with memo

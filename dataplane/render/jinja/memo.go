@@ -63,13 +63,14 @@ type Loop = forNode
 
 // Iteration is what one iteration read, wrote and output. It is immutable once kept.
 type Iteration struct {
-	sizes  map[any]int64 // the render's container sizes, until Size
-	item   *Dict
-	events []memoEvent // in order; a compound's reads follow it
-	steps  []pathStep  // the reads' paths, each a range of them
-	out    string
-	flow   error  // nil, errBreak or errContinue
-	render uint64 // the render that made it
+	sizes   map[any]int64 // the render's container sizes, until Size
+	item    *Dict
+	events  []memoEvent // in order; a compound's reads follow it
+	steps   []pathStep  // the reads' paths, each a range of them
+	out     string
+	flow    error  // nil, errBreak or errContinue
+	render  uint64 // the render that made it
+	shadows string // the constants its render's data shadowed (Template.shadows): reads of the others are not recorded
 }
 
 // renders numbers the renders with a memo: a render never replays an iteration it made (a
@@ -289,8 +290,10 @@ func same(a, b Value) bool {
 
 // lookup resolves name from the current scope; external reports, while recording, that it was
 // found in the loop's scope or above (a value the iteration did not make), but not among the
-// constants (builtins, the template's globals), and is not the loop's item (which the
-// iteration's key names: an immutable dict).
+// constants (builtins, the template's globals) unless the template binds the name (a set in
+// the loop shadows the constant from one iteration on: the same iteration elsewhere in the
+// loop, a message sent twice or a loop over messages reversed, reads what the set wrote), and
+// is not the loop's item (which the iteration's key names: an immutable dict).
 func (e *evaluator) lookup(name string) (v Value, external bool) {
 	r := e.rec
 	below := r != nil
@@ -299,7 +302,7 @@ func (e *evaluator) lookup(name string) (v Value, external bool) {
 			below = false
 		}
 		if v, ok := s.own(name); ok {
-			if r == nil || below || s.constant {
+			if r == nil || below || s.constant && !e.bound[name] {
 				return v, false
 			}
 			return v, s != r.base || !r.own(name, v)
@@ -603,7 +606,7 @@ func (e *evaluator) replay(it *Iteration, base *scope) error {
 // it: replayed from e.memo when what it reads is the same, else run and, if it may be, kept.
 func (e *evaluator) memoIteration(n *forNode, item Value, base *scope) error {
 	key := IterationKey{Loop: n, Item: item.AsDict()}
-	if it := e.memo.Iteration(key); it != nil && it.render != e.render && e.replays(it, base) {
+	if it := e.memo.Iteration(key); it != nil && it.render != e.render && it.shadows == e.shadows && e.replays(it, base) {
 		e.stats.Replayed++
 		return e.replay(it, base)
 	}
@@ -627,6 +630,6 @@ func (e *evaluator) memoIteration(n *forNode, item Value, base *scope) error {
 		e.sizes = map[any]int64{}
 	}
 	e.memo.Keep(key, &Iteration{sizes: e.sizes, item: key.Item, events: slices.Clone(r.events), steps: slices.Clone(r.steps),
-		out: e.output.since(start), flow: err, render: e.render})
+		out: e.output.since(start), flow: err, render: e.render, shadows: e.shadows})
 	return err
 }

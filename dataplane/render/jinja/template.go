@@ -1,12 +1,18 @@
 package jinja
 
-import "fmt"
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // Template is a compiled Jinja template ready for rendering.
 type Template struct {
 	nodes   []node
 	src     string
-	globals *scope // nil: none
+	globals *scope          // nil: none
+	bound   map[string]bool // the names the template binds (boundNames): a constant of one of them may be shadowed
 }
 
 // Compile parses a Jinja template source string and returns a compiled
@@ -22,12 +28,53 @@ func Compile(source string) (*Template, error) {
 		return nil, fmt.Errorf("jinja parse: %w", err)
 	}
 
-	return &Template{nodes: nodes, src: source}, nil
+	bound := map[string]bool{}
+	boundNames(nodes, bound)
+	return &Template{nodes: nodes, src: source, bound: bound}, nil
+}
+
+// boundNames adds to into the names nodes bind anywhere: set targets, loop variables (and
+// loop), macros, their parameters (and caller, varargs, kwargs), call blocks' arguments.
+func boundNames(nodes []node, into map[string]bool) {
+	for _, n := range nodes {
+		switch n := n.(type) {
+		case *ifNode:
+			for _, b := range n.branches {
+				boundNames(b.body, into)
+			}
+		case *forNode:
+			into[n.keyVar], into[n.valVar], into["loop"] = true, true, true
+			boundNames(n.body, into)
+			boundNames(n.elseBody, into)
+		case *setNode:
+			if n.namespace == "" {
+				into[n.target] = true
+			}
+		case *setBlockNode:
+			into[n.target] = true
+			boundNames(n.body, into)
+		case *macroNode:
+			into[n.name], into["caller"], into["varargs"], into["kwargs"] = true, true, true, true
+			for _, p := range n.params {
+				into[p.name] = true
+			}
+			boundNames(n.body, into)
+		case *callNode:
+			for _, a := range n.callerArgs {
+				into[a] = true
+			}
+			boundNames(n.body, into)
+		case *filterBlockNode:
+			boundNames(n.body, into)
+		}
+	}
 }
 
 // CompileWith is Compile, with globals: variables every render sees (beneath its data, which
 // may shadow them), fixed for the template's life. A memoized iteration does not record reads of
-// them, nor of the builtins.
+// them, nor of the builtins, unless the template binds the name somewhere (a set in the loop may
+// shadow it for some iterations and not others); an iteration is replayed only by a render whose
+// data shadows the same constants as the render that kept it (Template.shadows).
 func CompileWith(source string, globals map[string]Value) (*Template, error) {
 	t, err := Compile(source)
 	if err != nil {
@@ -91,6 +138,23 @@ func (t *Template) RenderAfter(data map[string]Value, o RenderOptions, expect []
 
 // =============================================================================
 
+// shadows are the names of data that are also constants (the template's globals, the
+// builtins), sorted and joined by NULs: a constant a render's data shadows is found there, not
+// among the constants.
+func (t *Template) shadows(data map[string]Value) string {
+	var names []string
+	for name := range data {
+		for s := cmp.Or(t.globals, cachedBuiltins); s != nil; s = s.parent {
+			if _, ok := s.own(name); ok {
+				names = append(names, name)
+				break
+			}
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, "\x00")
+}
+
 // render executes the AST with the given data and returns the bytes of expect the output
 // begins with, and the rest of the output.
 func (t *Template) render(data map[string]Value, o RenderOptions, expect []string) (int, string, error) {
@@ -104,6 +168,8 @@ func (t *Template) render(data map[string]Value, o RenderOptions, expect []strin
 	}
 	if e.memo != nil {
 		e.render = renders.Add(1)
+		e.bound = t.bound
+		e.shadows = t.shadows(data)
 	}
 	hint := o.SizeHint
 	for _, p := range expect {
