@@ -321,9 +321,23 @@ func (m *Model) ChatTokens(r ChatRequest) (Tokens, error) {
 	}
 	var known func([]byte) bool
 	var found []chattemplate.FoundMessage // the messages looked up in m.messages, in order
-	if m.messages != nil {
-		found = make([]chattemplate.FoundMessage, 0, len(r.Split)) // the messages, when split already
-		// m.messages is made with m.history: a message's hash serves both.
+	switch {
+	case m.messages != nil && usableSplit(r.Messages, r.Split):
+		// The messages are looked up together (MessageCache.FindAll), and convertMessages asks
+		// of each in turn. m.messages is made with m.history: a message's hash serves both.
+		found = m.messages.FindAll(make([]chattemplate.FoundMessage, 0, len(r.Split)), r.Split)
+		if keys != nil {
+			for i, f := range found {
+				keys.add(len(r.Split[i]), f.Hash())
+			}
+		}
+		next := 0
+		known = func([]byte) bool {
+			next++
+			return found[next-1].Found()
+		}
+	case m.messages != nil:
+		found = make([]chattemplate.FoundMessage, 0, 8)
 		known = func(msg []byte) bool {
 			f := m.messages.Find(msg)
 			found = append(found, f)

@@ -9,6 +9,12 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
+// usableSplit reports whether split, a caller's split of the messages array raw, is its
+// elements (slices of it): convertMessages then iterates split, not raw.
+func usableSplit(raw json.RawMessage, split []json.RawMessage) bool {
+	return len(split) > 0 && body.Offset(raw, split[0]) >= 0 && body.Offset(raw, split[len(split)-1]) >= 0
+}
+
 // convertMessages converts OpenAI chat messages into what vLLM hands a chat template: a content
 // list of text parts becomes their texts joined by newlines when the template reads content as a
 // string, an absent or null content an empty string, and an assistant's tool call arguments (a
@@ -24,7 +30,7 @@ func convertMessages(raw json.RawMessage, split []json.RawMessage, format string
 		return nil, nil, inputErr("messages must be an array")
 	}
 	elements := body.Elements(raw)
-	if len(split) > 0 && body.Offset(raw, split[0]) >= 0 && body.Offset(raw, split[len(split)-1]) >= 0 {
+	if usableSplit(raw, split) {
 		elements = func(yield func([]byte) bool) {
 			for _, m := range split {
 				if !yield(m) {

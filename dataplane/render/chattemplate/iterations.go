@@ -28,12 +28,16 @@ func NewIterationCache(maxBytes int64) *IterationCache {
 	return &IterationCache{entries: newByteLRU[jinja.IterationKey, *jinja.Iteration](maxBytes)}
 }
 
-// Iteration implements jinja.Memo.
-func (c *IterationCache) Iteration(key jinja.IterationKey) *jinja.Iteration {
+// Iterations implements jinja.Memo, under one lock.
+func (c *IterationCache) Iterations(loop *jinja.Loop, items []jinja.Value, found []*jinja.Iteration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	it, _ := c.entries.get(key, true)
-	return it
+	for i, item := range items {
+		found[i] = nil
+		if item.IsDict() {
+			found[i], _ = c.entries.get(jinja.IterationKey{Loop: loop, Item: item.AsDict()}, true)
+		}
+	}
 }
 
 // Keep implements jinja.Memo: an iteration over an eighth of the cache is not kept.

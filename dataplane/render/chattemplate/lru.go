@@ -1,12 +1,17 @@
 package chattemplate
 
-// byteLRU is a map whose entries hold a known number of bytes, evicting the least recently used
-// past its budget. Its owner locks around it, and keeps it where it is once used (its list's
-// ends point into it).
+// byteLRU is a map whose entries hold a known number of bytes, evicting past its budget the
+// least recently used, as second chance (CLOCK) approximates it: a get that uses an entry only
+// marks it, and eviction, from the oldest end, moves a marked entry to the front unmarked
+// instead of evicting it. A look-up so writes nothing but the entry it reads: moving the entry
+// to the front at each use wrote its two neighbours too, and in a cache that many
+// conversations share, they are rarely in the processor's caches (a turn of a conversation of
+// many short messages looks up an entry or two a message). Its owner locks around it, and keeps it where it is once used
+// (its list's ends point into it).
 type byteLRU[K comparable, V any] struct {
 	maxBytes int64
 	m        map[K]*lruEntry[K, V]
-	root     lruEntry[K, V] // the list's sentinel: root.next is the most recently used
+	root     lruEntry[K, V] // the list's sentinel: root.next is the entry last put at the front
 	bytes    int64
 }
 
@@ -14,6 +19,7 @@ type lruEntry[K comparable, V any] struct {
 	key        K
 	val        V
 	size       int64
+	used       bool // got with use since it was last put at the front
 	prev, next *lruEntry[K, V]
 }
 
@@ -28,16 +34,15 @@ func newByteLRU[K comparable, V any](maxBytes int64) byteLRU[K, V] {
 	return byteLRU[K, V]{maxBytes: maxBytes, m: map[K]*lruEntry[K, V]{}}
 }
 
-// get returns key's value, when kept, and makes it the most recently used if use.
+// get returns key's value, when kept, and marks it used if use: eviction passes it over once.
 func (c *byteLRU[K, V]) get(key K, use bool) (V, bool) {
 	e := c.m[key]
 	if e == nil {
 		var zero V
 		return zero, false
 	}
-	if use {
-		c.unlink(e)
-		c.pushFront(e)
+	if use && !e.used {
+		e.used = true
 	}
 	return e.val, true
 }
@@ -55,7 +60,16 @@ func (c *byteLRU[K, V]) put(key K, val V, size int64) {
 	c.pushFront(e)
 	c.bytes += size
 	for c.bytes > c.maxBytes {
-		c.remove(c.root.prev)
+		// A second chance for a used entry, and for the new one while another is behind it:
+		// each is moved once, the lock held, so this ends.
+		old := c.root.prev
+		if old != e && old.used || old == e && old.prev != &c.root {
+			old.used = false
+			c.unlink(old)
+			c.pushFront(old)
+			continue
+		}
+		c.remove(old)
 	}
 }
 

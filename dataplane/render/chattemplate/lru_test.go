@@ -5,9 +5,10 @@ import (
 	"testing"
 )
 
-// TestByteLRU: entries are evicted least recently used first once the bytes pass the budget; a
-// get that uses an entry makes it the most recent, one that does not leaves the order; a key put
-// again replaces its entry and its size.
+// TestByteLRU: entries are evicted oldest first once the bytes pass the budget, but for a
+// second chance: an entry a get used since it was last put at the front is moved there instead,
+// once (a get that does not use leaves it as it was), and the entry being put is not evicted to
+// make room for itself while another can be; a key put again replaces its entry and its size.
 func TestByteLRU(t *testing.T) {
 	type op struct {
 		put, get string // a key to put (with size) or get (with use)
@@ -16,12 +17,16 @@ func TestByteLRU(t *testing.T) {
 	}
 	tests := map[string]struct {
 		ops   []op
-		keys  []string // kept, the most recently used first
+		keys  []string // kept, in the list's order (the next considered for eviction last)
 		bytes int64
 	}{
 		"within the budget":            {ops: []op{{put: "a", size: 4}, {put: "b", size: 4}, {put: "c", size: 2}}, keys: []string{"c", "b", "a"}, bytes: 10},
 		"the oldest evicted":           {ops: []op{{put: "a", size: 4}, {put: "b", size: 4}, {put: "c", size: 4}}, keys: []string{"c", "b"}, bytes: 8},
-		"a get that uses keeps it":     {ops: []op{{put: "a", size: 4}, {put: "b", size: 4}, {get: "a", use: true}, {put: "c", size: 4}}, keys: []string{"c", "a"}, bytes: 8},
+		"a get that uses keeps it":     {ops: []op{{put: "a", size: 4}, {put: "b", size: 4}, {get: "a", use: true}, {put: "c", size: 4}}, keys: []string{"a", "c"}, bytes: 8},
+		"a second chance, once":        {ops: []op{{put: "a", size: 4}, {put: "b", size: 4}, {get: "a", use: true}, {put: "c", size: 4}, {put: "d", size: 4}, {put: "e", size: 4}}, keys: []string{"e", "d"}, bytes: 8},
+		"used twice, one chance":       {ops: []op{{put: "a", size: 4}, {put: "b", size: 4}, {get: "a", use: true}, {get: "a", use: true}, {put: "c", size: 4}, {put: "d", size: 4}}, keys: []string{"d", "a"}, bytes: 8},
+		"all used, the new one kept":   {ops: []op{{put: "a", size: 4}, {put: "b", size: 4}, {get: "a", use: true}, {get: "b", use: true}, {put: "c", size: 4}}, keys: []string{"c", "b"}, bytes: 8},
+		"all used, the oldest evicted": {ops: []op{{put: "a", size: 3}, {put: "b", size: 3}, {put: "c", size: 3}, {get: "c", use: true}, {get: "a", use: true}, {get: "b", use: true}, {put: "d", size: 3}}, keys: []string{"d", "c", "b"}, bytes: 9},
 		"a get that does not use":      {ops: []op{{put: "a", size: 4}, {put: "b", size: 4}, {get: "a"}, {put: "c", size: 4}}, keys: []string{"c", "b"}, bytes: 8},
 		"a key put again replaces":     {ops: []op{{put: "a", size: 4}, {put: "b", size: 4}, {put: "a", size: 6}}, keys: []string{"a", "b"}, bytes: 10},
 		"several evicted for one":      {ops: []op{{put: "a", size: 3}, {put: "b", size: 3}, {put: "c", size: 3}, {put: "d", size: 9}}, keys: []string{"d"}, bytes: 9},

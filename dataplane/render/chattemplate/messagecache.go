@@ -1,6 +1,10 @@
 package chattemplate
 
-import "github.com/epd-dev/coordinator/dataplane/render/jinja"
+import (
+	"encoding/json"
+
+	"github.com/epd-dev/coordinator/dataplane/render/jinja"
+)
 
 // MessageCache is a bounded, concurrency-safe cache of decoded chat messages, for
 // Options.Messages. A multi-turn client sends every earlier message again with each turn; with
@@ -46,6 +50,16 @@ type FoundMessage struct {
 func (c *MessageCache) Find(raw []byte) FoundMessage {
 	d, key, ok := c.find(raw)
 	return FoundMessage{raw, d, key, ok}
+}
+
+// FindAll is Find of each of raws, together (textCache.findAll), appended to dst.
+func (c *MessageCache) FindAll(dst []FoundMessage, raws []json.RawMessage) []FoundMessage {
+	keys, vals, ok := make([]uint64, len(raws)), make([]decodedMessage, len(raws)), make([]bool, len(raws))
+	c.findAll(raws, keys, vals, ok)
+	for i, raw := range raws {
+		dst = append(dst, FoundMessage{raw, vals[i], keys[i], ok[i]})
+	}
+	return dst
 }
 
 // Hash is the message's hash (of its JSON text, with a seed made for the process): the

@@ -248,3 +248,40 @@ func TestMessageCacheCountsCopies(t *testing.T) {
 		})
 	}
 }
+
+// TestMessageCacheFindAll: looking messages up together finds what looking each up finds (the
+// same value, hash and verdict, for kept messages, new ones and one sent twice), and misses a
+// message whose key holds another message's text, as a collision would leave it.
+func TestMessageCacheFindAll(t *testing.T) {
+	tmpl := loadInline(t, `{% for m in messages %}{{ m.role }}: {{ m.content }}|{% endfor %}`)
+	kept := json.RawMessage(`[{"role":"user","content":"first"},{"role":"assistant","content":"second"}]`)
+	c := NewMessageCache(1 << 20)
+	if _, err := tmpl.Render(kept, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, kept)}); err != nil {
+		t.Fatal(err)
+	}
+	next := json.RawMessage(`[{"role":"user","content":"first"},{"role":"assistant","content":"second"},{"role":"user","content":"new"},{"role":"user","content":"first"}]`)
+	raws := chatItems(t, next)
+	all := c.FindAll(nil, raws)
+	if len(all) != len(raws) {
+		t.Fatalf("%d found for %d messages", len(all), len(raws))
+	}
+	for i, raw := range raws {
+		one := c.Find(raw)
+		if all[i].Found() != one.Found() || all[i].Hash() != one.Hash() || !all[i].of(raw) || all[i].d.val != one.d.val || all[i].d.values != one.d.values {
+			t.Errorf("message %d: FindAll %+v, Find %+v", i, all[i], one)
+		}
+		if want := i != 2; all[i].Found() != want {
+			t.Errorf("message %d found %v, want %v", i, all[i].Found(), want)
+		}
+	}
+
+	// "new" kept under the key of "first", as a collision would leave it: "first" is missed.
+	planted := c.Find(raws[2])
+	c.put(all[0].Hash(), string(raws[2]), planted.d, 0)
+	if got := c.FindAll(nil, raws[:1]); got[0].Found() {
+		t.Errorf("found another message's value under a message's key: %+v", got[0])
+	}
+	if got := c.Find(raws[0]); got.Found() {
+		t.Errorf("Find found another message's value under a message's key: %+v", got)
+	}
+}

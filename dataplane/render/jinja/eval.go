@@ -249,11 +249,14 @@ func (e *evaluator) execFor(n *forNode) error {
 	// Only a loop's first run in a render, outside a recorded iteration, is memoized: a record
 	// is never checked against the render that made it.
 	memoize := e.memo != nil && e.rec == nil && !e.memoized[n]
+	var kept []*Iteration // with memoize, what e.memo kept for each item
 	if memoize {
 		if e.memoized == nil {
 			e.memoized = map[*forNode]bool{}
 		}
 		e.memoized[n] = true
+		kept = make([]*Iteration, len(items))
+		e.memo.Iterations(n, items, kept)
 	}
 
 	for i, item := range items {
@@ -279,7 +282,7 @@ func (e *evaluator) execFor(n *forNode) error {
 
 		var err error
 		if memoize && item.IsDict() {
-			err = e.memoIteration(n, item, child)
+			err = e.memoIteration(n, item, child, kept[i])
 		} else {
 			err = e.execNodes(n.body)
 		}

@@ -43,8 +43,11 @@ import (
 // copied once into the iteration kept, its output copied), and a replay checks each read (a
 // variable lookup and a few dict lookups) and compound, then copies the output.
 type Memo interface {
-	// Iteration returns what was kept for key, or nil.
-	Iteration(key IterationKey) *Iteration
+	// Iterations sets found[i] to what was kept for the iteration of loop over items[i] (a
+	// dict), or nil (items that are not dicts are never kept): a loop's look-ups are made
+	// together, before it runs (a cache takes its lock once a loop, not once an iteration).
+	// What it finds for a dict met twice in the loop is what an earlier render kept.
+	Iterations(loop *Loop, items []Value, found []*Iteration)
 	// Keep keeps it for key.
 	Keep(key IterationKey, it *Iteration)
 }
@@ -603,10 +606,11 @@ func (e *evaluator) replay(it *Iteration, base *scope) error {
 }
 
 // memoIteration runs one iteration of the loop n over item, with base (the loop's scope) set for
-// it: replayed from e.memo when what it reads is the same, else run and, if it may be, kept.
-func (e *evaluator) memoIteration(n *forNode, item Value, base *scope) error {
+// it: replayed from it (what e.memo had kept for it when the loop started, or nil) when what it
+// reads is the same, else run and, if it may be, kept.
+func (e *evaluator) memoIteration(n *forNode, item Value, base *scope, it *Iteration) error {
 	key := IterationKey{Loop: n, Item: item.AsDict()}
-	if it := e.memo.Iteration(key); it != nil && it.render != e.render && it.shadows == e.shadows && e.replays(it, base) {
+	if it != nil && it.render != e.render && it.shadows == e.shadows && e.replays(it, base) {
 		e.stats.Replayed++
 		return e.replay(it, base)
 	}

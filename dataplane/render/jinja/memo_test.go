@@ -15,8 +15,13 @@ type mapMemo struct {
 	kept int
 }
 
-func (m *mapMemo) Iteration(key IterationKey) *Iteration {
-	return m.m[key]
+func (m *mapMemo) Iterations(loop *Loop, items []Value, found []*Iteration) {
+	for i, item := range items {
+		found[i] = nil
+		if item.IsDict() {
+			found[i] = m.m[IterationKey{Loop: loop, Item: item.AsDict()}]
+		}
+	}
 }
 
 func (m *mapMemo) Keep(key IterationKey, it *Iteration) {
