@@ -120,7 +120,10 @@ var turnLabels = [2]pprof.LabelSet{pprof.Labels("turn", "first"), pprof.Labels("
 // JSON, whichever of the two writes it), first-ns/turn, a conversation's first turn measured
 // (the caches hold none of it: its history is new), and later-ns/turn, the nine after it (each
 // follows a turn the caches hold). A CPU profile's samples of the turn carry the label turn
-// (first or later), and warmUp's the label warm-up.
+// (first or later), and warmUp's the label warm-up. A conversation's turns run back to back
+// here, so a turn finds what its previous turn touched still in the processor's caches, which a
+// coordinator serving many conversations does not: BenchmarkRenderTurnsPaired measures the
+// uncached and the cached way as it meets them, and is the one their ratio is taken from.
 func BenchmarkRenderTurns(b *testing.B) {
 	const turns = benchTurns
 	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
@@ -166,48 +169,78 @@ func BenchmarkRenderTurns(b *testing.B) {
 	})
 }
 
-// BenchmarkRenderFirstTurn measures a conversation's first turn (its history new to the
-// caches) for each family, in the long and chatty shapes of BenchmarkRenderTurns, the uncached
-// and the cached way alternating in one process, so that the machine's other load weighs on
-// both alike: a turn (the step and its ids' JSON) is timed, nocache-ns/turn and
-// history-ns/turn, and history/nocache is their ratio, what the caches add to a turn that
-// finds nothing (keeping the messages, the iterations, the ids). The caches are those of
-// BenchmarkRenderTurns, full of other conversations when the clock starts (warmUp). A CPU
-// profile's samples of the turns carry the label way (nocache or history).
-func BenchmarkRenderFirstTurn(b *testing.B) {
+// BenchmarkRenderTurnsPaired measures the turns of BenchmarkRenderTurns' conversations (every
+// shape, every family) the uncached and the cached way side by side, as a coordinator serving
+// many conversations meets them: pairedBatch conversations at a time, round robin (the first
+// turn of each, then the second of each, ...), each turn rendered by the nocache step and by the
+// history step one after the other (which goes first alternates). Between two turns of one
+// conversation, then, the process renders the other conversations' turns both ways, so a turn
+// finds the processor's caches holding other work, not its own previous turn, and the machine's
+// other load weighs on both ways alike. Each way has its own conversations (salted apart), new
+// to its caches, which are those of BenchmarkRenderTurns: at the step's default size and full of
+// other conversations when the clock starts (warmUp). A turn is the step and its ids' JSON.
+// Reported per conversation: the mean first turn (the caches hold none of it) and later turn
+// (each follows a turn the caches hold) of each way, nocache-first-ns, history-first-ns,
+// nocache-later-ns and history-later-ns; later-ratio, nocache ÷ history over the later turns,
+// and mean-ratio over all of a conversation's turns. A CPU profile's samples of the turns carry
+// the labels way (nocache or history) and turn (first or later).
+func BenchmarkRenderTurnsPaired(b *testing.B) {
 	const turns = benchTurns
 	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
-		for _, sh := range turnShapes[1:] { // long and chatty: a growing conversation's first turn is one message
+		for _, sh := range turnShapes {
 			msgs := turnConversation(tok, 1, sh.history, sh.perHistory, turns, sh.perMessage)
 			b.Run(sh.name, func(b *testing.B) {
 				ways := [2]turnWay{turnWays[0], turnWays[2]} // nocache, history
 				var steps [2]pipeline.Step
-				var labels [2]pprof.LabelSet
+				var labels [2][2]pprof.LabelSet // by way, then turn (first, later)
 				for w, way := range ways {
-					steps[w], labels[w] = newRenderStep(b, way.params(dir)), pprof.Labels("way", way.name)
+					steps[w] = newRenderStep(b, way.params(dir))
+					for t, turn := range [2]string{"first", "later"} {
+						labels[w][t] = pprof.Labels("way", way.name, "turn", turn)
+					}
 					warmUp(b, steps[w], dir, msgs)
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
-				var took [2]time.Duration
-				first := msgs[:len(msgs)-2*(turns-1)] // up to the first turn the other benchmark measures
+				var first, later [2]time.Duration
 				for i := range b.N {
-					for w, step := range steps {
-						b.StopTimer() // its body is made just before it, off the clock, each new to the caches
-						obj := turnBodies(first, 2*i+w+1, 1)[0]
-						b.StartTimer()
-						_, whole := timeTurn(b, step, obj, labels[w])
-						took[w] += whole
+					b.StopTimer() // a batch's bodies are made just before its turns, off the clock
+					var bodies [pairedBatch][2][]*body.Object
+					for c := range pairedBatch {
+						for w := range ways {
+							bodies[c][w] = turnBodies(msgs, (i*pairedBatch+c)*len(ways)+w+1, turns)
+						}
+					}
+					b.StartTimer()
+					for t := range turns {
+						for c := range pairedBatch {
+							for k := range ways {
+								w := (k + c + t) % len(ways) // each way goes first as often as the other
+								_, whole := timeTurn(b, steps[w], bodies[c][w][t], labels[w][min(t, 1)])
+								if t == 0 {
+									first[w] += whole
+								} else {
+									later[w] += whole
+								}
+							}
+						}
 					}
 				}
 				b.StopTimer()
-				b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "nocache-ns/turn")
-				b.ReportMetric(float64(took[1].Nanoseconds())/float64(b.N), "history-ns/turn")
-				b.ReportMetric(float64(took[1])/float64(took[0]), "history/nocache")
+				convs := float64(b.N * pairedBatch)
+				for w, way := range ways {
+					b.ReportMetric(float64(first[w].Nanoseconds())/convs, way.name+"-first-ns")
+					b.ReportMetric(float64(later[w].Nanoseconds())/convs/(turns-1), way.name+"-later-ns")
+				}
+				b.ReportMetric(float64(later[0])/float64(later[1]), "later-ratio")
+				b.ReportMetric(float64(first[0]+later[0])/float64(first[1]+later[1]), "mean-ratio")
 			})
 		}
 	})
 }
+
+// pairedBatch is the number of conversations BenchmarkRenderTurnsPaired serves round robin.
+const pairedBatch = 4
 
 // benchTurns is the number of turns the turn benchmarks measure of each conversation.
 const benchTurns = 10
