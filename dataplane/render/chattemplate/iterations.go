@@ -19,13 +19,36 @@ type IterationCache struct {
 	replayed, ran atomic.Uint64
 }
 
-// iterationOverhead approximates an entry's bookkeeping besides its Size.
+// iterationOverhead approximates an entry's bookkeeping besides its Size (its list entry, its
+// table slot, its share of its dict's links).
 const iterationOverhead = 160
 
 // NewIterationCache returns a cache that holds at most about maxBytes (the iterations' output,
 // their reads and writes, bookkeeping).
 func NewIterationCache(maxBytes int64) *IterationCache {
-	return &IterationCache{entries: newByteLRU[jinja.IterationKey, *jinja.Iteration](maxBytes)}
+	c := &IterationCache{entries: newByteLRU[jinja.IterationKey, *jinja.Iteration](maxBytes)}
+	c.entries.removed = c.unlink
+	return c
+}
+
+// iterationEntry is a kept iteration in the cache's list.
+type iterationEntry = lruEntry[jinja.IterationKey, *jinja.Iteration]
+
+// linkedLoops is the number of loops whose iterations over a dict the dict links (Qwen3's and
+// Mistral-Nemo's templates loop over the messages twice); a dict's iterations of more loops are
+// found in the cache's table alone.
+const linkedLoops = 2
+
+// dictLinks are the iterations over a dict the cache keeps, linked from the dict
+// (jinja.Dict.MemoLink): a look-up reads them from the dict the loop holds already, where a
+// look-up in the cache's table hashes the key and reads a part of a table that many
+// conversations share, rarely in the processor's caches (a turn of a conversation of many short
+// messages looks an iteration up for each message and loop). The table stays the truth: an
+// entry taken out of it is unlinked (unlink), and a look-up the links miss asks the table.
+// Read and written under the cache's lock; cache is set once.
+type dictLinks struct {
+	cache   *IterationCache
+	entries [linkedLoops]*iterationEntry
 }
 
 // Iterations implements jinja.Memo, under one lock.
@@ -34,8 +57,62 @@ func (c *IterationCache) Iterations(loop *jinja.Loop, items []jinja.Value, found
 	defer c.mu.Unlock()
 	for i, item := range items {
 		found[i] = nil
-		if item.IsDict() {
-			found[i], _ = c.entries.get(jinja.IterationKey{Loop: loop, Item: item.AsDict()}, true)
+		if !item.IsDict() {
+			continue
+		}
+		d := item.AsDict()
+		if l, _ := d.MemoLink().(*dictLinks); l != nil && l.cache == c {
+			if e := l.find(loop); e != nil {
+				e.used = true
+				found[i] = e.val
+				continue
+			}
+		}
+		found[i], _ = c.entries.get(jinja.IterationKey{Loop: loop, Item: d}, true)
+	}
+}
+
+// find is the entry linked for loop, or nil.
+func (l *dictLinks) find(loop *jinja.Loop) *iterationEntry {
+	for _, e := range l.entries {
+		if e != nil && e.key.Loop == loop {
+			return e
+		}
+	}
+	return nil
+}
+
+// link links e from its dict, in the slot of its loop or a free one (none free: not linked).
+// A dict another cache linked is linked to this one instead.
+func (c *IterationCache) link(e *iterationEntry) {
+	d := e.key.Item
+	l, _ := d.MemoLink().(*dictLinks)
+	if l == nil || l.cache != c {
+		l = &dictLinks{cache: c}
+		d.SetMemoLink(l)
+	}
+	free := -1
+	for s, old := range l.entries {
+		if old != nil && old.key.Loop == e.key.Loop {
+			l.entries[s] = e
+			return
+		}
+		if old == nil && free < 0 {
+			free = s
+		}
+	}
+	if free >= 0 {
+		l.entries[free] = e
+	}
+}
+
+// unlink takes e, taken out of the table, off its dict's links.
+func (c *IterationCache) unlink(e *iterationEntry) {
+	if l, _ := e.key.Item.MemoLink().(*dictLinks); l != nil && l.cache == c {
+		for s, linked := range l.entries {
+			if linked == e {
+				l.entries[s] = nil
+			}
 		}
 	}
 }
@@ -48,7 +125,9 @@ func (c *IterationCache) Keep(key jinja.IterationKey, it *jinja.Iteration) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.entries.put(key, it, size)
+	if e := c.entries.put(key, it, size); e != nil {
+		c.link(e)
+	}
 }
 
 // count adds a render's iterations to the cache's counts.

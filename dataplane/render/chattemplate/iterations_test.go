@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -66,5 +67,81 @@ func TestIterationCacheCountsValues(t *testing.T) {
 	}
 	if r, n, bytes := ic.Stats(); r != 0 || n != 2 || bytes != 0 {
 		t.Errorf("%d replayed, %d run, %d bytes held: want the iteration run twice and not kept", r, n, bytes)
+	}
+}
+
+// TestIterationCacheLinks: a dict links the iterations the cache keeps of it, and the links
+// answer as the cache's table would. Two caches over one message cache (the same dicts) relink
+// them in turn and each still replays its own; after many conversations have passed through a
+// small cache, every link of its is to an entry its table still holds (an evicted iteration is
+// unlinked), and each entry of the table for a linked loop is the one linked.
+func TestIterationCacheLinks(t *testing.T) {
+	tmpl := loadInline(t, `{% for m in messages %}{{ m.role }}{% endfor %}|{% for m in messages %}{{ m.content }};{% endfor %}`)
+	msgs := json.RawMessage(`[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}]`)
+	want, err := tmpl.Render(msgs, Options{Validated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewMessageCache(1 << 20)
+	a, b := NewIterationCache(1<<20), NewIterationCache(1<<20)
+	for turn, ic := range []*IterationCache{a, b, a, b, a} {
+		got, err := tmpl.Render(msgs, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, msgs), Iterations: ic})
+		if err != nil || got != want {
+			t.Fatalf("turn %d: %q (%v), want %q", turn, got, err, want)
+		}
+	}
+	if r, n, _ := a.Stats(); r != 12 || n != 6 {
+		t.Errorf("the first cache: %d replayed, %d run; want 12 (two renders of two loops over three messages), 6", r, n)
+	}
+	if r, n, _ := b.Stats(); r != 6 || n != 6 {
+		t.Errorf("the second cache: %d replayed, %d run; want 6, 6", r, n)
+	}
+	var wg sync.WaitGroup // the two caches relinking the same dicts at once (under the race detector, no unguarded access)
+	for g := range 8 {
+		wg.Go(func() {
+			for range 50 {
+				ic := []*IterationCache{a, b}[g%2]
+				if got, err := tmpl.Render(msgs, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, msgs), Iterations: ic}); err != nil || got != want {
+					t.Errorf("concurrently: %q (%v), want %q", got, err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	small := NewIterationCache(8 << 10)
+	for i := range 100 {
+		conv := json.RawMessage(fmt.Sprintf(`[{"role":"user","content":"question %d"},{"role":"assistant","content":"answer %d"}]`, i, i))
+		for range 2 {
+			if _, err := tmpl.Render(conv, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, conv), Iterations: small}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	linked := 0
+	for _, e := range c.entries.m {
+		d := e.val.val.val.AsDict()
+		l, _ := d.MemoLink().(*dictLinks)
+		if l == nil || l.cache != small {
+			continue
+		}
+		for _, le := range l.entries {
+			if le == nil {
+				continue
+			}
+			linked++
+			if small.entries.m[le.key] != le || le.key.Item != d {
+				t.Fatalf("a dict links an iteration its cache's table does not hold (evicted, or another's)")
+			}
+		}
+	}
+	for key, e := range small.entries.m {
+		if l, _ := key.Item.MemoLink().(*dictLinks); l != nil && l.cache == small && l.find(key.Loop) != e {
+			t.Fatalf("the table holds an iteration its dict does not link")
+		}
+	}
+	if linked == 0 || linked != len(small.entries.m) {
+		t.Errorf("%d links for %d iterations kept", linked, len(small.entries.m))
 	}
 }

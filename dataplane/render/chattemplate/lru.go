@@ -13,6 +13,7 @@ type byteLRU[K comparable, V any] struct {
 	m        map[K]*lruEntry[K, V]
 	root     lruEntry[K, V] // the list's sentinel: root.next is the entry last put at the front
 	bytes    int64
+	removed  func(e *lruEntry[K, V]) // when not nil, called with each entry taken out
 }
 
 type lruEntry[K comparable, V any] struct {
@@ -47,8 +48,9 @@ func (c *byteLRU[K, V]) get(key K, use bool) (V, bool) {
 	return e.val, true
 }
 
-// put keeps val under key (replacing what was), holding size bytes, and evicts past the budget.
-func (c *byteLRU[K, V]) put(key K, val V, size int64) {
+// put keeps val under key (replacing what was), holding size bytes, and evicts past the budget;
+// it returns the entry, or nil when it was evicted itself.
+func (c *byteLRU[K, V]) put(key K, val V, size int64) *lruEntry[K, V] {
 	if c.root.next == nil {
 		c.root.next, c.root.prev = &c.root, &c.root
 	}
@@ -71,12 +73,20 @@ func (c *byteLRU[K, V]) put(key K, val V, size int64) {
 		}
 		c.remove(old)
 	}
+	if e.next == nil {
+		return nil
+	}
+	return e
 }
 
 func (c *byteLRU[K, V]) remove(e *lruEntry[K, V]) {
 	c.unlink(e)
+	e.prev, e.next = nil, nil
 	delete(c.m, e.key)
 	c.bytes -= e.size
+	if c.removed != nil {
+		c.removed(e)
+	}
 }
 
 func (c *byteLRU[K, V]) unlink(e *lruEntry[K, V]) {

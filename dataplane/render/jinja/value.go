@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync/atomic"
 )
 
 // =============================================================================
@@ -343,7 +344,21 @@ type Dict struct {
 	Data map[string]Value
 	// loop, for a for loop's loop object, computes its attributes besides length when read.
 	loop *loopState
+	// memo is what a Memo linked to the dict (MemoLink).
+	memo atomic.Pointer[any]
 }
+
+// MemoLink is what a Memo linked to d (SetMemoLink), or nil.
+func (d *Dict) MemoLink() any {
+	if p := d.memo.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// SetMemoLink links v to d, for a Memo to find what it keeps of d's iterations from d itself,
+// without a table: the Memo that linked v is the one to read it (another's link may replace it).
+func (d *Dict) SetMemoLink(v any) { d.memo.Store(&v) }
 
 // loopState is a running loop's place. The loop object's attributes (index, index0, revindex,
 // revindex0, first, last, previtem, nextitem, cycle) are computed from it when read, so that an
