@@ -21,6 +21,7 @@ import (
 
 	"github.com/epd-dev/coordinator/dataplane/render/chattemplate"
 	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
+	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
 // Options select what Open loads.
@@ -321,10 +322,16 @@ func (m *Model) ChatTokens(r ChatRequest) (Tokens, error) {
 	}
 	var known func([]byte) bool
 	var found []chattemplate.FoundMessage // the messages looked up in m.messages, in order
-	switch {
-	case m.messages != nil && usableSplit(r.Messages, r.Split):
+	if m.messages != nil {
 		// The messages are looked up together (MessageCache.FindAll), and convertMessages asks
-		// of each in turn. m.messages is made with m.history: a message's hash serves both.
+		// of each in turn, iterating the same split. m.messages is made with m.history: a
+		// message's hash serves both.
+		if !usableSplit(r.Messages, r.Split) {
+			r.Split = nil
+			for msg := range body.Elements(r.Messages) {
+				r.Split = append(r.Split, msg)
+			}
+		}
 		found = m.messages.FindAll(make([]chattemplate.FoundMessage, 0, len(r.Split)), r.Split)
 		if keys != nil {
 			for i, f := range found {
@@ -335,16 +342,6 @@ func (m *Model) ChatTokens(r ChatRequest) (Tokens, error) {
 		known = func([]byte) bool {
 			next++
 			return found[next-1].Found()
-		}
-	case m.messages != nil:
-		found = make([]chattemplate.FoundMessage, 0, 8)
-		known = func(msg []byte) bool {
-			f := m.messages.Find(msg)
-			found = append(found, f)
-			if keys != nil {
-				keys.add(len(msg), f.Hash())
-			}
-			return f.Found()
 		}
 	}
 	msgs, items, err := convertMessages(r.Messages, r.Split, m.contentFormat, m.messages != nil, known)

@@ -2,6 +2,7 @@ package chattemplate
 
 import (
 	"encoding/json"
+	"hash/maphash"
 
 	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 )
@@ -52,12 +53,20 @@ func (c *MessageCache) Find(raw []byte) FoundMessage {
 	return FoundMessage{raw, d, key, ok}
 }
 
-// FindAll is Find of each of raws, together (textCache.findAll), appended to dst.
+// FindAll is Find of each of raws, appended to dst: the texts hashed first, then the entries
+// looked up together under one lock.
 func (c *MessageCache) FindAll(dst []FoundMessage, raws []json.RawMessage) []FoundMessage {
-	keys, vals, ok := make([]uint64, len(raws)), make([]decodedMessage, len(raws)), make([]bool, len(raws))
-	c.findAll(raws, keys, vals, ok)
-	for i, raw := range raws {
-		dst = append(dst, FoundMessage{raw, vals[i], keys[i], ok[i]})
+	start := len(dst)
+	for _, raw := range raws {
+		dst = append(dst, FoundMessage{raw: raw, key: maphash.Bytes(c.seed, raw)})
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := start; i < len(dst); i++ {
+		f := &dst[i]
+		if e, ok := c.entries.get(f.key, true); ok && e.raw == string(f.raw) {
+			f.d, f.ok = e.val, true
+		}
 	}
 	return dst
 }

@@ -1,7 +1,6 @@
 package chattemplate
 
 import (
-	"encoding/json"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -54,28 +53,6 @@ func (c *textCache[V]) find(raw []byte) (V, uint64, bool) {
 	}
 	var zero V
 	return zero, key, false
-}
-
-// findAll is find of each of raws, into keys, vals and ok (each as long as raws): the texts
-// hashed first, the entries looked up together under one lock, then compared outside it (an
-// entry's text is never modified).
-func (c *textCache[V]) findAll(raws []json.RawMessage, keys []uint64, vals []V, ok []bool) {
-	for i, raw := range raws {
-		keys[i] = maphash.Bytes(c.seed, raw)
-	}
-	kept := make([]string, len(raws))
-	c.mu.Lock()
-	for i, key := range keys {
-		e, found := c.entries.get(key, true)
-		kept[i], vals[i], ok[i] = e.raw, e.val, found
-	}
-	c.mu.Unlock()
-	for i, raw := range raws {
-		if ok[i] && kept[i] != string(raw) {
-			var zero V
-			vals[i], ok[i] = zero, false
-		}
-	}
 }
 
 // count counts a look-up that found its text (hit) or did not.
