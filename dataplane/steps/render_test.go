@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/epd-dev/coordinator/dataplane/base/params"
 	"github.com/epd-dev/coordinator/dataplane/pipeline"
 	"github.com/epd-dev/coordinator/dataplane/pipeline/builder"
+	"github.com/epd-dev/coordinator/test/harness/refused"
 )
 
 func newRenderStep(t *testing.T, addr string, own map[string]any) pipeline.Step {
@@ -381,9 +381,6 @@ func wantBadRequest(t *testing.T, err error, msg string) {
 // TestRenderServiceFaults: what a client gets when the render service hangs past the step's
 // timeout, dies in the middle of its answer, or refuses the connection.
 func TestRenderServiceFaults(t *testing.T) {
-	refused := httptest.NewServer(http.NotFoundHandler())
-	refusedURL := refused.URL
-	refused.Close() // nothing listens there any more
 	tests := map[string]struct {
 		url func(t *testing.T) string
 	}{
@@ -402,7 +399,7 @@ func TestRenderServiceFaults(t *testing.T) {
 				_ = conn.Close()
 			}).srv.URL
 		}},
-		"refuses": {url: func(*testing.T) string { return refusedURL }},
+		"refuses": {url: func(t *testing.T) string { return "http://" + refused.Addr(t) }},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

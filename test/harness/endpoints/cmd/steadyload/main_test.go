@@ -6,10 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/epd-dev/coordinator/test/harness/refused"
 )
 
 // steadyload counts what it sent and fails when a request failed.
@@ -20,12 +21,7 @@ func TestRun(t *testing.T) {
 		_, _ = io.WriteString(w, `{"id":"x"}`)
 	}))
 	defer ok.Close()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := "http://" + l.Addr().String()
-	l.Close() // nothing listens there any more: every connection is refused
+	refusedURL := "http://" + refused.Addr(t) // every connection is refused
 
 	tests := map[string]struct {
 		args       []string
@@ -33,7 +29,7 @@ func TestRun(t *testing.T) {
 		wantServed bool
 	}{
 		"all served":  {args: []string{"--url", ok.URL, "--requests", "20"}, wantServed: true},
-		"all refused": {args: []string{"--url", refused, "--requests", "5", "--clients", "1"}, wantErr: errLoss},
+		"all refused": {args: []string{"--url", refusedURL, "--requests", "5", "--clients", "1"}, wantErr: errLoss},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
