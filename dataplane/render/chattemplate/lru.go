@@ -6,8 +6,8 @@ package chattemplate
 // instead of evicting it. A look-up so writes nothing but the entry it reads: moving the entry
 // to the front at each use wrote its two neighbours too, and in a cache that many
 // conversations share, they are rarely in the processor's caches (a turn of a conversation of
-// many short messages looks up an entry or two a message). Its owner locks around it, and keeps it where it is once used
-// (its list's ends point into it).
+// many short messages looks up an entry or two a message). Its owner locks around it, and
+// keeps it where it is once used (its list's ends point into it).
 type byteLRU[K comparable, V any] struct {
 	maxBytes int64
 	m        map[K]*lruEntry[K, V]

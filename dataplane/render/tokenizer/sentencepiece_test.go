@@ -38,14 +38,7 @@ func TestEncodeRawMatchesNormalized(t *testing.T) {
 				a.(map[string]any)["normalized"] = false
 			}
 			b := mustJSON(t, doc)
-			withRaw, err := New(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			without, err := New(b)
-			if err != nil {
-				t.Fatal(err)
-			}
+			withRaw, without := loadTwice(t, b)
 			if !withRaw.sp.raw {
 				t.Fatalf("%s does not take the raw path", name)
 			}
@@ -118,14 +111,7 @@ func TestWordDigits(t *testing.T) {
 	for _, name := range []string{"sp-gemma-like", "sp-llama-like", "sp-mistral-like"} {
 		t.Run(name, func(t *testing.T) {
 			b := mustJSON(t, fixtureJSON(t, name))
-			digits, err := New(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			whole, err := New(b)
-			if err != nil {
-				t.Fatal(err)
-			}
+			digits, whole := loadTwice(t, b)
 			if !digits.sp.digitsAlone {
 				t.Fatalf("%s: digitsAlone is false; its merges make no entry with a digit", name)
 			}
@@ -159,4 +145,19 @@ func TestWordDigits(t *testing.T) {
 			t.Fatalf("Encode(\"a12b\") = %v: want the merged \"12\" (id %v) in it", got, vocab["12"])
 		}
 	})
+}
+
+// loadTwice loads the tokenizer.json b into two tokenizers, for a test that turns a fast path
+// off in one and holds the other to it.
+func loadTwice(t *testing.T, b []byte) (*Tokenizer, *Tokenizer) {
+	t.Helper()
+	one, err := New(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := New(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return one, two
 }
