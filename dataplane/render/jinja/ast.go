@@ -52,6 +52,7 @@ type forNode struct {
 	elseBody   []node
 	filterExpr expr
 	recursive  bool
+	silent     bool // its body outputs nothing (silentLoops): its iterations are run, never memoized
 }
 
 func (n *forNode) nodeType() string { return "for" }

@@ -247,8 +247,8 @@ func (e *evaluator) execFor(n *forNode) error {
 	child.set("loop", loop)
 
 	// Only a loop's first run in a render, outside a recorded iteration, is memoized: a record
-	// is never checked against the render that made it.
-	memoize := e.memo != nil && e.rec == nil && !e.memoized[n]
+	// is never checked against the render that made it. A loop that outputs nothing is not.
+	memoize := e.memo != nil && e.rec == nil && !n.silent && !e.memoized[n]
 	var kept []*Iteration // with memoize, what e.memo kept for each item
 	if memoize {
 		if e.memoized == nil {

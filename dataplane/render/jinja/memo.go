@@ -37,7 +37,9 @@ import (
 //
 // Only the iterations over dicts of the first run of each loop in a render are looked up or
 // kept, and only outside another kept iteration; an iteration kept by a render is not replayed
-// by that render (a message sent twice in a conversation is one dict).
+// by that render (a message sent twice in a conversation is one dict). A loop whose body cannot
+// output (silentLoops) is never memoized: checking what its iteration read costs what running
+// it does.
 //
 // The cost: recording adds a few allocations to an iteration (its events and path steps, each
 // copied once into the iteration kept, its output copied), and a replay checks each read (a

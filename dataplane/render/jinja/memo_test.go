@@ -9,13 +9,18 @@ import (
 	"testing"
 )
 
-// mapMemo is a Memo in a map, counting what it finds and keeps.
+// mapMemo is a Memo in a map, counting what it keeps and noting the loops it is asked about.
 type mapMemo struct {
-	m    map[IterationKey]*Iteration
-	kept int
+	m     map[IterationKey]*Iteration
+	kept  int
+	asked map[*Loop]bool
 }
 
 func (m *mapMemo) Iterations(loop *Loop, items []Value, found []*Iteration) {
+	if m.asked == nil {
+		m.asked = map[*Loop]bool{}
+	}
+	m.asked[loop] = true
 	for i, item := range items {
 		found[i] = nil
 		if item.IsDict() {
@@ -30,6 +35,9 @@ func (m *mapMemo) Keep(key IterationKey, it *Iteration) {
 	}
 	if m.m == nil {
 		m.m = map[IterationKey]*Iteration{}
+	}
+	if key.Loop.silent {
+		panic("an iteration of a loop that outputs nothing kept")
 	}
 	m.kept++
 	m.m[key] = it
@@ -74,6 +82,7 @@ var memoTemplates = []struct {
 	{"item variable set", `{% for m in messages %}{% if m.role == 'tool' %}{% set m = messages[0] %}{% endif %}{{ m.role }}{{ m.content }}{% endfor %}`, true},
 	{"a nested loop kept", `{% set ns = namespace(l=none) %}{% for m in messages %}{% if ns.l %}{{ ns.l.index }}{% endif %}{% for p in m.parts %}{% set ns.l = loop %}{% endfor %}{{ m.content }}{% endfor %}`, true},
 	{"a nested loop in a list", `{% set ns = namespace(l=[]) %}{% for m in messages %}{% if ns.l %}{{ ns.l[0].index }}{% endif %}{% for p in m.parts %}{% set ns.l = [loop] %}{% endfor %}{{ m.content }}{% endfor %}`, true},
+	{"silent loop", `{% set ns = namespace(n=0, last='') %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.n = ns.n + 1 %}{% set ns.last = m.content %}{% endif %}{% endfor %}{{ ns.n }}:{{ ns.last }}`, false},
 	{"written then read", `{% set ns = namespace(last='') %}{% for m in messages %}{% set prev = ns.last %}{% set ns.last = m.content %}{{ prev }}>{{ ns.last }}{% endfor %}`, true},
 }
 
@@ -175,6 +184,11 @@ func TestMemo(t *testing.T) {
 				}
 			}
 			t.Logf("%+v", stats)
+			for loop := range memo.asked {
+				if loop.silent {
+					t.Errorf("the memo was asked for the iterations of a loop that outputs nothing")
+				}
+			}
 			if stats.Kept != memo.kept {
 				t.Errorf("%d iterations counted kept, the memo was given %d", stats.Kept, memo.kept)
 			}
@@ -337,4 +351,64 @@ func TestMemoConstantShadowed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSilentLoops checks which loops a template's compilation finds cannot output (their
+// iterations are run, never memoized): the loops of each source, in source order.
+func TestSilentLoops(t *testing.T) {
+	for _, tc := range []struct {
+		src    string
+		silent []bool
+	}{
+		{`{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}`, []bool{true}},
+		{`{% for m in messages %}x{% endfor %}`, []bool{false}},
+		{`{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}`, []bool{false}},
+		{`{% for m in messages %}{% if m.role == 'user' %}{% else %}{{ m.role }}{% endif %}{% endfor %}`, []bool{false}},
+		{`{% for m in messages %}{% set body %}{{ m.content }}{% endset %}{% set ns.b = body %}{% endfor %}`, []bool{true}},
+		{`{% for m in messages %}{% for p in m.parts %}{{ p }}{% endfor %}{% endfor %}`, []bool{false, false}},
+		{`{% for m in messages %}{% for p in m.parts %}{% set ns.p = p %}{% endfor %}{% endfor %}`, []bool{true, true}},
+		{`{% for m in messages %}{% for p in m.parts %}{% else %}none{% endfor %}{% endfor %}`, []bool{false, true}},
+		{`{% for m in messages %}{% macro f() %}x{% endmacro %}{% endfor %}`, []bool{true}},
+		{`{% macro f(ms) %}{% for m in ms %}{{ m }}{% endfor %}{% endmacro %}{{ f(messages) }}`, []bool{false}},
+		{`{% for m in messages %}{% filter upper %}{% for p in m.parts %}{% set ns.p = p %}{% endfor %}{% endfilter %}{% endfor %}`, []bool{false, true}},
+		{`{% macro f() %}{{ caller() }}{% endmacro %}{% for m in messages %}{% call f() %}{% endcall %}{% endfor %}`, []bool{false}},
+	} {
+		tmpl, err := Compile(tc.src)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.src, err)
+		}
+		var silent []bool
+		for _, l := range loopsOf(tmpl.nodes) {
+			silent = append(silent, l.silent)
+		}
+		if !slices.Equal(silent, tc.silent) {
+			t.Errorf("%s: silent loops %v, want %v", tc.src, silent, tc.silent)
+		}
+	}
+}
+
+// loopsOf are the loops among nodes, at any depth, in source order.
+func loopsOf(nodes []node) []*forNode {
+	var out []*forNode
+	for _, n := range nodes {
+		switch n := n.(type) {
+		case *forNode:
+			out = append(out, n)
+			out = append(out, loopsOf(n.body)...)
+			out = append(out, loopsOf(n.elseBody)...)
+		case *ifNode:
+			for _, b := range n.branches {
+				out = append(out, loopsOf(b.body)...)
+			}
+		case *setBlockNode:
+			out = append(out, loopsOf(n.body)...)
+		case *macroNode:
+			out = append(out, loopsOf(n.body)...)
+		case *callNode:
+			out = append(out, loopsOf(n.body)...)
+		case *filterBlockNode:
+			out = append(out, loopsOf(n.body)...)
+		}
+	}
+	return out
 }

@@ -30,6 +30,7 @@ func Compile(source string) (*Template, error) {
 
 	bound := map[string]bool{}
 	boundNames(nodes, bound)
+	silentLoops(nodes)
 	return &Template{nodes: nodes, src: source, bound: bound}, nil
 }
 
@@ -68,6 +69,40 @@ func boundNames(nodes []node, into map[string]bool) {
 			boundNames(n.body, into)
 		}
 	}
+}
+
+// silentLoops marks the loops among nodes, at any depth, whose body cannot output: no text, no
+// printed expression, no call or filter block (a set block's body outputs into its variable).
+// Replaying such an iteration would check what it read, which is what running it does (a
+// condition and a set or two: Qwen3's reversed loop that finds the last query), so a memo
+// neither keeps nor looks up their iterations.
+func silentLoops(nodes []node) (outputs bool) {
+	for _, n := range nodes {
+		switch n := n.(type) {
+		case *textNode:
+			outputs = outputs || n.text != ""
+		case *outputNode:
+			outputs = true
+		case *callNode:
+			silentLoops(n.body)
+			outputs = true
+		case *filterBlockNode:
+			silentLoops(n.body)
+			outputs = true
+		case *ifNode:
+			for _, b := range n.branches {
+				outputs = silentLoops(b.body) || outputs
+			}
+		case *forNode:
+			n.silent = !silentLoops(n.body)
+			outputs = silentLoops(n.elseBody) || !n.silent || outputs
+		case *setBlockNode:
+			silentLoops(n.body)
+		case *macroNode:
+			silentLoops(n.body)
+		}
+	}
+	return outputs
 }
 
 // CompileWith is Compile, with globals: variables every render sees (beneath its data, which
