@@ -363,8 +363,8 @@ func (c *historyCache) pushFront(e *historyEntry) {
 // (historyKeys), with the history cache: the rendering is found's text's first matched bytes
 // (the template compared them with found's, chattemplate.Template.RenderAfter) followed by rest
 // (found nil: rest alone). The ids of the longest stretch it shares with found, and their JSON
-// lists, are shared with found (nothing copied); the rest is encoded (cut by cut, to know the
-// ids at each) and listed, and the rendering is kept for the next turn, its shared bytes as
+// lists, are shared with found (nothing copied); the rest is encoded (in one pass that notes the
+// ids at each cut, tokenizer.EncodeCuts) and listed, and the rendering is kept for the next turn, its shared bytes as
 // found's pieces. Its JSON is nil with an error, or when the text is past its limits. Errors
 // are encode's.
 func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys []uint64, l Limits) (Tokens, error) {
@@ -404,22 +404,18 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys 
 	}
 	// at >= from: from is a cut of found's within the shared bytes, so a cut of both, and at is
 	// the last such cut.
-	own := growFor(nil, tail[at-from:], l.Encode.MaxTokens)
+	// The rest, encoded in one pass that passes its cuts (those after j, as Cuts of the text
+	// after a cut are its cuts, shifted).
 	firstNew := len(ecuts) // the cuts after the shared stretch, their JSON offsets unset
-	var err error
-	for _, c := range cuts[j+1:] {
-		if own, err = m.encodePiece(own, tail[at-from:c-from], l, before); err != nil {
-			t.Own = own
-			return t, err
-		}
-		at = c
-		ecuts = append(ecuts, historyCut{at: int32(c), ids: int32(before + len(own))})
+	el := l.Encode
+	el.Before = before
+	own, newCuts, err := m.tok.EncodeCuts(growFor(nil, tail[at-from:], l.Encode.MaxTokens), tail[at-from:], m.cache, el, nil)
+	if err != nil {
+		t.Own = own
+		return t, encodeErr(err)
 	}
-	if at < size || l.Encode.MaxTokens > 0 || l.Encode.Context != nil { // text after a stripping token; the last checks
-		if own, err = m.encodePiece(own, tail[at-from:], l, before); err != nil {
-			t.Own = own
-			return t, err
-		}
+	for _, c := range newCuts {
+		ecuts = append(ecuts, historyCut{at: int32(at + c.At), ids: int32(before + c.IDs)})
 	}
 	// The new ids' JSON, written once at its size: after the array's opening bracket, or after a
 	// comma when the shared stretch has ids, then the closing bracket (the tail of the legs'
@@ -505,13 +501,17 @@ func jsonSegments(lists [][]byte, tail []byte) [][]byte {
 // The glue of jsonSegments' pieces (never modified).
 var openBracket, comma = []byte("["), []byte(",")
 
-// textCuts are the cuts of text (tokenizer.Cuts), and the text the scan read: from byte from
-// on (tail). With e, a conversation text continues and begins with shared bytes of, they are e's
-// as far as those bytes decide them (CutReach) and the text after is scanned alone: a later turn
-// scans its new turns, not its history.
+// textCuts are the cuts of text (tokenizer.Cuts) a match with e needs, and the text after the
+// last of them that e decides: from byte from on (tail). Without e, none (the encoding finds
+// them) and the whole text. With e, a conversation text continues and begins with shared bytes
+// of, they are e's as far as those bytes decide them (CutReach) and the text after is scanned
+// alone: a later turn scans its new turns, not its history.
 func (m *Model) textCuts(e *historyEntry, text pieces, shared int) (cuts []int, from int, tail string) {
 	reach := m.tok.CutReach()
-	if e == nil || reach < 0 {
+	if e == nil {
+		return nil, 0, text.slice(0, text.len())
+	}
+	if reach < 0 {
 		tail = text.slice(0, text.len())
 		return m.tok.Cuts(nil, tail), 0, tail
 	}
@@ -529,13 +529,4 @@ func (m *Model) textCuts(e *historyEntry, text pieces, shared int) (cuts []int, 
 		cuts = append(cuts, from+c)
 	}
 	return cuts, from, tail
-}
-
-// encodePiece encodes s, a piece of a rendering between two cuts, after dst and before ids shared
-// ahead of it (the token limit counts both) under l.
-func (m *Model) encodePiece(dst []int, s string, l Limits, before int) ([]int, error) {
-	el := l.Encode
-	el.Before = before
-	ids, err := m.tok.EncodeLimited(dst, s, false, m.cache, el)
-	return ids, encodeErr(err)
 }

@@ -121,3 +121,49 @@ func BenchmarkLoad(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEncodeCuts encodes a conversation of 690 short messages as a chat template renders
+// it (each message between two added tokens: a cut or two a message) and finds its cuts, the
+// way a history miss does: pieces, Cuts then EncodeLimited of each piece between two cuts (the
+// way before EncodeCuts), and onepass, EncodeCuts. ns per token.
+func BenchmarkEncodeCuts(b *testing.B) {
+	tk := benchTokenizer(b, "qwen3", "qwen-like")
+	var text strings.Builder
+	r := rand.New(rand.NewSource(1))
+	for i := range 690 {
+		p := benchParagraphs[r.Intn(len(benchParagraphs))]
+		fmt.Fprintf(&text, "<|im_start|>%s\n%.200s<|im_end|>\n", [2]string{"user", "assistant"}[i%2], fmt.Sprintf(p, r.Intn(100000), r.Intn(1000)))
+	}
+	s := text.String()
+	tokens := len(tk.Encode(nil, s, false))
+	ways := []struct {
+		name   string
+		encode func(dst []int) []int
+	}{
+		{"pieces", func(dst []int) []int {
+			at := 0
+			for _, c := range tk.Cuts(nil, s) {
+				dst, _ = tk.EncodeLimited(dst, s[at:c], false, nil, Limits{})
+				at = c
+			}
+			return dst
+		}},
+		{"onepass", func(dst []int) []int {
+			dst, _, _ = tk.EncodeCuts(dst, s, nil, Limits{}, nil)
+			return dst
+		}},
+	}
+	for _, w := range ways {
+		b.Run(w.name, func(b *testing.B) {
+			dst := w.encode(nil)
+			if len(dst) != tokens {
+				b.Fatalf("%d ids, want %d", len(dst), tokens)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				dst = w.encode(dst[:0])
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(tokens), "ns/token")
+		})
+	}
+}

@@ -54,14 +54,35 @@ func (t *Tokenizer) EncodeCached(dst []int, text string, addSpecial bool, c *Seg
 // *LimitError, or the context's error), within 64 KiB of text of the bound being passed or the
 // context being done.
 func (t *Tokenizer) EncodeLimited(dst []int, text string, addSpecial bool, c *SegmentCache, l Limits) ([]int, error) {
+	dst, _, err := t.encodeLimited(dst, text, addSpecial, c, l, nil)
+	return dst, err
+}
+
+// Cut is a cut of a text (Cuts) and the number of ids its encoding has before it.
+type Cut struct{ At, IDs int }
+
+// EncodeCuts is EncodeLimited (addSpecial false) that also appends to cuts each cut of text
+// (Cuts), with len(dst) there: one scan of text where Cuts and an EncodeLimited of each piece
+// between two cuts made one a piece (a conversation's first turn has a cut or two a message).
+// Stopped by a limit, it returns the cuts it passed.
+func (t *Tokenizer) EncodeCuts(dst []int, text string, c *SegmentCache, l Limits, cuts []Cut) ([]int, []Cut, error) {
+	if cuts == nil {
+		cuts = []Cut{} // not nil: encodeLimited records cuts
+	}
+	return t.encodeLimited(dst, text, false, c, l, cuts)
+}
+
+// encodeLimited is EncodeLimited, appending the cuts it passes to cuts when cuts is not nil.
+func (t *Tokenizer) encodeLimited(dst []int, text string, addSpecial bool, c *SegmentCache, l Limits, cuts []Cut) ([]int, []Cut, error) {
 	// Without a cache every section is encoded: the text is checked once, whole. When the
 	// normalizer is one Unicode form, the quick check that text is in it is also the check that
 	// it is valid UTF-8; every section of such a text is normalized too. With a cache, sections
 	// are checked one by one, when they are encoded: a section the cache holds (a conversation's
-	// history) is not read again. Splitting before sanitizing splits the same way: an added
-	// token is never made of the bytes sanitize replaces.
+	// history) is not read again; so are they when cutting (cuts are offsets in text as it is,
+	// not as sanitized). Splitting before sanitizing splits the same way: an added token is
+	// never made of the bytes sanitize replaces.
 	normal := false
-	if c == nil {
+	if c == nil && cuts == nil {
 		text, normal = t.check(text)
 	}
 	st := t.scratch.Get().(*state)
@@ -72,6 +93,8 @@ func (t *Tokenizer) EncodeLimited(dst []int, text string, addSpecial bool, c *Se
 	}
 	secs, ids := t.added.sections(st.secs[:0], st.secIDs[:0], text, &t.added.raw)
 	st.secs, st.secIDs = secs, ids
+	cutting := cuts != nil && !t.firstDiffers
+	last := -1 // the last cut passed
 	for i, sec := range secs {
 		s := text[sec.start:sec.end]
 		if s == "" {
@@ -79,10 +102,13 @@ func (t *Tokenizer) EncodeLimited(dst []int, text string, addSpecial bool, c *Se
 		}
 		st.first = i == 0
 		if st.check(len(dst)) {
-			return dst, st.err
+			return dst, cuts, st.err
 		}
 		if ids[i] >= 0 {
 			dst = append(dst, int(ids[i]))
+			if cutting && t.cutsAfter(s) {
+				cuts, last = append(cuts, Cut{sec.end, len(dst)}), sec.end
+			}
 			continue
 		}
 		if info, ok := t.added.key(s); ok {
@@ -103,19 +129,22 @@ func (t *Tokenizer) EncodeLimited(dst []int, text string, addSpecial bool, c *Se
 			}
 			continue
 		}
-		if c != nil {
+		if c != nil || cuts != nil {
 			dst = t.encodeChecked(dst, s, st)
 			continue
 		}
 		dst = t.encodeSegment(dst, s, normal, st)
 	}
 	if st.check(len(dst)) {
-		return dst, st.err
+		return dst, cuts, st.err
+	}
+	if cuts != nil && len(text) > 0 && last != len(text) {
+		cuts = append(cuts, Cut{len(text), len(dst)})
 	}
 	if addSpecial {
 		dst = append(dst, t.suffix...)
 	}
-	return dst, nil
+	return dst, cuts, nil
 }
 
 // maxPooledScratch bounds the scratch a pooled state keeps: a long text's buffers are let go

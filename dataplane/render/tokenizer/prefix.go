@@ -42,8 +42,7 @@ func (t *Tokenizer) Cuts(dst []int, text string) []int {
 		if ids[i] < 0 || sec.start >= sec.end {
 			continue // text, or a token trimmed by a neighbour's strip
 		}
-		s := text[sec.start:sec.end]
-		if info, ok := t.added.key(s); ok && !info.rstrip && !endsInSpace(s) {
+		if t.cutsAfter(text[sec.start:sec.end]) {
 			dst = append(dst, sec.end)
 			last = sec.end
 		}
@@ -52,6 +51,12 @@ func (t *Tokenizer) Cuts(dst []int, text string) []int {
 		dst = append(dst, len(text))
 	}
 	return dst
+}
+
+// cutsAfter reports whether the end of s, an added token matched in the raw text, is a cut.
+func (t *Tokenizer) cutsAfter(s string) bool {
+	info, ok := t.added.key(s)
+	return ok && !info.rstrip && !endsInSpace(s)
 }
 
 // CutReach bounds how far past a position the cuts before it depend on: when two texts share

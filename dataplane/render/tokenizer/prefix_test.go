@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -75,7 +76,36 @@ func TestCuts(t *testing.T) {
 					t.Errorf("cut %d: ids %v ++ %v, want %v", c, tok.Encode(nil, tc.text[:c], false), tok.Encode(nil, tc.text[c:], false), whole)
 				}
 			}
+			checkEncodeCuts(t, tok, tc.text)
 		})
+	}
+}
+
+// checkEncodeCuts checks that EncodeCuts encodes text as Encode does, after ids already in
+// dst, with and without a segment cache (twice: the second finds the segments), and passes
+// Cuts' cuts, each with the number of ids before it.
+func checkEncodeCuts(t *testing.T, tok *Tokenizer, text string) {
+	t.Helper()
+	whole := tok.Encode(nil, text, false)
+	var want []Cut
+	for _, c := range tok.Cuts(nil, text) {
+		want = append(want, Cut{c, 2 + len(tok.Encode(nil, text[:c], false))})
+	}
+	cache := NewSegmentCache(1<<20, 1)
+	for _, c := range []*SegmentCache{nil, cache, cache} {
+		ids, cuts, err := tok.EncodeCuts([]int{7, 8}, text, c, Limits{}, nil)
+		if err != nil || !slices.Equal(ids, append([]int{7, 8}, whole...)) || !slices.Equal(cuts, want) {
+			t.Errorf("EncodeCuts(%q) = %v, %v, %v; want %v, %v", text, ids, cuts, err, append([]int{7, 8}, whole...), want)
+		}
+	}
+	if len(whole) < 2 {
+		return
+	}
+	// Stopped by a limit: the error, and the cuts passed before it.
+	_, cuts, err := tok.EncodeCuts([]int{7, 8}, text, nil, Limits{MaxTokens: len(whole) - 1, Before: -2}, nil)
+	var le *LimitError
+	if !errors.As(err, &le) || !le.Tokens || len(cuts) > len(want) || !slices.Equal(cuts, want[:len(cuts)]) {
+		t.Errorf("EncodeCuts(%q) under %d tokens: cuts %v, %v; want a *LimitError and a prefix of %v", text, len(whole)-1, cuts, err, want)
 	}
 }
 
@@ -115,6 +145,7 @@ func TestCutsFirstScheme(t *testing.T) {
 	if parts := tok.Encode(tok.Encode(nil, text[:3], false), text[3:], false); slices.Equal(parts, whole) {
 		t.Fatalf("the end of <s> encodes apart the same (%v): the test shows nothing", whole)
 	}
+	checkEncodeCuts(t, tok, text)
 }
 
 // TestCutReach: two texts that share a prefix have the same cuts up to CutReach() before its
