@@ -44,7 +44,10 @@ const linkedLoops = 2
 // look-up in the cache's table hashes the key and reads a part of a table that many
 // conversations share, rarely in the processor's caches (a turn of a conversation of many short
 // messages looks an iteration up for each message and loop). The table stays the truth: an
-// entry taken out of it is unlinked (unlink), and a look-up the links miss asks the table.
+// entry taken out of it is unlinked (unlink), and a look-up the links miss asks the table. A
+// dict is linked when an iteration of it is first kept and never unlinked whole, so a dict
+// that links nothing (one new to the message cache, as a conversation's first turn has them
+// all) has no iteration in any cache's table: its look-up is not made.
 // Read and written under the cache's lock; cache is set once.
 type dictLinks struct {
 	cache   *IterationCache
@@ -61,7 +64,11 @@ func (c *IterationCache) Iterations(loop *jinja.Loop, items []jinja.Value, found
 			continue
 		}
 		d := item.AsDict()
-		if l, _ := d.MemoLink().(*dictLinks); l != nil && l.cache == c {
+		l, _ := d.MemoLink().(*dictLinks)
+		if l == nil {
+			continue // a dict no cache has kept an iteration of (a message new to the message cache)
+		}
+		if l.cache == c {
 			if e := l.find(loop); e != nil {
 				e.used = true
 				found[i] = e.val

@@ -137,7 +137,11 @@ func TestIterationCacheLinks(t *testing.T) {
 		}
 	}
 	for key, e := range small.entries.m {
-		if l, _ := key.Item.MemoLink().(*dictLinks); l != nil && l.cache == small && l.find(key.Loop) != e {
+		l, _ := key.Item.MemoLink().(*dictLinks)
+		if l == nil {
+			t.Fatalf("the table holds an iteration of a dict that links nothing (Iterations would not find it)")
+		}
+		if l.cache == small && l.find(key.Loop) != e {
 			t.Fatalf("the table holds an iteration its dict does not link")
 		}
 	}
