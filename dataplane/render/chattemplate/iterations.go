@@ -124,16 +124,22 @@ func (c *IterationCache) unlink(e *iterationEntry) {
 	}
 }
 
-// Keep implements jinja.Memo: an iteration over an eighth of the cache is not kept.
-func (c *IterationCache) Keep(key jinja.IterationKey, it *jinja.Iteration) {
-	size := it.Size(c.entries.maxBytes/maxEntryShare) + iterationOverhead
-	if !c.entries.fits(size) {
-		return
+// Keep implements jinja.Memo, under one lock: an iteration over an eighth of the cache is not
+// kept.
+func (c *IterationCache) Keep(loop *jinja.Loop, its []*jinja.Iteration) {
+	sizes := make([]int64, len(its))
+	for i, it := range its {
+		sizes[i] = it.Size(c.entries.maxBytes/maxEntryShare) + iterationOverhead
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.entries.put(key, it, size); e != nil {
-		c.link(e)
+	for i, it := range its {
+		if !c.entries.fits(sizes[i]) {
+			continue
+		}
+		if e := c.entries.put(jinja.IterationKey{Loop: loop, Item: it.Item()}, it, sizes[i]); e != nil {
+			c.link(e)
+		}
 	}
 }
 

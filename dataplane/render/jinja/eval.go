@@ -108,6 +108,7 @@ type evaluator struct {
 	over1    overlay           // the replays' checks' overlay, reused
 	recorder *recorder         // the iterations' recorder, reused
 	checker  *evaluator        // the evaluator of the replays' compounds, reused
+	kept     []*Iteration      // the iterations the memoized loop running has kept so far
 	sizes    map[any]int64     // the sizes of the containers the render's kept iterations hold
 }
 
@@ -295,10 +296,15 @@ func (e *evaluator) execFor(n *forNode) error {
 			if errors.Is(err, errContinue) {
 				continue
 			}
+			if memoize {
+				e.keep(n)
+			}
 			return err
 		}
 	}
-
+	if memoize {
+		e.keep(n)
+	}
 	return nil
 }
 

@@ -50,8 +50,10 @@ type Memo interface {
 	// together, before it runs (a cache takes its lock once a loop, not once an iteration).
 	// What it finds for a dict met twice in the loop is what an earlier render kept.
 	Iterations(loop *Loop, items []Value, found []*Iteration)
-	// Keep keeps it for key.
-	Keep(key IterationKey, it *Iteration)
+	// Keep keeps what a run of loop kept of its iterations, each for its dict (Iteration.Item),
+	// together when the run ends (a cache takes its lock once a loop). its is the memo's for the
+	// call only.
+	Keep(loop *Loop, its []*Iteration)
 }
 
 // IterationKey names an iteration of a loop: the loop (a node of a compiled template) and the
@@ -78,6 +80,9 @@ type Iteration struct {
 	shadows string // the constants its render's data shadowed (Template.shadows): reads of the others are not recorded
 }
 
+// Item is the dict the iteration iterated over.
+func (it *Iteration) Item() *Dict { return it.item }
+
 // renders numbers the renders with a memo: a render never replays an iteration it made (a
 // value it made anew, such as a namespace, is the same value there, its content changed
 // since).
@@ -92,7 +97,8 @@ func (it *Iteration) Size(limit int64) int64 {
 	s := sizer{n: int64(len(it.out)) + 96 + int64(len(it.events))*int64(unsafe.Sizeof(memoEvent{})) + int64(len(it.steps))*int64(unsafe.Sizeof(pathStep{})), limit: limit, sizes: it.sizes}
 	it.sizes = nil
 	if it.item != nil {
-		s.value(Value{kind: KindDict, v: it.item})
+		s.n += int64(unsafe.Sizeof(Value{}))
+		s.walk(Value{kind: KindDict, v: it.item}) // its own iteration's alone: not noted in sizes
 	}
 	for i := range it.events {
 		ev := &it.events[i]
@@ -129,19 +135,24 @@ func (s *sizer) value(v Value) {
 			return
 		}
 		n0 := s.n
-		if v.kind == KindList {
-			for _, item := range v.v.(*List).Items {
-				s.value(item)
-			}
-		} else {
-			for k, item := range v.v.(*Dict).Data {
-				s.n += int64(len(k)) + 16
-				s.value(item)
-			}
-		}
+		s.walk(v)
 		if s.sizes != nil && s.n <= s.limit {
 			s.sizes[v.v] = s.n - n0
 		}
+	}
+}
+
+// walk adds up what the list or dict v holds.
+func (s *sizer) walk(v Value) {
+	if v.kind == KindList {
+		for _, item := range v.v.(*List).Items {
+			s.value(item)
+		}
+		return
+	}
+	for k, item := range v.v.(*Dict).Data {
+		s.n += int64(len(k)) + 16
+		s.value(item)
 	}
 }
 
@@ -635,7 +646,16 @@ func (e *evaluator) memoIteration(n *forNode, item Value, base *scope, it *Itera
 	if e.sizes == nil {
 		e.sizes = map[any]int64{}
 	}
-	e.memo.Keep(key, &Iteration{sizes: e.sizes, item: key.Item, events: slices.Clone(r.events), steps: slices.Clone(r.steps),
+	e.kept = append(e.kept, &Iteration{sizes: e.sizes, item: key.Item, events: slices.Clone(r.events), steps: slices.Clone(r.steps),
 		out: e.output.since(start), flow: err, render: e.render, shadows: e.shadows})
 	return err
+}
+
+// keep gives the memo what the run of loop n kept (e.kept), and empties it.
+func (e *evaluator) keep(n *forNode) {
+	if len(e.kept) > 0 {
+		e.memo.Keep(n, e.kept)
+		clear(e.kept)
+		e.kept = e.kept[:0]
+	}
 }

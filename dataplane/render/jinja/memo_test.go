@@ -29,18 +29,20 @@ func (m *mapMemo) Iterations(loop *Loop, items []Value, found []*Iteration) {
 	}
 }
 
-func (m *mapMemo) Keep(key IterationKey, it *Iteration) {
-	if it.Size(1<<20) <= 0 {
-		panic("an iteration of no size")
-	}
+func (m *mapMemo) Keep(loop *Loop, its []*Iteration) {
 	if m.m == nil {
 		m.m = map[IterationKey]*Iteration{}
 	}
-	if key.Loop.silent {
+	if loop.silent {
 		panic("an iteration of a loop that outputs nothing kept")
 	}
-	m.kept++
-	m.m[key] = it
+	for _, it := range its {
+		if it.Size(1<<20) <= 0 {
+			panic("an iteration of no size")
+		}
+		m.kept++
+		m.m[IterationKey{Loop: loop, Item: it.Item()}] = it
+	}
 }
 
 // memoTemplates are templates whose loops over messages read, write and output in the ways a
