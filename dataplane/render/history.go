@@ -364,9 +364,9 @@ func (c *historyCache) pushFront(e *historyEntry) {
 // (the template compared them with found's, chattemplate.Template.RenderAfter) followed by rest
 // (found nil: rest alone). The ids of the longest stretch it shares with found, and their JSON
 // lists, are shared with found (nothing copied); the rest is encoded (in one pass that notes the
-// ids at each cut, tokenizer.EncodeCuts) and listed, and the rendering is kept for the next turn, its shared bytes as
-// found's pieces. Its JSON is nil with an error, or when the text is past its limits. Errors
-// are encode's.
+// ids at each cut, tokenizer.EncodeCuts) and listed, and the rendering is kept for the next
+// turn, its shared bytes as found's pieces. Its JSON is nil with an error, or when the text is
+// past its limits. Errors are encode's.
 func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys []uint64, l Limits) (Tokens, error) {
 	var text pieces // the rendering
 	if found != nil {

@@ -62,9 +62,9 @@ func (t *Tokenizer) EncodeLimited(dst []int, text string, addSpecial bool, c *Se
 type Cut struct{ At, IDs int }
 
 // EncodeCuts is EncodeLimited (addSpecial false) that also appends to cuts each cut of text
-// (Cuts), with len(dst) there: one scan of text where Cuts and an EncodeLimited of each piece
-// between two cuts made one a piece (a conversation's first turn has a cut or two a message).
-// Stopped by a limit, it returns the cuts it passed.
+// (Cuts), with len(dst) there. It scans text once, where Cuts then an EncodeLimited of each
+// piece between two cuts scanned it twice and set up an encoding a piece (a chat rendering has
+// a cut or two a message). Stopped by a limit, it returns the cuts it passed.
 func (t *Tokenizer) EncodeCuts(dst []int, text string, c *SegmentCache, l Limits, cuts []Cut) ([]int, []Cut, error) {
 	if cuts == nil {
 		cuts = []Cut{} // not nil: encodeLimited records cuts
