@@ -126,6 +126,12 @@ func (in *inputs) decodeMessages(c *MessageCache, items []json.RawMessage, found
 		return jinja.Undefined(), in.check("messages", tooDeep(l.MaxDepth))
 	}
 	vals := make([]jinja.Value, len(items))
+	var puts []textPut[decodedMessage] // the messages decoded to be kept, kept together
+	defer func() {
+		if len(puts) > 0 {
+			c.putAll(puts)
+		}
+	}()
 	for i, raw := range items {
 		// A message past a limit is decoded again, to fail where the walk would.
 		var d decodedMessage
@@ -159,7 +165,8 @@ func (in *inputs) decodeMessages(c *MessageCache, items []json.RawMessage, found
 			return jinja.Undefined(), in.check("messages", err)
 		}
 		if n := left - in.left; keep {
-			c.put(key, unsafe.String(unsafe.SliceData(data), len(data)), decodedMessage{v, n, w.deepest}, int64(w.copied)+valueOverhead*int64(n)+messageOverhead)
+			puts = append(puts, textPut[decodedMessage]{key, unsafe.String(unsafe.SliceData(data), len(data)),
+				decodedMessage{v, n, w.deepest}, int64(w.copied) + valueOverhead*int64(n) + messageOverhead})
 		}
 		vals[i] = v
 	}

@@ -70,12 +70,24 @@ func (c *textCache[V]) fits(size int64) bool { return c.entries.fits(size) }
 // put keeps val, what the JSON text raw (its key: get's) decodes to, holding size bytes besides
 // raw (which is kept as it is: a caller's copy nothing modifies).
 func (c *textCache[V]) put(key uint64, raw string, val V, size int64) {
-	size += int64(len(raw))
-	if !c.fits(size) {
-		return
-	}
-	e := textEntry[V]{raw: raw, val: val}
+	c.putAll([]textPut[V]{{key, raw, val, size}})
+}
+
+// textPut is a put of a textCache's.
+type textPut[V any] struct {
+	key  uint64
+	raw  string
+	val  V
+	size int64
+}
+
+// putAll is put of each of puts, under one lock.
+func (c *textCache[V]) putAll(puts []textPut[V]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.entries.put(key, e, size)
+	for _, p := range puts {
+		if size := p.size + int64(len(p.raw)); c.fits(size) {
+			c.entries.put(p.key, textEntry[V]{raw: p.raw, val: p.val}, size)
+		}
+	}
 }
