@@ -108,7 +108,6 @@ type evaluator struct {
 	over1    overlay           // the replays' checks' overlay, reused
 	recorder *recorder         // the iterations' recorder, reused
 	checker  *evaluator        // the evaluator of the replays' compounds, reused
-	kept     []*Iteration      // the iterations the memoized loop running has kept so far
 	sizes    map[any]int64     // the sizes of the containers the render's kept iterations hold
 }
 
@@ -251,6 +250,7 @@ func (e *evaluator) execFor(n *forNode) error {
 	// is never checked against the render that made it. A loop that outputs nothing is not.
 	memoize := e.memo != nil && e.rec == nil && !n.silent && !e.memoized[n]
 	var kept []*Iteration // with memoize, what e.memo kept for each item
+	var run []*Iteration  // with memoize, what this run keeps (given to e.memo when it ends)
 	if memoize {
 		if e.memoized == nil {
 			e.memoized = map[*forNode]bool{}
@@ -283,7 +283,7 @@ func (e *evaluator) execFor(n *forNode) error {
 
 		var err error
 		if memoize && item.IsDict() {
-			err = e.memoIteration(n, item, child, kept[i])
+			err = e.memoIteration(n, item, child, kept[i], &run)
 		} else {
 			err = e.execNodes(n.body)
 		}
@@ -296,14 +296,14 @@ func (e *evaluator) execFor(n *forNode) error {
 			if errors.Is(err, errContinue) {
 				continue
 			}
-			if memoize {
-				e.keep(n)
+			if len(run) > 0 {
+				e.memo.Keep(n, run)
 			}
 			return err
 		}
 	}
-	if memoize {
-		e.keep(n)
+	if len(run) > 0 {
+		e.memo.Keep(n, run)
 	}
 	return nil
 }

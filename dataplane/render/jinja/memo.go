@@ -620,8 +620,9 @@ func (e *evaluator) replay(it *Iteration, base *scope) error {
 
 // memoIteration runs one iteration of the loop n over item, with base (the loop's scope) set for
 // it: replayed from it (what e.memo had kept for it when the loop started, or nil) when what it
-// reads is the same, else run and, if it may be, kept.
-func (e *evaluator) memoIteration(n *forNode, item Value, base *scope, it *Iteration) error {
+// reads is the same, else run and, if it may be, appended to run (what the loop's run keeps:
+// its own, as a memoized loop may run inside an iteration of another that is not recorded).
+func (e *evaluator) memoIteration(n *forNode, item Value, base *scope, it *Iteration, run *[]*Iteration) error {
 	key := IterationKey{Loop: n, Item: item.AsDict()}
 	if it != nil && it.render != e.render && it.shadows == e.shadows && e.replays(it, base) {
 		e.stats.Replayed++
@@ -646,16 +647,7 @@ func (e *evaluator) memoIteration(n *forNode, item Value, base *scope, it *Itera
 	if e.sizes == nil {
 		e.sizes = map[any]int64{}
 	}
-	e.kept = append(e.kept, &Iteration{sizes: e.sizes, item: key.Item, events: slices.Clone(r.events), steps: slices.Clone(r.steps),
+	*run = append(*run, &Iteration{sizes: e.sizes, item: key.Item, events: slices.Clone(r.events), steps: slices.Clone(r.steps),
 		out: e.output.since(start), flow: err, render: e.render, shadows: e.shadows})
 	return err
-}
-
-// keep gives the memo what the run of loop n kept (e.kept), and empties it.
-func (e *evaluator) keep(n *forNode) {
-	if len(e.kept) > 0 {
-		e.memo.Keep(n, e.kept)
-		clear(e.kept)
-		e.kept = e.kept[:0]
-	}
 }

@@ -84,6 +84,7 @@ var memoTemplates = []struct {
 	{"item variable set", `{% for m in messages %}{% if m.role == 'tool' %}{% set m = messages[0] %}{% endif %}{{ m.role }}{{ m.content }}{% endfor %}`, true},
 	{"a nested loop kept", `{% set ns = namespace(l=none) %}{% for m in messages %}{% if ns.l %}{{ ns.l.index }}{% endif %}{% for p in m.parts %}{% set ns.l = loop %}{% endfor %}{{ m.content }}{% endfor %}`, true},
 	{"a nested loop in a list", `{% set ns = namespace(l=[]) %}{% for m in messages %}{% if ns.l %}{{ ns.l[0].index }}{% endif %}{% for p in m.parts %}{% set ns.l = [loop] %}{% endfor %}{{ m.content }}{% endfor %}`, true},
+	{"a memoized loop inside an unrecorded iteration", `{% for m in messages + [1] %}{% if m is mapping %}{{ m.content }};{% else %}{% for p in messages %}<{{ p.role }}>{% endfor %}{% endif %}{% endfor %}`, true},
 	{"silent loop", `{% set ns = namespace(n=0, last='') %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.n = ns.n + 1 %}{% set ns.last = m.content %}{% endif %}{% endfor %}{{ ns.n }}:{{ ns.last }}`, false},
 	{"written then read", `{% set ns = namespace(last='') %}{% for m in messages %}{% set prev = ns.last %}{% set ns.last = m.content %}{{ prev }}>{{ ns.last }}{% endfor %}`, true},
 }
