@@ -12,21 +12,26 @@ import (
 // the conversation's next turn replays the iterations whose reads are unchanged (every earlier
 // message, as a rule) instead of running them. It is used with a MessageCache, whose shared
 // message values make an iteration's item the same value turn after turn.
+//
+// An iteration is found from its dict (dictLinks), not in a table: a look-up reads what the dict
+// the loop holds already links, and keeping an iteration writes no table entry (a table that
+// many conversations share is rarely in the processor's caches, and a conversation's first turn
+// keeps an iteration for each of its messages and loops, evicting as many).
 type IterationCache struct {
 	mu      sync.Mutex
-	entries byteLRU[jinja.IterationKey, *jinja.Iteration]
+	entries lruList[jinja.IterationKey, *jinja.Iteration]
 
 	replayed, ran atomic.Uint64
 }
 
 // iterationOverhead approximates an entry's bookkeeping besides its Size (its list entry, its
-// table slot, its share of its dict's links).
-const iterationOverhead = 160
+// share of its dict's links).
+const iterationOverhead = 128
 
 // NewIterationCache returns a cache that holds at most about maxBytes (the iterations' output,
 // their reads and writes, bookkeeping).
 func NewIterationCache(maxBytes int64) *IterationCache {
-	c := &IterationCache{entries: newByteLRU[jinja.IterationKey, *jinja.Iteration](maxBytes)}
+	c := &IterationCache{entries: lruList[jinja.IterationKey, *jinja.Iteration]{maxBytes: maxBytes}}
 	c.entries.removed = c.unlink
 	return c
 }
@@ -34,24 +39,15 @@ func NewIterationCache(maxBytes int64) *IterationCache {
 // iterationEntry is a kept iteration in the cache's list.
 type iterationEntry = lruEntry[jinja.IterationKey, *jinja.Iteration]
 
-// linkedLoops is the number of loops whose iterations over a dict the dict links (Qwen3's and
-// Mistral-Nemo's templates loop over the messages twice); a dict's iterations of more loops are
-// found in the cache's table alone.
-const linkedLoops = 2
-
-// dictLinks are the iterations over a dict the cache keeps, linked from the dict
-// (jinja.Dict.MemoLink): a look-up reads them from the dict the loop holds already, where a
-// look-up in the cache's table hashes the key and reads a part of a table that many
-// conversations share, rarely in the processor's caches (a turn of a conversation of many short
-// messages looks an iteration up for each message and loop). The table stays the truth: an
-// entry taken out of it is unlinked (unlink), and a look-up the links miss asks the table. A
-// dict is linked when an iteration of it is first kept and never unlinked whole, so a dict
-// that links nothing (one new to the message cache, as a conversation's first turn has them
-// all) has no iteration in any cache's table: its look-up is not made.
-// Read and written under the cache's lock; cache is set once.
+// dictLinks are the iterations over a dict the cache keeps, one a loop (jinja.Dict.MemoLink):
+// the cache's only way to them besides its list. A dict links one cache's iterations: another
+// cache that keeps one of it links the dict anew, and what the first kept of it is no longer
+// found (it waits in the first's list to be evicted). A Model's caches share no dict: each has
+// its own message cache. Read and written under the cache's lock; cache is set once.
 type dictLinks struct {
 	cache   *IterationCache
-	entries [linkedLoops]*iterationEntry
+	entries [2]*iterationEntry // Mistral-Nemo's template memoizes two loops over the messages
+	more    []*iterationEntry  // a third loop's and on
 }
 
 // Iterations implements jinja.Memo, under one lock.
@@ -63,34 +59,32 @@ func (c *IterationCache) Iterations(loop *jinja.Loop, items []jinja.Value, found
 		if !item.IsDict() {
 			continue
 		}
-		d := item.AsDict()
-		l, _ := d.MemoLink().(*dictLinks)
-		if l == nil {
-			continue // a dict no cache has kept an iteration of (a message new to the message cache)
-		}
-		if l.cache == c {
-			if e := l.find(loop); e != nil {
-				e.used = true
-				found[i] = e.val
-				continue
+		if l, _ := item.AsDict().MemoLink().(*dictLinks); l != nil && l.cache == c {
+			if slot := l.slot(loop); slot != nil {
+				c.entries.use(*slot)
+				found[i] = (*slot).val
 			}
 		}
-		found[i], _ = c.entries.get(jinja.IterationKey{Loop: loop, Item: d}, true)
 	}
 }
 
-// find is the entry linked for loop, or nil.
-func (l *dictLinks) find(loop *jinja.Loop) *iterationEntry {
-	for _, e := range l.entries {
+// slot is the slot that links loop's entry, or nil.
+func (l *dictLinks) slot(loop *jinja.Loop) **iterationEntry {
+	for s, e := range l.entries {
 		if e != nil && e.key.Loop == loop {
-			return e
+			return &l.entries[s]
+		}
+	}
+	for s, e := range l.more {
+		if e != nil && e.key.Loop == loop {
+			return &l.more[s]
 		}
 	}
 	return nil
 }
 
-// link links e from its dict, in the slot of its loop or a free one (none free: not linked).
-// A dict another cache linked is linked to this one instead.
+// link links e from its dict, in a free slot (the dict links no entry of its loop). A dict
+// another cache linked is linked to this one instead.
 func (c *IterationCache) link(e *iterationEntry) {
 	d := e.key.Item
 	l, _ := d.MemoLink().(*dictLinks)
@@ -98,28 +92,26 @@ func (c *IterationCache) link(e *iterationEntry) {
 		l = &dictLinks{cache: c}
 		d.SetMemoLink(l)
 	}
-	free := -1
 	for s, old := range l.entries {
-		if old != nil && old.key.Loop == e.key.Loop {
+		if old == nil {
 			l.entries[s] = e
 			return
 		}
-		if old == nil && free < 0 {
-			free = s
+	}
+	for s, old := range l.more {
+		if old == nil {
+			l.more[s] = e
+			return
 		}
 	}
-	if free >= 0 {
-		l.entries[free] = e
-	}
+	l.more = append(l.more, e)
 }
 
-// unlink takes e, taken out of the table, off its dict's links.
+// unlink takes e, taken out of the list, off its dict's links.
 func (c *IterationCache) unlink(e *iterationEntry) {
 	if l, _ := e.key.Item.MemoLink().(*dictLinks); l != nil && l.cache == c {
-		for s, linked := range l.entries {
-			if linked == e {
-				l.entries[s] = nil
-			}
+		if slot := l.slot(e.key.Loop); slot != nil && *slot == e {
+			*slot = nil
 		}
 	}
 }
@@ -137,9 +129,15 @@ func (c *IterationCache) Keep(loop *jinja.Loop, its []*jinja.Iteration) {
 		if !c.entries.fits(sizes[i]) {
 			continue
 		}
-		if e := c.entries.put(jinja.IterationKey{Loop: loop, Item: it.Item()}, it, sizes[i]); e != nil {
-			c.link(e)
+		d := it.Item()
+		if l, _ := d.MemoLink().(*dictLinks); l != nil && l.cache == c {
+			if slot := l.slot(loop); slot != nil {
+				c.entries.remove(*slot) // and unlinked
+			}
 		}
+		e := &iterationEntry{key: jinja.IterationKey{Loop: loop, Item: d}, val: it, size: sizes[i]}
+		c.link(e)
+		c.entries.add(e) // unlinked again when evicted at once
 	}
 }
 

@@ -70,11 +70,12 @@ func TestIterationCacheCountsValues(t *testing.T) {
 	}
 }
 
-// TestIterationCacheLinks: a dict links the iterations the cache keeps of it, and the links
-// answer as the cache's table would. Two caches over one message cache (the same dicts) relink
-// them in turn and each still replays its own; after many conversations have passed through a
-// small cache, every link of its is to an entry its table still holds (an evicted iteration is
-// unlinked), and each entry of the table for a linked loop is the one linked.
+// TestIterationCacheLinks: a dict links the iterations the cache keeps of it, one a loop, and
+// only those. Two caches over one message cache (the same dicts) take the dicts from each
+// other: each replays what it kept while no other cache kept an iteration of the dict since,
+// and renders correctly throughout (concurrently too, under the race detector). After many
+// conversations have passed through a small cache, every link of its is to an entry its list
+// still holds (an evicted iteration is unlinked), and every entry of its list is linked.
 func TestIterationCacheLinks(t *testing.T) {
 	tmpl := loadInline(t, `{% for m in messages %}{{ m.role }}{% endfor %}|{% for m in messages %}{{ m.content }};{% endfor %}`)
 	msgs := json.RawMessage(`[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}]`)
@@ -84,14 +85,14 @@ func TestIterationCacheLinks(t *testing.T) {
 	}
 	c := NewMessageCache(1 << 20)
 	a, b := NewIterationCache(1<<20), NewIterationCache(1<<20)
-	for turn, ic := range []*IterationCache{a, b, a, b, a} {
+	for turn, ic := range []*IterationCache{a, a, b, b, a} {
 		got, err := tmpl.Render(msgs, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, msgs), Iterations: ic})
 		if err != nil || got != want {
 			t.Fatalf("turn %d: %q (%v), want %q", turn, got, err, want)
 		}
 	}
-	if r, n, _ := a.Stats(); r != 12 || n != 6 {
-		t.Errorf("the first cache: %d replayed, %d run; want 12 (two renders of two loops over three messages), 6", r, n)
+	if r, n, _ := a.Stats(); r != 6 || n != 12 {
+		t.Errorf("the first cache: %d replayed, %d run; want 6 (its second render of two loops over three messages), 12", r, n)
 	}
 	if r, n, _ := b.Stats(); r != 6 || n != 6 {
 		t.Errorf("the second cache: %d replayed, %d run; want 6, 6", r, n)
@@ -119,6 +120,14 @@ func TestIterationCacheLinks(t *testing.T) {
 			}
 		}
 	}
+	kept := map[*iterationEntry]bool{}
+	for e := small.entries.root.next; e != &small.entries.root; e = e.next {
+		kept[e] = true
+		l, _ := e.key.Item.MemoLink().(*dictLinks)
+		if l == nil || l.cache != small || l.slot(e.key.Loop) == nil || *l.slot(e.key.Loop) != e {
+			t.Fatalf("the list holds an iteration its dict does not link (Iterations would not find it)")
+		}
+	}
 	linked := 0
 	for _, e := range c.entries.m {
 		d := e.val.val.val.AsDict()
@@ -126,26 +135,48 @@ func TestIterationCacheLinks(t *testing.T) {
 		if l == nil || l.cache != small {
 			continue
 		}
-		for _, le := range l.entries {
+		for _, le := range append(l.entries[:], l.more...) {
 			if le == nil {
 				continue
 			}
 			linked++
-			if small.entries.m[le.key] != le || le.key.Item != d {
-				t.Fatalf("a dict links an iteration its cache's table does not hold (evicted, or another's)")
+			if !kept[le] || le.key.Item != d {
+				t.Fatalf("a dict links an iteration its cache's list does not hold (evicted, or another's)")
 			}
 		}
 	}
-	for key, e := range small.entries.m {
-		l, _ := key.Item.MemoLink().(*dictLinks)
-		if l == nil {
-			t.Fatalf("the table holds an iteration of a dict that links nothing (Iterations would not find it)")
-		}
-		if l.cache == small && l.find(key.Loop) != e {
-			t.Fatalf("the table holds an iteration its dict does not link")
-		}
+	if linked == 0 || linked != len(kept) {
+		t.Errorf("%d links for %d iterations kept", linked, len(kept))
 	}
-	if linked == 0 || linked != len(small.entries.m) {
-		t.Errorf("%d links for %d iterations kept", linked, len(small.entries.m))
+}
+
+// TestIterationCacheReplaces: an iteration run again because what it read changed (here
+// loop.last, once a message follows it) replaces the one its loop kept of the dict: the cache
+// holds one iteration a loop and dict, and the next turn replays the new one.
+func TestIterationCacheReplaces(t *testing.T) {
+	tmpl := loadInline(t, `{% for m in messages %}{{ m.content }}{% if loop.last %}!{% endif %};{% endfor %}`)
+	c, ic := NewMessageCache(1<<20), NewIterationCache(1<<20)
+	turns := []string{`[{"role":"user","content":"a"}]`,
+		`[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]`,
+		`[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"user","content":"c"}]`}
+	wantReplayed := []uint64{0, 0, 1} // a, kept anew on the second turn with loop.last false, replays on the third
+	for i, turn := range turns {
+		msgs := json.RawMessage(turn)
+		want, err := tmpl.Render(msgs, Options{Validated: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r0, _, _ := ic.Stats()
+		got, err := tmpl.Render(msgs, Options{Validated: true, MessageCache: c, MessageItems: chatItems(t, msgs), Iterations: ic})
+		if err != nil || got != want {
+			t.Fatalf("turn %d: %q (%v), want %q", i, got, err, want)
+		}
+		kept := 0
+		for e := ic.entries.root.next; e != &ic.entries.root; e = e.next {
+			kept++
+		}
+		if r, _, _ := ic.Stats(); r-r0 != wantReplayed[i] || kept != i+1 {
+			t.Errorf("turn %d: %d replayed, %d iterations kept; want %d, %d (one a message)", i, r-r0, kept, wantReplayed[i], i+1)
+		}
 	}
 }

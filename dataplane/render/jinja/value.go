@@ -345,20 +345,16 @@ type Dict struct {
 	// loop, for a for loop's loop object, computes its attributes besides length when read.
 	loop *loopState
 	// memo is what a Memo linked to the dict (MemoLink).
-	memo atomic.Pointer[any]
+	memo atomic.Value
 }
 
 // MemoLink is what a Memo linked to d (SetMemoLink), or nil.
-func (d *Dict) MemoLink() any {
-	if p := d.memo.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
+func (d *Dict) MemoLink() any { return d.memo.Load() }
 
 // SetMemoLink links v to d, for a Memo to find what it keeps of d's iterations from d itself,
 // without a table: the Memo that linked v is the one to read it (another's link may replace it).
-func (d *Dict) SetMemoLink(v any) { d.memo.Store(&v) }
+// Every link a program sets is of one type, a pointer (so that setting one allocates nothing).
+func (d *Dict) SetMemoLink(v any) { d.memo.Store(v) }
 
 // loopState is a running loop's place. The loop object's attributes (index, index0, revindex,
 // revindex0, first, last, previtem, nextitem, cycle) are computed from it when read, so that an
