@@ -165,6 +165,9 @@ func (in *inputs) decodeMessages(c *MessageCache, items []json.RawMessage, found
 			return jinja.Undefined(), in.check("messages", err)
 		}
 		if n := left - in.left; keep {
+			if puts == nil {
+				puts = make([]textPut[decodedMessage], 0, len(items)-i) // a first turn keeps each message
+			}
 			puts = append(puts, textPut[decodedMessage]{key, unsafe.String(unsafe.SliceData(data), len(data)),
 				decodedMessage{v, n, w.deepest}, int64(w.copied) + valueOverhead*int64(n) + messageOverhead})
 		}
