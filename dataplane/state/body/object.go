@@ -741,12 +741,23 @@ func Unescape(dst, s []byte) ([]byte, error) {
 		if i += b; i == len(s) {
 			return dst, nil
 		}
+		if i+1 < len(s) {
+			if c := unescaped[s[i+1]]; c != 0 { // the common escapes, a new line or a quote, inline
+				dst = append(dst, c)
+				i += 2
+				continue
+			}
+		}
 		var err error
 		if dst, i, err = appendEscape(dst, s, i); err != nil {
 			return dst, err
 		}
 	}
 }
+
+// unescaped is what each one-character escape (the byte after the backslash) stands for: 0 for
+// \u and for a byte no escape starts with.
+var unescaped = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
 
 // StringEnd is the index of the closing quote of the JSON string at the start of data (its
 // opening quote at data[0]), or -1.

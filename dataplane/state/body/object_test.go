@@ -358,3 +358,24 @@ func TestDecodeString(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkUnescape decodes the inside of JSON strings as clients send them: prose with a few
+// escapes, code with many (quotes and new lines), and text with none.
+func BenchmarkUnescape(b *testing.B) {
+	texts := map[string]string{
+		"prose": strings.Repeat("The committee reviewed the quarterly results on Tuesday; the board said it's \"cautiously optimistic\" about the next two quarters.\n\n", 64),
+		"code":  strings.Repeat("def handler(request):\n    payload = json.loads(request.body)\n    if not payload.get(\"items\"):\n        return Response(status=400)\n    return {\"count\": len(payload[\"items\"]), \"ok\": True}\n\n", 48),
+		"plain": strings.Repeat("自然语言处理是人工智能领域的一个重要方向, and plain prose without a single escape in it. ", 96),
+	}
+	for _, name := range []string{"prose", "code", "plain"} {
+		raw, _ := json.Marshal(texts[name])
+		inside := raw[1 : len(raw)-1]
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(inside)))
+			var dst []byte
+			for range b.N {
+				dst, _ = Unescape(dst[:0], inside)
+			}
+		})
+	}
+}
