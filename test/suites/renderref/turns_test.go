@@ -182,7 +182,8 @@ func BenchmarkRenderTurns(b *testing.B) {
 // Reported per conversation: the mean first turn (the caches hold none of it) and later turn
 // (each follows a turn the caches hold) of each way, nocache-first-ns, history-first-ns,
 // nocache-later-ns and history-later-ns; later-ratio, nocache ÷ history over the later turns,
-// and mean-ratio over all of a conversation's turns. A CPU profile's samples of the turns carry
+// last-ratio over the last turns (where a growing conversation is longest), and mean-ratio
+// over all of a conversation's turns. A CPU profile's samples of the turns carry
 // the labels way (nocache or history) and turn (first or later).
 func BenchmarkRenderTurnsPaired(b *testing.B) {
 	const turns = benchTurns
@@ -202,7 +203,7 @@ func BenchmarkRenderTurnsPaired(b *testing.B) {
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
-				var first, later [2]time.Duration
+				var first, later, last [2]time.Duration
 				for i := range b.N {
 					b.StopTimer() // a batch's bodies are made just before its turns, off the clock
 					var bodies [pairedBatch][2][]*body.Object
@@ -219,8 +220,11 @@ func BenchmarkRenderTurnsPaired(b *testing.B) {
 								_, whole := timeTurn(b, steps[w], bodies[c][w][t], labels[w][min(t, 1)])
 								if t == 0 {
 									first[w] += whole
-								} else {
-									later[w] += whole
+									continue
+								}
+								later[w] += whole
+								if t == turns-1 {
+									last[w] += whole
 								}
 							}
 						}
@@ -233,6 +237,7 @@ func BenchmarkRenderTurnsPaired(b *testing.B) {
 					b.ReportMetric(float64(later[w].Nanoseconds())/convs/(turns-1), way.name+"-later-ns")
 				}
 				b.ReportMetric(float64(later[0])/float64(later[1]), "later-ratio")
+				b.ReportMetric(float64(last[0])/float64(last[1]), "last-ratio")
 				b.ReportMetric(float64(first[0]+later[0])/float64(first[1]+later[1]), "mean-ratio")
 			})
 		}
