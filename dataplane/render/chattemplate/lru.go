@@ -38,9 +38,9 @@ func (l *lruList[K, V]) use(e *lruEntry[K, V]) {
 	}
 }
 
-// add puts e at the front and evicts past the budget; it reports whether e is kept (not
-// evicted itself).
-func (l *lruList[K, V]) add(e *lruEntry[K, V]) bool {
+// add puts e at the front and evicts past the budget (e itself, when nothing else is left to
+// evict).
+func (l *lruList[K, V]) add(e *lruEntry[K, V]) {
 	if l.root.next == nil {
 		l.root.next, l.root.prev = &l.root, &l.root
 	}
@@ -58,7 +58,6 @@ func (l *lruList[K, V]) add(e *lruEntry[K, V]) bool {
 		}
 		l.remove(old)
 	}
-	return e.next != nil
 }
 
 // remove takes e, in the list, out of it.

@@ -787,20 +787,10 @@ func appendEscape(dst, data []byte, i int) ([]byte, int, error) {
 	}
 	c := data[i+1]
 	i += 2
-	switch c {
-	case '"', '\\', '/':
-		return append(dst, c), i, nil
-	case 'b':
-		return append(dst, '\b'), i, nil
-	case 'f':
-		return append(dst, '\f'), i, nil
-	case 'n':
-		return append(dst, '\n'), i, nil
-	case 'r':
-		return append(dst, '\r'), i, nil
-	case 't':
-		return append(dst, '\t'), i, nil
-	case 'u':
+	if u := unescaped[c]; u != 0 {
+		return append(dst, u), i, nil
+	}
+	if c == 'u' {
 		r, ok := hex4(data[i:])
 		if !ok {
 			return dst, i, errors.New("bad \\u escape")
