@@ -251,6 +251,11 @@ func (e *evaluator) execFor(n *forNode) error {
 	memoize := e.memo != nil && e.rec == nil && !n.silent && !e.memoized[n]
 	var kept []*Iteration // with memoize, what e.memo kept for each item
 	var run []*Iteration  // with memoize, what this run keeps (given to e.memo when it ends)
+	defer func() {
+		if len(run) > 0 {
+			e.memo.Keep(n, run) // however the run ends: what an error stopped is kept up to it
+		}
+	}()
 	if memoize {
 		if e.memoized == nil {
 			e.memoized = map[*forNode]bool{}
@@ -296,14 +301,8 @@ func (e *evaluator) execFor(n *forNode) error {
 			if errors.Is(err, errContinue) {
 				continue
 			}
-			if len(run) > 0 {
-				e.memo.Keep(n, run)
-			}
 			return err
 		}
-	}
-	if len(run) > 0 {
-		e.memo.Keep(n, run)
 	}
 	return nil
 }
