@@ -76,8 +76,11 @@ func turnConversation(tok *tokenizer.Tokenizer, seed uint64, history, perHistory
 
 // turnBodies are the chat bodies a client sends over the last turns of msgs (one per user
 // message after the system prompt), each message's content marked with salt (so that no two
-// conversations share a message).
-func turnBodies(msgs []map[string]string, salt, turns int) []*body.Object {
+// conversations share a message). With newOnly, a body after the first holds only what its turn
+// adds to the one before (the answer to it and the new user message) after the system prompt
+// and a short user message (which templates that want user and assistant turns to alternate
+// need): the least that rendering the turn must encode.
+func turnBodies(msgs []map[string]string, salt, turns int, newOnly bool) []*body.Object {
 	salted := make([]map[string]string, len(msgs))
 	for i, m := range msgs {
 		salted[i] = map[string]string{"role": m["role"], "content": fmt.Sprintf("[%d] %s", salt, m["content"])}
@@ -85,7 +88,11 @@ func turnBodies(msgs []map[string]string, salt, turns int) []*body.Object {
 	last := len(salted) &^ 1 // the messages of the last turn: the answer to it is never sent
 	out := make([]*body.Object, 0, turns)
 	for k := max(last-2*(turns-1), 2); k <= last; k += 2 {
-		raw, _ := json.Marshal(salted[:k])
+		sent := salted[:k]
+		if newOnly && k > 2 {
+			sent = append([]map[string]string{salted[0], {"role": "user", "content": fmt.Sprintf("[%d] Go on.", salt)}}, salted[k-2:k]...)
+		}
+		raw, _ := json.Marshal(sent)
 		obj, err := body.Parse([]byte(`{"model":"sim-model","max_tokens":1,"messages":` + string(raw) + `}`))
 		if err != nil {
 			panic(err)
@@ -141,7 +148,7 @@ func BenchmarkRenderTurns(b *testing.B) {
 							// Each conversation's bodies are made off the clock, just before its
 							// turns, as a coordinator parses each request: none is held longer.
 							b.StopTimer()
-							bodies := turnBodies(msgs, i+1, turns)
+							bodies := turnBodies(msgs, i+1, turns, false)
 							b.StartTimer()
 							cpu0 := cpuTime()
 							for t, obj := range bodies {
@@ -173,27 +180,32 @@ func BenchmarkRenderTurns(b *testing.B) {
 // shape, every family) the uncached and the cached way side by side, as a coordinator serving
 // many conversations meets them: pairedBatch conversations at a time, round robin (the first
 // turn of each, then the second of each, ...), each turn rendered by the nocache step and by the
-// history step one after the other (which goes first alternates). Between two turns of one
+// history step one after the other (which goes first rotates). Between two turns of one
 // conversation, then, the process renders the other conversations' turns both ways, so a turn
 // finds the processor's caches holding other work, not its own previous turn, and the machine's
 // other load weighs on both ways alike. Each way has its own conversations (salted apart), new
 // to its caches, which are those of BenchmarkRenderTurns: at the step's default size and full of
 // other conversations when the clock starts (warmUp). A turn is the step and its ids' JSON.
+// In the same rotation a third way, new, renders with the nocache step what each later turn
+// adds alone (turnBodies' newOnly): what any cached turn must still encode, decode and render,
+// so that nocache ÷ new bounds the ratio a cache can reach at that turn.
 // Reported per conversation: the mean first turn (the caches hold none of it) and later turn
 // (each follows a turn the caches hold) of each way, nocache-first-ns, history-first-ns,
-// nocache-later-ns and history-later-ns; later-ratio, nocache ÷ history over the later turns,
-// last-ratio over the last turns (where a growing conversation is longest), and mean-ratio
-// over all of a conversation's turns. A CPU profile's samples of the turns carry
-// the labels way (nocache or history) and turn (first or later).
+// nocache-later-ns, history-later-ns and new-later-ns; later-ratio, nocache ÷ history over the
+// later turns, last-ratio over the last turns (where a growing conversation is longest), and
+// mean-ratio over all of a conversation's turns; later-bound and last-bound, nocache ÷ new over
+// the later and the last turns. A CPU profile's samples of the turns carry the labels way
+// (nocache, history or new) and turn (first or later).
 func BenchmarkRenderTurnsPaired(b *testing.B) {
 	const turns = benchTurns
 	eachFamily(b, func(b *testing.B, dir string, tok *tokenizer.Tokenizer) {
 		for _, sh := range turnShapes {
 			msgs := turnConversation(tok, 1, sh.history, sh.perHistory, turns, sh.perMessage)
 			b.Run(sh.name, func(b *testing.B) {
-				ways := [2]turnWay{turnWays[0], turnWays[2]} // nocache, history
-				var steps [2]pipeline.Step
-				var labels [2][2]pprof.LabelSet // by way, then turn (first, later)
+				const nocache, history, added = 0, 1, 2
+				ways := [3]turnWay{turnWays[0], turnWays[2], {"new", turnWays[0].caches}}
+				var steps [len(ways)]pipeline.Step
+				var labels [len(ways)][2]pprof.LabelSet // by way, then turn (first, later)
 				for w, way := range ways {
 					steps[w] = newRenderStep(b, way.params(dir))
 					for t, turn := range [2]string{"first", "later"} {
@@ -203,20 +215,23 @@ func BenchmarkRenderTurnsPaired(b *testing.B) {
 				}
 				b.ReportAllocs()
 				b.ResetTimer()
-				var first, later, last [2]time.Duration
+				var first, later, last [len(ways)]time.Duration
 				for i := range b.N {
 					b.StopTimer() // a batch's bodies are made just before its turns, off the clock
-					var bodies [pairedBatch][2][]*body.Object
+					var bodies [pairedBatch][len(ways)][]*body.Object
 					for c := range pairedBatch {
 						for w := range ways {
-							bodies[c][w] = turnBodies(msgs, (i*pairedBatch+c)*len(ways)+w+1, turns)
+							bodies[c][w] = turnBodies(msgs, (i*pairedBatch+c)*len(ways)+w+1, turns, w == added)
 						}
 					}
 					b.StartTimer()
 					for t := range turns {
 						for c := range pairedBatch {
 							for k := range ways {
-								w := (k + c + t) % len(ways) // each way goes first as often as the other
+								w := (k + c + t) % len(ways) // each way goes first as often as the others
+								if t == 0 && w == added {
+									continue // a first turn is all new: the nocache way's
+								}
 								_, whole := timeTurn(b, steps[w], bodies[c][w][t], labels[w][min(t, 1)])
 								if t == 0 {
 									first[w] += whole
@@ -233,12 +248,16 @@ func BenchmarkRenderTurnsPaired(b *testing.B) {
 				b.StopTimer()
 				convs := float64(b.N * pairedBatch)
 				for w, way := range ways {
-					b.ReportMetric(float64(first[w].Nanoseconds())/convs, way.name+"-first-ns")
+					if w != added {
+						b.ReportMetric(float64(first[w].Nanoseconds())/convs, way.name+"-first-ns")
+					}
 					b.ReportMetric(float64(later[w].Nanoseconds())/convs/(turns-1), way.name+"-later-ns")
 				}
-				b.ReportMetric(float64(later[0])/float64(later[1]), "later-ratio")
-				b.ReportMetric(float64(last[0])/float64(last[1]), "last-ratio")
-				b.ReportMetric(float64(first[0]+later[0])/float64(first[1]+later[1]), "mean-ratio")
+				b.ReportMetric(float64(later[nocache])/float64(later[history]), "later-ratio")
+				b.ReportMetric(float64(last[nocache])/float64(last[history]), "last-ratio")
+				b.ReportMetric(float64(first[nocache]+later[nocache])/float64(first[history]+later[history]), "mean-ratio")
+				b.ReportMetric(float64(later[nocache])/float64(later[added]), "later-bound")
+				b.ReportMetric(float64(last[nocache])/float64(last[added]), "last-bound")
 			})
 		}
 	})
@@ -300,7 +319,7 @@ func warmUp(b *testing.B, step pipeline.Step, dir string, msgs []map[string]stri
 	var first, last float64
 	for n := 1; ; n++ {
 		faults[n%len(faults)] = pageFaults()
-		timeTurn(b, step, turnBodies(msgs, -n, 1)[0], warmUpLabel)
+		timeTurn(b, step, turnBodies(msgs, -n, 1, false)[0], warmUpLabel)
 		held := cachedBytes(b, reg, dir)
 		grew := held - last
 		if n == 1 {
