@@ -17,7 +17,10 @@ import (
 // (readsInputsOnly), and own all their memory: a message kept is copied once, and its strings
 // share that copy (the cache's key text), never the request that first sent it. A message found
 // is compared byte for byte first (textCache).
-type MessageCache struct{ textCache[decodedMessage] }
+type MessageCache struct {
+	textCache[decodedMessage]
+	touched int // guarded by mu: FindAll's sum of what it touches, so that its loads are not dropped
+}
 
 // decodedMessage is a message's value, the number of JSON values it holds (what it counts
 // against Limits.MaxValues) and the depth of its deepest container (against Limits.MaxDepth).
@@ -54,18 +57,33 @@ func (c *MessageCache) Find(raw []byte) FoundMessage {
 }
 
 // FindAll is Find of each of raws, appended to dst: the texts hashed first, then the entries
-// looked up together under one lock.
+// looked up together under one lock, in passes. The entries of a long conversation are rarely in
+// the processor's caches, and each look-up is a chain of loads that wait on each other (the
+// map's group, the entry, its text); one pass of each link over all the messages lets the
+// processor have many of them in flight at once, where one message at a time waited for each.
 func (c *MessageCache) FindAll(dst []FoundMessage, raws []json.RawMessage) []FoundMessage {
 	start := len(dst)
 	for _, raw := range raws {
 		dst = append(dst, FoundMessage{raw: raw, key: maphash.Bytes(c.seed, raw)})
 	}
+	found := dst[start:]
+	ents := make([]*lruEntry[uint64, textEntry[decodedMessage]], len(found))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i := start; i < len(dst); i++ {
-		f := &dst[i]
-		if e, ok := c.entries.get(f.key, true); ok && e.raw == string(f.raw) {
-			f.d, f.ok = e.val, true
+	for i := range found {
+		ents[i] = c.entries.m[found[i].key]
+	}
+	touched := 0
+	for i, e := range ents {
+		if e != nil && len(e.val.raw) == len(found[i].raw) && len(e.val.raw) > 0 {
+			touched += int(e.val.raw[0]) // the text's first bytes, brought in for the comparison
+		}
+	}
+	c.touched += touched
+	for i, e := range ents {
+		if f := &found[i]; e != nil && e.val.raw == string(f.raw) {
+			c.entries.use(e)
+			f.d, f.ok = e.val.val, true
 		}
 	}
 	return dst
@@ -86,5 +104,5 @@ func (f *FoundMessage) of(raw []byte) bool {
 // NewMessageCache returns a cache that holds at most about maxBytes (the messages' JSON texts,
 // their values and bookkeeping).
 func NewMessageCache(maxBytes int64) *MessageCache {
-	return &MessageCache{newTextCache[decodedMessage](maxBytes)}
+	return &MessageCache{textCache: newTextCache[decodedMessage](maxBytes)}
 }
