@@ -109,6 +109,7 @@ type evaluator struct {
 	recorder *recorder         // the iterations' recorder, reused
 	checker  *evaluator        // the evaluator of the replays' compounds, reused
 	sizes    map[any]int64     // the sizes of the containers the render's kept iterations hold
+	touched  int               // touch's sums, so that its loads are not dropped
 }
 
 func (e *evaluator) execNodes(nodes []node) error {
@@ -263,6 +264,7 @@ func (e *evaluator) execFor(n *forNode) error {
 		e.memoized[n] = true
 		kept = make([]*Iteration, len(items))
 		e.memo.Iterations(n, items, kept)
+		e.touched += touch(kept)
 	}
 
 	for i, item := range items {

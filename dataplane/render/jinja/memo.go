@@ -470,6 +470,23 @@ func (e *evaluator) evalCompound(ex expr, truth bool) (Value, error) {
 type overlay struct {
 	vars  []varWrite
 	attrs []attrWrite
+	// outer holds what the loop scope's parents bind to the names the checks read, for the run
+	// of the loop whose scope is outerBase: a loop's iterations write only its own scope, so what
+	// its parents bind is the same for all of them (a namespace's attributes change, not the
+	// namespace). A name is found by its text's address, the template's own string (a read's
+	// root, a name expression's), where the parents would be searched by hashing it once a read
+	// (a chat template's render scope holds more variables than a scope holds in place).
+	outerBase *scope
+	outer     [8]outerName
+	nouter    int
+}
+
+// outerName is a name the loop scope's parents bind, by its text's address and length, and its
+// value.
+type outerName struct {
+	p   *byte
+	n   int
+	val Value
 }
 
 type varWrite struct {
@@ -500,7 +517,23 @@ func (o *overlay) name(base *scope, name string) Value {
 			return o.vars[i].val
 		}
 	}
-	v, _ := base.get(name)
+	if v, ok := base.own(name); ok || base.parent == nil {
+		return v
+	}
+	if o.outerBase != base {
+		o.outerBase, o.nouter = base, 0
+	}
+	p := unsafe.StringData(name)
+	for i := range o.nouter {
+		if on := &o.outer[i]; on.p == p && on.n == len(name) {
+			return on.val
+		}
+	}
+	v, _ := base.parent.get(name)
+	if o.nouter < len(o.outer) {
+		o.outer[o.nouter] = outerName{p, len(name), v}
+		o.nouter++
+	}
 	return v
 }
 
@@ -651,3 +684,31 @@ func (e *evaluator) memoIteration(n *forNode, item Value, base *scope, it *Itera
 		out: e.output.since(start), flow: err, render: e.render, shadows: e.shadows})
 	return err
 }
+
+// touch reads the first bytes of what the iterations in kept hold (their events, their paths,
+// their output) before the loop replays them, and returns a sum of them. A long conversation's
+// kept iterations are rarely in the processor's caches: loads that depend on nothing but
+// kept let the processor have many misses in flight at once, where the replays, one after
+// another, each waited for its own.
+func touch(kept []*Iteration) int {
+	sum := 0
+	for _, it := range kept {
+		if it == nil {
+			continue
+		}
+		if len(it.events) > 0 {
+			sum += int(it.events[0].kind) + int(it.events[len(it.events)-1].kind)
+		}
+		if len(it.steps) > 0 {
+			sum += len(it.steps[0].name)
+		}
+		for i := 0; i < min(len(it.out), touchedOutput); i += 64 { // a message's output, most of it
+			sum += int(it.out[i])
+		}
+	}
+	return sum
+}
+
+// touchedOutput bounds the bytes of an iteration's output touch reads (a line of 64 bytes at a
+// time): enough for a short message's, where most of a long one's comes in as it is copied.
+const touchedOutput = 256

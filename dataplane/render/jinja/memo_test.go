@@ -86,6 +86,7 @@ var memoTemplates = []struct {
 	{"a nested loop in a list", `{% set ns = namespace(l=[]) %}{% for m in messages %}{% if ns.l %}{{ ns.l[0].index }}{% endif %}{% for p in m.parts %}{% set ns.l = [loop] %}{% endfor %}{{ m.content }}{% endfor %}`, true},
 	{"a memoized loop inside an unrecorded iteration", `{% for m in messages + [1] %}{% if m is mapping %}{{ m.content }};{% else %}{% for p in messages %}<{{ p.role }}>{% endfor %}{% endif %}{% endfor %}`, true},
 	{"silent loop", `{% set ns = namespace(n=0, last='') %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.n = ns.n + 1 %}{% set ns.last = m.content %}{% endif %}{% endfor %}{{ ns.n }}:{{ ns.last }}`, false},
+	{"an outer name set between two loops", `{% set tag = 'a' %}{% for m in messages %}{% if tag == 'a' %}{{ m.content }}{% endif %}{% endfor %}{% set tag = 'b' %}{% for m in messages %}{% if tag == 'a' %}{{ m.content }}{% else %}-{% endif %}{% endfor %}`, true},
 	{"written then read", `{% set ns = namespace(last='') %}{% for m in messages %}{% set prev = ns.last %}{% set ns.last = m.content %}{{ prev }}>{{ ns.last }}{% endfor %}`, true},
 }
 
