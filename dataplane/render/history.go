@@ -417,28 +417,27 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys 
 	for _, c := range newCuts {
 		ecuts = append(ecuts, historyCut{at: int32(at + c.At), ids: int32(before + c.IDs)})
 	}
-	// The new ids' JSON, written once at its size: after the array's opening bracket, or after a
-	// comma when the shared stretch has ids, then the closing bracket (the tail of the legs'
-	// array). A cut's offset is the length of the conversation's list of ids before it.
-	counted, listLen := 0, 0 // the new ids before the last cut seen, and their list's length
-	for i := firstNew; i < len(ecuts); i++ {
-		if n := int(ecuts[i].ids) - before; n > counted {
-			listLen += min(counted, 1) + body.IntListLen(own[counted:n])
-			counted = n
-		}
-		ecuts[i].json = int32(fromJSON + listLen + min(before, 1)*min(counted, 1))
-	}
-	if len(own) > counted {
-		listLen += min(counted, 1) + body.IntListLen(own[counted:])
-	}
-	js := slices.Grow([]byte(nil), 1+listLen+body.IntListSlack) // a bracket or comma, the list, and its slack (the closing bracket in it), at the allocation's size
+	// The new ids' JSON, written in one pass into room for the longest it can be: after the
+	// array's opening bracket, or after a comma when the shared stretch has ids, then the closing
+	// bracket (the tail of the legs' array). A cut's offset is the length of the conversation's
+	// list of ids before it, noted as the list passes it.
+	js := make([]byte, 0, 1+body.IntListRoom(len(own))+1) // a bracket or comma, the list and its slack, the closing bracket
 	switch {
 	case before == 0:
 		js = append(js, '[')
 	case len(own) > 0:
 		js = append(js, ',')
 	}
-	js = append(body.AppendIntListSized(js, own, false, listLen), ']')
+	head := len(js)
+	counted := 0 // the new ids before the last cut seen
+	for i := firstNew; i < len(ecuts); i++ {
+		if n := int(ecuts[i].ids) - before; n > counted {
+			js = body.AppendIntList(js, own[counted:n], counted > 0)
+			counted = n
+		}
+		ecuts[i].json = int32(fromJSON + len(js) - head + min(before, 1)*min(counted, 1))
+	}
+	js = append(body.AppendIntList(js, own[counted:], counted > 0), ']')
 	t.Own, t.JSON = own, jsonSegments(lists, js)
 	if len(ecuts) == 0 || int(ecuts[len(ecuts)-1].at) < minHistoryEntry {
 		return t, nil

@@ -9,35 +9,29 @@ import (
 // prompt's token ids go to every leg as such an array: an id below 10^6 (every vocabulary's
 // are) is written from two tables, its digits and its comma stored in one 8-byte write.
 func AppendInts(dst []byte, vals []int) []byte {
-	b, n := reserve(dst, intListRoom(len(vals))+2)
+	b, n := reserve(dst, IntListRoom(len(vals))+2)
 	return append(AppendIntList(append(b[:n], '['), vals, false), ']')
 }
 
 // AppendIntList appends vals as AppendInts does, without the brackets: joined by commas, and
 // after one when comma is true (a list continued).
 func AppendIntList(dst []byte, vals []int, comma bool) []byte {
-	b, n := reserve(dst, intListRoom(len(vals)))
+	b, n := reserve(dst, IntListRoom(len(vals)))
 	return appendIntList(b, n, vals, comma)
 }
 
-// AppendIntListSized is AppendIntList for a list whose length, size (IntListLen, and the comma
-// before it), the caller knows: dst needs room for size and IntListSlack bytes more, not for
-// six digits an id, to be written in place.
-func AppendIntListSized(dst []byte, vals []int, comma bool, size int) []byte {
-	b, n := reserve(dst, size+IntListSlack)
-	return appendIntList(b, n, vals, comma)
-}
-
-// IntListSlack is the bytes past a list its writing may store to: an id's digits are stored
+// intListSlack is the bytes past a list its writing may store to: an id's digits are stored
 // eight bytes at a time.
-const IntListSlack = 7
+const intListSlack = 7
 
-// intListRoom is the room past a slice's length AppendIntList makes for n ids: seven bytes an
-// id below 10^6 (a comma and six digits) and the slack of the last store.
-func intListRoom(n int) int { return 7*n + IntListSlack }
+// IntListRoom is the room past a slice's length that AppendIntList needs for n ids below 10^6
+// (every vocabulary's), after a comma or not: seven bytes an id (a comma and six digits) and the
+// slack of the last store. Given it, a list is written in place; a caller that writes one list
+// in pieces (AppendIntList continued) makes its room once.
+func IntListRoom(n int) int { return 7*n + intListSlack }
 
 // appendIntList writes vals after b[:n], b's room past n at least what the list needs and
-// IntListSlack bytes more (reserve it grows by, after an id past 10^6), and returns the slice.
+// intListSlack bytes more (reserve it grows by, after an id past 10^6), and returns the slice.
 func appendIntList(b []byte, n int, vals []int, comma bool) []byte {
 	for i, v := range vals {
 		if uint(v) >= 1e6 { // negative, or past any vocabulary: strconv's
@@ -46,7 +40,7 @@ func appendIntList(b []byte, n int, vals []int, comma bool) []byte {
 				n++
 			}
 			out := strconv.AppendInt(b[:n], int64(v), 10)
-			b, n = reserve(out, intListRoom(len(vals)-i-1))
+			b, n = reserve(out, IntListRoom(len(vals)-i-1))
 			continue
 		}
 		hi, lo := uint32(v)/10000, uint32(v)%10000 // hi < 100
@@ -60,21 +54,6 @@ func appendIntList(b []byte, n int, vals []int, comma bool) []byte {
 		}
 	}
 	return b[:n]
-}
-
-// IntListLen is the length of AppendIntList(nil, vals, false): a list can be made at its size
-// before it is written.
-func IntListLen(vals []int) int {
-	n := max(len(vals)-1, 0) // the commas
-	var buf [20]byte
-	for _, v := range vals {
-		if uint(v) >= 1e6 {
-			n += len(strconv.AppendInt(buf[:0], int64(v), 10))
-			continue
-		}
-		n += int(max(highDigits[uint32(v)/10000], quadDigits[uint32(v)%10000]))
-	}
-	return n
 }
 
 // reserve returns dst's array, at least room bytes past len(dst) long, and len(dst).

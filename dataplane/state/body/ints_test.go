@@ -57,20 +57,16 @@ func TestAppendInts(t *testing.T) {
 				if string(got) != string(want) {
 					t.Fatalf("AppendIntList in two halves = %s, want %s", got[:min(len(got), 200)], want[:min(len(want), 200)])
 				}
-				if n, want := IntListLen(vals), len(AppendIntList(nil, vals, false)); n != want {
-					t.Fatalf("IntListLen(%v) = %d, want %d", vals[:min(len(vals), 8)], n, want)
-				}
-				// Written at its size, after a comma: in place, when no id is past 10^6.
+				// After a comma, in the room IntListRoom says: in place, when no id is past 10^6.
 				list, _ := json.Marshal(append([]int{}, vals...))
 				list = list[1 : len(list)-1]
-				size := min(len(vals), 1) + len(list)
-				room := make([]byte, 0, size+IntListSlack)
-				sized := AppendIntListSized(room, vals, true, size)
-				if len(vals) > 0 && string(sized) != ","+string(list) || len(vals) == 0 && len(sized) > 0 {
-					t.Fatalf("AppendIntListSized = %s, want ,%s", sized[:min(len(sized), 200)], list[:min(len(list), 200)])
+				room := make([]byte, 0, IntListRoom(len(vals)))
+				continued := AppendIntList(room, vals, true)
+				if len(vals) > 0 && string(continued) != ","+string(list) || len(vals) == 0 && len(continued) > 0 {
+					t.Fatalf("AppendIntList continued = %s, want ,%s", continued[:min(len(continued), 200)], list[:min(len(list), 200)])
 				}
-				if big := slices.ContainsFunc(vals, func(v int) bool { return uint(v) >= 1e6 }); !big && cap(sized) != cap(room) {
-					t.Fatalf("AppendIntListSized of %d ids grew the room for %d bytes it was given", len(vals), size+IntListSlack)
+				if big := slices.ContainsFunc(vals, func(v int) bool { return uint(v) >= 1e6 }); !big && cap(continued) != cap(room) {
+					t.Fatalf("AppendIntList of %d ids grew the room for %d bytes IntListRoom gave it", len(vals), cap(room))
 				}
 			}
 		})
