@@ -29,8 +29,14 @@ func convertMessages(raw json.RawMessage, split []json.RawMessage, format string
 	if body.KindOf(raw) != body.KindArray {
 		return nil, nil, inputErr("messages must be an array")
 	}
+	var out []byte              // nil until a message changes: then raw up to it, and every message after it
+	var elems []json.RawMessage // with items: the elements before the first change
+	var spans []int             // with items: where each element after it starts and ends in out
 	elements := body.Elements(raw)
 	if usableSplit(raw, split) {
+		if items {
+			elems = make([]json.RawMessage, 0, len(split))
+		}
 		elements = func(yield func([]byte) bool) {
 			for _, m := range split {
 				if !yield(m) {
@@ -39,9 +45,6 @@ func convertMessages(raw json.RawMessage, split []json.RawMessage, format string
 			}
 		}
 	}
-	var out []byte              // nil until a message changes: then raw up to it, and every message after it
-	var elems []json.RawMessage // with items: the elements before the first change
-	var spans []int             // with items: where each element after it starts and ends in out
 	i := 0
 	for m := range elements {
 		var obj *body.Object
