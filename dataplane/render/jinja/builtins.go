@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // cachedBuiltins is a read-only scope populated once with all built-in
@@ -692,7 +693,7 @@ func filterLength(args []Value, kwargs map[string]Value) (Value, error) {
 	case v.IsDict():
 		return NewInt(int64(v.AsDict().Len())), nil
 	case v.IsString():
-		return NewInt(int64(len([]rune(v.AsString())))), nil
+		return NewInt(int64(utf8.RuneCountInString(v.AsString()))), nil
 	}
 
 	return NewInt(0), nil

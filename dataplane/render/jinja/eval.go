@@ -110,6 +110,8 @@ type evaluator struct {
 	checker  *evaluator        // the evaluator of the replays' compounds, reused
 	sizes    map[any]int64     // the sizes of the containers the render's kept iterations hold
 	touched  int               // touch's sums, so that its loads are not dropped
+	// filterArgs is the stack of the builtin filters' arguments (evalFilter).
+	filterArgs []Value
 }
 
 func (e *evaluator) execNodes(nodes []node) error {
@@ -1058,15 +1060,36 @@ func (e *evaluator) evalFilter(n *filterExpr) (Value, error) {
 		return Undefined(), fmt.Errorf("filter %q is not callable", n.name)
 	}
 
-	// Build args: input as first, then additional args.
-	args := make([]Value, 1+len(n.args))
-	args[0] = input
-	for i, a := range n.args {
-		v, err := e.evalExpr(a)
-		if err != nil {
-			return Undefined(), err
+	// Build args: input as first, then additional args. A builtin filter keeps no slice of its
+	// arguments past the call, so a builtin's are on the evaluator's stack of them (a filter in
+	// an argument pushes its own past them, and pops them before it returns): a filter applied
+	// in every iteration of a loop allocates nothing for its call.
+	var args []Value
+	if n.isBuiltin {
+		start := len(e.filterArgs)
+		defer func() {
+			clear(e.filterArgs[start:])
+			e.filterArgs = e.filterArgs[:start]
+		}()
+		e.filterArgs = append(e.filterArgs, input)
+		for _, a := range n.args {
+			v, err := e.evalExpr(a)
+			if err != nil {
+				return Undefined(), err
+			}
+			e.filterArgs = append(e.filterArgs, v)
 		}
-		args[i+1] = v
+		args = e.filterArgs[start:len(e.filterArgs):len(e.filterArgs)]
+	} else {
+		args = make([]Value, 1+len(n.args))
+		args[0] = input
+		for i, a := range n.args {
+			v, err := e.evalExpr(a)
+			if err != nil {
+				return Undefined(), err
+			}
+			args[i+1] = v
+		}
 	}
 
 	var kwargs map[string]Value
