@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -1060,36 +1061,27 @@ func (e *evaluator) evalFilter(n *filterExpr) (Value, error) {
 		return Undefined(), fmt.Errorf("filter %q is not callable", n.name)
 	}
 
-	// Build args: input as first, then additional args. A builtin filter keeps no slice of its
-	// arguments past the call, so a builtin's are on the evaluator's stack of them (a filter in
-	// an argument pushes its own past them, and pops them before it returns): a filter applied
-	// in every iteration of a loop allocates nothing for its call.
-	var args []Value
-	if n.isBuiltin {
-		start := len(e.filterArgs)
-		defer func() {
-			clear(e.filterArgs[start:])
-			e.filterArgs = e.filterArgs[:start]
-		}()
-		e.filterArgs = append(e.filterArgs, input)
-		for _, a := range n.args {
-			v, err := e.evalExpr(a)
-			if err != nil {
-				return Undefined(), err
-			}
-			e.filterArgs = append(e.filterArgs, v)
+	// Build args: input as first, then additional args, on the evaluator's stack of them (a
+	// filter in an argument pushes its own past them, and pops them before it returns): a
+	// builtin filter keeps no slice of its arguments past the call, so one applied in every
+	// iteration of a loop allocates nothing for it; another callable (the template's data) gets
+	// a copy it may keep.
+	start := len(e.filterArgs)
+	defer func() {
+		clear(e.filterArgs[start:])
+		e.filterArgs = e.filterArgs[:start]
+	}()
+	e.filterArgs = append(e.filterArgs, input)
+	for _, a := range n.args {
+		v, err := e.evalExpr(a)
+		if err != nil {
+			return Undefined(), err
 		}
-		args = e.filterArgs[start:len(e.filterArgs):len(e.filterArgs)]
-	} else {
-		args = make([]Value, 1+len(n.args))
-		args[0] = input
-		for i, a := range n.args {
-			v, err := e.evalExpr(a)
-			if err != nil {
-				return Undefined(), err
-			}
-			args[i+1] = v
-		}
+		e.filterArgs = append(e.filterArgs, v)
+	}
+	args := e.filterArgs[start:len(e.filterArgs):len(e.filterArgs)]
+	if !n.isBuiltin {
+		args = slices.Clone(args)
 	}
 
 	var kwargs map[string]Value
