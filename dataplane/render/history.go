@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
 
@@ -82,13 +83,28 @@ type historyEntry struct {
 const maxChunks = 32
 
 // compact joins e's chunks into one, and its lists into one, when it has more than maxChunks
-// (the cuts stay true: the lists joined by commas are the same bytes), and its text's pieces
-// into one when they are more than maxChunks. The slack of the arrays it drops stays counted in
-// held (at most an eighth of what they held): held never shrinks below what e keeps.
+// (the cuts stay true: the lists joined by commas are the same bytes), and each run of its
+// text's pieces shorter than minSharedSpan into one when they are more than maxChunks (the
+// longer ones, iterations' outputs shared with the iteration cache, stay: they are at most one
+// in minSharedSpan bytes). The slack of the arrays it drops stays counted in held (at most an
+// eighth of what they held): held never shrinks below what e keeps.
 func (e *historyEntry) compact() {
 	if len(e.text) > maxChunks {
-		text, size := e.text.own()
-		e.text, e.held = pieces{text}, e.held+int64(size-len(text))
+		var text pieces
+		for i := 0; i < len(e.text); {
+			j := i + 1
+			for len(e.text[i]) < minSharedSpan && j < len(e.text) && len(e.text[j]) < minSharedSpan {
+				j++
+			}
+			if j == i+1 {
+				text = append(text, e.text[i])
+			} else {
+				joined, size := e.text[i:j].own()
+				text, e.held = append(text, joined), e.held+int64(size-len(joined))
+			}
+			i = j
+		}
+		e.text = text
 	}
 	if len(e.chunks) <= maxChunks {
 		return
@@ -365,9 +381,10 @@ func (c *historyCache) pushFront(e *historyEntry) {
 // (found nil: rest alone). The ids of the longest stretch it shares with found, and their JSON
 // lists, are shared with found (nothing copied); the rest is encoded (in one pass that notes the
 // ids at each cut, tokenizer.EncodeCuts) and listed, and the rendering is kept for the next
-// turn, its shared bytes as found's pieces. Its JSON is nil with an error, or when the text is
-// past its limits. Errors are encode's.
-func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys []uint64, l Limits) (Tokens, error) {
+// turn, its shared bytes as found's pieces and rest's as the template's spans of it (the
+// iterations' outputs, ownAround) and copies of the bytes between them. Its JSON is nil with an
+// error, or when the text is past its limits. Errors are encode's.
+func (m *Model) chatHistory(found *historyEntry, matched int, rest string, spans []jinja.Span, keys []uint64, l Limits) (Tokens, error) {
 	var text pieces // the rendering
 	if found != nil {
 		text = found.text.first(matched)
@@ -456,11 +473,10 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, keys 
 		return t, nil // not even copied: a conversation too large to keep costs nothing more
 	}
 	e := &historyEntry{text: text.first(int(last.at)), cuts: ecuts, chunks: t.Shared, lists: lists}
-	if int(last.at) > matched { // rest's piece, in an array of its own: the template's has room to spare
-		piece := e.text[len(e.text)-1:]
-		var n int
-		piece[0], n = piece.own()
-		held += int64(n - len(piece[0]))
+	if n := int(last.at) - matched; n > 0 { // rest's bytes, in arrays of their own (the template's has room to spare)
+		own, slack := ownAround(rest[:n], spans) // e.text's last piece
+		e.text = append(e.text[:len(e.text)-1:len(e.text)-1], own...)
+		held += int64(slack)
 	}
 	if n := int(last.ids) - before; n > 0 {
 		chunk := slices.Grow([]int32(nil), n)[:n] // an array of the allocation's size: its slack counted

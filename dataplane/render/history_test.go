@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -166,6 +167,74 @@ func TestHistoryChunksBounded(t *testing.T) {
 	}
 	if most != maxChunks || mostPieces != maxChunks {
 		t.Fatalf("at most %d chunks and %d pieces of text over %d turns, want %d: the test does not reach the bound", most, mostPieces, len(msgs)/2, maxChunks)
+	}
+}
+
+// TestHistorySharesOutputs: a history entry keeps each long message's rendering as the string
+// the template's iteration cache holds (its output, jinja.Span), not a copy: a later turn that
+// replays the message writes that very string, which compares equal to the entry's piece by its
+// address, unread. Two renderings of the same messages (each turn of a conversation, and the
+// same messages under another key, which the cache does not find and renders whole) keep the
+// same strings for the long messages, the text between them in an array of the entry's own.
+func TestHistorySharesOutputs(t *testing.T) {
+	dir := modelDir(t, "")
+	m := open(t, dir, Options{HistoryBytes: 8 << 20})
+	plain := open(t, dir, Options{})
+	var msgs []map[string]any
+	for i := range 4 {
+		msgs = append(msgs,
+			map[string]any{"role": "user", "content": fmt.Sprintf("question %d: %s", i, strings.Repeat("why is the sky blue? ", 60))},
+			map[string]any{"role": "assistant", "content": fmt.Sprintf("short answer %d", i)})
+	}
+	entry := func(req ChatRequest) *historyEntry {
+		t.Helper()
+		want, err := plain.Chat(nil, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, err := m.ChatTokens(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := toks.AppendIDs(nil); !slices.Equal(got, want) {
+			t.Fatalf("ids differ from the uncached render %s", idsAt(got, want))
+		}
+		keys := m.history.newKeys(&req)
+		var split []json.RawMessage
+		for msg := range body.Elements(req.Messages) {
+			split = append(split, msg)
+		}
+		for _, f := range m.messages.FindAll(nil, split) {
+			keys.add(len(split[len(keys.keys)]), f.Hash())
+		}
+		e := m.history.find(keys.keys)
+		if e == nil {
+			t.Fatal("the rendering is not kept")
+		}
+		return e
+	}
+	long := func(e *historyEntry) []*byte { // the pieces of the long messages, by address
+		var out []*byte
+		for _, p := range e.text {
+			if len(p) >= minSharedSpan {
+				out = append(out, unsafe.StringData(p))
+			}
+		}
+		return out
+	}
+	var before []*byte
+	for k := 1; k <= 4; k++ {
+		req := turn(t, msgs, k)
+		pieces := long(entry(req))
+		if len(pieces) != k || !slices.Equal(pieces[:k-1], before) {
+			t.Fatalf("turn %d: the entry keeps %d long messages as pieces, want %d, those of the turn before as they were (%p, then %p)", k, len(pieces), k, before, pieces)
+		}
+		before = pieces
+	}
+	req := turn(t, msgs, 4)
+	req.AddGenerationPrompt = false // another key: rendered whole, its messages replayed
+	if again := long(entry(req)); !slices.Equal(again, before) {
+		t.Fatalf("the same messages rendered again keep their long messages as other strings (%p, then %p)", before, again)
 	}
 }
 
@@ -506,30 +575,51 @@ func TestHistoryConvertedMessages(t *testing.T) {
 // list kept an array of seven bytes an id and counted its length, and its text the template's
 // buffer and counted the rendering's: the caches kept 4.67 MB under a bound of 4 MiB, 27% over
 // their count of 3.67 MB.
+//
+// With long messages too, whose renderings the history entries share with the iteration cache
+// (ownAround): each cache counts what it keeps, whole arrays included (the count is theirs, all
+// four: HistoryStats), so an entry that keeps a rendering the iteration cache let go of still
+// counts it.
 func TestHistoryHeld(t *testing.T) {
-	dir := modelDir(t, "")
 	const bound = 4 << 20
-	kept := func(o Options) int64 {
-		m := open(t, dir, o)
-		before := heap.Live()
-		for i := range 600 {
-			msgs := conversation(fmt.Sprint("held", i), 4)
-			for k := 1; k <= 4; k++ {
-				if _, err := m.Chat(nil, turn(t, msgs, k)); err != nil {
-					t.Fatal(err)
-				}
+	for _, tc := range []struct {
+		name         string
+		conversation func(tag string) []map[string]any
+	}{
+		{"short messages", func(tag string) []map[string]any { return conversation(tag, 4) }},
+		{"long messages", func(tag string) []map[string]any {
+			msgs := conversation(tag, 4)
+			for _, m := range msgs {
+				m["content"] = strings.Repeat(m["content"].(string), 5) // past minSharedSpan
 			}
-		}
-		after := heap.Live()
-		runtime.KeepAlive(m)
-		return after - before
-	}
-	plain := kept(Options{})
-	cached := kept(Options{HistoryBytes: bound})
-	m := open(t, dir, Options{HistoryBytes: bound})
-	_, _, _, counted := m.HistoryStats()
-	t.Logf("kept %d bytes without the caches, %d with (bound %d, counted %d)", plain, cached, bound, counted)
-	if cached-plain > bound || cached-plain > counted+counted/10 {
-		t.Fatalf("the caches keep %d bytes on the heap: their bound is %d, their count %d", cached-plain, bound, counted)
+			return msgs
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := modelDir(t, "")
+			kept := func(o Options) int64 {
+				m := open(t, dir, o)
+				before := heap.Live()
+				for i := range 600 {
+					msgs := tc.conversation(fmt.Sprint("held", i))
+					for k := 1; k <= 4; k++ {
+						if _, err := m.Chat(nil, turn(t, msgs, k)); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				after := heap.Live()
+				runtime.KeepAlive(m)
+				return after - before
+			}
+			plain := kept(Options{})
+			cached := kept(Options{HistoryBytes: bound})
+			m := open(t, dir, Options{HistoryBytes: bound})
+			_, _, _, counted := m.HistoryStats()
+			t.Logf("kept %d bytes without the caches, %d with (bound %d, counted %d)", plain, cached, bound, counted)
+			if cached-plain > bound || cached-plain > counted+counted/10 {
+				t.Fatalf("the caches keep %d bytes on the heap: their bound is %d, their count %d", cached-plain, bound, counted)
+			}
+		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"sync"
 
 	"github.com/epd-dev/coordinator/dataplane/render/chattemplate"
+	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 	"github.com/epd-dev/coordinator/dataplane/render/tokenizer"
 	"github.com/epd-dev/coordinator/dataplane/state/body"
 )
@@ -363,9 +364,10 @@ func (m *Model) ChatTokens(r ChatRequest) (Tokens, error) {
 			expect = history.text
 		}
 	}
+	var spans []jinja.Span // the iterations' outputs in text: the history entry keeps them as they are
 	matched, text, err := tmpl.RenderAfter(msgs, chattemplate.Options{Tools: r.Tools, AddGenerationPrompt: r.AddGenerationPrompt,
 		ContinueFinalMessage: r.ContinueFinalMessage, Kwargs: r.Kwargs, Validated: true, Strings: m.strings,
-		MessageCache: m.messages, MessageItems: items, MessageFound: found, Iterations: m.iterations}, expect)
+		MessageCache: m.messages, MessageItems: items, MessageFound: found, Iterations: m.iterations, Spans: &spans}, expect)
 	var ie *chattemplate.InputError
 	switch {
 	case errors.As(err, &ie) && ie.Limit != "":
@@ -377,7 +379,7 @@ func (m *Model) ChatTokens(r ChatRequest) (Tokens, error) {
 		return Tokens{}, ctx.Err()
 	}
 	if keys != nil {
-		return m.chatHistory(history, matched, text, keys.keys, l)
+		return m.chatHistory(history, matched, text, spans, keys.keys, l)
 	}
 	ids, err := m.encode(nil, text, r.AddSpecialTokens, l)
 	return Tokens{Own: ids}, err

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"unsafe"
+
+	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 )
 
 // pieces is a text held in pieces, read as one: a conversation's rendering, whose earlier
@@ -28,6 +30,52 @@ func (p pieces) own() (string, int) {
 	}
 	return unsafe.String(unsafe.SliceData(b), len(b)), cap(b)
 }
+
+// ownAround is text in pieces that keep no array they do not need: the spans of it no shorter
+// than minSharedSpan (strings whose bytes are text's at their offsets, in order, not
+// overlapping: the template's iterations' outputs, jinja.Span) as they are, and the bytes
+// between them copied into one array of their own. It returns the pieces and the bytes their
+// arrays take past the pieces' lengths (Go rounds an allocation up to a size class; a span cut
+// where text ends keeps its whole array). A later render that replays those iterations writes
+// the very strings the pieces are, which compare equal by their address.
+func ownAround(text string, spans []jinja.Span) (pieces, int) {
+	own, n := len(text), 0 // the bytes to copy, the spans kept
+	for _, s := range spans {
+		if s.At < len(text) && len(s.Text) >= minSharedSpan {
+			own -= min(len(s.Text), len(text)-s.At)
+			n++
+		}
+	}
+	if n == 0 {
+		text, size := pieces{text}.own()
+		return pieces{text}, size - len(text)
+	}
+	b := slices.Grow([]byte(nil), own) // never grown past: the pieces made of it stay where they are
+	out := make(pieces, 0, 2*n+1)
+	copied := func(from, to int) {
+		if from < to {
+			k := len(b)
+			b = append(b, text[from:to]...)
+			out = append(out, unsafe.String(&b[k], to-from))
+		}
+	}
+	at, slack := 0, 0
+	for _, s := range spans {
+		if s.At < len(text) && len(s.Text) >= minSharedSpan {
+			copied(at, s.At)
+			piece := s.Text[:min(len(s.Text), len(text)-s.At)]
+			out, slack = append(out, piece), slack+max(s.Size, len(s.Text))-len(piece)
+			at = s.At + len(piece)
+		}
+	}
+	copied(at, len(text))
+	return out, slack + cap(b) - len(b)
+}
+
+// minSharedSpan is the shortest iteration's output a history entry keeps as a piece of its
+// own, shared with the iteration cache: a shorter one costs its piece more than comparing its
+// bytes does, and a conversation of many short messages would have as many pieces.
+const minSharedSpan = 1024
 
 // first are the pieces of the text's first n bytes (shared, the last one sliced: nothing copied).
 func (p pieces) first(n int) pieces {

@@ -77,7 +77,7 @@ func (t *Template) RenderAfter(messages json.RawMessage, opts Options, expect []
 	ro := jinja.RenderOptions{SizeHint: len(messages) + len(opts.Tools)}
 	var stats jinja.MemoStats
 	if in.shared && opts.Iterations != nil {
-		ro.Memo, ro.Stats = opts.Iterations, &stats
+		ro.Memo, ro.Stats, ro.Spans = opts.Iterations, &stats, opts.Spans
 	}
 	matched, out, err := c.tmpl.RenderAfter(vars, ro, expect)
 	if ro.Memo != nil {
@@ -95,6 +95,13 @@ func (t *Template) RenderAfter(messages json.RawMessage, opts Options, expect []
 	}
 	if opts.ContinueFinalMessage {
 		out, err = continueFinal(out, msgs.AsList())
+		if opts.Spans != nil { // continueFinal keeps a prefix of out: the spans within it
+			spans := *opts.Spans
+			for len(spans) > 0 && spans[len(spans)-1].At+len(spans[len(spans)-1].Text) > len(out) {
+				spans = spans[:len(spans)-1]
+			}
+			*opts.Spans = spans
+		}
 	}
 	return matched, out, err
 }

@@ -68,6 +68,9 @@ type Options struct {
 	// iterations of the template's loops over messages did, and replays those whose reads are
 	// unchanged (jinja.Memo).
 	Iterations *IterationCache
+	// Spans, when not nil with Iterations, is set to the outputs of the iterations replayed or
+	// kept that lie wholly in RenderAfter's rest (jinja.RenderOptions.Spans).
+	Spans *[]jinja.Span
 }
 
 // TemplateError is the error Render returns when the template itself calls raise_exception: the

@@ -75,6 +75,7 @@ type Iteration struct {
 	events  []memoEvent // in order; a compound's reads follow it
 	steps   []pathStep  // the reads' paths, each a range of them
 	out     string
+	outSize int    // the bytes of out's array
 	flow    error  // nil, errBreak or errContinue
 	render  uint64 // the render that made it
 	shadows string // the constants its render's data shadowed (Template.shadows): reads of the others are not recorded
@@ -94,7 +95,7 @@ var renders atomic.Uint64
 // identity, which is all a replay compares), so it keeps none alive. Within a render each
 // container is walked once (what several iterations share is counted for each, not walked again).
 func (it *Iteration) Size(limit int64) int64 {
-	s := sizer{n: int64(len(it.out)) + 96 + int64(len(it.events))*int64(unsafe.Sizeof(memoEvent{})) + int64(len(it.steps))*int64(unsafe.Sizeof(pathStep{})), limit: limit, sizes: it.sizes}
+	s := sizer{n: int64(it.outSize) + 96 + int64(len(it.events))*int64(unsafe.Sizeof(memoEvent{})) + int64(len(it.steps))*int64(unsafe.Sizeof(pathStep{})), limit: limit, sizes: it.sizes}
 	it.sizes = nil
 	if it.item != nil {
 		s.n += int64(unsafe.Sizeof(Value{}))
@@ -659,7 +660,10 @@ func (e *evaluator) memoIteration(n *forNode, item Value, base *scope, it *Itera
 	key := IterationKey{Loop: n, Item: item.AsDict()}
 	if it != nil && it.render != e.render && it.shadows == e.shadows && e.replays(it, base) {
 		e.stats.Replayed++
-		return e.replay(it, base)
+		start := e.output.Len()
+		err := e.replay(it, base)
+		e.output.span(start, it.out, it.outSize)
+		return err
 	}
 	r := e.recorder
 	if r == nil {
@@ -680,8 +684,10 @@ func (e *evaluator) memoIteration(n *forNode, item Value, base *scope, it *Itera
 	if e.sizes == nil {
 		e.sizes = map[any]int64{}
 	}
+	out, size := e.output.since(start)
+	e.output.span(start, out, size)
 	*run = append(*run, &Iteration{sizes: e.sizes, item: key.Item, events: slices.Clone(r.events), steps: slices.Clone(r.steps),
-		out: e.output.since(start), flow: err, render: e.render, shadows: e.shadows})
+		out: out, outSize: size, flow: err, render: e.render, shadows: e.shadows})
 	return err
 }
 

@@ -7,13 +7,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
-// mapMemo is a Memo in a map, counting what it keeps and noting the loops it is asked about.
+// mapMemo is a Memo in a map, counting what it keeps and noting the loops it is asked about and
+// the outputs (their strings' addresses) of every iteration it was given.
 type mapMemo struct {
 	m     map[IterationKey]*Iteration
 	kept  int
 	asked map[*Loop]bool
+	outs  map[*byte]bool
 }
 
 func (m *mapMemo) Iterations(loop *Loop, items []Value, found []*Iteration) {
@@ -42,6 +45,26 @@ func (m *mapMemo) Keep(loop *Loop, its []*Iteration) {
 		}
 		m.kept++
 		m.m[IterationKey{Loop: loop, Item: it.Item()}] = it
+		if m.outs == nil {
+			m.outs = map[*byte]bool{}
+		}
+		m.outs[unsafe.StringData(it.out)] = true
+	}
+}
+
+// checkSpans fails t unless spans are in order, apart, each rest's bytes at its offset and the
+// very string (by address) of an iteration memo was given.
+func checkSpans(t *testing.T, memo *mapMemo, rest string, spans []Span) {
+	t.Helper()
+	at := 0
+	for i, s := range spans {
+		if s.At < at || s.At+len(s.Text) > len(rest) || rest[s.At:s.At+len(s.Text)] != s.Text {
+			t.Fatalf("span %d of %d, %q at %d, is not rest's bytes after the span before (rest %q)", i, len(spans), s.Text, s.At, rest)
+		}
+		if !memo.outs[unsafe.StringData(s.Text)] {
+			t.Fatalf("span %d, %q at %d, is not an iteration's own string", i, s.Text, s.At)
+		}
+		at = s.At + len(s.Text)
 	}
 }
 
@@ -169,10 +192,12 @@ func TestMemo(t *testing.T) {
 					// Expected to begin with the turn before's text (in pieces; sometimes with a
 					// byte changed, or none), as a conversation's next turn is.
 					expect := expectedPieces(r, prev)
-					matched, rest, err := tmpl.RenderAfter(data(), RenderOptions{Memo: memo, SizeHint: len(want), Stats: &cs}, expect)
+					var spans []Span
+					matched, rest, err := tmpl.RenderAfter(data(), RenderOptions{Memo: memo, SizeHint: len(want), Stats: &cs, Spans: &spans}, expect)
 					if err != nil {
 						t.Fatal(err)
 					}
+					checkSpans(t, memo, rest, spans)
 					joined := strings.Join(expect, "")
 					if got := joined[:matched] + rest; got != want {
 						t.Fatalf("conversation %d, turn %d: memoized render differs from the plain one\n got %q\nwant %q", conv, k, got, want)

@@ -1,6 +1,10 @@
 package jinja
 
-import "strings"
+import (
+	"slices"
+	"strings"
+	"unsafe"
+)
 
 // output is a render's text. Given the text the render is expected to begin with (in pieces:
 // RenderAfter), it compares what is written with that text instead of copying it: the bytes
@@ -14,6 +18,23 @@ type output struct {
 	off      int
 	matched  int  // the bytes matched
 	diverged bool // a byte differed, or the expected text ran out: b holds the rest
+	spans    []Span
+}
+
+// Span is a memoized iteration's output within a render's rest (RenderOptions.Spans): At is its
+// offset in rest, Text the Iteration's own string (its bytes are rest's from At on), Size the
+// bytes of Text's array (Go rounds an allocation up to a size class).
+type Span struct {
+	At, Size int
+	Text     string
+}
+
+// span notes that the text from byte start on is s (its array of size bytes), a memoized
+// iteration's output, when all of it is after the matched bytes.
+func (o *output) span(start int, s string, size int) {
+	if start >= o.matched && len(s) > 0 {
+		o.spans = append(o.spans, Span{At: start - o.matched, Size: size, Text: s})
+	}
 }
 
 // WriteString appends s.
@@ -54,13 +75,14 @@ func (o *output) match(s string) int {
 // Len is the text's length so far, matched bytes included.
 func (o *output) Len() int { return o.matched + o.b.Len() }
 
-// since is the text from byte start on, its own copy.
-func (o *output) since(start int) string {
+// since is the text from byte start on, its own copy, and the size of the copy's array (Go
+// rounds an allocation up to a size class).
+func (o *output) since(start int) (string, int) {
+	b := slices.Grow([]byte(nil), o.Len()-start)
 	if start >= o.matched {
-		return strings.Clone(o.b.String()[start-o.matched:])
+		b = append(b, o.b.String()[start-o.matched:]...)
+		return unsafe.String(unsafe.SliceData(b), len(b)), cap(b)
 	}
-	var s strings.Builder
-	s.Grow(o.Len() - start)
 	at := 0
 	for _, p := range o.all {
 		if at >= o.matched {
@@ -68,12 +90,12 @@ func (o *output) since(start int) string {
 		}
 		lo, hi := max(start-at, 0), min(len(p), o.matched-at)
 		if lo < hi {
-			s.WriteString(p[lo:hi])
+			b = append(b, p[lo:hi]...)
 		}
 		at += len(p)
 	}
-	s.WriteString(o.b.String())
-	return s.String()
+	b = append(b, o.b.String()...)
+	return unsafe.String(unsafe.SliceData(b), len(b)), cap(b)
 }
 
 // String is the text after the matched bytes (all of it without an expected text).

@@ -150,6 +150,12 @@ type RenderOptions struct {
 	SizeHint int
 	// Stats, when not nil, counts the memoized loops' iterations of the render.
 	Stats *MemoStats
+	// Spans, when not nil, is set to the outputs of the memoized iterations (kept or replayed)
+	// that lie wholly in RenderAfter's rest, in order. Each is the Iteration's own string, so a
+	// caller that keeps rest as the expected text of a later render can keep those strings as
+	// its pieces: a later replay then writes the very string it is compared with, and the
+	// comparison finds them equal by their address, without reading them.
+	Spans *[]Span
 }
 
 // MemoStats counts the iterations of memoized loops: replayed from the memo, run and kept, run
@@ -233,6 +239,8 @@ func (t *Template) render(data map[string]Value, o RenderOptions, expect []strin
 	if err := e.execNodes(t.nodes); err != nil {
 		return 0, "", err
 	}
-
+	if o.Spans != nil {
+		*o.Spans = e.output.spans
+	}
 	return e.output.matched, e.output.String(), nil
 }
