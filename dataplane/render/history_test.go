@@ -127,46 +127,62 @@ func TestHistoryTurnByTurn(t *testing.T) {
 
 // TestHistoryChunksBounded: a conversation of many turns is held in at most maxChunks chunks
 // (joined when it passes them), so a leg sends its ids in a bounded number of pieces, and its
-// text in at most maxChunks pieces, counted for at least their bytes; every turn still renders
-// exactly, its JSON too.
+// text in at most maxChunks pieces, counted for at least their bytes, or, when it has long
+// messages (whose renderings stay pieces of their own, shared with the iteration cache), in no
+// more than two pieces for each minSharedSpan bytes; every turn still renders exactly, its JSON
+// too.
 func TestHistoryChunksBounded(t *testing.T) {
-	dir := modelDir(t, "")
-	cached := open(t, dir, Options{HistoryBytes: 8 << 20})
-	plain := open(t, dir, Options{})
-	msgs := conversation("many", 3*maxChunks)
-	most, mostPieces := 0, 0
-	for k := 1; k <= len(msgs)/2; k++ {
-		req := turn(t, msgs, k)
-		want, err := plain.Chat(nil, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		toks, err := cached.ChatTokens(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := toks.AppendIDs(nil); !slices.Equal(got, want) {
-			t.Fatalf("turn %d: ids differ from the uncached render %s", k, idsAt(got, want))
-		}
-		if js, wantJSON := bytes.Join(toks.JSON, nil), body.AppendInts(nil, want); string(js) != string(wantJSON) {
-			t.Fatalf("turn %d: the ids' JSON differs from theirs at byte %d of %d", k, commonPrefix(string(js), string(wantJSON)), len(wantJSON))
-		}
-		if k > 1 && len(toks.Shared) == 0 {
-			t.Fatalf("turn %d shares no ids with the turn before", k)
-		}
-		most = max(most, len(toks.Shared))
-		if len(toks.Shared) > maxChunks || len(toks.JSON) > 2*maxChunks+1 {
-			t.Fatalf("turn %d: %d chunks, %d pieces of JSON", k, len(toks.Shared), len(toks.JSON))
-		}
-		for _, e := range cached.history.keys {
-			mostPieces = max(mostPieces, len(e.text))
-			if len(e.text) > maxChunks || e.held < 0 {
-				t.Fatalf("turn %d: a text of %d bytes in %d pieces, %d bytes of slack counted", k, e.text.len(), len(e.text), e.held)
+	for _, long := range []bool{false, true} {
+		t.Run(fmt.Sprint("long messages: ", long), func(t *testing.T) {
+			dir := modelDir(t, "")
+			cached := open(t, dir, Options{HistoryBytes: 8 << 20})
+			plain := open(t, dir, Options{})
+			msgs := conversation("many", 3*maxChunks)
+			if long {
+				for i := 0; i < len(msgs); i += 4 { // every other user message
+					msgs[i]["content"] = strings.Repeat(msgs[i]["content"].(string), 5)
+				}
 			}
-		}
-	}
-	if most != maxChunks || mostPieces != maxChunks {
-		t.Fatalf("at most %d chunks and %d pieces of text over %d turns, want %d: the test does not reach the bound", most, mostPieces, len(msgs)/2, maxChunks)
+			most, mostPieces := 0, 0
+			for k := 1; k <= len(msgs)/2; k++ {
+				req := turn(t, msgs, k)
+				want, err := plain.Chat(nil, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				toks, err := cached.ChatTokens(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := toks.AppendIDs(nil); !slices.Equal(got, want) {
+					t.Fatalf("turn %d: ids differ from the uncached render %s", k, idsAt(got, want))
+				}
+				if js, wantJSON := bytes.Join(toks.JSON, nil), body.AppendInts(nil, want); string(js) != string(wantJSON) {
+					t.Fatalf("turn %d: the ids' JSON differs from theirs at byte %d of %d", k, commonPrefix(string(js), string(wantJSON)), len(wantJSON))
+				}
+				if k > 1 && len(toks.Shared) == 0 {
+					t.Fatalf("turn %d shares no ids with the turn before", k)
+				}
+				most = max(most, len(toks.Shared))
+				if len(toks.Shared) > maxChunks || len(toks.JSON) > 2*maxChunks+1 {
+					t.Fatalf("turn %d: %d chunks, %d pieces of JSON", k, len(toks.Shared), len(toks.JSON))
+				}
+				for _, e := range cached.history.keys {
+					mostPieces = max(mostPieces, len(e.text))
+					if len(e.text) > max(maxChunks, 2*e.text.len()/minSharedSpan+1) || e.held < 0 {
+						t.Fatalf("turn %d: a text of %d bytes in %d pieces, %d bytes of slack counted", k, e.text.len(), len(e.text), e.held)
+					}
+				}
+			}
+			switch {
+			case most != maxChunks:
+				t.Fatalf("at most %d chunks over %d turns, want %d: the test does not reach the bound", most, len(msgs)/2, maxChunks)
+			case !long && mostPieces != maxChunks:
+				t.Fatalf("at most %d pieces of text over %d turns, want %d: the test does not reach the bound", mostPieces, len(msgs)/2, maxChunks)
+			case long && mostPieces <= maxChunks:
+				t.Fatalf("at most %d pieces of text over %d turns, want more than %d: the long messages' are not kept", mostPieces, len(msgs)/2, maxChunks)
+			}
+		})
 	}
 }
 
