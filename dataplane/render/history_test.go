@@ -145,21 +145,7 @@ func TestHistoryChunksBounded(t *testing.T) {
 			}
 			most, mostPieces := 0, 0
 			for k := 1; k <= len(msgs)/2; k++ {
-				req := turn(t, msgs, k)
-				want, err := plain.Chat(nil, req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				toks, err := cached.ChatTokens(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := toks.AppendIDs(nil); !slices.Equal(got, want) {
-					t.Fatalf("turn %d: ids differ from the uncached render %s", k, idsAt(got, want))
-				}
-				if js, wantJSON := bytes.Join(toks.JSON, nil), body.AppendInts(nil, want); string(js) != string(wantJSON) {
-					t.Fatalf("turn %d: the ids' JSON differs from theirs at byte %d of %d", k, commonPrefix(string(js), string(wantJSON)), len(wantJSON))
-				}
+				toks := renderBoth(t, plain, cached, turn(t, msgs, k), fmt.Sprint("turn ", k))
 				if k > 1 && len(toks.Shared) == 0 {
 					t.Fatalf("turn %d shares no ids with the turn before", k)
 				}
@@ -204,17 +190,7 @@ func TestHistorySharesOutputs(t *testing.T) {
 	}
 	entry := func(req ChatRequest) *historyEntry {
 		t.Helper()
-		want, err := plain.Chat(nil, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		toks, err := m.ChatTokens(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := toks.AppendIDs(nil); !slices.Equal(got, want) {
-			t.Fatalf("ids differ from the uncached render %s", idsAt(got, want))
-		}
+		renderBoth(t, plain, m, req, "a turn")
 		keys := m.history.newKeys(&req)
 		var split []json.RawMessage
 		for msg := range body.Elements(req.Messages) {
@@ -252,6 +228,28 @@ func TestHistorySharesOutputs(t *testing.T) {
 	if again := long(entry(req)); !slices.Equal(again, before) {
 		t.Fatalf("the same messages rendered again keep their long messages as other strings (%p, then %p)", before, again)
 	}
+}
+
+// renderBoth renders req with plain (no cache) and with cached, and fails t (what names the
+// render) unless the cached render's ids, and their JSON, are the plain one's: it returns the
+// cached render's.
+func renderBoth(t *testing.T, plain, cached *Model, req ChatRequest, what string) Tokens {
+	t.Helper()
+	want, err := plain.Chat(nil, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, err := cached.ChatTokens(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := toks.AppendIDs(nil); !slices.Equal(got, want) {
+		t.Fatalf("%s: ids differ from the uncached render %s", what, idsAt(got, want))
+	}
+	if js, wantJSON := bytes.Join(toks.JSON, nil), body.AppendInts(nil, want); string(js) != string(wantJSON) {
+		t.Fatalf("%s: the ids' JSON differs from theirs at byte %d of %d", what, commonPrefix(string(js), string(wantJSON)), len(wantJSON))
+	}
+	return toks
 }
 
 // idsAt says where two id sequences part.
