@@ -474,7 +474,7 @@ func (m *Model) chatHistory(found *historyEntry, matched int, rest string, spans
 	}
 	e := &historyEntry{text: text.first(int(last.at)), cuts: ecuts, chunks: t.Shared, lists: lists}
 	if n := int(last.at) - matched; n > 0 { // rest's bytes, in arrays of their own (the template's has room to spare)
-		own, slack := ownAround(rest[:n], spans) // e.text's last piece
+		own, slack := ownAround(rest[:n], spans) // rest[:n] is e.text's last piece, replaced
 		e.text = append(e.text[:len(e.text)-1:len(e.text)-1], own...)
 		held += int64(slack)
 	}

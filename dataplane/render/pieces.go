@@ -1,9 +1,7 @@
 package render
 
 import (
-	"slices"
 	"strings"
-	"unsafe"
 
 	"github.com/epd-dev/coordinator/dataplane/render/jinja"
 )
@@ -24,11 +22,12 @@ func (p pieces) len() int {
 // own is the text in an array of its own (the pieces' arrays, which may be larger, are not
 // kept), and that array's size: Go rounds an allocation up to a size class.
 func (p pieces) own() (string, int) {
-	b := slices.Grow([]byte(nil), p.len())
+	var b strings.Builder
+	b.Grow(p.len())
 	for _, s := range p {
-		b = append(b, s...)
+		b.WriteString(s)
 	}
-	return unsafe.String(unsafe.SliceData(b), len(b)), cap(b)
+	return b.String(), b.Cap()
 }
 
 // ownAround is text in pieces that keep no array they do not need: the spans of it no shorter
@@ -50,13 +49,14 @@ func ownAround(text string, spans []jinja.Span) (pieces, int) {
 		text, size := pieces{text}.own()
 		return pieces{text}, size - len(text)
 	}
-	b := slices.Grow([]byte(nil), own) // never grown past: the pieces made of it stay where they are
+	var b strings.Builder // the copied bytes' array, never grown past own: each piece of it stays where it is
+	b.Grow(own)
 	out := make(pieces, 0, 2*n+1)
 	copied := func(from, to int) {
 		if from < to {
-			k := len(b)
-			b = append(b, text[from:to]...)
-			out = append(out, unsafe.String(&b[k], to-from))
+			k := b.Len()
+			b.WriteString(text[from:to])
+			out = append(out, b.String()[k:])
 		}
 	}
 	at, slack := 0, 0
@@ -69,7 +69,7 @@ func ownAround(text string, spans []jinja.Span) (pieces, int) {
 		}
 	}
 	copied(at, len(text))
-	return out, slack + cap(b) - len(b)
+	return out, slack + b.Cap() - b.Len()
 }
 
 // minSharedSpan is the shortest iteration's output a history entry keeps as a piece of its

@@ -1,10 +1,6 @@
 package jinja
 
-import (
-	"slices"
-	"strings"
-	"unsafe"
-)
+import "strings"
 
 // output is a render's text. Given the text the render is expected to begin with (in pieces:
 // RenderAfter), it compares what is written with that text instead of copying it: the bytes
@@ -78,24 +74,23 @@ func (o *output) Len() int { return o.matched + o.b.Len() }
 // since is the text from byte start on, its own copy, and the size of the copy's array (Go
 // rounds an allocation up to a size class).
 func (o *output) since(start int) (string, int) {
-	b := slices.Grow([]byte(nil), o.Len()-start)
-	if start >= o.matched {
-		b = append(b, o.b.String()[start-o.matched:]...)
-		return unsafe.String(unsafe.SliceData(b), len(b)), cap(b)
-	}
-	at := 0
-	for _, p := range o.all {
-		if at >= o.matched {
-			break
+	var s strings.Builder
+	s.Grow(o.Len() - start)
+	if start < o.matched {
+		at := 0
+		for _, p := range o.all {
+			if at >= o.matched {
+				break
+			}
+			lo, hi := max(start-at, 0), min(len(p), o.matched-at)
+			if lo < hi {
+				s.WriteString(p[lo:hi])
+			}
+			at += len(p)
 		}
-		lo, hi := max(start-at, 0), min(len(p), o.matched-at)
-		if lo < hi {
-			b = append(b, p[lo:hi]...)
-		}
-		at += len(p)
 	}
-	b = append(b, o.b.String()...)
-	return unsafe.String(unsafe.SliceData(b), len(b)), cap(b)
+	s.WriteString(o.b.String()[max(start-o.matched, 0):])
+	return s.String(), s.Cap()
 }
 
 // String is the text after the matched bytes (all of it without an expected text).
