@@ -87,23 +87,11 @@ func TestHistoryTurnByTurn(t *testing.T) {
 			prev := 0 // the ids of the turn before
 			for k := 1; k <= 6; k++ {
 				req := turn(t, msgs, k)
-				want, err := plain.Chat(nil, req)
-				if err != nil {
-					t.Fatal(err)
-				}
+				n := 0 // the turn's ids
 				for _, m := range []*Model{cached, segments} {
 					hits0, _, tokens0, _ := m.HistoryStats()
-					toks, err := m.ChatTokens(req)
-					if err != nil {
-						t.Fatal(err)
-					}
-					got := toks.AppendIDs([]int{-1}) // after ids already in dst
-					if got[0] != -1 || !slices.Equal(got[1:], want) || toks.Len() != len(want) {
-						t.Fatalf("turn %d: ids differ from the uncached render %s", k, idsAt(got[1:], want))
-					}
-					if js, wantJSON := bytes.Join(toks.JSON, nil), body.AppendInts(nil, want); string(js) != string(wantJSON) {
-						t.Fatalf("turn %d: the ids' JSON differs from theirs at byte %d of %d", k, commonPrefix(string(js), string(wantJSON)), len(wantJSON))
-					}
+					toks := renderBoth(t, plain, m, req, fmt.Sprint("turn ", k))
+					n = toks.Len()
 					hits, _, tokens, _ := m.HistoryStats()
 					reused := tokens - tokens0
 					shared := toks.Len() - len(toks.Own)
@@ -111,12 +99,12 @@ func TestHistoryTurnByTurn(t *testing.T) {
 					case uint64(shared) != reused:
 						t.Fatalf("turn %d: %d ids shared with the cache, %d counted reused", k, shared, reused)
 					case k > 1 && tc.reuses && (hits != hits0+1 || reused < uint64(prev*9/10)):
-						t.Fatalf("turn %d: reused %d of %d ids: the turn before (%d ids) is the history", k, reused, len(want), prev)
+						t.Fatalf("turn %d: reused %d of %d ids: the turn before (%d ids) is the history", k, reused, n, prev)
 					case !tc.reuses && reused > 1:
 						t.Fatalf("turn %d: reused %d ids, though the template renders the history otherwise", k, reused)
 					}
 				}
-				prev = len(want)
+				prev = n
 			}
 			if _, _, _, bytes := cached.HistoryStats(); bytes == 0 {
 				t.Fatal("the cache holds nothing")
@@ -243,8 +231,9 @@ func renderBoth(t *testing.T, plain, cached *Model, req ChatRequest, what string
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := toks.AppendIDs(nil); !slices.Equal(got, want) {
-		t.Fatalf("%s: ids differ from the uncached render %s", what, idsAt(got, want))
+	got := toks.AppendIDs([]int{-1}) // after ids already in dst
+	if got[0] != -1 || !slices.Equal(got[1:], want) || toks.Len() != len(want) {
+		t.Fatalf("%s: ids differ from the uncached render %s", what, idsAt(got[1:], want))
 	}
 	if js, wantJSON := bytes.Join(toks.JSON, nil), body.AppendInts(nil, want); string(js) != string(wantJSON) {
 		t.Fatalf("%s: the ids' JSON differs from theirs at byte %d of %d", what, commonPrefix(string(js), string(wantJSON)), len(wantJSON))

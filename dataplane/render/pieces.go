@@ -38,16 +38,13 @@ func (p pieces) own() (string, int) {
 // where text ends keeps its whole array). A later render that replays those iterations writes
 // the very strings the pieces are, which compare equal by their address.
 func ownAround(text string, spans []jinja.Span) (pieces, int) {
+	kept := func(s jinja.Span) bool { return s.At < len(text) && len(s.Text) >= minSharedSpan }
 	own, n := len(text), 0 // the bytes to copy, the spans kept
 	for _, s := range spans {
-		if s.At < len(text) && len(s.Text) >= minSharedSpan {
+		if kept(s) {
 			own -= min(len(s.Text), len(text)-s.At)
 			n++
 		}
-	}
-	if n == 0 {
-		text, size := pieces{text}.own()
-		return pieces{text}, size - len(text)
 	}
 	var b strings.Builder // the copied bytes' array, never grown past own: each piece of it stays where it is
 	b.Grow(own)
@@ -61,7 +58,7 @@ func ownAround(text string, spans []jinja.Span) (pieces, int) {
 	}
 	at, slack := 0, 0
 	for _, s := range spans {
-		if s.At < len(text) && len(s.Text) >= minSharedSpan {
+		if kept(s) {
 			copied(at, s.At)
 			piece := s.Text[:min(len(s.Text), len(text)-s.At)]
 			out, slack = append(out, piece), slack+max(s.Size, len(s.Text))-len(piece)
